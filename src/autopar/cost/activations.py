@@ -1,0 +1,115 @@
+"""Activation memory kept for the backward pass, per layer and per micro-batch.
+
+Source: Korthikanti et al., "Reducing Activation Recomputation in Large Transformer Models"
+(MLSys 2023, arXiv:2205.05198), section 4.1 and table 2: per layer ``s*b*h*(34 + 5*a*s/h)``
+bytes without parallelism, ``s*b*h*(10 + 24/t + 5*a*s/(h*t))`` with TP, ``s*b*h*34/t + 5*a*s^2*b/t``
+with TP + SP, and ``s*b*h*34/t`` with SP + selective recompute (core attention). We write it
+op by op so it generalises:
+
+* GQA/MQA: K and V are ``kv_heads * head_dim`` wide, Q ``heads * head_dim``;
+* gated MLPs (SwiGLU): the fc1 output is 2f wide and the activation output f wide (6*f bytes
+  per token) instead of GeLU's input and output (4*f);
+* flash attention keeps no ``s^2`` tensor, only its output and the fp32 log-sum-exp;
+* dropout masks (1 byte per element) only when the model trains with dropout;
+* SP divides the norm/dropout/GEMM-input tensors that plain TP replicates;
+* CP: each rank holds ``s/cp`` tokens (Megatron's load-balanced causal split), so every term
+  uses the local sequence;
+* full recompute keeps only the layer input (2*s*b*h, sharded by SP);
+* MoE layers: router logits (fp32), the permuted tokens (top-k copies) and the expert MLPs on
+  the tokens routed to the local experts, which under balanced routing is top-k times the
+  local tokens whatever ``ep`` is (so EP does not shrink activations).
+
+Units: bytes. Shapes: arrays broadcast with the ``LayoutBatch`` columns.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autopar.problem import Problem
+from autopar.strategy import LayoutBatch
+
+BF16 = 2  # bytes per activation element (bf16/fp16 training)
+
+
+def _tokens(p: Problem, batch: LayoutBatch) -> np.ndarray:
+    """Tokens of one micro-batch held by one rank: (s / cp) * mbs."""
+    return p.train.seq_len / batch.cp * batch.mbs
+
+
+def _sp_shard(batch: LayoutBatch) -> np.ndarray:
+    """Divisor for tensors that SP shards and plain TP replicates."""
+    return np.where(batch.sp, batch.tp, 1)
+
+
+def attention_bytes(p: Problem, batch: LayoutBatch, selective: np.ndarray) -> np.ndarray:
+    """Attention block (input norm to output-projection dropout) for one micro-batch.
+
+    ``selective``: bool array; True drops the core-attention internals (recomputed).
+    """
+    m, n = p.model, _tokens(p, batch)
+    t, shard = batch.tp, _sp_shard(batch)
+    drop = 1.0 if m.dropout else 0.0
+    h = m.hidden_size
+    out = BF16 * n * h * 2 / shard  # norm input and QKV GEMM input
+    if m.mla:
+        # Latent q/kv (replicated down-projection outputs and their norms' inputs), then q, k, v.
+        latent = m.q_lora_rank + m.kv_lora_rank + m.qk_rope_head_dim
+        out = out + BF16 * n * 2 * latent
+        qkv_width = m.q_width + m.num_attention_heads * (m.qk_nope_head_dim + m.qk_rope_head_dim) + m.v_width
+    else:
+        qkv_width = m.q_width + 2 * m.kv_width
+    out = out + BF16 * n * qkv_width / t
+    attn_out = BF16 * n * m.v_width / t  # flash output = output-projection input
+    if p.train.flash_attention:
+        internals = 4 * n * m.num_attention_heads / t  # fp32 log-sum-exp
+        core = attn_out + np.where(selective, 0.0, internals)
+    else:
+        scores = n * p.train.seq_len * m.num_attention_heads / t  # elements of one s x s/cp map set
+        internals = BF16 * scores + drop * (scores + BF16 * scores)  # softmax (+ mask, dropout out)
+        core = attn_out + np.where(selective, 0.0, internals)
+    return out + core + drop * n * h / shard
+
+
+def mlp_bytes(p: Problem, batch: LayoutBatch, moe: bool) -> np.ndarray:
+    """MLP block (pre-MLP norm to its dropout) for one micro-batch; ``moe`` for MoE layers."""
+    m, n = p.model, _tokens(p, batch)
+    t, shard = batch.tp, _sp_shard(batch)
+    drop = 1.0 if m.dropout else 0.0
+    h = m.hidden_size
+    per_ffn = 6 if m.gated_mlp else 4  # bytes per token per unit of FFN width (see module doc)
+    out = BF16 * n * h * 2 / shard + drop * n * h / shard  # norm input, fc1 input, mask
+    if not moe:
+        return out + per_ffn * n * m.ffn_hidden_size / t
+    k = m.num_experts_per_tok
+    router = 4 * n * m.num_experts / shard  # fp32 router logits
+    permuted = 2 * BF16 * n * k * h / shard  # dispatched tokens and combine input
+    experts = per_ffn * n * k * m.moe_ffn_hidden_size / batch.etp
+    shared = per_ffn * n * m.shared_expert_ffn_hidden_size / t
+    return out + router + permuted + experts + shared
+
+
+def layer_input_bytes(p: Problem, batch: LayoutBatch) -> np.ndarray:
+    """What full recompute keeps per layer: its input hidden state (SP-sharded)."""
+    return BF16 * _tokens(p, batch) * p.model.hidden_size / _sp_shard(batch)
+
+
+def embedding_bytes(p: Problem, batch: LayoutBatch) -> np.ndarray:
+    """First stage, per micro-batch: token ids (int64) and the embedding dropout mask.
+
+    Megatron ``theoretical_memory_usage.py`` (``8*s*b`` + ``s*b*h``), divided by tp as there.
+    """
+    n = _tokens(p, batch)
+    drop = 1.0 if p.model.dropout else 0.0
+    return (8 * n + drop * n * p.model.hidden_size) / batch.tp
+
+
+def output_bytes(p: Problem, batch: LayoutBatch) -> np.ndarray:
+    """Last stage, per micro-batch: final-norm input, output-layer input and fp32 logits.
+
+    Megatron ``theoretical_memory_usage.py``: ``4*s*b*h*(1 + V/h) / t`` with SP; without SP the
+    two hidden-size inputs are replicated over TP.
+    """
+    n = _tokens(p, batch)
+    h = p.model.hidden_size
+    return 2 * BF16 * n * h / _sp_shard(batch) + 4 * n * p.padded_vocab(batch.tp) / batch.tp

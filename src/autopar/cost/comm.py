@@ -1,0 +1,73 @@
+"""Collective times on the cluster topology (alpha-beta model, ring algorithms).
+
+Ring collectives over ``g`` ranks moving a tensor of ``S`` bytes (Thakur et al., "Optimization
+of Collective Communication Operations in MPICH", IJHPCA 2005; NCCL's bus-bandwidth
+convention in nccl-tests ``PERFORMANCE.md``):
+
+* all-reduce: ``2*(g-1)/g * S / busbw + 2*(g-1)*alpha``
+* all-gather / reduce-scatter: ``(g-1)/g * S / busbw + (g-1)*alpha`` (S = the full tensor)
+* all-to-all: ``(g-1)/g * S / busbw + (g-1)*alpha`` (S = what one rank sends in total)
+* send/recv: ``S / bw + alpha``
+
+Placement follows Megatron's rank order ``tp-cp-dp-pp`` (tp innermost): a group of ``g``
+ranks with stride ``k`` between members stays inside a fast domain (a node, or an NVL72 rack)
+when ``g*k <= domain``; otherwise it crosses the network, where each of its ``m`` members per
+node drives its own NIC, so the ring's bus bandwidth is ``min(intra, m * nic)``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autopar.problem import Problem
+
+
+def group_bus_bandwidth(p: Problem, size: np.ndarray, stride: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(achievable bus bandwidth in bytes/s, per-step latency in s) of a rank group.
+
+    Args:
+        size: ranks in the group; stride: rank distance between consecutive members.
+    """
+    dev = p.cluster.device
+    domain = p.cluster.fast_domain_size
+    intra = dev.intra_node_bandwidth_bytes_per_s * dev.intra_node_comm_efficiency
+    nic = dev.inter_node_bandwidth_bytes_per_s * dev.inter_node_comm_efficiency
+    size, stride = np.asarray(size, dtype=np.float64), np.asarray(stride, dtype=np.float64)
+    inside = size * stride <= domain
+    members_per_node = np.clip(np.floor(domain / stride), 1, size)
+    bw = np.where(inside, intra, np.minimum(intra, members_per_node * nic))
+    latency = np.where(inside, dev.intra_node_latency_s, dev.inter_node_latency_s)
+    return bw, latency
+
+
+def all_reduce_s(p: Problem, num_bytes, size, stride) -> np.ndarray:
+    """Ring all-reduce of ``num_bytes`` over the group; 0 for groups of one."""
+    bw, alpha = group_bus_bandwidth(p, size, stride)
+    g = np.asarray(size, dtype=np.float64)
+    return np.where(g > 1, 2 * (g - 1) / g * num_bytes / bw + 2 * (g - 1) * alpha, 0.0)
+
+
+def all_gather_s(p: Problem, num_bytes, size, stride) -> np.ndarray:
+    """Ring all-gather (or reduce-scatter) whose full tensor is ``num_bytes``."""
+    bw, alpha = group_bus_bandwidth(p, size, stride)
+    g = np.asarray(size, dtype=np.float64)
+    return np.where(g > 1, (g - 1) / g * num_bytes / bw + (g - 1) * alpha, 0.0)
+
+
+reduce_scatter_s = all_gather_s
+
+
+def all_to_all_s(p: Problem, num_bytes, size, stride) -> np.ndarray:
+    """All-to-all where each rank sends ``num_bytes`` in total (a 1/g share stays local)."""
+    return all_gather_s(p, num_bytes, size, stride)
+
+
+def send_recv_s(p: Problem, num_bytes, size, stride) -> np.ndarray:
+    """One point-to-point transfer between neighbours of a group of ``size`` with ``stride``:
+    over NVLink when the whole group sits in a fast domain, else over one NIC."""
+    dev = p.cluster.device
+    inside = np.asarray(size) * np.asarray(stride) <= p.cluster.fast_domain_size
+    bw = np.where(inside, dev.intra_node_bandwidth_bytes_per_s * dev.intra_node_comm_efficiency,
+                  dev.inter_node_bandwidth_bytes_per_s * dev.inter_node_comm_efficiency)
+    alpha = np.where(inside, dev.intra_node_latency_s, dev.inter_node_latency_s)
+    return np.where(np.asarray(size) > 1, num_bytes / bw + alpha, 0.0)

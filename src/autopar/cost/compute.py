@@ -1,0 +1,77 @@
+"""Operator time on one device: a roofline with a fixed per-kernel cost.
+
+``time = max(flops / (peak * gemm_efficiency), bytes / (hbm_bw * memory_efficiency)) + t0``
+
+The roofline (Williams et al., CACM 2009) makes small or skinny GEMMs memory-bound; ``t0``
+(:data:`KERNEL_OVERHEAD_S`) models launch latency and wave/tile quantisation tails, so the
+achieved efficiency falls for small shapes as measured in NVIDIA's "GPU Performance
+Background" guide (a 1024^3 bf16 GEMM reaches about half of a 8192^3 one). Attention uses the
+device's ``attention_efficiency`` (fused kernels), element-wise ops the memory roofline only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from autopar.cost import flops as F
+from autopar.problem import Problem
+from autopar.strategy import LayoutBatch
+
+KERNEL_OVERHEAD_S = 4e-6  # per kernel: launch + tail effects (H100/A100 measurements, order 2-6 us)
+
+
+def gemm_time_s(p: Problem, g: F.Gemm) -> np.ndarray:
+    """Seconds for the GEMMs ``g`` on one device in the training precision."""
+    dev = p.cluster.device
+    peak = dev.peak(p.train.precision) * dev.gemm_efficiency
+    mem = dev.hbm_bandwidth_bytes_per_s * dev.memory_efficiency
+    per_gemm = np.maximum(g.flops / g.count / peak, g.bytes / g.count / mem) + KERNEL_OVERHEAD_S
+    return per_gemm * g.count
+
+
+def memory_time_s(p: Problem, num_bytes: np.ndarray) -> np.ndarray:
+    """Seconds to stream ``num_bytes`` through HBM at the achievable bandwidth."""
+    dev = p.cluster.device
+    return num_bytes / (dev.hbm_bandwidth_bytes_per_s * dev.memory_efficiency)
+
+
+def attention_time_s(p: Problem, flops: np.ndarray) -> np.ndarray:
+    """Seconds for fused attention of ``flops`` (bf16 even under fp8 training)."""
+    dev = p.cluster.device
+    return flops / (dev.peak("bf16") * dev.attention_efficiency) + KERNEL_OVERHEAD_S
+
+
+@dataclass
+class LayerTimes:
+    """Forward seconds of one layer for one micro-batch, split for recompute accounting."""
+
+    gemm_s: np.ndarray
+    attention_s: np.ndarray
+    elementwise_s: np.ndarray
+
+    @property
+    def forward_s(self) -> np.ndarray:
+        return self.gemm_s + self.attention_s + self.elementwise_s
+
+
+def layer_forward_times(p: Problem, batch: LayoutBatch, moe: bool) -> LayerTimes:
+    """Forward compute of one decoder layer (dense or MoE) on one device, one micro-batch."""
+    gemms = F.attention_gemms(p, batch) + F.mlp_gemms(p, batch, moe)
+    gemm_s = sum(gemm_time_s(p, g) for g in gemms)
+    return LayerTimes(
+        gemm_s=gemm_s,
+        attention_s=attention_time_s(p, F.attention_core_flops(p, batch)),
+        elementwise_s=memory_time_s(p, F.elementwise_bytes(p, batch, moe)),
+    )
+
+
+def output_forward_time_s(p: Problem, batch: LayoutBatch) -> np.ndarray:
+    """Output layer GEMM and the cross-entropy loss on the last stage (forward)."""
+    return gemm_time_s(p, F.logits_gemm(p, batch)) + memory_time_s(p, F.loss_bytes(p, batch))
+
+
+def embedding_forward_time_s(p: Problem, batch: LayoutBatch) -> np.ndarray:
+    """Embedding lookup on the first stage (a gather of mbs*s/cp rows of h)."""
+    return memory_time_s(p, 2 * F.BF16 * F.tokens(p, batch) * p.model.hidden_size) + KERNEL_OVERHEAD_S

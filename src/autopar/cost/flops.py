@@ -1,0 +1,144 @@
+"""FLOPs and bytes of each operator, at the shapes one device runs (forward, one micro-batch).
+
+A GEMM of ``(m x k) @ (k x n)`` costs ``2*m*n*k`` FLOPs (Narayanan et al., SC'21, appendix:
+``96*B*s*l*h^2*(1 + s/(6h) + V/(16*l*h))`` for GPT with 4h MLPs is the sum of these). Shapes
+are the sharded ones: column-parallel outputs and row-parallel inputs divided by ``tp``,
+tokens divided by ``cp``, expert GEMMs per local expert.
+
+Causal attention does half the work of the full ``s x s`` score matrix (flash attention skips
+masked tiles; the load-balanced CP split keeps that per rank). The backward pass is twice the
+forward (two GEMMs per forward GEMM); recompute adds the recomputed forward.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from autopar.problem import Problem
+from autopar.strategy import LayoutBatch
+
+BF16 = 2
+
+
+@dataclass
+class Gemm:
+    """``count`` GEMMs of shape (m x k) @ (k x n); m, n, k are arrays over layouts."""
+
+    m: np.ndarray
+    n: np.ndarray
+    k: np.ndarray
+    count: np.ndarray | float = 1.0
+
+    @property
+    def flops(self) -> np.ndarray:
+        return 2.0 * self.m * self.n * self.k * self.count
+
+    @property
+    def bytes(self) -> np.ndarray:
+        """HBM traffic of the operands and the result in bf16."""
+        return BF16 * (self.m * self.k + self.k * self.n + self.m * self.n) * self.count
+
+
+def tokens(p: Problem, batch: LayoutBatch) -> np.ndarray:
+    """Tokens of one micro-batch on one rank: (s / cp) * mbs."""
+    return p.train.seq_len / batch.cp * batch.mbs
+
+
+def attention_gemms(p: Problem, batch: LayoutBatch) -> list[Gemm]:
+    """QKV and output projections (MHA/GQA), or MLA's down/up projections."""
+    m, n, t = p.model, tokens(p, batch), batch.tp
+    h = m.hidden_size
+    if not m.mla:
+        return [Gemm(n, (m.q_width + 2 * m.kv_width) / t, h), Gemm(n, h, m.v_width / t)]
+    heads = m.num_attention_heads
+    ops = [
+        Gemm(n, m.kv_lora_rank + m.qk_rope_head_dim, h),  # kv down (replicated)
+        Gemm(n, heads * (m.qk_nope_head_dim + m.v_head_dim) / t, m.kv_lora_rank),  # kv up
+        Gemm(n, h, m.v_width / t),  # output projection
+    ]
+    if m.q_lora_rank:
+        ops += [Gemm(n, m.q_lora_rank, h), Gemm(n, m.q_width / t, m.q_lora_rank)]
+    else:
+        ops.append(Gemm(n, m.q_width / t, h))
+    return ops
+
+
+def mlp_gemms(p: Problem, batch: LayoutBatch, moe: bool) -> list[Gemm]:
+    """Dense MLP, or router + routed experts (balanced routing) + shared experts."""
+    m, n, t = p.model, tokens(p, batch), batch.tp
+    h = m.hidden_size
+    up = 2 if m.gated_mlp else 1
+
+    def mlp(rows, ffn, shard, count=1.0):
+        return [Gemm(rows, up * ffn / shard, h, count), Gemm(rows, h, ffn / shard, count)]
+
+    if not moe:
+        return mlp(n, m.ffn_hidden_size, t)
+    local_experts = m.num_experts / batch.ep
+    rows_per_expert = n * m.num_experts_per_tok / local_experts
+    ops = [Gemm(n, m.num_experts, h)] + mlp(rows_per_expert, m.moe_ffn_hidden_size, batch.etp, local_experts)
+    if m.shared_expert_ffn_hidden_size:
+        ops += mlp(n, m.shared_expert_ffn_hidden_size, t)
+    return ops
+
+
+def attention_core_flops(p: Problem, batch: LayoutBatch) -> np.ndarray:
+    """Forward FLOPs of QK^T and softmax(.)V, causal (half of the full matrix), per rank."""
+    m = p.model
+    n = tokens(p, batch)
+    per_key = m.attention_head_dim + (m.v_head_dim if m.mla else m.head_dim)
+    return 2.0 * n * p.train.seq_len * m.num_attention_heads * per_key / batch.tp * 0.5
+
+
+def elementwise_bytes(p: Problem, batch: LayoutBatch, moe: bool) -> np.ndarray:
+    """Forward HBM traffic of the memory-bound ops of one layer (bytes).
+
+    Norms (read + write), two residual adds (2 reads + 1 write), rotary embedding on q and k,
+    the MLP activation (gated: read 2f, write f; GeLU: read f, write f), MoE permutation
+    (tokens copied to and from expert order, top-k copies each way), and the softmax of
+    non-fused attention. Norms and residuals run on the SP shard when SP is on.
+    """
+    m, n, t = p.model, tokens(p, batch), batch.tp
+    h = m.hidden_size
+    n_seq = n / np.where(batch.sp, t, 1)
+    norms_and_residual = (m.norms_per_layer * 2 + 2 * 3) * n_seq * h
+    rope = 2 * n * (m.q_width + (m.q_width if m.mla else m.kv_width)) / t
+    act_rw = 3 if m.gated_mlp else 2
+    if moe:
+        k = m.num_experts_per_tok
+        ffn = act_rw * n * k * m.moe_ffn_hidden_size / batch.etp + act_rw * n * m.shared_expert_ffn_hidden_size / t
+        ffn = ffn + 2 * 2 * n * k * h
+    else:
+        ffn = act_rw * n * m.ffn_hidden_size / t
+    softmax = 0.0 if p.train.flash_attention else 2 * 0.5 * n * p.train.seq_len * m.num_attention_heads / t
+    return BF16 * (norms_and_residual + rope + ffn + softmax)
+
+
+def logits_gemm(p: Problem, batch: LayoutBatch) -> Gemm:
+    """Output layer at the padded, vocab-parallel width."""
+    return Gemm(tokens(p, batch), p.padded_vocab(batch.tp) / batch.tp, p.model.hidden_size)
+
+
+def loss_bytes(p: Problem, batch: LayoutBatch) -> np.ndarray:
+    """Forward traffic of the vocab-parallel cross entropy on fp32 logits (about 3 passes)."""
+    return 3 * 4 * tokens(p, batch) * p.padded_vocab(batch.tp) / batch.tp
+
+
+def model_flops_per_token(p: Problem) -> float:
+    """Training FLOPs per token of the unsharded model, no recompute: 3 x forward (forward +
+    2x backward), causal attention, the unpadded vocabulary. The numerator of MFU (PaLM,
+    Chowdhery et al. 2022, appendix B, with the attention term halved for causal masks)."""
+    one = LayoutBatch(**{k: np.ones(1, dtype=np.int64) for k in (
+        "dp", "tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "zero", "recompute_layers", "num_microbatches")},
+        sp=np.zeros(1, dtype=bool), recompute=np.zeros(1, dtype=np.int64))
+    seq = p.train.seq_len
+    forward = 0.0
+    m = p.model
+    for i in range(m.num_layers):
+        moe = m.is_moe_layer(i)
+        ops = attention_gemms(p, one) + mlp_gemms(p, one, moe)
+        forward += float(sum(g.flops for g in ops)[0]) + float(attention_core_flops(p, one)[0])
+    forward += 2.0 * seq * m.hidden_size * m.vocab_size
+    return 3.0 * forward / seq

@@ -1,0 +1,121 @@
+"""Per-device peak memory of each pipeline stage, as a breakdown (bytes).
+
+Model states (Megatron-LM ``theoretical_memory_usage.py``; Rajbhandari et al., "ZeRO", SC'20,
+section 5 and figure 1), per parameter with bf16 weights (2 B), ``grad_dtype`` main gradients
+(fp32 = 4 B) and Adam's fp32 master weights + m + v (12 B), over a sharding group of N ranks:
+
+====== ============================ =====================================
+zero   meaning                      bytes per parameter (fp32 grads)
+====== ============================ =====================================
+0      plain DDP                    2 + 4 + 12 = 18
+1      Megatron distributed opt.    2 + 4 + 12/N  (= 6 + 12/dp)
+2      + gradients sharded          2 + (4 + 12)/N
+3      + weights sharded (FSDP)     (2 + 4 + 12)/N, plus two gathered layers
+====== ============================ =====================================
+
+N is dp*cp for dense parameters (Megatron's distributed optimizer shards over the DP x CP
+group) and the expert-data-parallel size world/(etp*ep*pp) for routed experts.
+
+Activations: :mod:`autopar.cost.activations` per layer and micro-batch, times the
+micro-batches a stage holds in flight under its schedule (Narayanan et al., SC'21, sec. 2.2.1:
+1F1B stage ``i`` holds ``pp - i``; interleaved rank ``i`` runs ``2*(pp-i-1) + (vpp-1)*pp + 1``
+warm-up chunks, which gives Megatron's ``1 + (pp-1)/(pp*vpp)`` factor on stage 0).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from autopar.cost import activations as act
+from autopar.cost.params import StageParams, layer_kinds, stage_params
+from autopar.cost.stage import Stages
+from autopar.problem import Problem
+from autopar.strategy import LayoutBatch
+
+OPTIMIZER_BYTES_PER_PARAM = 12  # fp32 master weights + Adam m + v
+
+
+@dataclass
+class MemoryBreakdown:
+    """Bytes on one device of one stage, per (layout, stage) row (arrays of shape ``(n,)``)."""
+
+    params: np.ndarray
+    weights_bytes: np.ndarray
+    grads_bytes: np.ndarray
+    optimizer_bytes: np.ndarray
+    activations_bytes: np.ndarray
+    other_bytes: np.ndarray
+
+    @property
+    def total_bytes(self) -> np.ndarray:
+        return self.weights_bytes + self.grads_bytes + self.optimizer_bytes + self.activations_bytes + self.other_bytes
+
+
+def weight_bytes_per_param(p: Problem) -> int:
+    """Bytes of one model weight in the training precision (bf16/fp16: 2)."""
+    return 2
+
+
+def in_flight_microbatches(batch: LayoutBatch, stages: Stages) -> np.ndarray:
+    """Micro-batches' worth of activations a stage holds at its peak (may be fractional with
+    interleaving: chunks in flight divided by vpp)."""
+    one_f_one_b = np.minimum(batch.pp - stages.index, batch.num_microbatches)
+    chunks = 2 * (batch.pp - stages.index - 1) + (batch.vpp - 1) * batch.pp + 1
+    chunks = np.minimum(chunks, batch.num_microbatches * batch.vpp)
+    return np.where(batch.vpp > 1, chunks / batch.vpp, one_f_one_b).astype(np.float64)
+
+
+def stage_activation_bytes(p: Problem, batch: LayoutBatch, stages: Stages) -> np.ndarray:
+    """Peak activation bytes of each (layout, stage) row, including embedding/logits terms."""
+    n_dense, n_moe = layer_kinds(p.model, stages)
+    selective = batch.recompute == 1
+    attn = act.attention_bytes(p, batch, selective)
+    attn_full = act.attention_bytes(p, batch, np.zeros(len(batch), dtype=bool))
+    dense_layer = attn + act.mlp_bytes(p, batch, moe=False)
+    moe_layer = attn + act.mlp_bytes(p, batch, moe=True) if p.model.is_moe else dense_layer
+    stored = n_dense * dense_layer + n_moe * moe_layer  # per micro-batch, no full recompute
+
+    full = batch.recompute == 2
+    per_chunk = np.where(batch.recompute_layers > 0, batch.recompute_layers, stages.layers // batch.vpp)
+    recomputed = np.where(full, np.minimum(stages.layers, per_chunk * batch.vpp), 0)
+    mean_layer = stored / np.maximum(stages.layers, 1)
+    kept = (stages.layers - recomputed) * mean_layer + recomputed * act.layer_input_bytes(p, batch)
+    # Recomputing a layer in backward rebuilds that layer's activations once (no recompute).
+    working = np.where(full, np.maximum(attn_full + act.mlp_bytes(p, batch, moe=False),
+                                        attn_full + act.mlp_bytes(p, batch, moe=p.model.is_moe)), 0.0)
+
+    in_flight = in_flight_microbatches(batch, stages)
+    first, last = stages.is_first(), stages.is_last(batch)
+    embedding = np.where(first, np.minimum(batch.pp, batch.num_microbatches) * act.embedding_bytes(p, batch), 0.0)
+    output = np.where(last, act.output_bytes(p, batch), 0.0)
+    return in_flight * kept + working + embedding + output
+
+
+def stage_memory(p: Problem, batch: LayoutBatch, stages: Stages) -> MemoryBreakdown:
+    """Memory breakdown of each (layout, stage) row. See the module docstring for formulas."""
+    params: StageParams = stage_params(p, batch, stages)
+    w = weight_bytes_per_param(p)
+    g = p.train.grad_bytes
+    dense_group = (batch.dp * batch.cp).astype(np.float64)
+    expert_group = p.world_size / (batch.etp * batch.ep * batch.pp)
+
+    def states(count: np.ndarray, group: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        weights = count * w / np.where(batch.zero >= 3, group, 1)
+        grads = count * g / np.where(batch.zero >= 2, group, 1)
+        optimizer = count * OPTIMIZER_BYTES_PER_PARAM / np.where(batch.zero >= 1, group, 1)
+        return weights, grads, optimizer
+
+    dw, dg, do = states(params.dense, dense_group)
+    ew, eg, eo = states(params.experts, expert_group)
+    gathered = np.where(batch.zero >= 3, 2 * params.layer_max * w, 0.0)  # current + prefetched layer
+    other = p.cluster.device.framework_overhead_bytes + gathered
+    return MemoryBreakdown(
+        params=params.total,
+        weights_bytes=dw + ew,
+        grads_bytes=dg + eg,
+        optimizer_bytes=do + eo,
+        activations_bytes=stage_activation_bytes(p, batch, stages),
+        other_bytes=np.broadcast_to(other, params.total.shape).astype(np.float64),
+    )

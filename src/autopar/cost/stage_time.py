@@ -1,0 +1,144 @@
+"""Time of one pipeline stage for one micro-batch, and of its data-parallel traffic.
+
+Per micro-batch a stage runs the forward and backward (2x forward) of its layers, the
+recomputed forward (full: the recomputed layers; selective: core attention), and the
+collectives of its parallel groups:
+
+* TP (Megatron, Shoeybi et al. 2019 / Korthikanti et al. 2023 sec. 4.2.2): per layer two
+  all-reduces forward and two backward of the ``s/cp * b * h`` activation, or with SP the same
+  volume as all-gather + reduce-scatter pairs; recomputed layers repeat the forward ones; the
+  vocab-parallel embedding and output layer add one each. Not overlapped (Megatron's default).
+* CP (ring attention, Liu et al. 2023; Megatron ``cp_comm_type=p2p``): ``cp-1`` K/V block
+  exchanges forward and twice that backward (K/V and their gradients), overlapped with the
+  attention kernels; only the excess is exposed.
+* EP: all-to-all dispatch and combine of the top-k token copies per MoE layer, forward and
+  backward.
+* PP: one send of the stage output (sharded by SP) per micro-batch and direction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from autopar.cost import comm
+from autopar.cost import compute as C
+from autopar.cost import flops as F
+from autopar.cost.params import StageParams, layer_kinds
+from autopar.cost.stage import Stages
+from autopar.problem import Problem
+from autopar.strategy import LayoutBatch
+
+ADAM_BYTES_PER_PARAM = 34  # read grad, master, m, v (16) + write master, m, v (12) + bf16 copy (2) + grad-norm pass (4)
+
+
+@dataclass
+class StageTime:
+    """Seconds per micro-batch on one stage (arrays over (layout, stage) rows)."""
+
+    forward_s: np.ndarray
+    backward_s: np.ndarray
+    recompute_s: np.ndarray
+    tp_s: np.ndarray
+    cp_s: np.ndarray
+    ep_s: np.ndarray
+
+    @property
+    def compute_s(self) -> np.ndarray:
+        return self.forward_s + self.backward_s + self.recompute_s
+
+    @property
+    def total_s(self) -> np.ndarray:
+        return self.compute_s + self.tp_s + self.cp_s + self.ep_s
+
+
+def stage_time(p: Problem, batch: LayoutBatch, stages: Stages) -> StageTime:
+    """Per-micro-batch times of each (layout, stage) row."""
+    n_dense, n_moe = layer_kinds(p.model, stages)
+    dense = C.layer_forward_times(p, batch, moe=False)
+    moe = C.layer_forward_times(p, batch, moe=True) if p.model.is_moe else dense
+    first, last = stages.is_first(), stages.is_last(batch)
+    layers_fwd = n_dense * dense.forward_s + n_moe * moe.forward_s
+    extra_fwd = np.where(first, C.embedding_forward_time_s(p, batch), 0.0) + np.where(
+        last, C.output_forward_time_s(p, batch), 0.0)
+    forward = layers_fwd + extra_fwd
+
+    full = batch.recompute == 2
+    per_chunk = np.where(batch.recompute_layers > 0, batch.recompute_layers, stages.layers // batch.vpp)
+    recomputed = np.where(full, np.minimum(stages.layers, per_chunk * batch.vpp), 0)
+    mean_layer_fwd = layers_fwd / np.maximum(stages.layers, 1)
+    recompute = np.where(full, recomputed * mean_layer_fwd, 0.0)
+    recompute = recompute + np.where(batch.recompute == 1, stages.layers * dense.attention_s, 0.0)
+
+    # Tensor parallel: (2 fwd + 2 bwd + 2 per recomputed layer) collectives of the activation.
+    n_tokens = F.tokens(p, batch)
+    act_bytes = F.BF16 * n_tokens * p.model.hidden_size
+    one_collective = comm.all_reduce_s(p, act_bytes, batch.tp, 1)
+    tp_collectives = 4 * stages.layers + 2 * recomputed + first + last
+    tp = tp_collectives * one_collective
+
+    # Context parallel: ring K/V exchange overlapped with attention (fwd x1, bwd x2).
+    m = p.model
+    kv_width = m.num_attention_heads * (m.attention_head_dim + m.v_head_dim) if m.mla else 2 * m.kv_width
+    block = F.BF16 * n_tokens * kv_width / batch.tp
+    ring_step = comm.send_recv_s(p, block, batch.cp, batch.tp)
+    ring = (batch.cp - 1) * ring_step
+    attn_fwd = dense.attention_s
+    exposed_fwd = np.maximum(ring - attn_fwd, 0.0)
+    exposed_bwd = np.maximum(2 * ring - 2 * attn_fwd, 0.0)
+    cp = np.where(batch.cp > 1, stages.layers * (exposed_fwd + exposed_bwd) + recomputed * exposed_fwd, 0.0)
+
+    # Expert parallel: dispatch + combine, forward and backward, per MoE layer.
+    if m.is_moe:
+        a2a_bytes = F.BF16 * n_tokens * m.num_experts_per_tok * m.hidden_size
+        ep = n_moe * 4 * comm.all_to_all_s(p, a2a_bytes, batch.ep, batch.etp)
+    else:
+        ep = np.zeros(len(batch))
+    return StageTime(forward_s=forward, backward_s=2 * forward, recompute_s=recompute, tp_s=tp, cp_s=cp, ep_s=ep)
+
+
+def p2p_time_s(p: Problem, batch: LayoutBatch) -> np.ndarray:
+    """One pipeline send of a micro-batch's activation between adjacent stages."""
+    shard = np.where(batch.sp, batch.tp, 1)
+    num_bytes = F.BF16 * F.tokens(p, batch) * p.model.hidden_size / shard
+    return comm.send_recv_s(p, num_bytes, batch.pp, batch.tp * batch.cp * batch.dp)
+
+
+def dp_exposed_s(p: Problem, batch: LayoutBatch, params: StageParams, t: StageTime, slack_s: np.ndarray) -> np.ndarray:
+    """Data-parallel communication left exposed on one stage after overlap.
+
+    Gradients are reduced in ``grad_dtype`` (Megatron's fp32 default), weights gathered in
+    bf16. ZeRO 0/1 (``--overlap-grad-reduce --overlap-param-gather``): the gradient
+    reduction overlaps the last micro-batch's backward, the weight all-gather the first
+    micro-batch's forward of the next step. ZeRO-2 reduce-scatters every micro-batch; ZeRO-3
+    also gathers weights every forward and backward. ``slack_s`` is time the stage waits for
+    the pipeline to drain anyway (later stages finish their last backward earlier).
+    """
+    g = p.train.grad_bytes
+    dense_group = batch.dp * batch.cp
+    expert_group = p.world_size // (batch.etp * batch.ep * batch.pp)
+    ar = comm.all_reduce_s(p, params.dense * g, dense_group, batch.tp) + comm.all_reduce_s(
+        p, params.experts * g, expert_group, batch.etp * batch.ep)
+    rs = comm.reduce_scatter_s(p, params.dense * g, dense_group, batch.tp) + comm.reduce_scatter_s(
+        p, params.experts * g, expert_group, batch.etp * batch.ep)
+    ag = comm.all_gather_s(p, params.dense * 2, dense_group, batch.tp) + comm.all_gather_s(
+        p, params.experts * 2, expert_group, batch.etp * batch.ep)
+    fwd, bwd = t.forward_s, t.backward_s + t.recompute_s
+    m = batch.num_microbatches
+    exposed = np.select(
+        [batch.zero == 0, batch.zero == 1, batch.zero == 2],
+        [np.maximum(ar - bwd - slack_s, 0.0),
+         np.maximum(rs - bwd - slack_s, 0.0) + np.maximum(ag - fwd, 0.0),
+         m * np.maximum(rs - bwd, 0.0) + np.maximum(ag - fwd, 0.0)],
+        default=m * (np.maximum(ag - fwd, 0.0) + np.maximum(ag + rs - bwd, 0.0)),
+    )
+    return exposed
+
+
+def optimizer_time_s(p: Problem, batch: LayoutBatch, params: StageParams) -> np.ndarray:
+    """Adam step over the parameters this device updates (sharded for ZeRO >= 1): memory-bound."""
+    dense_group = np.where(batch.zero >= 1, batch.dp * batch.cp, 1)
+    expert_group = np.where(batch.zero >= 1, p.world_size // (batch.etp * batch.ep * batch.pp), 1)
+    local = params.dense / dense_group + params.experts / expert_group
+    return C.memory_time_s(p, ADAM_BYTES_PER_PARAM * local)

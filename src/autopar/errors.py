@@ -1,0 +1,45 @@
+"""The one error type users see.
+
+Every mistake a user can make (a missing config field, an unknown device, a layout that breaks a
+Megatron-LM rule) raises :class:`AutoparError` with a single line that names the field, the value
+and what is allowed. The CLI prints that line and exits with code 2; it never shows a traceback.
+"""
+
+from __future__ import annotations
+
+from pydantic import ValidationError
+
+
+class AutoparError(ValueError):
+    """A user-facing input error; ``str(err)`` is one line: field, value, what is allowed."""
+
+
+class LayoutError(AutoparError):
+    """An explicit parallel layout breaks one or more validity rules.
+
+    Attributes:
+        rules: the names of the rules that failed, in check order (see :mod:`autopar.rules`).
+    """
+
+    def __init__(self, message: str, rules: tuple[str, ...]):
+        super().__init__(message)
+        self.rules = rules
+
+
+def from_validation_error(err: ValidationError, prefix: str) -> AutoparError:
+    """Turn a pydantic ``ValidationError`` into one readable :class:`AutoparError` line.
+
+    Args:
+        err: the pydantic error (one or more field problems).
+        prefix: what was being validated, e.g. ``"model"`` or ``"device"``.
+    """
+    parts = []
+    for item in err.errors():
+        field = ".".join(str(x) for x in item["loc"]) or "(root)"
+        value = item.get("input")
+        msg = item["msg"]
+        if item["type"] == "missing":
+            parts.append(f"{prefix}.{field}: missing (required)")
+        else:
+            parts.append(f"{prefix}.{field}={value!r}: {msg}")
+    return AutoparError("; ".join(parts))

@@ -1,0 +1,114 @@
+"""``estimate``: memory and time of one layout, stage by stage, as plain Python values."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from autopar.cost.stage import all_stages
+from autopar.cost.step import TIME_KEYS, evaluate
+from autopar.problem import Problem
+from autopar.rules import check_strategy
+from autopar.strategy import Strategy, default_layers_per_stage
+
+DEFAULT_MEMORY_MARGIN = 0.10  # a layout above 90% of device memory is "marginal"
+
+
+@dataclass(frozen=True)
+class StageMemory:
+    """Per-device memory of one pipeline stage (bytes; ``params`` is an element count)."""
+
+    stage: int
+    layers: int
+    params: float
+    weights_bytes: float
+    grads_bytes: float
+    optimizer_bytes: float
+    activations_bytes: float
+    other_bytes: float
+    total_bytes: float
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Predicted cost of one layout.
+
+    ``fits``: peak <= device memory. ``marginal``: fits, but above ``1 - memory_margin`` of it
+    (real runs at that level often fail from fragmentation; ranked after comfortable ones).
+    """
+
+    strategy: Strategy
+    num_microbatches: int
+    step_time_s: float
+    tokens_per_s_per_device: float
+    mfu: float
+    peak_memory_bytes: float
+    device_memory_bytes: float
+    fits: bool
+    marginal: bool
+    memory_per_stage: list[StageMemory]
+    time_breakdown_s: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self, global_batch_size: int) -> dict[str, Any]:
+        """The stable JSON form documented in the README."""
+        s = self.strategy
+        strategy = {
+            "dp": s.dp, "tp": s.tp, "pp": s.pp, "vpp": s.vpp, "cp": s.cp, "ep": s.ep, "etp": s.expert_tp,
+            "mbs": s.mbs, "gbs": global_batch_size, "num_microbatches": self.num_microbatches,
+            "zero": s.zero, "sp": s.sp, "recompute": s.recompute, "recompute_layers": s.recompute_layers,
+            "schedule": s.schedule, "layers_per_stage": list(s.layers_per_stage or ()),
+        }
+        return {
+            "strategy": strategy,
+            "step_time_s": self.step_time_s,
+            "tokens_per_s_per_device": self.tokens_per_s_per_device,
+            "mfu": self.mfu,
+            "peak_memory_bytes": self.peak_memory_bytes,
+            "device_memory_bytes": self.device_memory_bytes,
+            "fits": self.fits,
+            "marginal": self.marginal,
+            "memory_per_stage": [asdict(m) for m in self.memory_per_stage],
+            "time_breakdown_s": self.time_breakdown_s,
+        }
+
+
+def estimate(p: Problem, s: Strategy, memory_margin: float = DEFAULT_MEMORY_MARGIN) -> Estimate:
+    """Cost one explicit layout on every pipeline stage.
+
+    Raises:
+        LayoutError: the layout breaks a validity rule (every broken rule is named).
+    """
+    check_strategy(p, s)
+    if s.layers_per_stage is None:
+        s = s.model_copy(update={"layers_per_stage": default_layers_per_stage(p.model.num_layers, s.pp)})
+    batch, stages = all_stages(p, s)
+    one = batch.take(np.zeros(1, dtype=np.int64))
+    views = [stages.__class__(index=stages.index[i:i + 1], start=stages.start[i:i + 1],
+                              layers=stages.layers[i:i + 1]) for i in range(s.pp)]
+    costs = evaluate(p, one, views, [np.ones(1)] * s.pp)
+    per_stage = [
+        StageMemory(
+            stage=i, layers=int(stages.layers[i]), params=float(mem.params[0]),
+            weights_bytes=float(mem.weights_bytes[0]), grads_bytes=float(mem.grads_bytes[0]),
+            optimizer_bytes=float(mem.optimizer_bytes[0]), activations_bytes=float(mem.activations_bytes[0]),
+            other_bytes=float(mem.other_bytes[0]), total_bytes=float(mem.total_bytes[0]),
+        )
+        for i, mem in enumerate(costs.memory)
+    ]
+    capacity = p.cluster.device.memory_bytes
+    peak = float(costs.peak_memory_bytes[0])
+    return Estimate(
+        strategy=s,
+        num_microbatches=s.num_microbatches(p.train.global_batch_size),
+        step_time_s=float(costs.step_time_s[0]),
+        tokens_per_s_per_device=float(costs.tokens_per_s_per_device[0]),
+        mfu=float(costs.mfu[0]),
+        peak_memory_bytes=peak,
+        device_memory_bytes=capacity,
+        fits=peak <= capacity,
+        marginal=(1 - memory_margin) * capacity < peak <= capacity,
+        memory_per_stage=per_stage,
+        time_breakdown_s={k: float(costs.time_breakdown_s[k][0]) for k in TIME_KEYS},
+    )

@@ -1,0 +1,1 @@
+"""Presentation: rich tables for the terminal (JSON comes from the result objects)."""

@@ -1,0 +1,115 @@
+"""Rich tables for search results, one layout's estimate, and the device presets."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from autopar.estimate import Estimate
+from autopar.search import SearchResult
+from autopar.specs import DeviceSpec
+
+GIB = 2**30
+
+
+def layout_label(e: Estimate) -> str:
+    """Compact one-line description of a layout, e.g. ``tp8+sp pp4x5 cp1 dp2`` (x5 = vpp)."""
+    s = e.strategy
+    parts = [f"tp{s.tp}" + ("+sp" if s.sp else ""), f"pp{s.pp}" + (f"x{s.vpp}" if s.vpp > 1 else "")]
+    parts += [f"cp{s.cp}", f"dp{s.dp}"]
+    if s.ep > 1:
+        parts.append(f"ep{s.ep}/etp{s.expert_tp}")
+    return " ".join(parts)
+
+
+def _recompute_label(e: Estimate) -> str:
+    s = e.strategy
+    if s.recompute == "full" and s.recompute_layers:
+        return f"full x{s.recompute_layers}"
+    return s.recompute
+
+
+def search_table(result: SearchResult) -> Table:
+    """Ranked layouts with memory, time, throughput and MFU."""
+    table = Table(title="Best layouts (ranked by predicted step time; GiB = peak per device)", header_style="bold")
+    for name, justify in [("#", "right"), ("layout", "left"), ("mbs", "right"), ("zero", "right"),
+                          ("recompute", "left"), ("GiB", "right"), ("step s", "right"),
+                          ("tok/s/dev", "right"), ("MFU", "right"), ("bubble", "right"), ("note", "left")]:
+        table.add_column(name, justify=justify, no_wrap=True)
+    for rank, e in enumerate(result.layouts, 1):
+        bubble = e.time_breakdown_s["pp_bubble"] / e.step_time_s
+        table.add_row(
+            str(rank), layout_label(e), str(e.strategy.mbs), str(e.strategy.zero), _recompute_label(e),
+            f"{e.peak_memory_bytes / GIB:.1f}", f"{e.step_time_s:.2f}", f"{e.tokens_per_s_per_device:,.0f}",
+            f"{e.mfu:.1%}", f"{bubble:.1%}", "[yellow]marginal[/]" if e.marginal else "",
+        )
+    return table
+
+
+def search_summary(result: SearchResult) -> str:
+    """One paragraph: what was enumerated, rejected (by rule) and dropped for memory."""
+    rejected = ", ".join(f"{k} {v}" for k, v in sorted(result.rejected.items(), key=lambda kv: -kv[1]))
+    return (
+        f"{result.enumerated:,} layouts enumerated in {result.search_time_s:.2f} s; "
+        f"rejected by rule: {rejected or 'none'}; out of memory: {result.out_of_memory:,}; "
+        f"marginal (near the memory limit): {result.marginal:,}"
+    )
+
+
+def memory_table(e: Estimate) -> Table:
+    """Per-stage memory breakdown of one layout (GiB)."""
+    table = Table(title=f"Memory per device by pipeline stage (GiB; device {e.device_memory_bytes / GIB:.1f})",
+                  header_style="bold")
+    for col in ["stage", "layers", "params (M)", "weights", "grads", "optimizer", "activations", "other", "total"]:
+        table.add_column(col, justify="right")
+    peak = max(m.total_bytes for m in e.memory_per_stage)
+    for m in e.memory_per_stage:
+        style = "bold" if m.total_bytes == peak else ""
+        table.add_row(str(m.stage), str(m.layers), f"{m.params / 1e6:,.1f}",
+                      *(f"{v / GIB:.2f}" for v in (m.weights_bytes, m.grads_bytes, m.optimizer_bytes,
+                                                   m.activations_bytes, m.other_bytes, m.total_bytes)),
+                      style=style)
+    return table
+
+
+def time_table(e: Estimate) -> Table:
+    """Step-time breakdown of one layout."""
+    table = Table(title="Step time breakdown", header_style="bold")
+    table.add_column("part")
+    table.add_column("seconds", justify="right")
+    table.add_column("share", justify="right")
+    for key, value in e.time_breakdown_s.items():
+        table.add_row(key, f"{value:.3f}", f"{value / e.step_time_s:.1%}")
+    table.add_row("[bold]step[/]", f"[bold]{e.step_time_s:.3f}[/]", "100%")
+    return table
+
+
+def devices_table(devices: list[DeviceSpec]) -> Table:
+    """The device presets with their headline numbers (``domain``: devices per NVLink domain)."""
+    table = Table(title="Device presets", header_style="bold")
+    for col in ["name", "bf16 TF/s", "fp8 TF/s", "GiB", "HBM TB/s", "intra GB/s", "net GB/s", "domain"]:
+        table.add_column(col, justify="left" if col == "name" else "right", no_wrap=True)
+    for d in devices:
+        fp8 = d.peak_flops.get("fp8")
+        table.add_row(
+            d.name, f"{d.peak_flops['bf16'] / 1e12:,.0f}", f"{fp8 / 1e12:,.0f}" if fp8 else "-",
+            f"{d.memory_bytes / GIB:.1f}", f"{d.hbm_bandwidth_bytes_per_s / 1e12:.2f}",
+            f"{d.intra_node_bandwidth_bytes_per_s / 1e9:.0f}", f"{d.inter_node_bandwidth_bytes_per_s / 1e9:.0f}",
+            str(d.nvlink_domain_size or d.default_devices_per_node),
+        )
+    return table
+
+
+def print_estimate(console: Console, e: Estimate) -> None:
+    """Headline numbers, then the memory and time tables."""
+    fit = "fits" if e.fits else "[red]does NOT fit[/]"
+    if e.marginal:
+        fit = "[yellow]fits, marginal[/]"
+    console.print(
+        f"[bold]{layout_label(e)}[/] mbs {e.strategy.mbs}, {e.num_microbatches} micro-batches, zero "
+        f"{e.strategy.zero}, recompute {_recompute_label(e)}, schedule {e.strategy.schedule}\n"
+        f"step {e.step_time_s:.3f} s, {e.tokens_per_s_per_device:,.0f} tokens/s/device, MFU {e.mfu:.1%}, "
+        f"peak {e.peak_memory_bytes / GIB:.2f} GiB of {e.device_memory_bytes / GIB:.1f} GiB: {fit}"
+    )
+    console.print(memory_table(e))
+    console.print(time_table(e))

@@ -1,0 +1,197 @@
+"""Validity rules for a parallel layout, each with a name, a vectorised check and a reason.
+
+The rules are the ones Megatron-LM enforces for these knobs (``shared/reference/ecosystem.md``
+section 1.3; ``megatron/training/arguments.py::validate_args``, ``ModelParallelConfig`` and
+``TransformerConfig.__post_init__``, ``parallel_state.initialize_model_parallel``), plus two
+planner rules that keep useless layouts out of the ranking (``pipeline_fill``,
+``zero_with_pp``). The search applies them to whole :class:`LayoutBatch` arrays and counts
+rejections by the first rule that fails; ``autopar estimate`` reports every failing rule of
+one layout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from autopar.errors import LayoutError
+from autopar.problem import Problem
+from autopar.strategy import LayoutBatch, Strategy, split_first_middle_last
+
+Check = Callable[[Problem, LayoutBatch], np.ndarray]
+Reason = Callable[[Problem, Strategy], str]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One named validity rule. ``check`` returns True where a layout passes."""
+
+    name: str
+    check: Check
+    reason: Reason
+
+
+def _layers(p: Problem) -> int:
+    return p.model.num_layers
+
+
+def _uneven_split_ok(p: Problem, b: LayoutBatch) -> np.ndarray:
+    first, _, last = split_first_middle_last(np.full(len(b), _layers(p)), b.pp)
+    return (b.pp <= _layers(p)) & (first >= 1) & (last >= 1)
+
+
+def _gbs(p: Problem) -> int:
+    return p.train.global_batch_size
+
+
+RULES: tuple[Rule, ...] = (
+    Rule(
+        "world_size",
+        lambda p, b: b.dp * b.tp * b.pp * b.cp == p.world_size,
+        lambda p, s: f"dp*tp*pp*cp = {s.dp}*{s.tp}*{s.pp}*{s.cp} = {s.world_size} must equal the "
+        f"world size {p.world_size} ({p.cluster.num_nodes} nodes x {p.cluster.devices_per_node})",
+    ),
+    Rule(
+        "tp_divides_heads",
+        lambda p, b: p.model.num_attention_heads % b.tp == 0,
+        lambda p, s: f"tp={s.tp} must divide num_attention_heads={p.model.num_attention_heads}",
+    ),
+    Rule(
+        "tp_divides_kv_heads",
+        lambda p, b: p.model.num_kv_heads % b.tp == 0,
+        lambda p, s: f"tp={s.tp} must divide num_key_value_heads={p.model.num_kv_heads} "
+        "(autopar does not replicate KV heads across TP ranks)",
+    ),
+    Rule(
+        "sp_needs_tp",
+        lambda p, b: ~b.sp | (b.tp > 1),
+        lambda p, s: "sequence parallelism (--sp) needs tp > 1 (Megatron switches it off at tp=1)",
+    ),
+    Rule(
+        "cp_divides_seq",
+        lambda p, b: (b.cp == 1) | (p.train.seq_len % (2 * b.cp) == 0),
+        lambda p, s: f"seq_len={p.train.seq_len} must be a multiple of 2*cp={2 * s.cp} "
+        "(Megatron: load-balanced causal context parallelism)",
+    ),
+    Rule(
+        "sp_divides_seq",
+        lambda p, b: ~b.sp | ((p.train.seq_len // b.cp) % b.tp == 0),
+        lambda p, s: f"with sequence parallelism seq_len/cp={p.train.seq_len // s.cp} must be "
+        f"divisible by tp={s.tp}",
+    ),
+    Rule(
+        "pp_le_layers",
+        lambda p, b: b.pp <= _layers(p),
+        lambda p, s: f"pp={s.pp} exceeds num_layers={_layers(p)}",
+    ),
+    Rule(
+        "interleaved_needs_pp",
+        lambda p, b: (b.vpp == 1) | (b.pp > 1),
+        lambda p, s: f"vpp={s.vpp} (interleaved schedule) needs pp > 1",
+    ),
+    Rule(
+        "interleaved_layer_split",
+        lambda p, b: (b.vpp == 1) | ((_layers(p) % b.pp == 0) & ((_layers(p) // np.maximum(b.pp, 1)) % b.vpp == 0)),
+        lambda p, s: f"interleaving needs num_layers/pp = {_layers(p)}/{s.pp} to be a whole number "
+        f"divisible by vpp={s.vpp} (Megatron: layers per virtual stage must be an integer)",
+    ),
+    Rule(
+        "uneven_layer_split",
+        _uneven_split_ok,
+        lambda p, s: f"num_layers={_layers(p)} cannot be split over pp={s.pp} stages with "
+        "non-empty first and last stages",
+    ),
+    Rule(
+        "gbs_divisible",
+        lambda p, b: _gbs(p) % (b.mbs * b.dp) == 0,
+        lambda p, s: f"global batch size {_gbs(p)} must be divisible by mbs*dp = {s.mbs}*{s.dp} = "
+        f"{s.mbs * s.dp}",
+    ),
+    Rule(
+        "interleaved_microbatches",
+        lambda p, b: (b.vpp == 1) | (b.num_microbatches % b.pp == 0),
+        lambda p, s: f"the interleaved schedule needs num_microbatches={s.num_microbatches(_gbs(p))} "
+        f"to be a multiple of pp={s.pp} (Megatron: microbatch group size = pp)",
+    ),
+    Rule(
+        "pipeline_fill",
+        lambda p, b: (b.pp == 1) | (b.num_microbatches >= b.pp),
+        lambda p, s: f"num_microbatches={s.num_microbatches(_gbs(p))} is below pp={s.pp}: the "
+        "pipeline never fills (most stages idle)",
+    ),
+    Rule(
+        "zero_with_pp",
+        lambda p, b: (b.zero <= 1) | (b.pp == 1),
+        lambda p, s: f"ZeRO stage {s.zero} shards gradients/parameters per micro-batch and is not "
+        "combined with pipeline parallelism (DeepSpeed refuses it; Megatron FSDP/torch FSDP2 "
+        "exclude PP); use zero <= 1 with pp > 1",
+    ),
+    Rule(
+        "recompute_layers",
+        lambda p, b: (b.recompute_layers == 0)
+        | ((b.recompute == 2) & (b.recompute_layers * b.vpp * b.pp <= _layers(p))),
+        lambda p, s: f"recompute_layers={s.recompute_layers} needs --recompute full and at most "
+        f"num_layers/(pp*vpp) = {_layers(p) // (s.pp * s.vpp)} layers per model chunk",
+    ),
+    Rule(
+        "ep_needs_experts",
+        lambda p, b: (b.ep == 1) | ((p.model.num_experts > 0) & (p.model.num_experts % b.ep == 0)),
+        lambda p, s: f"ep={s.ep} must divide the number of routed experts "
+        f"({p.model.num_experts}; 0 means a dense model, where ep must be 1)",
+    ),
+    Rule(
+        "expert_grid",
+        lambda p, b: (p.world_size % (b.etp * b.ep * b.pp) == 0) & ((b.dp * b.cp * b.tp) % (b.etp * b.ep) == 0),
+        lambda p, s: f"etp*ep*pp = {s.expert_tp}*{s.ep}*{s.pp} must divide the world size "
+        f"{p.world_size}, and etp*ep must divide dp*cp*tp = {s.dp * s.cp * s.tp} "
+        "(Megatron folds the expert grid into the dense one)",
+    ),
+)
+
+RULE_NAMES: tuple[str, ...] = tuple(r.name for r in RULES)
+
+
+def first_failure(p: Problem, batch: LayoutBatch) -> np.ndarray:
+    """Index into :data:`RULES` of the first rule each layout fails, or -1 if it passes all."""
+    failed = np.full(len(batch), -1, dtype=np.int64)
+    for index, rule in enumerate(RULES):
+        bad = (failed < 0) & ~np.asarray(rule.check(p, batch), dtype=bool)
+        failed[bad] = index
+    return failed
+
+
+def _explicit_split_reasons(p: Problem, s: Strategy) -> list[str]:
+    if s.layers_per_stage is None:
+        return []
+    stages = s.layers_per_stage
+    reasons = []
+    if len(stages) != s.pp:
+        reasons.append(f"layers_per_stage has {len(stages)} entries but pp={s.pp}")
+    if sum(stages) != _layers(p):
+        reasons.append(f"layers_per_stage {','.join(map(str, stages))} sums to {sum(stages)}, "
+                       f"not num_layers={_layers(p)}")
+    if any(n < 1 or n % s.vpp for n in stages):
+        reasons.append(f"every stage of layers_per_stage needs >= 1 layer and a multiple of vpp={s.vpp}")
+    return reasons
+
+
+def check_strategy(p: Problem, s: Strategy) -> None:
+    """Raise if ``s`` breaks any rule, naming every broken rule and why.
+
+    Raises:
+        LayoutError: one line, ``rule: reason`` for each failing rule, joined by ``; ``.
+    """
+    batch = LayoutBatch.from_strategy(s, p.train.global_batch_size)
+    failing = [r for r in RULES if not bool(np.asarray(r.check(p, batch))[0])]
+    if s.layers_per_stage is not None:  # an explicit split replaces the default-split rules
+        failing = [r for r in failing if r.name not in {"uneven_layer_split", "interleaved_layer_split"}]
+    messages = [f"{r.name}: {r.reason(p, s)}" for r in failing]
+    split = _explicit_split_reasons(p, s)
+    messages += [f"layers_per_stage: {m}" for m in split]
+    if (s.schedule == "interleaved") != (s.vpp > 1):
+        messages.append(f"schedule: '{s.schedule}' with vpp={s.vpp}; interleaved 1F1B is exactly vpp > 1")
+    if messages:
+        names = tuple(r.name for r in failing) + (("layers_per_stage",) if split else ())
+        raise LayoutError("invalid layout: " + "; ".join(messages), names)

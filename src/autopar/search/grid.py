@@ -1,0 +1,112 @@
+"""Grid search: enumerate, reject by rule, cost the rest at once, drop what does not fit, rank.
+
+Ranking: layouts that fit comfortably first, then marginal ones (within the memory margin of
+the device limit), each group by predicted step time (equivalently tokens/s/device, since the
+batch is fixed). The top ``k`` are re-costed stage by stage with :func:`estimate` so their
+numbers are exactly what ``autopar estimate`` prints for the same layout.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from autopar.cost.stage import bounding_stages
+from autopar.cost.step import evaluate
+from autopar.errors import AutoparError
+from autopar.estimate import DEFAULT_MEMORY_MARGIN, Estimate, estimate
+from autopar.problem import Problem
+from autopar.rules import RULES, first_failure
+from autopar.space import SpaceOptions, enumerate_layouts
+from autopar.strategy import LayoutBatch
+
+GIB = 2**30
+
+
+@dataclass
+class SearchResult:
+    """Ranked layouts and the accounting of everything that was dropped."""
+
+    layouts: list[Estimate]
+    enumerated: int
+    rejected: dict[str, int]
+    out_of_memory: int
+    marginal: int
+    search_time_s: float
+    global_batch_size: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The stable search JSON documented in the README."""
+        return {
+            "layouts": [e.to_dict(self.global_batch_size) for e in self.layouts],
+            "enumerated": self.enumerated,
+            "rejected": self.rejected,
+            "out_of_memory": self.out_of_memory,
+            "marginal": self.marginal,
+            "search_time_s": self.search_time_s,
+        }
+
+
+def _counts(batch: LayoutBatch) -> list[np.ndarray]:
+    """How many pipeline stages each bounding view stands for (see ``bounding_stages``)."""
+    pp = batch.pp
+    return [np.ones(len(batch)), np.where(pp >= 3, pp - 2, 0), np.where(pp >= 2, 1, 0)]
+
+
+def _nothing_valid(p: Problem, rejected: dict[str, int]) -> AutoparError:
+    top = sorted(rejected.items(), key=lambda kv: -kv[1])[:3]
+    why = ", ".join(f"{name} ({count})" for name, count in top)
+    return AutoparError(
+        f"no valid layout for {p.model.name} on {p.world_size} devices with gbs="
+        f"{p.train.global_batch_size}, seq_len={p.train.seq_len}; rejected by: {why}"
+    )
+
+
+def search(
+    p: Problem,
+    top_k: int = 10,
+    memory_margin: float = DEFAULT_MEMORY_MARGIN,
+    options: SpaceOptions | None = None,
+) -> SearchResult:
+    """Search the whole layout space of ``p`` and return the ``top_k`` best layouts.
+
+    Raises:
+        AutoparError: no layout passes the rules (with the rules that rejected most), or none
+            fits in device memory (with the smallest peak found against the capacity).
+    """
+    start = time.perf_counter()
+    batch = enumerate_layouts(p, options)
+    failed = first_failure(p, batch)
+    rejected = {rule.name: int(np.sum(failed == i)) for i, rule in enumerate(RULES) if np.any(failed == i)}
+    valid = batch.take(failed < 0)
+    if len(valid) == 0:
+        raise _nothing_valid(p, rejected)
+
+    costs = evaluate(p, valid, bounding_stages(p, valid), _counts(valid))
+    capacity = p.cluster.device.memory_bytes
+    fits = costs.peak_memory_bytes <= capacity
+    if not np.any(fits):
+        best = int(np.argmin(costs.peak_memory_bytes))
+        layout = valid.strategy(best, p.model.num_layers)
+        raise AutoparError(
+            f"no layout fits in {capacity / GIB:.1f} GiB per device: the smallest predicted peak is "
+            f"{costs.peak_memory_bytes[best] / GIB:.1f} GiB (tp={layout.tp} pp={layout.pp} cp={layout.cp} "
+            f"dp={layout.dp} zero={layout.zero} recompute={layout.recompute}); add devices or memory"
+        )
+    marginal = fits & (costs.peak_memory_bytes > (1 - memory_margin) * capacity)
+    order = np.lexsort((costs.step_time_s, marginal, ~fits))
+    order = order[fits[order]][:top_k]
+    layouts = [estimate(p, valid.strategy(int(i), p.model.num_layers), memory_margin) for i in order]
+    return SearchResult(
+        layouts=layouts,
+        enumerated=len(batch),
+        rejected=rejected,
+        out_of_memory=int(np.sum(~fits)),
+        marginal=int(np.sum(marginal)),
+        search_time_s=time.perf_counter() - start,
+        global_batch_size=p.train.global_batch_size,
+    )

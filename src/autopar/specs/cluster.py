@@ -1,0 +1,189 @@
+"""``DeviceSpec`` and ``ClusterSpec``: what the hardware can do.
+
+Device presets live in ``autopar/data/devices.json``, each with the datasheet it comes from.
+Any field can be overridden from a YAML/JSON file (``--device-file``) or ``--device-set
+key=value`` on the CLI.
+
+The efficiency constants are the only calibration knobs of the analytic model, and each has a
+physical meaning that holds for a whole device or interconnect (never per model or per run):
+
+* ``gemm_efficiency``: achievable fraction of peak FLOP/s on large bf16 GEMMs. cuBLAS reaches
+  about 80% on A100 and 70-75% on H100 SXM for large square GEMMs (NVIDIA "Matrix
+  Multiplication Background" guide; Megatron-LM reports 52% end-to-end MFU on GPT-3 175B
+  with A100, which bounds the GEMM share from below).
+* ``attention_efficiency``: fraction of peak reached by fused (flash) attention forward+backward
+  (FlashAttention-2 paper, Dao 2023, fig. 5-6: 50-70% on A100 forward, less backward; about
+  35-50% on H100 with FA2/cuDNN).
+* ``memory_efficiency``: fraction of HBM bandwidth that element-wise kernels (norms,
+  activations, Adam) reach (STREAM-like kernels reach 80-90%; fused Megatron kernels less).
+* ``intra_node_comm_efficiency`` / ``inter_node_comm_efficiency``: NCCL bus bandwidth over the
+  link's per-direction peak for large messages (nccl-tests all_reduce: about 230 of 300 GB/s on
+  A100 NVLink3, 360 of 450 on H100 NVLink4; about 90% of InfiniBand line rate).
+* ``framework_overhead_bytes``: memory the framework holds outside tensors the model accounts
+  for: CUDA context and kernels (~0.5-1 GiB), NCCL communicators and buffers, cuBLAS/cuDNN
+  workspaces and allocator fragmentation.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from autopar.errors import AutoparError, from_validation_error
+
+Precision = Literal["bf16", "fp16", "fp8"]
+GIB = 2**30
+
+
+class DeviceSpec(BaseModel):
+    """One accelerator. Units: FLOP/s, bytes, bytes/s (per device, per direction), seconds."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    description: str = ""
+    source: str = ""
+    peak_flops: dict[str, float] = Field(description="dense peak FLOP/s by dtype (bf16, fp16, fp8, fp32)")
+    memory_bytes: float = Field(gt=0)
+    hbm_bandwidth_bytes_per_s: float = Field(gt=0)
+    intra_node_bandwidth_bytes_per_s: float = Field(gt=0, description="NVLink/HCCS, per direction")
+    inter_node_bandwidth_bytes_per_s: float = Field(gt=0, description="network (NIC) per device, per direction")
+    intra_node_latency_s: float = Field(default=8e-6, ge=0, description="per ring step")
+    inter_node_latency_s: float = Field(default=20e-6, ge=0, description="per ring step")
+    default_devices_per_node: int = Field(default=8, gt=0)
+    nvlink_domain_size: int | None = Field(default=None, gt=0, description="devices sharing the fast link, if more than one node (GB200 NVL72)")
+    gemm_efficiency: float = Field(default=0.75, gt=0, le=1)
+    attention_efficiency: float = Field(default=0.45, gt=0, le=1)
+    memory_efficiency: float = Field(default=0.7, gt=0, le=1)
+    intra_node_comm_efficiency: float = Field(default=0.8, gt=0, le=1)
+    inter_node_comm_efficiency: float = Field(default=0.85, gt=0, le=1)
+    framework_overhead_bytes: float = Field(default=2.0 * GIB, ge=0)
+
+    @model_validator(mode="after")
+    def _check_peaks(self) -> "DeviceSpec":
+        for key, value in self.peak_flops.items():
+            if value <= 0:
+                raise ValueError(f"peak_flops[{key}]={value} must be > 0")
+        if "bf16" not in self.peak_flops:
+            raise ValueError("peak_flops needs a 'bf16' entry")
+        return self
+
+    def peak(self, precision: str) -> float:
+        """Dense peak FLOP/s for ``precision``.
+
+        Raises:
+            AutoparError: the device has no such tensor-core precision (e.g. fp8 on A100).
+        """
+        if precision not in self.peak_flops:
+            raise AutoparError(
+                f"--precision={precision}: device {self.name} has no {precision} peak; "
+                f"it supports {', '.join(sorted(self.peak_flops))}"
+            )
+        return self.peak_flops[precision]
+
+
+class ClusterSpec(BaseModel):
+    """A homogeneous cluster: ``num_nodes`` x ``devices_per_node`` of one device."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    device: DeviceSpec
+    num_nodes: int = Field(gt=0)
+    devices_per_node: int = Field(gt=0)
+
+    @property
+    def world_size(self) -> int:
+        return self.num_nodes * self.devices_per_node
+
+    @property
+    def fast_domain_size(self) -> int:
+        """Devices that reach each other over NVLink/HCCS (a node, or an NVL72 rack)."""
+        domain = max(self.devices_per_node, self.device.nvlink_domain_size or 0)
+        return min(domain, self.world_size)
+
+
+def _device_table() -> dict[str, dict[str, Any]]:
+    text = (resources.files("autopar") / "data" / "devices.json").read_text()
+    return {k: v for k, v in json.loads(text).items() if not k.startswith("_")}
+
+
+def device_names() -> list[str]:
+    """Names of the shipped device presets."""
+    return sorted(_device_table())
+
+
+def _read_mapping(path: str) -> dict[str, Any]:
+    file = Path(path)
+    try:
+        data = yaml.safe_load(file.read_text())  # YAML is a superset of JSON
+    except OSError as err:
+        raise AutoparError(f"--device-file: cannot read {path!r}: {err.strerror}") from None
+    except yaml.YAMLError as err:
+        raise AutoparError(f"--device-file: {path!r} is not valid YAML/JSON ({err})") from None
+    if not isinstance(data, dict):
+        raise AutoparError(f"--device-file: {path!r} must hold a mapping of device fields")
+    return data
+
+
+def _parse_override(item: str) -> tuple[str, Any]:
+    key, sep, value = item.partition("=")
+    if not sep or not key:
+        raise AutoparError(f"--device-set={item!r}: expected KEY=VALUE, e.g. memory_bytes=80e9")
+    return key.strip(), yaml.safe_load(value)
+
+
+def load_device(
+    name: str | None,
+    device_file: str | None = None,
+    overrides: list[str] | None = None,
+) -> DeviceSpec:
+    """A device preset, optionally starting from or overridden by a file and ``KEY=VALUE`` pairs.
+
+    ``device_file`` may set ``base: <preset>`` and any :class:`DeviceSpec` field; ``peak_flops``
+    keys are merged. Dotted overrides (``peak_flops.bf16=900e12``) address the dict.
+
+    Raises:
+        AutoparError: unknown preset, unreadable file, unknown or invalid field.
+    """
+    table = _device_table()
+    fields: dict[str, Any] = {}
+    extra = _read_mapping(device_file) if device_file else {}
+    base = name or extra.pop("base", None)
+    extra.pop("base", None)
+    if base is not None:
+        if base not in table:
+            raise AutoparError(f"--device={base!r}: unknown device; known: {', '.join(sorted(table))}")
+        fields = {"name": base, **json.loads(json.dumps(table[base]))}
+    elif not device_file:
+        raise AutoparError(f"--device: required; known: {', '.join(sorted(table))}")
+    for key, value in [*extra.items(), *(_parse_override(o) for o in overrides or [])]:
+        if key.startswith("peak_flops."):
+            fields.setdefault("peak_flops", {})[key.split(".", 1)[1]] = value
+        elif key == "peak_flops" and isinstance(value, dict):
+            fields["peak_flops"] = {**fields.get("peak_flops", {}), **value}
+        else:
+            fields[key] = value
+    fields.setdefault("name", Path(device_file).stem if device_file else "custom")
+    try:
+        return DeviceSpec(**fields)
+    except ValidationError as err:
+        raise from_validation_error(err, "device") from None
+
+
+def make_cluster(device: DeviceSpec, num_nodes: int, devices_per_node: int | None) -> ClusterSpec:
+    """Build a :class:`ClusterSpec`; ``devices_per_node`` defaults to the device's usual node size.
+
+    Raises:
+        AutoparError: zero or negative sizes.
+    """
+    dpn = device.default_devices_per_node if devices_per_node is None else devices_per_node
+    if num_nodes <= 0:
+        raise AutoparError(f"--nodes={num_nodes}: must be a positive integer")
+    if dpn <= 0:
+        raise AutoparError(f"--devices-per-node={dpn}: must be a positive integer")
+    return ClusterSpec(device=device, num_nodes=num_nodes, devices_per_node=dpn)

@@ -1,0 +1,251 @@
+"""Read a Hugging Face ``config.json`` (or a shipped preset) into a :class:`ModelSpec`.
+
+Field names per architecture follow ``shared/reference/ecosystem.md`` section 5 and the
+``configuration_*.py`` files of transformers. One small reader per ``model_type`` lives in the
+``_READERS`` registry; an unknown ``model_type`` is an error that lists the supported ones,
+never a guess. Newer spellings are accepted: ``dtype`` for ``torch_dtype``, ``rope_parameters``
+for ``rope_theta``/``rope_scaling``, and text fields nested under ``text_config`` (Gemma 3).
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Any, Callable
+
+from pydantic import ValidationError
+
+from autopar.errors import AutoparError, from_validation_error
+from autopar.specs.model import ModelSpec
+
+_MISSING = object()
+
+
+class _Config:
+    """A config dict with field access that fails with one clear line."""
+
+    def __init__(self, raw: dict[str, Any], source: str):
+        self.raw, self.source = raw, source
+
+    def get(self, key: str, default: Any = None) -> Any:
+        value = self.raw.get(key, default)
+        return default if value is None else value
+
+    def require(self, *keys: str, what: str = "") -> Any:
+        """First present (non-null) of ``keys``; raises naming the first key when none is."""
+        for key in keys:
+            if self.raw.get(key) is not None:
+                return self.raw[key]
+        hint = f" ({what})" if what else ""
+        raise AutoparError(f"{self.source}: missing field '{keys[0]}'{hint}")
+
+    def integer(self, *keys: str, what: str = "", default: Any = _MISSING) -> int:
+        if default is not _MISSING and all(self.raw.get(k) is None for k in keys):
+            return default
+        value = self.require(*keys, what=what)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+            raise AutoparError(f"{self.source}: field '{keys[0]}'={value!r} must be an integer")
+        return int(value)
+
+
+def _dropout(cfg: _Config) -> bool:
+    keys = ("attention_dropout", "hidden_dropout", "resid_pdrop", "attn_pdrop", "hidden_dropout_prob")
+    return any(float(cfg.get(k, 0.0) or 0.0) > 0 for k in keys)
+
+
+def _norm_kind(cfg: _Config, default: str) -> str:
+    if cfg.get("rms_norm_eps") is not None:
+        return "rmsnorm"
+    if cfg.get("layer_norm_eps") is not None or cfg.get("layer_norm_epsilon") is not None:
+        return "layernorm"
+    return default
+
+
+def _llama_like(cfg: _Config) -> dict[str, Any]:
+    """Llama, Mistral, Qwen2/3, Gemma: the common decoder fields (ecosystem.md 5.1)."""
+    hidden = cfg.integer("hidden_size", what="model width")
+    heads = cfg.integer("num_attention_heads")
+    act = str(cfg.get("hidden_act", cfg.get("hidden_activation", "silu")))
+    return dict(
+        num_layers=cfg.integer("num_hidden_layers", what="number of decoder layers"),
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        num_kv_heads=cfg.integer("num_key_value_heads", default=heads),
+        head_dim=cfg.integer("head_dim", default=hidden // heads if hidden % heads == 0 else 0),
+        ffn_hidden_size=cfg.integer("intermediate_size", what="MLP width"),
+        vocab_size=cfg.integer("vocab_size"),
+        max_position_embeddings=cfg.get("max_position_embeddings"),
+        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        gated_mlp=act in {"silu", "swish", "gelu_pytorch_tanh", "gelu", "gelu_new"},
+        norm=_norm_kind(cfg, "rmsnorm"),
+        qkv_bias=bool(cfg.get("attention_bias", False)),
+        dropout=_dropout(cfg),
+    )
+
+
+def _qwen2(cfg: _Config) -> dict[str, Any]:
+    return {**_llama_like(cfg), "qkv_bias": True}  # implied by the architecture
+
+
+def _qwen3(cfg: _Config) -> dict[str, Any]:
+    return {**_llama_like(cfg), "qk_norm": True}
+
+
+def _gemma(cfg: _Config) -> dict[str, Any]:
+    # Gemma 2/3: pre and post norms around attention and MLP; tied embeddings by default.
+    return {**_llama_like(cfg), "norms_per_layer": 4, "tie_word_embeddings": bool(cfg.get("tie_word_embeddings", True))}
+
+
+def _mixtral(cfg: _Config) -> dict[str, Any]:
+    spec = _llama_like(cfg)
+    ffn = spec["ffn_hidden_size"]  # per expert in Mixtral
+    return {
+        **spec,
+        "num_experts": cfg.integer("num_local_experts", "num_experts"),
+        "num_experts_per_tok": cfg.integer("num_experts_per_tok"),
+        "moe_ffn_hidden_size": ffn,
+        "moe_layers": tuple(range(spec["num_layers"])),
+    }
+
+
+def _qwen3_moe(cfg: _Config) -> dict[str, Any]:
+    spec = _qwen3(cfg)
+    step = cfg.integer("decoder_sparse_step", default=1)
+    dense_only = set(cfg.get("mlp_only_layers", []) or [])
+    moe = tuple(i for i in range(spec["num_layers"]) if i not in dense_only and (i + 1) % step == 0)
+    return {
+        **spec,
+        "num_experts": cfg.integer("num_experts", "num_local_experts"),
+        "num_experts_per_tok": cfg.integer("num_experts_per_tok"),
+        "moe_ffn_hidden_size": cfg.integer("moe_intermediate_size"),
+        "shared_expert_ffn_hidden_size": cfg.integer("shared_expert_intermediate_size", default=0),
+        "moe_layers": moe,
+    }
+
+
+def _deepseek_v3(cfg: _Config) -> dict[str, Any]:
+    spec = _llama_like(cfg)
+    first_dense = cfg.integer("first_k_dense_replace", default=0)
+    freq = cfg.integer("moe_layer_freq", default=1)
+    moe_ffn = cfg.integer("moe_intermediate_size")
+    nope, rope = cfg.integer("qk_nope_head_dim"), cfg.integer("qk_rope_head_dim")
+    return {
+        **spec,
+        "head_dim": nope + rope,
+        "num_experts": cfg.integer("n_routed_experts"),
+        "num_experts_per_tok": cfg.integer("num_experts_per_tok"),
+        "moe_ffn_hidden_size": moe_ffn,
+        "shared_expert_ffn_hidden_size": cfg.integer("n_shared_experts", default=0) * moe_ffn,
+        "moe_layers": tuple(i for i in range(first_dense, spec["num_layers"]) if i % freq == 0),
+        "router_bias": cfg.get("topk_method", "noaux_tc") == "noaux_tc",
+        "mla": True,
+        "q_lora_rank": cfg.integer("q_lora_rank", default=0),
+        "kv_lora_rank": cfg.integer("kv_lora_rank"),
+        "qk_nope_head_dim": nope,
+        "qk_rope_head_dim": rope,
+        "v_head_dim": cfg.integer("v_head_dim"),
+        "mtp_num_layers": cfg.integer("num_nextn_predict_layers", default=0),
+    }
+
+
+def _gpt2(cfg: _Config) -> dict[str, Any]:
+    hidden = cfg.integer("n_embd", "hidden_size", what="model width")
+    heads = cfg.integer("n_head", "num_attention_heads")
+    if hidden % heads:
+        raise AutoparError(f"{cfg.source}: n_embd={hidden} is not divisible by n_head={heads}")
+    return dict(
+        num_layers=cfg.integer("n_layer", "num_hidden_layers"),
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        num_kv_heads=heads,
+        head_dim=hidden // heads,
+        ffn_hidden_size=cfg.integer("n_inner", default=4 * hidden),  # null means 4h in GPT-2
+        vocab_size=cfg.integer("vocab_size"),
+        max_position_embeddings=cfg.integer("n_positions", "n_ctx"),
+        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", True)),
+        gated_mlp=False,
+        norm="layernorm",
+        linear_bias=True,
+        position_embedding="learned",
+        dropout=_dropout(cfg) or cfg.raw.get("resid_pdrop") is None,  # GPT-2 default 0.1
+    )
+
+
+def _gpt_neox(cfg: _Config) -> dict[str, Any]:
+    spec = _llama_like(cfg)
+    return {**spec, "gated_mlp": False, "norm": "layernorm", "linear_bias": True}
+
+
+_READERS: dict[str, Callable[[_Config], dict[str, Any]]] = {
+    "llama": _llama_like,
+    "mistral": _llama_like,
+    "qwen2": _qwen2,
+    "qwen3": _qwen3,
+    "gemma2": _gemma,
+    "gemma3_text": _gemma,
+    "gemma3": _gemma,
+    "mixtral": _mixtral,
+    "qwen3_moe": _qwen3_moe,
+    "deepseek_v3": _deepseek_v3,
+    "gpt2": _gpt2,
+    "gpt_neox": _gpt_neox,
+}
+
+
+def model_from_hf_dict(raw: dict[str, Any], name: str, source: str | None = None) -> ModelSpec:
+    """Build a :class:`ModelSpec` from a parsed HF config dict.
+
+    Raises:
+        AutoparError: unknown ``model_type``, a missing or malformed field, inconsistent sizes.
+    """
+    source = source or name
+    if not isinstance(raw, dict):
+        raise AutoparError(f"{source}: a config.json must hold a JSON object, got {type(raw).__name__}")
+    if isinstance(raw.get("text_config"), dict):  # multimodal wrappers (Gemma 3, Llama 4 ...)
+        raw = {**raw["text_config"], "model_type": raw["text_config"].get("model_type", raw.get("model_type"))}
+    cfg = _Config(raw, source)
+    model_type = cfg.get("model_type")
+    if model_type is None:
+        raise AutoparError(f"{source}: missing field 'model_type' (one of {', '.join(sorted(_READERS))})")
+    reader = _READERS.get(model_type)
+    if reader is None:
+        raise AutoparError(
+            f"{source}: model_type={model_type!r} is not supported; supported: {', '.join(sorted(_READERS))}"
+        )
+    fields = reader(cfg)
+    try:
+        return ModelSpec(name=name, **fields)
+    except ValidationError as err:
+        raise from_validation_error(err, source) from None
+
+
+def preset_names() -> list[str]:
+    """Names of the model presets shipped in ``autopar/data/models``."""
+    folder = resources.files("autopar") / "data" / "models"
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".json"))
+
+
+def load_model(name_or_path: str) -> ModelSpec:
+    """A preset name (``llama3-70b``) or a path to an HF ``config.json``.
+
+    Raises:
+        AutoparError: unreadable file, invalid JSON, unknown preset, or an invalid config.
+    """
+    path = Path(name_or_path)
+    if path.suffix == ".json" or path.exists():
+        if not path.is_file():
+            raise AutoparError(f"--model: file {name_or_path!r} does not exist")
+        try:
+            raw = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError) as err:
+            raise AutoparError(f"--model: cannot read {name_or_path!r}: {err}") from None
+        except json.JSONDecodeError as err:
+            raise AutoparError(f"--model: {name_or_path!r} is not valid JSON ({err})") from None
+        return model_from_hf_dict(raw, name=path.stem, source=str(path))
+    if name_or_path not in preset_names():
+        raise AutoparError(
+            f"--model={name_or_path!r}: not a file and not a preset; presets: {', '.join(preset_names())}"
+        )
+    text = (resources.files("autopar") / "data" / "models" / f"{name_or_path}.json").read_text()
+    return model_from_hf_dict(json.loads(text), name=name_or_path)

@@ -1,0 +1,36 @@
+"""``TrainSpec``: what is trained, independent of how it is parallelised."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from autopar.specs.cluster import Precision
+
+
+class TrainSpec(BaseModel):
+    """Batch, sequence and numeric settings of one training job.
+
+    Byte conventions (Megatron-LM mixed precision with Adam, ``theoretical_memory_usage.py``):
+    weights in ``precision`` (2 B for bf16/fp16), main gradients in ``grad_dtype`` (fp32 = 4 B,
+    Megatron's default ``accumulate_allreduce_grads_in_fp32`` for bf16), optimizer state
+    fp32 master weights + Adam m + v (12 B).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    global_batch_size: int = Field(gt=0, description="sequences per optimizer step (gbs)")
+    seq_len: int = Field(gt=0, description="tokens per sequence")
+    precision: Precision = "bf16"
+    grad_dtype: Literal["fp32", "bf16"] = "fp32"
+    flash_attention: bool = Field(default=True, description="fused attention: no s^2 activations")
+    make_vocab_size_divisible_by: int = Field(default=128, gt=0, description="Megatron vocab padding unit (x tp)")
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.global_batch_size * self.seq_len
+
+    @property
+    def grad_bytes(self) -> int:
+        return 4 if self.grad_dtype == "fp32" else 2

@@ -1,0 +1,157 @@
+"""``Strategy``: one parallel layout; ``LayoutBatch``: many of them as numpy arrays.
+
+The search costs tens of thousands of layouts at once, so the cost model works on arrays:
+every field of :class:`Strategy` is a column of :class:`LayoutBatch`. A single layout is a
+batch of one, so the search and ``autopar estimate`` share one implementation of every formula.
+
+Terms follow Megatron-LM: ``dp`` data parallel, ``tp`` tensor parallel (``sp`` = Megatron
+sequence parallel), ``pp`` pipeline stages, ``vpp`` model chunks per pipeline rank (1 = no
+interleaving), ``cp`` context parallel, ``ep``/``etp`` expert parallel and expert tensor
+parallel, ``mbs`` micro-batch size, ``zero`` 0-3 (1 = Megatron distributed optimizer), and
+activation recompute ``none``/``selective`` (core attention)/``full`` (whole layers).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+Recompute = Literal["none", "selective", "full"]
+Schedule = Literal["1f1b", "interleaved"]
+RECOMPUTE_CODES: dict[str, int] = {"none": 0, "selective": 1, "full": 2}
+RECOMPUTE_NAMES: tuple[str, ...] = ("none", "selective", "full")
+
+
+class Strategy(BaseModel):
+    """One parallel layout of a training job.
+
+    ``etp=None`` means "same as tp", exactly as Megatron-Core's ``--expert-tensor-parallel-size``
+    default. ``recompute_layers`` only applies to ``full`` recompute: the number of layers per
+    pipeline stage (per model chunk) recomputed, Megatron's ``--recompute-method block
+    --recompute-num-layers N``; ``None`` recomputes every layer (``uniform``, 1).
+    ``layers_per_stage=None`` uses the default split (:func:`default_layers_per_stage`).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    dp: int = Field(gt=0)
+    tp: int = Field(default=1, gt=0)
+    pp: int = Field(default=1, gt=0)
+    vpp: int = Field(default=1, gt=0)
+    cp: int = Field(default=1, gt=0)
+    ep: int = Field(default=1, gt=0)
+    etp: int | None = Field(default=None, gt=0)
+    mbs: int = Field(default=1, gt=0)
+    sp: bool = False
+    zero: int = Field(default=1, ge=0, le=3)
+    recompute: Recompute = "none"
+    recompute_layers: int | None = Field(default=None, gt=0)
+    schedule: Schedule = "1f1b"
+    layers_per_stage: tuple[int, ...] | None = None
+
+    @property
+    def world_size(self) -> int:
+        return self.dp * self.tp * self.pp * self.cp
+
+    @property
+    def expert_tp(self) -> int:
+        """Expert tensor-parallel size, defaulting to tp as Megatron-Core does."""
+        return self.tp if self.etp is None else self.etp
+
+    def num_microbatches(self, global_batch_size: int) -> int:
+        """Micro-batches per step per DP rank: gbs / (mbs * dp) (Megatron's calculator)."""
+        return global_batch_size // (self.mbs * self.dp)
+
+
+def default_layers_per_stage(num_layers: int, pp: int) -> tuple[int, ...] | None:
+    """Megatron-style split of ``num_layers`` over ``pp`` stages, or ``None`` if none exists.
+
+    Even when ``pp`` divides the layers. Otherwise middle stages get ``ceil(L/pp)`` layers and
+    the remainder goes to the first and last stages (the last one lighter, since it also runs
+    the output layer and loss), i.e. ``--decoder-first-pipeline-num-layers`` /
+    ``--decoder-last-pipeline-num-layers``. Returns ``None`` when that leaves the first or last
+    stage empty.
+    """
+    first, middle, last = split_first_middle_last(np.asarray(num_layers), np.asarray(pp))
+    if first < 1 or last < 1:
+        return None
+    if pp == 1:
+        return (num_layers,)
+    return (int(first),) + (int(middle),) * (pp - 2) + (int(last),)
+
+
+def split_first_middle_last(num_layers: np.ndarray, pp: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Vectorised :func:`default_layers_per_stage`: layers on stage 0, each middle stage, and
+    the last stage. Invalid splits show up as first or last < 1."""
+    num_layers, pp = np.asarray(num_layers), np.asarray(pp)
+    even = num_layers % pp == 0
+    middle = -(-num_layers // pp)  # ceil
+    rest = num_layers - (pp - 2) * middle  # what first + last share (pp >= 2)
+    last = np.where(pp == 2, num_layers // 2, rest // 2)
+    first = np.where(pp == 2, num_layers - num_layers // 2, rest - rest // 2)
+    first = np.where(even, num_layers // pp, first)
+    last = np.where(even, num_layers // pp, last)
+    middle = np.where(even, num_layers // pp, middle)
+    return first, middle, last
+
+
+@dataclass
+class LayoutBatch:
+    """Columns of ``n`` layouts (each an int/bool numpy array of shape ``(n,)``).
+
+    ``recompute`` holds :data:`RECOMPUTE_CODES`; ``recompute_layers`` 0 means "all layers";
+    ``etp`` is already resolved (never None). ``num_microbatches`` is gbs / (mbs * dp).
+    """
+
+    dp: np.ndarray
+    tp: np.ndarray
+    pp: np.ndarray
+    vpp: np.ndarray
+    cp: np.ndarray
+    ep: np.ndarray
+    etp: np.ndarray
+    mbs: np.ndarray
+    sp: np.ndarray
+    zero: np.ndarray
+    recompute: np.ndarray
+    recompute_layers: np.ndarray
+    num_microbatches: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.dp.shape[0])
+
+    @property
+    def interleaved(self) -> np.ndarray:
+        return self.vpp > 1
+
+    def take(self, index: np.ndarray) -> "LayoutBatch":
+        """The sub-batch at ``index`` (boolean mask or integer indices)."""
+        return LayoutBatch(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
+
+    @classmethod
+    def from_strategy(cls, s: Strategy, global_batch_size: int) -> "LayoutBatch":
+        """A batch of one (``schedule`` and ``layers_per_stage`` are checked by the rules)."""
+        col = lambda v, dtype=np.int64: np.asarray([v], dtype=dtype)  # noqa: E731
+        return cls(
+            dp=col(s.dp), tp=col(s.tp), pp=col(s.pp), vpp=col(s.vpp), cp=col(s.cp), ep=col(s.ep),
+            etp=col(s.expert_tp), mbs=col(s.mbs), sp=col(s.sp, bool), zero=col(s.zero),
+            recompute=col(RECOMPUTE_CODES[s.recompute]),
+            recompute_layers=col(s.recompute_layers or 0),
+            num_microbatches=col(global_batch_size // (s.mbs * s.dp)),
+        )
+
+    def strategy(self, i: int, num_layers: int) -> Strategy:
+        """Row ``i`` as a :class:`Strategy` with its default stage split written out."""
+        pp = int(self.pp[i])
+        recompute = RECOMPUTE_NAMES[int(self.recompute[i])]
+        return Strategy(
+            dp=int(self.dp[i]), tp=int(self.tp[i]), pp=pp, vpp=int(self.vpp[i]), cp=int(self.cp[i]),
+            ep=int(self.ep[i]), etp=int(self.etp[i]), mbs=int(self.mbs[i]), sp=bool(self.sp[i]),
+            zero=int(self.zero[i]), recompute=recompute,
+            recompute_layers=int(self.recompute_layers[i]) or None,
+            schedule="interleaved" if self.vpp[i] > 1 else "1f1b",
+            layers_per_stage=default_layers_per_stage(num_layers, pp),
+        )

@@ -1,0 +1,33 @@
+"""Shared fixtures: problems built from the shipped presets and hand-made toy models."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from autopar.problem import Problem
+from autopar.specs import ModelSpec, TrainSpec, load_device, load_model, make_cluster
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+
+
+def make_problem(model: str | ModelSpec, device: str = "h100-80gb", nodes: int = 1, per_node: int = 8,
+                 gbs: int = 64, seq: int = 4096, **train) -> Problem:
+    """A Problem from a preset name (or a ModelSpec) on ``nodes`` x ``per_node`` devices."""
+    spec = load_model(model) if isinstance(model, str) else model
+    cluster = make_cluster(load_device(device), nodes, per_node)
+    return Problem(spec, cluster, TrainSpec(global_batch_size=gbs, seq_len=seq, **train))
+
+
+def toy_model(**over) -> ModelSpec:
+    """The small model of shared/cases C-03 and C-10: L=4, h=16, 4 heads, FFN 64, vocab 32."""
+    fields = dict(name="toy", num_layers=4, hidden_size=16, num_attention_heads=4, num_kv_heads=4, head_dim=4,
+                  ffn_hidden_size=64, vocab_size=32, tie_word_embeddings=False, gated_mlp=False, norm="rmsnorm")
+    fields.update(over)
+    return ModelSpec(**fields)
+
+
+@pytest.fixture
+def llama70b_64() -> Problem:
+    return make_problem("llama3-70b", nodes=8, gbs=1024, seq=8192)
