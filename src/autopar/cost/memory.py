@@ -58,6 +58,20 @@ def weight_bytes_per_param(p: Problem) -> int:
     return 2
 
 
+def model_state_bytes(count, group, zero, weight_bytes: int, grad_bytes: int) -> tuple:
+    """(weights, gradients, optimizer state) bytes of ``count`` parameters on one device.
+
+    ZeRO stage ``zero`` (array or int) shards the optimizer state (>= 1), the gradients (>= 2)
+    and the weights (3) over ``group`` ranks; see the table in the module docstring. Example:
+    zero 1 with bf16 weights and fp32 grads gives 2 + 4 + 12/N bytes per parameter.
+    """
+    zero = np.asarray(zero)
+    weights = count * weight_bytes / np.where(zero >= 3, group, 1)
+    grads = count * grad_bytes / np.where(zero >= 2, group, 1)
+    optimizer = count * OPTIMIZER_BYTES_PER_PARAM / np.where(zero >= 1, group, 1)
+    return weights, grads, optimizer
+
+
 def in_flight_microbatches(batch: LayoutBatch, stages: Stages) -> np.ndarray:
     """Micro-batches' worth of activations a stage holds at its peak (may be fractional with
     interleaving: chunks in flight divided by vpp)."""
@@ -100,15 +114,8 @@ def stage_memory(p: Problem, batch: LayoutBatch, stages: Stages) -> MemoryBreakd
     g = p.train.grad_bytes
     dense_group = (batch.dp * batch.cp).astype(np.float64)
     expert_group = p.world_size / (batch.etp * batch.ep * batch.pp)
-
-    def states(count: np.ndarray, group: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        weights = count * w / np.where(batch.zero >= 3, group, 1)
-        grads = count * g / np.where(batch.zero >= 2, group, 1)
-        optimizer = count * OPTIMIZER_BYTES_PER_PARAM / np.where(batch.zero >= 1, group, 1)
-        return weights, grads, optimizer
-
-    dw, dg, do = states(params.dense, dense_group)
-    ew, eg, eo = states(params.experts, expert_group)
+    dw, dg, do = model_state_bytes(params.dense, dense_group, batch.zero, w, g)
+    ew, eg, eo = model_state_bytes(params.experts, expert_group, batch.zero, w, g)
     gathered = np.where(batch.zero >= 3, 2 * params.layer_max * w, 0.0)  # current + prefetched layer
     other = p.cluster.device.framework_overhead_bytes + gathered
     return MemoryBreakdown(

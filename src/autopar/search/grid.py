@@ -58,8 +58,7 @@ def _counts(batch: LayoutBatch) -> list[np.ndarray]:
 
 
 def _nothing_valid(p: Problem, rejected: dict[str, int]) -> AutoparError:
-    top = sorted(rejected.items(), key=lambda kv: -kv[1])[:3]
-    why = ", ".join(f"{name} ({count})" for name, count in top)
+    why = ", ".join(f"{name} ({count})" for name, count in sorted(rejected.items(), key=lambda kv: -kv[1]))
     return AutoparError(
         f"no valid layout for {p.model.name} on {p.world_size} devices with gbs="
         f"{p.train.global_batch_size}, seq_len={p.train.seq_len}; rejected by: {why}"

@@ -1,0 +1,104 @@
+"""The command line: exit codes, one-line errors, JSON schema, the main job end to end."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from autopar.cli import app
+from conftest import SHARED
+
+runner = CliRunner()
+MAIN_JOB = ["search", "--model", str(SHARED / "models" / "llama3-70b.json"), "--device", "h100-80gb",
+            "--nodes", "8", "--devices-per-node", "8", "--gbs", "1024", "--seq-len", "8192", "--top", "10"]
+LAYOUT_KEYS = {"strategy", "step_time_s", "tokens_per_s_per_device", "mfu", "peak_memory_bytes",
+               "device_memory_bytes", "fits", "marginal", "memory_per_stage", "time_breakdown_s"}
+STRATEGY_KEYS = {"dp", "tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "gbs", "num_microbatches", "zero", "sp",
+                 "recompute", "recompute_layers", "schedule", "layers_per_stage"}
+STAGE_KEYS = {"stage", "layers", "params", "weights_bytes", "grads_bytes", "optimizer_bytes", "activations_bytes",
+              "other_bytes", "total_bytes"}
+TIME_KEYS = {"compute", "tp_comm", "cp_comm", "ep_comm", "pp_bubble", "pp_comm", "dp_comm", "optimizer"}
+
+
+def test_main_job_table_and_megatron_args():
+    result = runner.invoke(app, MAIN_JOB)
+    assert result.exit_code == 0, result.output
+    assert "Best layouts" in result.output and "--tensor-model-parallel-size" in result.output
+    assert result.output.count("\n│ ") >= 10  # ten ranked rows
+
+
+def test_search_json_schema():
+    result = runner.invoke(app, MAIN_JOB + ["--json"])
+    doc = json.loads(result.stdout)
+    assert {"layouts", "enumerated", "rejected", "out_of_memory", "search_time_s", "megatron_args"} <= set(doc)
+    assert len(doc["layouts"]) == 10
+    for layout in doc["layouts"]:
+        assert LAYOUT_KEYS <= set(layout) and STRATEGY_KEYS <= set(layout["strategy"])
+        assert set(layout["time_breakdown_s"]) == TIME_KEYS
+        assert all(STAGE_KEYS <= set(stage) for stage in layout["memory_per_stage"])
+        assert layout["fits"]
+    steps = [x["step_time_s"] for x in doc["layouts"] if not x["marginal"]]
+    assert steps == sorted(steps)
+    assert sum(doc["rejected"].values()) + doc["out_of_memory"] <= doc["enumerated"]
+
+
+def test_estimate_json_matches_search_row():
+    doc = json.loads(runner.invoke(app, MAIN_JOB + ["--json", "--top", "1"]).stdout)
+    best = doc["layouts"][0]["strategy"]
+    args = ["estimate", *MAIN_JOB[1:-2], "--json", "--tp", str(best["tp"]), "--pp", str(best["pp"]),
+            "--cp", str(best["cp"]), "--vpp", str(best["vpp"]), "--mbs", str(best["mbs"]),
+            "--zero", str(best["zero"]), "--recompute", best["recompute"],
+            "--sp" if best["sp"] else "--no-sp"]
+    if best["recompute_layers"]:
+        args += ["--recompute-layers", str(best["recompute_layers"])]
+    est = json.loads(runner.invoke(app, args).stdout)
+    assert est["step_time_s"] == pytest.approx(doc["layouts"][0]["step_time_s"])
+    assert est["peak_memory_bytes"] == pytest.approx(doc["layouts"][0]["peak_memory_bytes"])
+
+
+def test_estimate_tables():
+    result = runner.invoke(app, ["estimate", "-m", "llama3-8b", "--device", "h100-80gb", "--tp", "2", "--pp", "2",
+                                 "--sp", "--recompute", "selective", "--gbs", "64"])
+    assert result.exit_code == 0, result.output
+    assert "Memory per device by pipeline stage" in result.output and "Step time breakdown" in result.output
+
+
+def test_devices_lists_every_preset():
+    result = runner.invoke(app, ["devices"])
+    for name in ["a100-40gb", "a100-80gb", "h100-80gb", "h200", "b200", "gb200", "ascend-910b"]:
+        assert name in result.output
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["search", "-m", "nope.json", "--device", "h100-80gb"], "does not exist"),
+    (["search", "-m", "llama3-8b", "--device", "v100"], "unknown device"),
+    (["search", "-m", "llama3-8b", "--device", "h100-80gb", "--nodes", "0"], "--nodes=0"),
+    (["search", "-m", "llama3-8b", "--device", "h100-80gb", "--gbs", "-4"], "--gbs=-4"),
+    (["search", "-m", "llama3-8b", "--device", "a100-80gb", "--precision", "fp8"], "no fp8 peak"),
+    (["search", "-m", "llama3.1-405b", "--device", "a100-40gb", "--devices-per-node", "1"], "no layout fits"),
+    (["estimate", "-m", "llama3-8b", "--device", "h100-80gb", "--nodes", "2", "--tp", "16"],
+     "num_key_value_heads=8"),
+    (["estimate", "-m", "llama3-8b", "--device", "h100-80gb", "--tp", "3"], "does not divide the world size"),
+    (["estimate", "-m", "llama3-8b", "--device", "h100-80gb", "--recompute", "some"], "layout.recompute"),
+    (["estimate", "-m", "llama3-8b", "--device", "h100-80gb", "--gbs", "12", "--mbs", "4"], "gbs_divisible"),
+])
+def test_bad_input_is_one_line_and_exit_code_2(args, needle):
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    err = result.stderr.strip()
+    assert needle in err and len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_malformed_and_unsatisfiable_configs(tmp_path):
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+    result = runner.invoke(app, ["search", "-m", str(broken), "--device", "h100-80gb"])
+    assert result.exit_code == 2 and "not valid JSON" in result.stderr
+    tiny = tmp_path / "tiny.json"
+    tiny.write_text(json.dumps({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 1,
+                                "num_hidden_layers": 1, "intermediate_size": 128, "vocab_size": 100}))
+    result = runner.invoke(app, ["search", "-m", str(tiny), "--device", "h100-80gb", "--devices-per-node", "4",
+                                 "--gbs", "3", "--seq-len", "7"])
+    assert result.exit_code == 2 and "no valid layout" in result.stderr and "gbs_divisible" in result.stderr
