@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from autopar.cost.stage import all_stages
+from autopar.cost.stage import Stages, all_stages
 from autopar.cost.step import TIME_KEYS, evaluate
 from autopar.problem import Problem
 from autopar.rules import check_strategy
@@ -85,8 +85,8 @@ def estimate(p: Problem, s: Strategy, memory_margin: float = DEFAULT_MEMORY_MARG
         s = s.model_copy(update={"layers_per_stage": default_layers_per_stage(p.model.num_layers, s.pp)})
     batch, stages = all_stages(p, s)
     one = batch.take(np.zeros(1, dtype=np.int64))
-    views = [stages.__class__(index=stages.index[i:i + 1], start=stages.start[i:i + 1],
-                              layers=stages.layers[i:i + 1]) for i in range(s.pp)]
+    views = [Stages(index=stages.index[i:i + 1], start=stages.start[i:i + 1], layers=stages.layers[i:i + 1])
+             for i in range(s.pp)]
     costs = evaluate(p, one, views, [np.ones(1)] * s.pp)
     per_stage = [
         StageMemory(
