@@ -178,3 +178,17 @@ def devices(as_json: Json = False) -> None:
     console.print(devices_table(specs))
 
 
+
+@app.command()
+@_user_errors
+def validate(
+    csv_path: Annotated[Optional[str], typer.Option("--csv", help="measurements CSV (default: "
+                                                    "../shared/validation/measurements.csv from the repo)")] = None,
+    out: Annotated[str, typer.Option("--out", help="report directory")] = "out/validation",
+) -> None:
+    """Score autopar against published measurements; write accuracy.md, rows.md, scatter.png."""
+    from autopar.validate import DEFAULT_CSV, run_validation
+
+    results, paths = run_validation(csv_path or DEFAULT_CSV.resolve(), out)
+    console.print(paths["accuracy"].read_text(), highlight=False, markup=False)
+    console.print(f"wrote {', '.join(str(p) for p in paths.values())}", highlight=False)

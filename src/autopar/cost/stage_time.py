@@ -7,7 +7,8 @@ collectives of its parallel groups:
 * TP (Megatron, Shoeybi et al. 2019 / Korthikanti et al. 2023 sec. 4.2.2): per layer two
   all-reduces forward and two backward of the ``s/cp * b * h`` activation, or with SP the same
   volume as all-gather + reduce-scatter pairs; recomputed layers repeat the forward ones; the
-  vocab-parallel embedding and output layer add one each. Not overlapped (Megatron's default).
+  vocab-parallel embedding and output layer add one each. Not overlapped by default; with
+  ``TrainSpec.tp_comm_overlap`` (TE userbuffers) only the first of tp pipelined chunks is exposed.
 * CP (ring attention, Liu et al. 2023; Megatron ``cp_comm_type=p2p``): ``cp-1`` K/V block
   exchanges forward and twice that backward (K/V and their gradients), overlapped with the
   attention kernels; only the excess is exposed.
@@ -77,6 +78,13 @@ def stage_time(p: Problem, batch: LayoutBatch, stages: Stages) -> StageTime:
     one_collective = comm.all_reduce_s(p, act_bytes, batch.tp, 1)
     tp_collectives = 4 * stages.layers + 2 * recomputed + first + last
     tp = tp_collectives * one_collective
+    if p.train.tp_comm_overlap:
+        # Transformer Engine userbuffers (Megatron --tp-comm-overlap; Wang et al., ASPLOS'23,
+        # "Overlap communication with dependent computation via decomposition"): each AG/RS is cut
+        # into tp chunks pipelined with the chunks of its GEMM, so only the first chunk and any
+        # excess over the layers' GEMMs (forward, 2x backward, recompute) stay exposed.
+        gemm = (3 * n_dense + recomputed) * dense.gemm_s + 3 * n_moe * moe.gemm_s
+        tp = np.maximum(tp - gemm, 0.0) + tp / batch.tp
 
     # Context parallel: ring K/V exchange overlapped with attention (fwd x1, bwd x2).
     m = p.model
@@ -126,6 +134,10 @@ def dp_exposed_s(p: Problem, batch: LayoutBatch, params: StageParams, t: StageTi
         p, params.experts * 2, expert_group, batch.etp * batch.ep)
     fwd, bwd = t.forward_s, t.backward_s + t.recompute_s
     m = batch.num_microbatches
+    if not p.train.overlap_grad_reduce:
+        # Megatron-LM before --overlap-grad-reduce (2021-22, Narayanan et al. SC'21 sec. 4; Korthikanti
+        # et al. sec. 6.3) and DeepSpeed's ZeRO-1 engine reduce gradients after the last backward.
+        fwd, bwd, slack_s = 0.0 * fwd, 0.0 * bwd, 0.0 * slack_s
     exposed = np.select(
         [batch.zero == 0, batch.zero == 1, batch.zero == 2],
         [np.maximum(ar - bwd - slack_s, 0.0),

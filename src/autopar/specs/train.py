@@ -26,6 +26,10 @@ class TrainSpec(BaseModel):
     grad_dtype: Literal["fp32", "bf16"] = "fp32"
     flash_attention: bool = Field(default=True, description="fused attention: no s^2 activations")
     make_vocab_size_divisible_by: int = Field(default=128, gt=0, description="Megatron vocab padding unit (x tp)")
+    overlap_grad_reduce: bool = Field(default=True, description="DP gradient reduction and parameter "
+                                      "gather overlapped with backward/forward (Megatron --overlap-grad-reduce)")
+    tp_comm_overlap: bool = Field(default=False, description="TP collectives overlapped with GEMMs "
+                                  "(Megatron --tp-comm-overlap, Transformer Engine userbuffers)")
 
     @property
     def tokens_per_step(self) -> int:

@@ -1,0 +1,204 @@
+"""Accuracy report: per-row table, MAPE/max error by metric, source and device, sweeps, plot.
+
+MAPE is the mean of ``|error %|`` over scored rows (Hyndman & Koehler 2006, "Another look at
+measures of forecast accuracy"). A sweep is a set of runs of one model on one cluster that vary
+the layout; Spearman's rank correlation (Spearman 1904) of predicted vs measured throughput
+says whether autopar orders the layouts correctly, and we check that the measured-best layout
+is also predicted best.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from autopar.validate.score import THROUGHPUT, Result
+
+TIME_METRICS = ("step_time", "layer_fwd_bwd_time")  # smaller is better; the rest: larger is better
+
+# Sweeps: (name, id prefix, model name prefix, metric). Throughput of a time row is 1 / time.
+SWEEPS = (
+    ("BLOOM layout sweep (02-25, 181B, 384 A100)", "BLOOMPQ-0225", "BLOOM", "step_time"),
+    ("SC'21 Table 2, GPT-3 175B (ZeRO-3 vs PTD-P)", "NAR21-T2", "GPT-3 174.6B", "tflops_per_gpu_incl_recompute"),
+    ("SC'21 Table 2, 530B (ZeRO-3 vs PTD-P)", "NAR21-T2", "GPT-529.6B", "tflops_per_gpu_incl_recompute"),
+    ("Korthikanti Table 4 (selective vs full recompute, one layer)", "KOR22-T4", "GPT-22B", "layer_fwd_bwd_time"),
+)
+
+
+def rank(values: np.ndarray) -> np.ndarray:
+    """Ranks 1..n, ties sharing their mean rank (needed for Spearman with ties)."""
+    values = np.asarray(values, dtype=np.float64)
+    order = np.argsort(values, kind="mergesort")
+    ranks = np.empty(len(values))
+    ranks[order] = np.arange(1, len(values) + 1)
+    for v in np.unique(values):
+        tie = values == v
+        ranks[tie] = ranks[tie].mean()
+    return ranks
+
+
+def spearman(x, y) -> float:
+    """Spearman's rho: the Pearson correlation of the ranks; NaN when either side is constant."""
+    rx, ry = rank(x), rank(y)
+    if rx.std() == 0 or ry.std() == 0:
+        return float("nan")
+    return float(np.corrcoef(rx, ry)[0, 1])
+
+
+def mape(errors: list[float]) -> float:
+    return float(np.mean(np.abs(errors))) if errors else float("nan")
+
+
+@dataclass
+class Group:
+    """Error statistics of one group of scored rows."""
+
+    name: str
+    metric: str
+    count: int
+    mape: float
+    max_abs: float
+
+
+def groups(results: list[Result], key) -> list[Group]:
+    """MAPE and max |error| per (key(result), metric) over rows with an error %."""
+    buckets: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for r in results:
+        if r.error_pct is not None:
+            buckets[(key(r), r.metric)].append(r.error_pct)
+    return [Group(k, m, len(e), mape(e), float(np.max(np.abs(e)))) for (k, m), e in sorted(buckets.items())]
+
+
+def in_target(r: Result) -> bool:
+    """The target set of issue 3: scored 16-bit (bf16/fp16) rows of dense models."""
+    return r.case is not None and r.case.precision != "fp8" and not r.case.problem.model.is_moe
+
+
+@dataclass
+class Sweep:
+    name: str
+    ids: list[str]
+    rho: float
+    best_measured: str
+    best_predicted: str
+
+
+def sweeps(results: list[Result]) -> list[Sweep]:
+    out = []
+    for name, prefix, model, metric in SWEEPS:
+        rows = [r for r in results if r.row.id.startswith(prefix) and r.row["model"].startswith(model)
+                and r.metric == metric and r.predicted is not None]
+        if len(rows) < 2:
+            continue
+        sign = -1.0 if metric in TIME_METRICS else 1.0  # throughput: larger is better
+        measured = np.array([sign * r.measured for r in rows])
+        predicted = np.array([sign * r.predicted for r in rows])
+        out.append(Sweep(name, [r.row.id for r in rows], spearman(predicted, measured),
+                         rows[int(np.argmax(measured))].row.id, rows[int(np.argmax(predicted))].row.id))
+    return out
+
+
+def oom_check(results: list[Result]) -> list[str]:
+    """Lines on memory feasibility: OOM rows predicted not to fit, and runs that ran predicted to fit."""
+    lines = []
+    for r in results:
+        if r.predicted is None or r.case is None:
+            continue
+        if r.metric == "oom_observed":
+            ok = r.predicted == 1.0
+            lines.append(f"| {r.row.id} | went OOM | {'does not fit' if ok else 'fits'} | {'ok' if ok else 'WRONG'} |")
+        elif r.metric == "peak_mem_per_gpu":
+            fits = r.predicted * 2**30 <= r.case.problem.cluster.device.memory_bytes
+            lines.append(f"| {r.row.id} | ran | {'fits' if fits else 'does not fit'} | {'ok' if fits else 'WRONG'} |")
+    return lines
+
+
+def _fmt(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.4g}"
+
+
+def _group_table(title: str, rows: list[Group]) -> list[str]:
+    out = [f"### {title}", "", "| group | metric | rows | MAPE % | max abs error % |", "| --- | --- | ---: | ---: | ---: |"]
+    out += [f"| {g.name} | {g.metric} | {g.count} | {g.mape:.1f} | {g.max_abs:.1f} |" for g in rows]
+    return out + [""]
+
+
+def summary_markdown(results: list[Result]) -> str:
+    """The accuracy summary pasted into the README (target set, per metric, sweeps, OOM)."""
+    target = [r for r in results if in_target(r)]
+    thr = [r.error_pct for r in target if r.metric in THROUGHPUT and r.error_pct is not None]
+    mem = [r.error_pct for r in target if r.metric == "peak_mem_per_gpu" and r.error_pct is not None]
+    scored = sum(r.predicted is not None for r in results)
+    out = [
+        f"Rows: {len(results)}, scored {scored}, not scored {len(results) - scored} (reasons in `rows.md`).",
+        "",
+        "| target set: bf16/fp16 dense rows | rows | MAPE % | max abs error % | target |",
+        "| --- | ---: | ---: | ---: | --- |",
+        f"| step time / throughput | {len(thr)} | {mape(thr):.1f} | {max(map(abs, thr), default=0):.1f} | <= 10, max 25 |",
+        f"| peak memory | {len(mem)} | {mape(mem):.1f} | {max(map(abs, mem), default=0):.1f} | <= 10 |",
+        "",
+    ]
+    out += _group_table("Per metric (all scored rows)", groups(results, lambda r: "all"))
+    out += _group_table("Per source", groups(results, lambda r: r.case.family.name))
+    out += _group_table("Per device", groups(results, lambda r: r.case.problem.cluster.device.name))
+    out += ["### Sweeps (rank correlation of throughput)", "",
+            "| sweep | layouts | Spearman rho | measured best | predicted best |", "| --- | ---: | ---: | --- | --- |"]
+    for s in sweeps(results):
+        out.append(f"| {s.name} | {len(s.ids)} | {s.rho:.2f} | {s.best_measured} | {s.best_predicted} |")
+    out += ["", "### Memory feasibility", "", "| row | observed | predicted | |", "| --- | --- | --- | --- |"]
+    out += oom_check(results)
+    return "\n".join(out) + "\n"
+
+
+def rows_markdown(results: list[Result]) -> str:
+    """Every row: predicted, measured, error %, assumptions; unscored rows with their reason."""
+    out = ["| id | metric | predicted | measured | error % | assumed |", "| --- | --- | ---: | ---: | ---: | --- |"]
+    for r in results:
+        if r.predicted is not None:
+            err = "-" if r.error_pct is None else f"{r.error_pct:+.1f}"
+            assumed = "; ".join(r.case.assumed) if r.case.assumed else ""
+            out.append(f"| {r.row.id} | {r.metric} | {_fmt(r.predicted)} | {_fmt(r.measured)} | {err} | {assumed} |")
+    out += ["", "### Not scored", "", "| id | reason |", "| --- | --- |"]
+    out += [f"| {r.row.id} | {r.reason} |" for r in results if r.predicted is None]
+    return "\n".join(out) + "\n"
+
+
+def scatter_png(results: list[Result], path: Path) -> None:
+    """Predicted vs measured, log-log, one colour per source family, y = x dashed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    scored = [r for r in results if r.error_pct is not None and r.measured > 0 and r.predicted > 0]
+    fig, ax = plt.subplots(figsize=(7, 6))
+    for fam in sorted({r.case.family.name for r in scored}):
+        pts = [(r.measured, r.predicted) for r in scored if r.case.family.name == fam]
+        ax.scatter(*zip(*pts), label=fam, s=18, alpha=0.8)
+    lo = min(min(r.measured, r.predicted) for r in scored) / 1.5
+    hi = max(max(r.measured, r.predicted) for r in scored) * 1.5
+    ax.plot([lo, hi], [lo, hi], "k--", lw=1, label="predicted = measured")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("measured (row units: s, ms, tokens/s, TFLOP/s, GiB)")
+    ax.set_ylabel("predicted by autopar")
+    ax.set_title("autopar vs published measurements")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def write_report(results: list[Result], out_dir: Path) -> dict[str, Path]:
+    """Write ``accuracy.md`` (summary), ``rows.md`` (per row) and ``scatter.png`` into ``out_dir``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {"accuracy": out_dir / "accuracy.md", "rows": out_dir / "rows.md", "scatter": out_dir / "scatter.png"}
+    paths["accuracy"].write_text(summary_markdown(results))
+    paths["rows"].write_text(rows_markdown(results))
+    scatter_png(results, paths["scatter"])
+    return paths

@@ -1,0 +1,275 @@
+"""Published measurements (``shared/validation/measurements.csv``) as autopar problems.
+
+Each CSV row becomes a :class:`Case`: a :class:`~autopar.problem.Problem` (model from the row's
+dimensions, cluster from its ``gpu``/``num_gpus``/``gpus_per_node``, batch and precision), the
+row's exact :class:`~autopar.strategy.Strategy`, and the knobs that had to be assumed. Knobs a
+row leaves empty take the documented default of its *source family* (:data:`FAMILIES`); such
+rows are marked ``assumed``. A row that cannot be mapped raises :class:`Unscorable` with the
+reason, which the report lists.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from autopar.errors import AutoparError
+from autopar.problem import Problem
+from autopar.specs import ModelSpec, TrainSpec, load_device, load_model, make_cluster, preset_names
+from autopar.strategy import Strategy
+
+
+class Unscorable(Exception):
+    """A row autopar cannot score yet; ``str()`` is the reason shown in the report."""
+
+
+@dataclass(frozen=True)
+class Family:
+    """Defaults for knobs a source leaves unstated, with where they come from.
+
+    ``zero``: 0 plain DDP, 1 distributed optimizer / ZeRO-1, 3 FSDP. ``sp``: None means
+    "on when tp > 1". ``flash``/``dropout``: kernels and regularisation of that code base.
+    ``tp_overlap``: TP collectives overlapped with GEMMs (TE userbuffers, ``--tp-comm-overlap``).
+    ``dp_overlap``: gradient reduction overlapped with backward (``--overlap-grad-reduce``, FSDP).
+    """
+
+    name: str
+    zero: int
+    recompute: str
+    sp: bool | None
+    flash: bool
+    dropout: bool
+    tp_overlap: bool
+    dp_overlap: bool
+    why: str
+
+
+FAMILIES: dict[str, Family] = {f.name: f for f in (
+    Family("megatron-2020", zero=0, recompute="full", sp=False, flash=False, dropout=True, tp_overlap=False,
+           dp_overlap=False, why="Megatron-LM 2020 GPT-2 scripts: --checkpoint-activations, DDP all-reduce "
+           "after backward, one micro-batch per replica (mbs = gbs/dp)"),
+    Family("megatron-2021", zero=0, recompute="full", sp=False, flash=False, dropout=True, tp_overlap=False,
+           dp_overlap=False, why="Narayanan et al. SC'21: full recompute (eq. 3), DDP without optimizer "
+           "sharding or overlap; Table 1 mbs/vpp from Megatron-LM examples/sc21/run_table_1.sh"),
+    Family("megatron-2022", zero=0, recompute="full", sp=False, flash=False, dropout=True, tp_overlap=False,
+           dp_overlap=False, why="Korthikanti et al. 2022: layouts as stated in Tables 3-5; no DP overlap (sec. 6.3)"),
+    Family("megatron-2024", zero=1, recompute="none", sp=None, flash=True, dropout=False, tp_overlap=True,
+           dp_overlap=True, why="Megatron-LM README 2024 (r0.8): --overlap-grad-reduce --overlap-param-gather "
+           "(distributed optimizer) --tp-comm-overlap, SP with TP; mbs 1, no interleaving, no recompute assumed"),
+    Family("nemo", zero=1, recompute="none", sp=None, flash=True, dropout=False, tp_overlap=True, dp_overlap=True,
+           why="NeMo/dgxc-benchmarking recipes: distributed optimizer with overlapped grad reduce and param "
+           "gather, SP when tp > 1, TP comm overlap, no recompute; mbs 1 and no interleaving when not stated"),
+    Family("torchtitan", zero=3, recompute="selective", sp=None, flash=True, dropout=False, tp_overlap=False,
+           dp_overlap=True, why="torchtitan 2024-12 benchmarks: FSDP2 (ZeRO-3, prefetching), SDPA flash "
+           "attention, local batch 2"),
+    Family("megatron-deepspeed", zero=1, recompute="full", sp=False, flash=False, dropout=False, tp_overlap=False,
+           dp_overlap=False, why="BLOOM (Megatron-DeepSpeed): ZeRO-1 (BF16_Optimizer) reducing after the "
+           "last backward, full activation checkpointing, no SP, no flash attention, dropout 0"),
+)}
+
+# Narayanan et al. Table 1 does not state mbs or interleaving; the paper's own launch script
+# (Megatron-LM examples/sc21/run_table_1.sh) gives MBS and --num-layers-per-virtual-pipeline-stage
+# per model size, keyed here by layer count.
+SC21_TABLE1 = {30: (16, None), 40: (8, None), 60: (2, 5), 80: (2, 5), 96: (1, 3), 105: (1, 1), 128: (1, None)}
+
+_FAMILY_BY_PREFIX = (
+    ("MLM2020", "megatron-2020"), ("NAR21", "megatron-2021"), ("KOR22", "megatron-2022"),
+    ("MLM-H100", "megatron-2024"), ("MLM-LLAMA", "nemo"), ("NEMO", "nemo"), ("DGXC", "nemo"),
+    ("AUTOMODEL", "torchtitan"), ("TT2412", "torchtitan"), ("BLOOM", "megatron-deepspeed"),
+)
+
+_GATED = ("llama", "grok", "qwen", "deepseek", "mixtral")  # SwiGLU families; GPT/BLOOM/Nemotron are 2-matrix
+
+
+@dataclass(frozen=True)
+class Row:
+    """One CSV row, raw strings keyed by column name."""
+
+    cells: dict[str, str]
+
+    def __getitem__(self, key: str) -> str:
+        return self.cells.get(key, "").strip()
+
+    def int(self, key: str) -> int | None:
+        value = self[key]
+        return int(float(value)) if value else None
+
+    @property
+    def id(self) -> str:
+        return self["id"]
+
+
+@dataclass
+class Case:
+    """A row mapped onto autopar: what to estimate and how to read the answer."""
+
+    row: Row
+    family: Family
+    problem: Problem
+    strategy: Strategy
+    assumed: list[str] = field(default_factory=list)
+
+    @property
+    def precision(self) -> str:
+        return self.problem.train.precision
+
+
+def read_rows(path: str | Path) -> list[Row]:
+    """Rows of the measurements CSV.
+
+    Raises:
+        AutoparError: the file does not exist or is not readable.
+    """
+    file = Path(path)
+    if not file.is_file():
+        raise AutoparError(f"--csv={str(path)!r}: file not found; pass the measurements CSV "
+                           "(shared/validation/measurements.csv)")
+    with file.open(newline="") as handle:
+        return [Row(dict(r)) for r in csv.DictReader(handle)]
+
+
+def family_of(row: Row) -> Family | None:
+    for prefix, name in _FAMILY_BY_PREFIX:
+        if row.id.startswith(prefix):
+            return FAMILIES[name]
+    return None
+
+
+def precision_of(row: Row) -> str:
+    """Training precision from the ``prec=`` note: fp8 (incl. Float8 linears), fp16, else bf16.
+
+    "mixed fp16/bf16 (not specified)" counts as bf16: both have the same tensor-core peak."""
+    prec = row["notes"].split(";")[0].lower()
+    if "fp8" in prec or "float8" in prec:
+        return "fp8"
+    if "fp16" in prec and "bf16" not in prec:
+        return "fp16"
+    return "bf16"
+
+
+def device_of(row: Row):
+    """Device preset for the ``gpu`` column, with cluster facts stated by the row's source."""
+    gpu = row["gpu"]
+    if gpu.startswith("V100"):
+        raise Unscorable("V100 has no bf16 tensor cores and DeviceSpec needs a bf16 peak")
+    if gpu.startswith("A100 (DGX-A100"):
+        return load_device("a100-40gb")  # 2020 DGX A100 shipped 40 GB parts only (80 GB came Nov 2020)
+    if gpu.startswith("A100-SXM4-80GB (Jean Zay)"):
+        # Jean Zay A100 nodes: 4 x 100 Gb/s Omni-Path links per 8 GPUs (IDRIS hardware page;
+        # BLOOM README): 50 GB/s per node, 6.25 GB/s per GPU per direction.
+        return load_device("a100-80gb", overrides=["inter_node_bandwidth_bytes_per_s=6.25e9"])
+    for prefix, preset in (("A100-SXM4-80GB", "a100-80gb"), ("H100-SXM5-80GB", "h100-80gb"),
+                           ("H100-96GB-HBM2e", "h100-96gb-500w"), ("GB200", "gb200")):
+        if gpu.startswith(prefix):
+            return load_device(preset)
+    raise Unscorable(f"no device preset for gpu {gpu!r}")
+
+
+def model_of(row: Row, family: Family) -> ModelSpec:
+    """The shipped preset for MoE rows (their routing/MLA details are not in the CSV), else a
+    spec from the row's dimensions: SwiGLU + RMSNorm + RoPE for Llama-like names, GPT-style
+    4h MLP with LayerNorm and biases (learned positions for GPT, ALiBi = none for BLOOM) else."""
+    name = row["model"]
+    if row["num_experts"] or name.lower().startswith("deepseek"):
+        preset = name.lower()
+        if preset in preset_names():
+            return load_model(preset)
+    gated = any(k in name.lower() for k in _GATED)
+    gpt = "gpt" in name.lower()
+    heads, layers, hidden = row.int("heads"), row.int("layers"), row.int("hidden")
+    experts = row.int("num_experts") or 0
+    try:
+        return ModelSpec(
+            name=name, num_layers=layers, hidden_size=hidden, num_attention_heads=heads,
+            num_kv_heads=row.int("kv_heads") or heads, head_dim=hidden // heads,
+            ffn_hidden_size=row.int("ffn") or 4 * hidden, vocab_size=row.int("vocab") or 51200,
+            tie_word_embeddings=not gated, gated_mlp=gated, norm="rmsnorm" if gated else "layernorm",
+            linear_bias=not gated and "nemotron" not in name.lower(),
+            position_embedding="learned" if gpt else "rope", max_position_embeddings=row.int("seq_len"),
+            dropout=family.dropout,
+            num_experts=experts, num_experts_per_tok=row.int("topk") or 0,
+            moe_ffn_hidden_size=row.int("ffn") or 0 if experts else 0,
+            moe_layers=tuple(range(layers)) if experts else (),
+        )
+    except ValueError as err:
+        raise Unscorable(f"model dimensions invalid: {err}") from None
+
+
+def _recompute(row: Row, family: Family, assumed: list[str]) -> str:
+    text = row["recompute"].lower()
+    for kind in ("none", "selective", "full"):
+        if text.startswith(kind):
+            if "assumed" in text:
+                assumed.append(f"recompute={kind} (source note)")
+            return kind
+    assumed.append(f"recompute={family.recompute}")
+    return family.recompute
+
+
+def _zero(row: Row, family: Family, assumed: list[str]) -> int:
+    text = row["zero_or_distopt"]
+    match = re.search(r"ZeRO-(\d)", text)
+    if match:
+        return int(match.group(1))
+    if "FSDP" in text:
+        return 3
+    if family.zero:
+        assumed.append(f"zero={family.zero}")
+    return family.zero
+
+
+def strategy_of(row: Row, family: Family, assumed: list[str]) -> Strategy:
+    """The row's layout; unstated knobs from the family (recorded in ``assumed``)."""
+    tp, pp, cp = row.int("tp"), row.int("pp"), row.int("cp") or 1
+    gpus, gbs = row.int("num_gpus"), row.int("gbs")
+    if tp is None or pp is None or gbs is None:
+        raise Unscorable("parallel layout (tp/pp) or global batch not stated")
+    dp = row.int("dp") or gpus // (tp * pp * cp)
+    mbs, vpp = row.int("mbs"), row.int("vpp")
+    if family.name == "megatron-2021" and row.id.startswith("NAR21-T1"):
+        script_mbs, per_virtual = SC21_TABLE1[row.int("layers")]
+        mbs = mbs or script_mbs
+        vpp = vpp or (row.int("layers") // (pp * per_virtual) if per_virtual else 1)
+        assumed.append(f"mbs={mbs}, vpp={vpp} (run_table_1.sh)")
+    if mbs is None:
+        mbs = gbs // dp if family.name in ("megatron-2020", "torchtitan") else 1
+        assumed.append(f"mbs={mbs}")
+    if vpp is None:
+        vpp = 1
+        if pp > 1:
+            assumed.append("vpp=1")
+    sp_cell = row["sp"]
+    if sp_cell:
+        sp = sp_cell == "1"
+    else:
+        sp = tp > 1 if family.sp is None else family.sp and tp > 1
+        if tp > 1:
+            assumed.append(f"sp={'on' if sp else 'off'}")
+    return Strategy(
+        dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=row.int("ep") or 1, mbs=mbs, sp=sp,
+        zero=_zero(row, family, assumed), recompute=_recompute(row, family, assumed),
+        schedule="interleaved" if vpp > 1 else "1f1b",
+    )
+
+
+def to_case(row: Row) -> Case:
+    """Map one row; raises :class:`Unscorable` with the reason when it cannot be scored."""
+    family = family_of(row)
+    if family is None:
+        raise Unscorable("source without a documented framework default")
+    assumed: list[str] = []
+    strategy = strategy_of(row, family, assumed)
+    device = device_of(row)
+    per_node = row.int("gpus_per_node") or device.default_devices_per_node
+    gpus = row.int("num_gpus")
+    if gpus < per_node:
+        per_node = gpus  # part of one node (single-node runs on 1, 2 or 4 GPUs)
+    if gpus % per_node:
+        raise Unscorable(f"{gpus} GPUs is not a whole number of {per_node}-GPU nodes")
+    cluster = make_cluster(device, gpus // per_node, per_node)
+    train = TrainSpec(global_batch_size=row.int("gbs"), seq_len=row.int("seq_len"), precision=precision_of(row),
+                      flash_attention=family.flash, tp_comm_overlap=family.tp_overlap,
+                      overlap_grad_reduce=family.dp_overlap)
+    return Case(row, family, Problem(model_of(row, family), cluster, train), strategy, assumed)
