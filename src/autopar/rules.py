@@ -94,8 +94,8 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "interleaved_layer_split",
         lambda p, b: (b.vpp == 1) | ((_layers(p) % b.pp == 0) & ((_layers(p) // np.maximum(b.pp, 1)) % b.vpp == 0)),
-        lambda p, s: f"interleaving needs num_layers/pp = {_layers(p)}/{s.pp} to be a whole number "
-        f"divisible by vpp={s.vpp} (Megatron: layers per virtual stage must be an integer)",
+        lambda p, s: f"interleaving needs num_layers/pp = {_layers(p)}/{s.pp} = {_layers(p) / s.pp:g} to be "
+        f"a whole number divisible by vpp={s.vpp} (Megatron: layers per virtual stage must be an integer)",
     ),
     Rule(
         "uneven_layer_split",
@@ -143,10 +143,24 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "expert_grid",
-        lambda p, b: (p.world_size % (b.etp * b.ep * b.pp) == 0) & ((b.dp * b.cp * b.tp) % (b.etp * b.ep) == 0),
-        lambda p, s: f"etp*ep*pp = {s.expert_tp}*{s.ep}*{s.pp} must divide the world size "
-        f"{p.world_size}, and etp*ep must divide dp*cp*tp = {s.dp * s.cp * s.tp} "
-        "(Megatron folds the expert grid into the dense one)",
+        lambda p, b: p.world_size % (b.etp * b.ep * b.pp) == 0,
+        lambda p, s: f"etp*ep*pp = {s.expert_tp}*{s.ep}*{s.pp} = {s.expert_tp * s.ep * s.pp} must divide the "
+        f"world size {p.world_size}, i.e. etp*ep must divide the dense grid dp*cp*tp = {s.dp * s.cp * s.tp} "
+        "(Megatron-Core parallel_state: 'world_size is not divisible by "
+        "expert_tensor_model_pipeline_parallel size'; etp defaults to tp)",
+    ),
+    Rule(
+        "etp_divides_moe_ffn",
+        lambda p, b: (p.model.num_experts == 0) | (p.model.moe_ffn_hidden_size % b.etp == 0),
+        lambda p, s: f"etp={s.expert_tp} must divide moe_ffn_hidden_size={p.model.moe_ffn_hidden_size} "
+        "(expert fc1/fc2 are split over expert tensor parallelism)",
+    ),
+    Rule(
+        "moe_tp_needs_sp",
+        lambda p, b: (p.model.num_experts == 0) | (b.tp == 1) | b.sp,
+        lambda p, s: f"a MoE model with tp={s.tp} needs sequence parallelism (--sp): Megatron-Core "
+        "MoELayer raises 'performance may degrade if MoE and tensor parallelism are enabled "
+        "without also enabling sequence parallelism' in training",
     ),
 )
 

@@ -15,9 +15,9 @@ op by op so it generalises:
 * CP: each rank holds ``s/cp`` tokens (Megatron's load-balanced causal split), so every term
   uses the local sequence;
 * full recompute keeps only the layer input (2*s*b*h, sharded by SP);
-* MoE layers: router logits (fp32), the permuted tokens (top-k copies) and the expert MLPs on
-  the tokens routed to the local experts, which under balanced routing is top-k times the
-  local tokens whatever ``ep`` is (so EP does not shrink activations).
+* MoE layers: :func:`autopar.cost.moe.moe_block_bytes` (router scores, the expert MLPs on the
+  ``n*k*etp/tp`` token copies routed to the local experts whatever ``ep`` is, so EP does not
+  shrink activations, the combine input and shared experts).
 
 Units: bytes. Shapes: arrays broadcast with the ``LayoutBatch`` columns.
 """
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from autopar.cost import moe as moe_cost
 from autopar.problem import Problem
 from autopar.strategy import LayoutBatch
 
@@ -53,9 +54,11 @@ def attention_bytes(p: Problem, batch: LayoutBatch, selective: np.ndarray) -> np
     h = m.hidden_size
     out = BF16 * n * h * 2 / shard  # norm input and QKV GEMM input
     if m.mla:
-        # Latent q/kv (replicated down-projection outputs and their norms' inputs), then q, k, v.
-        latent = m.q_lora_rank + m.kv_lora_rank + m.qk_rope_head_dim
-        out = out + BF16 * n * 2 * latent
+        # Megatron-Core multi_latent_attention.py: the duplicated down-projections run on the SP
+        # shard; q/kv latents are kept as norm input and up-projection input (2 each), the
+        # decoupled rope key once; then q, k (nope+rope per head) and v (v_head_dim per head).
+        latent = 2 * (m.q_lora_rank + m.kv_lora_rank) + m.qk_rope_head_dim
+        out = out + BF16 * n * latent / shard
         qkv_width = m.q_width + m.num_attention_heads * (m.qk_nope_head_dim + m.qk_rope_head_dim) + m.v_width
     else:
         qkv_width = m.q_width + 2 * m.kv_width
@@ -81,12 +84,7 @@ def mlp_bytes(p: Problem, batch: LayoutBatch, moe: bool) -> np.ndarray:
     out = BF16 * n * h * 2 / shard + drop * n * h / shard  # norm input, fc1 input, mask
     if not moe:
         return out + per_ffn * n * m.ffn_hidden_size / t
-    k = m.num_experts_per_tok
-    router = 4 * n * m.num_experts / shard  # fp32 router logits
-    permuted = 2 * BF16 * n * k * h / shard  # dispatched tokens and combine input
-    experts = per_ffn * n * k * m.moe_ffn_hidden_size / batch.etp
-    shared = per_ffn * n * m.shared_expert_ffn_hidden_size / t
-    return out + router + permuted + experts + shared
+    return out + moe_cost.moe_block_bytes(p, batch)
 
 
 def layer_input_bytes(p: Problem, batch: LayoutBatch) -> np.ndarray:

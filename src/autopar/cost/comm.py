@@ -58,8 +58,24 @@ reduce_scatter_s = all_gather_s
 
 
 def all_to_all_s(p: Problem, num_bytes, size, stride) -> np.ndarray:
-    """All-to-all where each rank sends ``num_bytes`` in total (a 1/g share stays local)."""
-    return all_gather_s(p, num_bytes, size, stride)
+    """All-to-all where each rank sends ``num_bytes`` in total, ``1/g`` to each member (one share
+    stays local). Not a ring: each rank sends its ``(m-1)/g`` share to the ``m`` members of its
+    fast domain over NVLink and the ``(g-m)/g`` share to other nodes over its own NIC, at the same
+    time, so ``max(intra, inter)`` (NCCL ``alltoall`` is one grouped send/recv per peer; see also
+    DeepSeek-V3 report sec. 3.2.2 on IB- vs NVLink-bound dispatch). Latency: one step per
+    doubling of the group (peers are posted concurrently)."""
+    dev = p.cluster.device
+    domain = p.cluster.fast_domain_size
+    g = np.asarray(size, dtype=np.float64)
+    stride = np.asarray(stride, dtype=np.float64)
+    inside = g * stride <= domain
+    local = np.where(inside, g, np.clip(np.floor(domain / stride), 1, g))
+    intra = dev.intra_node_bandwidth_bytes_per_s * dev.intra_node_comm_efficiency
+    nic = dev.inter_node_bandwidth_bytes_per_s * dev.inter_node_comm_efficiency
+    share = np.asarray(num_bytes, dtype=np.float64) / g
+    wire = np.maximum((local - 1) * share / intra, (g - local) * share / nic)
+    alpha = np.where(inside, dev.intra_node_latency_s, dev.inter_node_latency_s)
+    return np.where(g > 1, wire + np.log2(np.maximum(g, 1)) * alpha, 0.0)
 
 
 def send_recv_s(p: Problem, num_bytes, size, stride) -> np.ndarray:

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from autopar.cost import flops as F
+from autopar.cost import fp8
+from autopar.cost import moe as moe_cost
 from autopar.problem import Problem
 from autopar.strategy import LayoutBatch
 
@@ -23,12 +25,24 @@ KERNEL_OVERHEAD_S = 4e-6  # per kernel: launch + tail effects (H100/A100 measure
 
 
 def gemm_time_s(p: Problem, g: F.Gemm) -> np.ndarray:
-    """Seconds for the GEMMs ``g`` on one device in the training precision."""
+    """Seconds for the GEMMs ``g`` on one device.
+
+    Linear layers use the fp8 peak under fp8 training, plus their input quantisation
+    (:mod:`autopar.cost.fp8`). A grouped GEMM (MoE experts, TE ``GroupedLinear`` / CUTLASS) is
+    one kernel whose per-expert rows are padded to the M tile
+    (:data:`autopar.cost.moe.GROUPED_GEMM_TILE_ROWS`), so few tokens per expert waste the
+    tensor cores, and whose weights are all read once (the memory roofline).
+    """
     dev = p.cluster.device
-    peak = dev.peak(p.train.precision) * dev.gemm_efficiency
+    peak = dev.peak(fp8.gemm_precision(p, g.fp8)) * dev.gemm_efficiency
     mem = dev.hbm_bandwidth_bytes_per_s * dev.memory_efficiency
+    cast_s = memory_time_s(p, fp8.cast_bytes(p, g.m, g.k, g.count, g.fp8))
+    if g.grouped:
+        rows = np.ceil(g.m / moe_cost.GROUPED_GEMM_TILE_ROWS) * moe_cost.GROUPED_GEMM_TILE_ROWS
+        tiled_flops = 2.0 * rows * g.n * g.k * g.count
+        return np.maximum(tiled_flops / peak, g.bytes / mem) + KERNEL_OVERHEAD_S + cast_s
     per_gemm = np.maximum(g.flops / g.count / peak, g.bytes / g.count / mem) + KERNEL_OVERHEAD_S
-    return per_gemm * g.count
+    return per_gemm * g.count + cast_s
 
 
 def memory_time_s(p: Problem, num_bytes: np.ndarray) -> np.ndarray:
@@ -60,10 +74,11 @@ def layer_forward_times(p: Problem, batch: LayoutBatch, moe: bool) -> LayerTimes
     """Forward compute of one decoder layer (dense or MoE) on one device, one micro-batch."""
     gemms = F.attention_gemms(p, batch) + F.mlp_gemms(p, batch, moe)
     gemm_s = sum(gemm_time_s(p, g) for g in gemms)
+    router_s = moe_cost.MOE_EXTRA_KERNELS * KERNEL_OVERHEAD_S if moe else 0.0  # routing, permutation
     return LayerTimes(
         gemm_s=gemm_s,
         attention_s=attention_time_s(p, F.attention_core_flops(p, batch)),
-        elementwise_s=memory_time_s(p, F.elementwise_bytes(p, batch, moe)),
+        elementwise_s=memory_time_s(p, F.elementwise_bytes(p, batch, moe)) + router_s,
     )
 
 

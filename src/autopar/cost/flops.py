@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autopar.cost import moe as moe_cost
 from autopar.problem import Problem
 from autopar.strategy import LayoutBatch
 
@@ -24,12 +25,19 @@ BF16 = 2
 
 @dataclass
 class Gemm:
-    """``count`` GEMMs of shape (m x k) @ (k x n); m, n, k are arrays over layouts."""
+    """``count`` GEMMs of shape (m x k) @ (k x n); m, n, k are arrays over layouts.
+
+    ``fp8``: Transformer Engine runs linear layers in fp8 under fp8 training; the router (fp32
+    scores, Megatron ``--moe-router-dtype``) and the output layer stay in bf16 (Megatron keeps
+    the first/last layers' GEMMs out of ``fp8_autocast``; TE fp8 primer).
+    """
 
     m: np.ndarray
     n: np.ndarray
     k: np.ndarray
     count: np.ndarray | float = 1.0
+    fp8: bool = True  # a linear layer: runs in fp8 under --precision fp8 (router, output layer: no)
+    grouped: bool = False  # the ``count`` GEMMs are one grouped-GEMM kernel (MoE experts)
 
     @property
     def flops(self) -> np.ndarray:
@@ -52,33 +60,40 @@ def attention_gemms(p: Problem, batch: LayoutBatch) -> list[Gemm]:
     h = m.hidden_size
     if not m.mla:
         return [Gemm(n, (m.q_width + 2 * m.kv_width) / t, h), Gemm(n, h, m.v_width / t)]
+    # MLA (DeepSeek-V3 report sec. 2.1.1; Megatron-Core multi_latent_attention.py): the
+    # duplicated down-projections run on the rank's SP shard (all n tokens without SP).
     heads = m.num_attention_heads
+    n_shard = n / np.where(batch.sp, t, 1)
     ops = [
-        Gemm(n, m.kv_lora_rank + m.qk_rope_head_dim, h),  # kv down (replicated)
+        Gemm(n_shard, m.kv_lora_rank + m.qk_rope_head_dim, h),  # kv down (replicated)
         Gemm(n, heads * (m.qk_nope_head_dim + m.v_head_dim) / t, m.kv_lora_rank),  # kv up
         Gemm(n, h, m.v_width / t),  # output projection
     ]
     if m.q_lora_rank:
-        ops += [Gemm(n, m.q_lora_rank, h), Gemm(n, m.q_width / t, m.q_lora_rank)]
+        ops += [Gemm(n_shard, m.q_lora_rank, h), Gemm(n, m.q_width / t, m.q_lora_rank)]
     else:
         ops.append(Gemm(n, m.q_width / t, h))
     return ops
 
 
-def mlp_gemms(p: Problem, batch: LayoutBatch, moe: bool) -> list[Gemm]:
-    """Dense MLP, or router + routed experts (balanced routing) + shared experts."""
+def mlp_gemms(p: Problem, batch: LayoutBatch, moe: bool, imbalance: bool = True) -> list[Gemm]:
+    """Dense MLP, or router + routed experts + shared experts. Routed experts run on the busiest
+    rank's rows (``imbalance=False``: the balanced share, for model FLOPs)."""
     m, n, t = p.model, tokens(p, batch), batch.tp
     h = m.hidden_size
     up = 2 if m.gated_mlp else 1
 
-    def mlp(rows, ffn, shard, count=1.0):
-        return [Gemm(rows, up * ffn / shard, h, count), Gemm(rows, h, ffn / shard, count)]
+    def mlp(rows, ffn, shard, count=1.0, grouped=False):
+        return [Gemm(rows, up * ffn / shard, h, count, grouped=grouped),
+                Gemm(rows, h, ffn / shard, count, grouped=grouped)]
 
     if not moe:
         return mlp(n, m.ffn_hidden_size, t)
+    # Busiest expert rank: n*k*etp/tp token copies over its E/ep experts (autopar.cost.moe).
     local_experts = m.num_experts / batch.ep
-    rows_per_expert = n * m.num_experts_per_tok / local_experts
-    ops = [Gemm(n, m.num_experts, h)] + mlp(rows_per_expert, m.moe_ffn_hidden_size, batch.etp, local_experts)
+    rows_per_expert = moe_cost.expert_rows(p, batch, imbalance) / local_experts
+    router = Gemm(n / np.where(batch.sp, t, 1), m.num_experts, h, fp8=False)
+    ops = [router] + mlp(rows_per_expert, m.moe_ffn_hidden_size, batch.etp, local_experts, grouped=True)
     if m.shared_expert_ffn_hidden_size:
         ops += mlp(n, m.shared_expert_ffn_hidden_size, t)
     return ops
@@ -107,9 +122,12 @@ def elementwise_bytes(p: Problem, batch: LayoutBatch, moe: bool) -> np.ndarray:
     rope = 2 * n * (m.q_width + (m.q_width if m.mla else m.kv_width)) / t
     act_rw = 3 if m.gated_mlp else 2
     if moe:
-        k = m.num_experts_per_tok
-        ffn = act_rw * n * k * m.moe_ffn_hidden_size / batch.etp + act_rw * n * m.shared_expert_ffn_hidden_size / t
-        ffn = ffn + 2 * 2 * n * k * h
+        # Experts' activation on the busiest rank's rows; permute + unpermute (read + write of
+        # k copies of the SP shard each); router scores: about 3 fp32 passes (= 6 bf16 units).
+        k, n_shard = m.num_experts_per_tok, n / np.where(batch.sp, t, 1)
+        rows = moe_cost.expert_rows(p, batch)
+        ffn = act_rw * rows * m.moe_ffn_hidden_size / batch.etp + act_rw * n * m.shared_expert_ffn_hidden_size / t
+        ffn = ffn + 2 * 2 * n_shard * k * h + 6 * n_shard * m.num_experts
     else:
         ffn = act_rw * n * m.ffn_hidden_size / t
     softmax = 0.0 if p.train.flash_attention else 2 * 0.5 * n * p.train.seq_len * m.num_attention_heads / t
@@ -117,8 +135,8 @@ def elementwise_bytes(p: Problem, batch: LayoutBatch, moe: bool) -> np.ndarray:
 
 
 def logits_gemm(p: Problem, batch: LayoutBatch) -> Gemm:
-    """Output layer at the padded, vocab-parallel width."""
-    return Gemm(tokens(p, batch), p.padded_vocab(batch.tp) / batch.tp, p.model.hidden_size)
+    """Output layer at the padded, vocab-parallel width (bf16 even under fp8 training)."""
+    return Gemm(tokens(p, batch), p.padded_vocab(batch.tp) / batch.tp, p.model.hidden_size, fp8=False)
 
 
 def loss_bytes(p: Problem, batch: LayoutBatch) -> np.ndarray:
@@ -129,7 +147,12 @@ def loss_bytes(p: Problem, batch: LayoutBatch) -> np.ndarray:
 def model_flops_per_token(p: Problem) -> float:
     """Training FLOPs per token of the unsharded model, no recompute: 3 x forward (forward +
     2x backward), causal attention, the unpadded vocabulary. The numerator of MFU (PaLM,
-    Chowdhery et al. 2022, appendix B, with the attention term halved for causal masks)."""
+    Chowdhery et al. 2022, appendix B, with the attention term halved for causal masks).
+
+    MoE layers count the router, the shared experts and ``top-k`` routed experts per token
+    (active parameters only, balanced routing); MTP modules (DeepSeek-V3 sec. 2.2) add their
+    projection, one layer and one more output layer each, as Megatron's
+    ``num_floating_point_operations`` does."""
     one = LayoutBatch(**{k: np.ones(1, dtype=np.int64) for k in (
         "dp", "tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "zero", "recompute_layers", "num_microbatches")},
         sp=np.zeros(1, dtype=bool), recompute=np.zeros(1, dtype=np.int64))
@@ -138,7 +161,12 @@ def model_flops_per_token(p: Problem) -> float:
     m = p.model
     for i in range(m.num_layers):
         moe = m.is_moe_layer(i)
-        ops = attention_gemms(p, one) + mlp_gemms(p, one, moe)
+        ops = attention_gemms(p, one) + mlp_gemms(p, one, moe, imbalance=False)
         forward += float(sum(g.flops for g in ops)[0]) + float(attention_core_flops(p, one)[0])
     forward += 2.0 * seq * m.hidden_size * m.vocab_size
+    if m.mtp_num_layers:
+        last = attention_gemms(p, one) + mlp_gemms(p, one, m.is_moe_layer(m.num_layers - 1), imbalance=False)
+        per_mtp = float(sum(g.flops for g in last)[0]) + float(attention_core_flops(p, one)[0])
+        per_mtp += 2.0 * seq * 2 * m.hidden_size * m.hidden_size + 2.0 * seq * m.hidden_size * m.vocab_size
+        forward += m.mtp_num_layers * per_mtp
     return 3.0 * forward / seq

@@ -16,6 +16,10 @@ zero   meaning                      bytes per parameter (fp32 grads)
 N is dp*cp for dense parameters (Megatron's distributed optimizer shards over the DP x CP
 group) and the expert-data-parallel size world/(etp*ep*pp) for routed experts.
 
+fp8 training adds an fp8 copy and transpose of the linear weights (:mod:`autopar.cost.fp8`,
+counted in ``weights_bytes``). MoE dispatcher buffers (:mod:`autopar.cost.moe`) and the MTP
+block on the last stage (:mod:`autopar.cost.mtp`) add to the activations.
+
 Activations: :mod:`autopar.cost.activations` per layer and micro-batch, times the
 micro-batches a stage holds in flight under its schedule (Narayanan et al., SC'21, sec. 2.2.1:
 1F1B stage ``i`` holds ``pp - i``; interleaved rank ``i`` runs ``2*(pp-i-1) + (vpp-1)*pp + 1``
@@ -29,6 +33,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from autopar.cost import activations as act
+from autopar.cost import fp8
+from autopar.cost import moe as moe_cost
+from autopar.cost import mtp
 from autopar.cost.params import StageParams, layer_kinds, stage_params
 from autopar.cost.stage import Stages
 from autopar.problem import Problem
@@ -103,8 +110,9 @@ def stage_activation_bytes(p: Problem, batch: LayoutBatch, stages: Stages) -> np
     in_flight = in_flight_microbatches(batch, stages)
     first, last = stages.is_first(), stages.is_last(batch)
     embedding = np.where(first, np.minimum(batch.pp, batch.num_microbatches) * act.embedding_bytes(p, batch), 0.0)
-    output = np.where(last, act.output_bytes(p, batch), 0.0)
-    return in_flight * kept + working + embedding + output
+    output = np.where(last, act.output_bytes(p, batch) + mtp.activation_bytes(p, batch), 0.0)
+    dispatch = np.where(n_moe > 0, moe_cost.dispatcher_buffer_bytes(p, batch), 0.0)  # one MoE layer at a time
+    return in_flight * kept + working + embedding + output + dispatch
 
 
 def stage_memory(p: Problem, batch: LayoutBatch, stages: Stages) -> MemoryBreakdown:
@@ -120,7 +128,7 @@ def stage_memory(p: Problem, batch: LayoutBatch, stages: Stages) -> MemoryBreakd
     other = p.cluster.device.framework_overhead_bytes + gathered
     return MemoryBreakdown(
         params=params.total,
-        weights_bytes=dw + ew,
+        weights_bytes=dw + ew + fp8.extra_memory_bytes(p, batch, stages),
         grads_bytes=dg + eg,
         optimizer_bytes=do + eo,
         activations_bytes=stage_activation_bytes(p, batch, stages),

@@ -13,7 +13,8 @@ collectives of its parallel groups:
   exchanges forward and twice that backward (K/V and their gradients), overlapped with the
   attention kernels; only the excess is exposed.
 * EP: all-to-all dispatch and combine of the top-k token copies per MoE layer, forward and
-  backward.
+  backward, placed by the expert rank order (:mod:`autopar.cost.moe`); MTP layers on the last
+  stage (:mod:`autopar.cost.mtp`).
 * PP: one send of the stage output (sharded by SP) per micro-batch and direction.
 """
 
@@ -26,6 +27,8 @@ import numpy as np
 from autopar.cost import comm
 from autopar.cost import compute as C
 from autopar.cost import flops as F
+from autopar.cost import moe as moe_cost
+from autopar.cost import mtp
 from autopar.cost.params import StageParams, layer_kinds
 from autopar.cost.stage import Stages
 from autopar.problem import Problem
@@ -62,7 +65,7 @@ def stage_time(p: Problem, batch: LayoutBatch, stages: Stages) -> StageTime:
     first, last = stages.is_first(), stages.is_last(batch)
     layers_fwd = n_dense * dense.forward_s + n_moe * moe.forward_s
     extra_fwd = np.where(first, C.embedding_forward_time_s(p, batch), 0.0) + np.where(
-        last, C.output_forward_time_s(p, batch), 0.0)
+        last, C.output_forward_time_s(p, batch) + mtp.forward_s(p, batch), 0.0)
     forward = layers_fwd + extra_fwd
 
     full = batch.recompute == 2
@@ -97,10 +100,12 @@ def stage_time(p: Problem, batch: LayoutBatch, stages: Stages) -> StageTime:
     exposed_bwd = np.maximum(2 * ring - 2 * attn_fwd, 0.0)
     cp = np.where(batch.cp > 1, stages.layers * (exposed_fwd + exposed_bwd) + recomputed * exposed_fwd, 0.0)
 
-    # Expert parallel: dispatch + combine, forward and backward, per MoE layer.
+    # Expert parallel (autopar.cost.moe): dispatch + combine forward and backward per MoE layer
+    # (+ the etp gathers), the forward half again for recomputed MoE layers, the MTP layers.
     if m.is_moe:
-        a2a_bytes = F.BF16 * n_tokens * m.num_experts_per_tok * m.hidden_size
-        ep = n_moe * 4 * comm.all_to_all_s(p, a2a_bytes, batch.ep, batch.etp)
+        moe_recomputed = recomputed * n_moe / np.maximum(stages.layers, 1)
+        ep = (n_moe + 0.5 * moe_recomputed) * moe_cost.layer_comm_s(p, batch)
+        ep = ep + np.where(last, mtp.ep_comm_s(p, batch), 0.0)
     else:
         ep = np.zeros(len(batch))
     return StageTime(forward_s=forward, backward_s=2 * forward, recompute_s=recompute, tp_s=tp, cp_s=cp, ep_s=ep)

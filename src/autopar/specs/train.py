@@ -26,6 +26,15 @@ class TrainSpec(BaseModel):
     grad_dtype: Literal["fp32", "bf16"] = "fp32"
     flash_attention: bool = Field(default=True, description="fused attention: no s^2 activations")
     make_vocab_size_divisible_by: int = Field(default=128, gt=0, description="Megatron vocab padding unit (x tp)")
+    moe_token_imbalance: float = Field(
+        default=1.0, ge=1.0,
+        description="routed token copies on the busiest expert rank over the balanced share (1.0 = "
+        "balanced dropless routing, as Megatron's theoretical memory; C with "
+        "--moe-expert-capacity-factor C and padding); scales MoE expert activations, GEMMs and all-to-all")
+    fp8_param_storage: bool = Field(
+        default=False,
+        description="fp8 training keeps linear weights only in fp8 (Megatron --fp8-param-gather) "
+        "instead of bf16 weights plus an fp8 copy and its transpose")
     overlap_grad_reduce: bool = Field(default=True, description="DP gradient reduction and parameter "
                                       "gather overlapped with backward/forward (Megatron --overlap-grad-reduce)")
     tp_comm_overlap: bool = Field(default=False, description="TP collectives overlapped with GEMMs "

@@ -1,0 +1,88 @@
+"""fp8 training (Transformer Engine, Megatron ``--fp8-format hybrid``): what runs in fp8 and what
+it costs in memory.
+
+Time: only linear layers run on the fp8 tensor cores (TE ``Linear``/``LayerNormLinear``/
+``GroupedLinear`` inside ``fp8_autocast``); core attention (softmax and the two batched GEMMs),
+the router and the output layer stay in bf16 (TE "Using FP8 with Transformer Engine" primer;
+Megatron keeps the output layer out of fp8). Each fp8 GEMM quantises its activation input
+(``cast_transpose``: read bf16, write fp8 and its fp8 transpose for the backward pass).
+
+Memory (TE delayed scaling with bf16 parameters, Megatron's default): every linear weight keeps
+its bf16 master copy for the optimizer *and* an fp8 copy plus its fp8 transpose, cached for the
+step (TE ``Float8Tensor`` weight workspace): +2 B per linear parameter on the device, sharded
+like the weight. Scaling state: per fp8 GEMM, scale, inverse scale and an amax history of
+:data:`AMAX_HISTORY_LEN` fp32 values for its input, weight and gradient. With fp8 parameter
+storage (``--fp8-param-gather``) the weight lives only in fp8 (1 B + 1 B transpose = the bf16
+2 B), so nothing is added. Activations are counted in bf16 as for bf16 training (TE also keeps
+the bf16 norm outputs it recomputes from), so fp8 memory is never below bf16 memory.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+from autopar.cost.stage import Stages
+from autopar.problem import Problem
+from autopar.specs import ModelSpec
+from autopar.strategy import LayoutBatch
+
+FP8_WEIGHT_EXTRA_BYTES = 2  # fp8 copy + fp8 transpose of each linear weight
+AMAX_HISTORY_LEN = 1024  # TE DelayedScaling default amax_history_len
+SCALING_BYTES_PER_GEMM = 3 * (AMAX_HISTORY_LEN + 2) * 4  # input, weight, grad: history + scale + scale_inv
+CAST_BYTES_PER_ELEMENT = 4  # read bf16 (2) + write fp8 (1) + fp8 transpose (1)
+
+
+def gemm_precision(p: Problem, linear: bool) -> str:
+    """Tensor-core precision of a GEMM: fp8 only for linear layers under fp8 training.
+
+    Raises:
+        AutoparError: via ``DeviceSpec.peak`` when the device has no fp8 (A100).
+    """
+    if p.train.precision != "fp8":
+        return p.train.precision
+    return "fp8" if linear else "bf16"
+
+
+def cast_bytes(p: Problem, m, k, count, linear: bool):
+    """HBM traffic of quantising a GEMM's ``m x k`` input to fp8 (0 when not in fp8)."""
+    if p.train.precision != "fp8" or not linear:
+        return 0.0
+    return CAST_BYTES_PER_ELEMENT * m * k * count
+
+
+@lru_cache(maxsize=64)
+def _linear_prefix(model: ModelSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Prefix sums over layers of TP-split linear, replicated linear (MLA down-projections) and
+    routed-expert parameters. Norm weights, the router and biases are not fp8 GEMM weights; the
+    TP bucket's column biases are negligible and counted as linear."""
+    tp, rep, exp = [], [], []
+    h = model.hidden_size
+    mla_down = (h * model.q_lora_rank + h * (model.kv_lora_rank + model.qk_rope_head_dim)) if model.mla else 0
+    for i in range(model.num_layers):
+        lp = model.layer_params(i)
+        tp.append(lp.tp)
+        rep.append(mla_down)
+        exp.append(lp.experts)
+    cum = lambda xs: np.concatenate([[0.0], np.cumsum(np.asarray(xs, dtype=np.float64))])  # noqa: E731
+    return cum(tp), cum(rep), cum(exp)
+
+
+def linear_params(p: Problem, batch: LayoutBatch, stages: Stages) -> np.ndarray:
+    """Linear-layer parameters of the decoder layers on one device of each stage (embedding and
+    output layer excluded: they are not fp8 GEMMs). Llama-2-7B unsharded: 6.476e9 (case C-11)."""
+    tp, rep, exp = _linear_prefix(p.model)
+    end = stages.start + stages.layers
+    return ((tp[end] - tp[stages.start]) / batch.tp + (rep[end] - rep[stages.start])
+            + (exp[end] - exp[stages.start]) / (batch.ep * batch.etp))
+
+
+def extra_memory_bytes(p: Problem, batch: LayoutBatch, stages: Stages) -> np.ndarray:
+    """Bytes fp8 training adds on one device of each stage (module docstring); 0 for bf16/fp16."""
+    if p.train.precision != "fp8":
+        return np.zeros(len(batch))
+    copies = 0.0 if p.train.fp8_param_storage else FP8_WEIGHT_EXTRA_BYTES * linear_params(p, batch, stages)
+    m = p.model
+    gemms_per_layer = 4 + (2 if m.q_lora_rank else 0) + 2 * (m.num_experts / batch.ep if m.is_moe else 1)
+    return copies + SCALING_BYTES_PER_GEMM * gemms_per_layer * stages.layers

@@ -1,0 +1,131 @@
+"""Mixture-of-experts layers: routed tokens per device, their activations, GEMMs and all-to-all.
+
+Token flow of Megatron-Core's ``alltoall`` dispatcher (``megatron/core/transformer/moe/
+token_dispatcher.py``, ``MoEAlltoAllTokenDispatcher``; ``moe_layer.py``): each rank routes the
+``n/tp`` tokens of its sequence-parallel shard (MoE with tp > 1 requires SP, see the
+``moe_tp_needs_sp`` rule) to ``top-k`` experts, permutes the copies, exchanges them over the
+``ep`` group (all-to-all), all-gathers them over the ``etp`` group, runs the local experts as one
+grouped GEMM on a ``moe_ffn/etp`` slice, and reverses the path (reduce-scatter over ``etp``,
+all-to-all, unpermute with the routing probabilities).
+
+Per-device counts, with ``n = s/cp * mbs`` tokens of a micro-batch on one dense rank and ``k``
+= top-k, under balanced routing (every expert gets ``n_total * k / E`` copies):
+
+* token copies one expert-rank processes: ``rows = n * k * etp / tp`` (the ``dp*cp*tp`` dense
+  ranks of a stage hold ``dp*mbs*s`` tokens and form ``edp*ep*etp`` expert ranks; each copy is
+  seen by the ``etp`` ranks of its expert) - independent of ``ep``, so expert parallelism
+  shrinks expert weights, never these activations;
+* expert intermediate activations: ``rows * moe_ffn / etp = n * k * moe_ffn / tp``;
+* ``moe_token_imbalance`` (:class:`~autopar.specs.TrainSpec`, default 1.0 = balanced) scales
+  ``rows`` for the busiest rank: the memory and time peaks follow it. With Megatron's
+  ``--moe-expert-capacity-factor C --moe-pad-expert-input-to-capacity`` the factor is ``C``.
+
+Megatron-Core's own estimate (``megatron/training/theoretical_memory_usage.py``) uses the same
+balanced top-k count.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autopar.cost import comm
+from autopar.problem import Problem
+from autopar.strategy import LayoutBatch
+
+BF16 = 2
+FP32 = 4
+# Router, score function, top-k, aux-loss, permute/unpermute, sort/histogram, token-count
+# synchronisation of the alltoall dispatcher (a device-to-host copy): kernels per MoE layer
+# forward beyond the GEMMs (Megatron-Core ``router.py``, ``moe_utils.py``).
+MOE_EXTRA_KERNELS = 12
+# Grouped GEMM (CUTLASS / TE ``GroupedLinear``): each expert's rows are padded to the M tile.
+GROUPED_GEMM_TILE_ROWS = 128
+
+
+def tokens(p: Problem, batch: LayoutBatch) -> np.ndarray:
+    """Tokens of one micro-batch on one dense rank before SP: (s / cp) * mbs."""
+    return p.train.seq_len / batch.cp * batch.mbs
+
+
+def sp_shard(batch: LayoutBatch) -> np.ndarray:
+    return np.where(batch.sp, batch.tp, 1)
+
+
+def expert_rows(p: Problem, batch: LayoutBatch, imbalance: bool = True) -> np.ndarray:
+    """Token copies the busiest expert-rank processes per micro-batch: ``n*k*etp/tp * imbalance``
+    (module docstring); ``imbalance=False`` gives the balanced share."""
+    m = p.model
+    factor = p.train.moe_token_imbalance if imbalance else 1.0
+    return tokens(p, batch) * m.num_experts_per_tok * batch.etp / batch.tp * factor
+
+
+def routed_expert_bytes(p: Problem, batch: LayoutBatch) -> np.ndarray:
+    """Saved activations of the routed experts per MoE layer and micro-batch: the gathered fc1
+    input (``rows x h``) and the fc1 output / activation (SwiGLU: 2f in + f out = 6 B per unit of
+    width per row; GeLU 4 B) on the ``moe_ffn/etp`` slice. For ``k`` = 1 and tp = etp = 1 this is
+    exactly a dense MLP of width ``moe_ffn`` (Korthikanti et al. 2022, sec. 4.1)."""
+    m = p.model
+    rows = expert_rows(p, batch)
+    per_ffn = 6 if m.gated_mlp else 4
+    return BF16 * rows * m.hidden_size + per_ffn * rows * m.moe_ffn_hidden_size / batch.etp
+
+
+def moe_block_bytes(p: Problem, batch: LayoutBatch) -> np.ndarray:
+    """Everything a MoE layer's MLP block keeps besides its input norm: fp32 router logits and
+    scores (``2 x 4 x n*E`` on the SP shard), the routed experts, the combine input that
+    unpermute keeps to differentiate the probabilities (``k`` copies of the SP shard), and the
+    shared experts (a TP-split dense MLP of width ``shared_ffn``). Megatron-Core ``router.py``,
+    ``moe_utils.unpermute``, ``shared_experts.py``."""
+    m = p.model
+    n, shard = tokens(p, batch), sp_shard(batch)
+    per_ffn = 6 if m.gated_mlp else 4
+    router = 2 * FP32 * n * m.num_experts / shard
+    combine = BF16 * n * m.num_experts_per_tok * m.hidden_size / shard
+    shared = per_ffn * n * m.shared_expert_ffn_hidden_size / batch.tp
+    return router + routed_expert_bytes(p, batch) + combine + shared
+
+
+def dispatcher_buffer_bytes(p: Problem, batch: LayoutBatch) -> np.ndarray:
+    """Transient buffers of one MoE layer at a time (freed after it, so counted once per stage,
+    not per layer or micro-batch): the permuted copies sent by the all-to-all (``n*k/shard``
+    rows) and the expert output before its reduce-scatter and all-to-all back (``rows``)."""
+    if not p.model.is_moe:
+        return np.zeros(len(batch))
+    h = p.model.hidden_size
+    sent = tokens(p, batch) * p.model.num_experts_per_tok / sp_shard(batch)
+    return BF16 * h * (sent + expert_rows(p, batch))
+
+
+def expert_gemm_shapes(p: Problem, batch: LayoutBatch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(local experts, padded rows per local expert, useful rows per local expert) of the grouped
+    GEMM on the busiest rank; rows are padded to :data:`GROUPED_GEMM_TILE_ROWS` (tile
+    quantisation makes small per-expert GEMMs slow)."""
+    local = p.model.num_experts / batch.ep
+    rows = expert_rows(p, batch) / local
+    padded = np.ceil(rows / GROUPED_GEMM_TILE_ROWS) * GROUPED_GEMM_TILE_ROWS
+    return local, padded, rows
+
+
+def all_to_all_s(p: Problem, batch: LayoutBatch) -> np.ndarray:
+    """One all-to-all (dispatch or combine) of a MoE layer over the ``ep`` group.
+
+    Each rank sends its ``n*k/shard`` permuted copies of ``h`` (bf16), a ``1/ep`` share to each
+    member. Group placement follows Megatron's expert rank order ``tp-ep-dp-pp`` with ``etp`` in
+    place of ``tp`` (``parallel_state.initialize_model_parallel``: ``RankGenerator(tp=etp,
+    ep=ep, ...)``): ep members are ``etp`` ranks apart. Bytes to a member in the same fast domain
+    go over NVLink, bytes to other nodes over the rank's own NIC, concurrently
+    (:func:`autopar.cost.comm.all_to_all_s`).
+    """
+    m = p.model
+    num_bytes = BF16 * tokens(p, batch) * m.num_experts_per_tok * m.hidden_size / sp_shard(batch)
+    return comm.all_to_all_s(p, num_bytes * p.train.moe_token_imbalance, batch.ep, batch.etp)
+
+
+def layer_comm_s(p: Problem, batch: LayoutBatch) -> np.ndarray:
+    """EP and ETP communication of one MoE layer per micro-batch, forward + backward: dispatch
+    and combine all-to-alls both ways (4), and with ``etp > 1`` the all-gather / reduce-scatter
+    of the expert inputs and outputs over the etp group (4 more)."""
+    h = p.model.hidden_size
+    gathered = BF16 * expert_rows(p, batch) * h
+    etp = comm.all_gather_s(p, gathered, batch.etp, 1)
+    return 4 * all_to_all_s(p, batch) + 4 * etp
