@@ -16,7 +16,7 @@ from rich.console import Console
 
 from autopar.errors import AutoparError
 from autopar.problem import Problem
-from autopar.specs import TrainSpec, device_names, load_device, load_model, make_cluster
+from autopar.specs import TrainSpec, device_names, load_device, make_cluster
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Plan the parallel layout of LLM training before spending GPU hours.")
@@ -25,17 +25,23 @@ console = Console(width=None if sys.stdout.isatty() else 160)
 err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
 
 # Options shared by every command that needs a problem (model, cluster, batch).
-Model = Annotated[str, typer.Option("--model", "-m", help="HF config.json path or preset name (see README)")]
+Model = Annotated[Optional[str], typer.Option("--model", "-m", help="HF config.json path or preset name (see README)")]
+Script = Annotated[Optional[str], typer.Option("--script", help="Megatron-LM/MindSpeed-LLM launch script: model, batch, "
+                                               "cluster and layout as defaults (options given here win)")]
+VocabSize = Annotated[Optional[int], typer.Option("--vocab-size", help="vocabulary size when --script's tokenizer "
+                                                  "does not say")]
 Device = Annotated[Optional[str], typer.Option(help=f"device preset: {', '.join(device_names())}")]
-Nodes = Annotated[int, typer.Option(help="number of nodes")]
+Nodes = Annotated[Optional[int], typer.Option(help="number of nodes [default: script's, else 1]")]
 PerNode = Annotated[Optional[int], typer.Option("--devices-per-node", help="devices per node (default: the device's)")]
-Gbs = Annotated[int, typer.Option("--gbs", help="global batch size (sequences per step)")]
-SeqLen = Annotated[int, typer.Option("--seq-len", help="sequence length (tokens)")]
-Precision = Annotated[str, typer.Option(help="bf16 | fp16 | fp8")]
+Gbs = Annotated[Optional[int], typer.Option("--gbs", help="global batch size (sequences per step) [default: 1024]")]
+SeqLen = Annotated[Optional[int], typer.Option("--seq-len", help="sequence length (tokens) [default: 4096]")]
+Precision = Annotated[Optional[str], typer.Option(help="bf16 | fp16 | fp8 [default: bf16]")]
 DeviceFile = Annotated[Optional[str], typer.Option(help="YAML/JSON with device fields (and optional 'base: <preset>')")]
 DeviceSet = Annotated[Optional[list[str]], typer.Option(help="override a device field, KEY=VALUE (repeatable)")]
-Flash = Annotated[bool, typer.Option("--flash-attention/--no-flash-attention", help="fused attention (no s^2 memory)")]
-VocabPad = Annotated[int, typer.Option("--make-vocab-size-divisible-by", help="Megatron vocab padding unit")]
+Flash = Annotated[Optional[bool], typer.Option("--flash-attention/--no-flash-attention",
+                                                help="fused attention (no s^2 memory) [default: on]")]
+VocabPad = Annotated[Optional[int], typer.Option("--make-vocab-size-divisible-by",
+                                                 help="Megatron vocab padding unit [default: 128]")]
 Json = Annotated[bool, typer.Option("--json", help="print one JSON document instead of tables")]
 Margin = Annotated[float, typer.Option(help="memory margin: above (1-margin) x device memory is 'marginal'")]
 
@@ -60,15 +66,23 @@ def _positive(name: str, value: int) -> int:
     return value
 
 
-def _problem(model: str, device: str | None, nodes: int, devices_per_node: int | None, gbs: int, seq_len: int,
-             precision: str, device_file: str | None, device_set: list[str] | None, flash: bool,
-             vocab_pad: int) -> Problem:
+def _problem(model: str | None, device: str | None, nodes: int | None, devices_per_node: int | None,
+             gbs: int | None, seq_len: int | None, precision: str | None, device_file: str | None,
+             device_set: list[str] | None, flash: bool | None, vocab_pad: int | None, script: str | None = None,
+             vocab_size: int | None = None) -> Problem:
+    from autopar.specs.script import cli_defaults, model_for, read_script
+
+    plan = read_script(script) if script else None
+    v = cli_defaults(plan, dict(nodes=nodes, devices_per_node=devices_per_node, gbs=gbs, seq_len=seq_len,
+                                precision=precision, flash=flash, vocab_pad=vocab_pad))
+    nodes, devices_per_node, gbs, seq_len = v["nodes"], v["devices_per_node"], v["gbs"], v["seq_len"]
+    precision, flash, vocab_pad = v["precision"], v["flash"], v["vocab_pad"]
     if precision not in ("bf16", "fp16", "fp8"):
         raise AutoparError(f"--precision={precision!r}: allowed bf16, fp16, fp8")
     _positive("--gbs", gbs)
     _positive("--seq-len", seq_len)
     _positive("--make-vocab-size-divisible-by", vocab_pad)
-    spec = load_model(model)
+    spec = model_for(model, plan, vocab_size)
     dev = load_device(device, device_file, device_set)
     dev.peak(precision)  # unknown precision for this device: one clear error now
     cluster = make_cluster(dev, nodes, devices_per_node)
@@ -83,11 +97,14 @@ def _problem(model: str, device: str | None, nodes: int, devices_per_node: int |
 @app.command()
 @_user_errors
 def search(
-    model: Model, device: Device = None, nodes: Nodes = 1, devices_per_node: PerNode = None, gbs: Gbs = 1024,
-    seq_len: SeqLen = 4096, precision: Precision = "bf16", device_file: DeviceFile = None,
-    device_set: DeviceSet = None, flash_attention: Flash = True, vocab_pad: VocabPad = 128,
+    model: Model = None, device: Device = None, nodes: Nodes = None, devices_per_node: PerNode = None,
+    gbs: Gbs = None, seq_len: SeqLen = None, precision: Precision = None, device_file: DeviceFile = None,
+    device_set: DeviceSet = None, flash_attention: Flash = None, vocab_pad: VocabPad = None,
     top: Annotated[int, typer.Option(help="how many layouts to show")] = 10,
-    memory_margin: Margin = 0.10, as_json: Json = False,
+    memory_margin: Margin = 0.10, as_json: Json = False, script: Script = None, vocab_size: VocabSize = None,
+    write_script: Annotated[Optional[str], typer.Option(help="with --script: write it back with the best layout "
+                                                        "(--top N writes OUT.sh, OUT.2.sh, ...)")] = None,
+    report: Annotated[Optional[str], typer.Option(help="write result.json, PNG charts and report.html here")] = None,
 ) -> None:
     """Search every valid layout, drop those that do not fit, rank the rest by step time."""
     from autopar.export.megatron import megatron_args
@@ -95,72 +112,105 @@ def search(
     from autopar.search import search as run_search
 
     p = _problem(model, device, nodes, devices_per_node, gbs, seq_len, precision, device_file, device_set,
-                 flash_attention, vocab_pad)
+                 flash_attention, vocab_pad, script, vocab_size)
     if not 0 <= memory_margin < 1:
         raise AutoparError(f"--memory-margin={memory_margin}: must be in [0, 1)")
+    if write_script and not script:
+        raise AutoparError("--write-script needs --script (the launch script to rewrite)")
     result = run_search(p, _positive("--top", top), memory_margin)
     best = result.layouts[0]
+    if write_script:
+        from autopar.export.rewrite import write_scripts
+
+        for path in write_scripts(script, p, result, write_script):
+            err_console.print(f"wrote {path}", highlight=False)
+    if report:
+        from autopar.report.html import write_report
+
+        err_console.print(f"wrote {write_report(p, result, report)}", highlight=False)
     if as_json:
         doc = result.to_dict()
         doc["megatron_args"] = megatron_args(p, best.strategy)
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return
     console.print(f"[bold]{p.model.name}[/] ({p.model.num_params / 1e9:.1f} B params) on {p.cluster.num_nodes} x "
-                  f"{p.cluster.devices_per_node} {p.cluster.device.name}, gbs {gbs}, seq {seq_len}, {precision}")
+                  f"{p.cluster.devices_per_node} {p.cluster.device.name}, gbs {p.train.global_batch_size}, "
+                  f"seq {p.train.seq_len}, {p.train.precision}")
     console.print(search_table(result))
     console.print(search_summary(result), highlight=False)
     console.print("\n[bold]Megatron-LM arguments for #1:[/]")
     console.print(megatron_args(p, best.strategy), highlight=False, soft_wrap=True)
 
 
-@app.command()
-@_user_errors
-def estimate(
-    model: Model, device: Device = None, nodes: Nodes = 1, devices_per_node: PerNode = None, gbs: Gbs = 1024,
-    seq_len: SeqLen = 4096, precision: Precision = "bf16", device_file: DeviceFile = None,
-    device_set: DeviceSet = None, flash_attention: Flash = True, vocab_pad: VocabPad = 128,
-    tp: int = 1, pp: int = 1, dp: Annotated[Optional[int], typer.Option(help="default: world/(tp*pp*cp)")] = None,
-    cp: int = 1, vpp: int = 1, ep: int = 1,
-    etp: Annotated[Optional[int], typer.Option(help="expert TP (default: tp)")] = None,
-    mbs: int = 1, zero: Annotated[int, typer.Option(help="0-3; 1 = Megatron distributed optimizer")] = 1,
-    sp: Annotated[bool, typer.Option("--sp/--no-sp", help="Megatron sequence parallelism")] = False,
-    recompute: Annotated[str, typer.Option(help="none | selective | full")] = "none",
-    recompute_layers: Annotated[Optional[int], typer.Option(help="full recompute: layers per chunk")] = None,
-    schedule: Annotated[Optional[str], typer.Option(help="1f1b | interleaved (default from vpp)")] = None,
-    layers_per_stage: Annotated[Optional[str], typer.Option(help="explicit split, e.g. 7,8,8,7")] = None,
-    memory_margin: Margin = 0.10, as_json: Json = False,
-) -> None:
-    """Estimate memory (per stage) and step time (with breakdown) of one explicit layout."""
+# Layout options of ``estimate`` and ``export`` (None = the script's value, else the default shown).
+Tp = Annotated[Optional[int], typer.Option("--tp", help="tensor parallel [default: 1]")]
+Pp = Annotated[Optional[int], typer.Option("--pp", help="pipeline stages [default: 1]")]
+Dp = Annotated[Optional[int], typer.Option("--dp", help="default: world/(tp*pp*cp)")]
+Cp = Annotated[Optional[int], typer.Option("--cp", help="context parallel [default: 1]")]
+Vpp = Annotated[Optional[int], typer.Option("--vpp", help="virtual stages per pipeline rank [default: 1]")]
+Ep = Annotated[Optional[int], typer.Option("--ep", help="expert parallel [default: 1]")]
+Etp = Annotated[Optional[int], typer.Option("--etp", help="expert TP (default: tp)")]
+Mbs = Annotated[Optional[int], typer.Option("--mbs", help="micro-batch size [default: 1]")]
+Zero = Annotated[Optional[int], typer.Option("--zero", help="0-3; 1 = Megatron distributed optimizer [default: 1]")]
+Sp = Annotated[Optional[bool], typer.Option("--sp/--no-sp", help="Megatron sequence parallelism [default: off]")]
+RecomputeOpt = Annotated[Optional[str], typer.Option("--recompute", help="none | selective | full [default: none]")]
+RecomputeLayers = Annotated[Optional[int], typer.Option("--recompute-layers", help="full recompute: layers per chunk")]
+ScheduleOpt = Annotated[Optional[str], typer.Option("--schedule", help="1f1b | interleaved (default from vpp)")]
+LayersPerStage = Annotated[Optional[str], typer.Option("--layers-per-stage", help="explicit split, e.g. 7,8,8,7")]
+
+
+def _strategy(p: Problem, script: str | None, layout: dict[str, Any], dp: int | None, schedule: str | None):
+    """The explicit layout: options given, else the script's layout, else the defaults."""
     from pydantic import ValidationError
 
     from autopar.errors import from_validation_error
-    from autopar.estimate import estimate as run_estimate
-    from autopar.report.table import print_estimate
+    from autopar.specs.script import layout_defaults, read_script
     from autopar.strategy import Strategy
 
-    p = _problem(model, device, nodes, devices_per_node, gbs, seq_len, precision, device_file, device_set,
-                 flash_attention, vocab_pad)
-    for name, value in [("--tp", tp), ("--pp", pp), ("--cp", cp), ("--vpp", vpp), ("--ep", ep), ("--mbs", mbs)]:
-        _positive(name, value)
-    if dp is None:
-        if p.world_size % (tp * pp * cp):
-            raise AutoparError(f"tp*pp*cp = {tp * pp * cp} does not divide the world size {p.world_size}")
-        dp = p.world_size // (tp * pp * cp)
-    split = None
-    if layers_per_stage:
+    split = layout.pop("layers_per_stage")
+    if split:
         try:
-            split = tuple(int(x) for x in layers_per_stage.split(","))
+            layout["layers_per_stage"] = tuple(int(x) for x in split.split(","))
         except ValueError:
-            raise AutoparError(f"--layers-per-stage={layers_per_stage!r}: expected integers like 7,8,8,7") from None
+            raise AutoparError(f"--layers-per-stage={split!r}: expected integers like 7,8,8,7") from None
+    else:
+        layout["layers_per_stage"] = None
+    lay = layout_defaults(read_script(script) if script else None, layout)
+    for name in ("tp", "pp", "cp", "vpp", "ep", "mbs"):
+        _positive(f"--{name}", lay[name])
+    model_size = lay["tp"] * lay["pp"] * lay["cp"]
+    if dp is None:
+        if p.world_size % model_size:
+            raise AutoparError(f"tp*pp*cp = {model_size} does not divide the world size {p.world_size}")
+        dp = p.world_size // model_size
     try:
-        strategy = Strategy(dp=dp, tp=tp, pp=pp, cp=cp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, sp=sp, zero=zero,
-                            recompute=recompute, recompute_layers=recompute_layers,
-                            schedule=schedule or ("interleaved" if vpp > 1 else "1f1b"), layers_per_stage=split)
+        return Strategy(dp=dp, schedule=schedule or ("interleaved" if lay["vpp"] > 1 else "1f1b"), **lay)
     except ValidationError as err:
         raise from_validation_error(err, "layout") from None
-    result = run_estimate(p, strategy, memory_margin)
+
+
+@app.command()
+@_user_errors
+def estimate(
+    model: Model = None, device: Device = None, nodes: Nodes = None, devices_per_node: PerNode = None,
+    gbs: Gbs = None, seq_len: SeqLen = None, precision: Precision = None, device_file: DeviceFile = None,
+    device_set: DeviceSet = None, flash_attention: Flash = None, vocab_pad: VocabPad = None,
+    tp: Tp = None, pp: Pp = None, dp: Dp = None, cp: Cp = None, vpp: Vpp = None, ep: Ep = None, etp: Etp = None,
+    mbs: Mbs = None, zero: Zero = None, sp: Sp = None, recompute: RecomputeOpt = None,
+    recompute_layers: RecomputeLayers = None, schedule: ScheduleOpt = None, layers_per_stage: LayersPerStage = None,
+    memory_margin: Margin = 0.10, as_json: Json = False, script: Script = None, vocab_size: VocabSize = None,
+) -> None:
+    """Estimate memory (per stage) and step time (with breakdown) of one explicit layout."""
+    from autopar.estimate import estimate as run_estimate
+    from autopar.report.table import print_estimate
+
+    p = _problem(model, device, nodes, devices_per_node, gbs, seq_len, precision, device_file, device_set,
+                 flash_attention, vocab_pad, script, vocab_size)
+    layout = dict(tp=tp, pp=pp, cp=cp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, zero=zero, sp=sp, recompute=recompute,
+                  recompute_layers=recompute_layers, layers_per_stage=layers_per_stage)
+    result = run_estimate(p, _strategy(p, script, layout, dp, schedule), memory_margin)
     if as_json:
-        sys.stdout.write(json.dumps(result.to_dict(gbs), indent=2) + "\n")
+        sys.stdout.write(json.dumps(result.to_dict(p.train.global_batch_size), indent=2) + "\n")
         return
     print_estimate(console, result)
 
@@ -192,3 +242,45 @@ def validate(
     results, paths = run_validation(csv_path or DEFAULT_CSV.resolve(), out)
     console.print(paths["accuracy"].read_text(), highlight=False, markup=False)
     console.print(f"wrote {', '.join(str(p) for p in paths.values())}", highlight=False)
+
+
+@app.command()
+@_user_errors
+def export(
+    fmt: Annotated[str, typer.Option("--format", help="megatron | mindspeed | torchtitan | deepspeed | galvatron | sapp")],
+    from_result: Annotated[Optional[str], typer.Option("--from", help="search result JSON (autopar search --json "
+                                                       "or --report's result.json)")] = None,
+    rank: Annotated[int, typer.Option("--rank", help="which layout of --from, 1 = best")] = 1,
+    out: Annotated[Optional[str], typer.Option("--out", help="write here instead of stdout")] = None,
+    model: Model = None, device: Device = None, nodes: Nodes = None, devices_per_node: PerNode = None,
+    gbs: Gbs = None, seq_len: SeqLen = None, precision: Precision = None, device_file: DeviceFile = None,
+    device_set: DeviceSet = None, flash_attention: Flash = None, vocab_pad: VocabPad = None,
+    tp: Tp = None, pp: Pp = None, dp: Dp = None, cp: Cp = None, vpp: Vpp = None, ep: Ep = None, etp: Etp = None,
+    mbs: Mbs = None, zero: Zero = None, sp: Sp = None, recompute: RecomputeOpt = None,
+    recompute_layers: RecomputeLayers = None, schedule: ScheduleOpt = None, layers_per_stage: LayersPerStage = None,
+    script: Script = None, vocab_size: VocabSize = None,
+) -> None:
+    """Write one layout as a framework config: a search result's (--from, --rank) or an explicit one."""
+    from pathlib import Path
+
+    from autopar.export import WRITERS
+    from autopar.export.result import strategy_from_result
+    from autopar.rules import check_strategy
+
+    if fmt not in WRITERS:
+        raise AutoparError(f"--format={fmt!r}: allowed {', '.join(WRITERS)}")
+    p = _problem(model, device, nodes, devices_per_node, gbs, seq_len, precision, device_file, device_set,
+                 flash_attention, vocab_pad, script, vocab_size)
+    layout = dict(tp=tp, pp=pp, cp=cp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, zero=zero, sp=sp, recompute=recompute,
+                  recompute_layers=recompute_layers, layers_per_stage=layers_per_stage)
+    if from_result:
+        strategy = strategy_from_result(from_result, rank, p)
+    else:
+        strategy = _strategy(p, script, layout, dp, schedule)
+    check_strategy(p, strategy)
+    text = WRITERS[fmt](p, strategy)
+    if out:
+        Path(out).write_text(text)
+        err_console.print(f"wrote {out}", highlight=False)
+    else:
+        sys.stdout.write(text)

@@ -4,15 +4,16 @@ Flag names and rules: ``shared/reference/ecosystem.md`` sections 1.2, 1.3 and 1.
 ``core_v0.15.0`` / main). The expert TP size is always written out (its default silently
 follows tp); uneven pipeline splits use ``--decoder-first/last-pipeline-num-layers``;
 interleaving uses ``--num-virtual-stages-per-pipeline-rank`` (the form that works with uneven
-splits too); ZeRO-2/3 map to Megatron FSDP sharding strategies.
+splits too); ZeRO-2/3 map to Megatron FSDP sharding strategies. The flag table itself is in
+:mod:`autopar.export.layout_flags`, shared with MindSpeed-LLM and the script rewriter.
 """
 
 from __future__ import annotations
 
+from autopar.export.layout_flags import Dialect, flag_words, layout_flags
+from autopar.export.layout_flags import needs_max_connections_env as needs_env
 from autopar.problem import Problem
 from autopar.strategy import Strategy
-
-_FSDP_STRATEGY = {2: "optim_grads", 3: "optim_grads_params"}
 
 
 def model_args(p: Problem) -> list[str]:
@@ -42,56 +43,75 @@ def model_args(p: Problem) -> list[str]:
     if m.max_position_embeddings:
         args.append(f"--max-position-embeddings {max(m.max_position_embeddings, p.train.seq_len)}")
     args.append(f"--vocab-size {m.vocab_size} --make-vocab-size-divisible-by {p.train.make_vocab_size_divisible_by}")
+    if not m.dropout:
+        args.append("--attention-dropout 0.0 --hidden-dropout 0.0")
     if m.is_moe:
         args.append(f"--num-experts {m.num_experts} --moe-router-topk {m.num_experts_per_tok} "
                     f"--moe-ffn-hidden-size {m.moe_ffn_hidden_size} --moe-grouped-gemm "
                     "--moe-token-dispatcher-type alltoall")
+        if len(m.moe_layers) != m.num_layers:
+            pattern = "".join("1" if m.is_moe_layer(i) else "0" for i in range(m.num_layers))
+            args.append(f'--moe-layer-freq "[{",".join(pattern)}]"')
+        if m.shared_expert_ffn_hidden_size:
+            args.append(f"--moe-shared-expert-intermediate-size {m.shared_expert_ffn_hidden_size}")
+        if m.router_bias:
+            args.append("--moe-router-enable-expert-bias")
+    if m.mla:
+        q_lora = f"--q-lora-rank {m.q_lora_rank} " if m.q_lora_rank else ""
+        args.append(f"--multi-latent-attention {q_lora}--kv-lora-rank {m.kv_lora_rank} "
+                    f"--qk-head-dim {m.qk_nope_head_dim} --qk-pos-emb-head-dim {m.qk_rope_head_dim} "
+                    f"--v-head-dim {m.v_head_dim}")
+    if m.mtp_num_layers:
+        args.append(f"--mtp-num-layers {m.mtp_num_layers}")
     return args
 
 
-def parallel_args(p: Problem, s: Strategy) -> list[str]:
-    """Parallel layout, batch, recompute and optimizer-sharding flags."""
-    args = [
-        f"--tensor-model-parallel-size {s.tp}",
-        f"--pipeline-model-parallel-size {s.pp}",
-        f"--context-parallel-size {s.cp}",
-    ]
-    if p.model.is_moe:
-        args.append(f"--expert-model-parallel-size {s.ep} --expert-tensor-parallel-size {s.expert_tp}")
-    if s.sp:
-        args.append("--sequence-parallel")
-    if s.vpp > 1:
-        args.append(f"--num-virtual-stages-per-pipeline-rank {s.vpp}")
-    split = s.layers_per_stage
-    if split and s.pp > 1 and len(set(split)) > 1:
-        args.append(f"--decoder-first-pipeline-num-layers {split[0]} --decoder-last-pipeline-num-layers {split[-1]}")
-    args.append(f"--micro-batch-size {s.mbs} --global-batch-size {p.train.global_batch_size}")
+def parallel_args(p: Problem, s: Strategy, dialect: Dialect = "megatron") -> list[str]:
+    """Parallel layout, batch, recompute and optimizer-sharding flags, then sequence length,
+    precision and attention kernel (:func:`autopar.export.layout_flags.layout_flags`).
+
+    Raises:
+        AutoparError: the layout cannot be expressed in ``dialect``.
+    """
+    args = flag_words(layout_flags(p, s, dialect))
     args.append(f"--seq-length {p.train.seq_len}")
-    if s.zero == 1:
-        args.append("--use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather")
-    elif s.zero >= 2:
-        args.append(f"--use-megatron-fsdp --data-parallel-sharding-strategy {_FSDP_STRATEGY[s.zero]} "
-                    "--overlap-grad-reduce --overlap-param-gather")
-    if s.recompute == "selective":
-        args.append("--recompute-granularity selective")
-    elif s.recompute == "full":
-        method = "block" if s.recompute_layers else "uniform"
-        args.append(f"--recompute-granularity full --recompute-method {method} "
-                    f"--recompute-num-layers {s.recompute_layers or 1}")
     args.append("--" + p.train.precision if p.train.precision != "fp8" else "--bf16 --fp8-format hybrid")
     if p.train.flash_attention:
-        args.append("--attention-backend auto")
+        args.append("--attention-backend auto" if dialect == "megatron" else "--use-flash-attn")
     return args
 
 
 def needs_max_connections_env(p: Problem, s: Strategy) -> bool:
     """Megatron asserts ``CUDA_DEVICE_MAX_CONNECTIONS=1`` when tp > 1 or cp > 1 (pre-Blackwell)."""
-    return s.tp > 1 or s.cp > 1
+    return needs_env(s)
 
 
-def megatron_args(p: Problem, s: Strategy) -> str:
-    """All flags, one per line with shell continuations, ready to paste into a launch script."""
-    lines = parallel_args(p, s) + model_args(p)
+def megatron_args(p: Problem, s: Strategy, dialect: Dialect = "megatron", extra: tuple[str, ...] = ()) -> str:
+    """All flags, one per line with shell continuations, ready to paste into a launch script.
+
+    Raises:
+        AutoparError: the layout cannot be expressed in ``dialect``.
+    """
+    lines = parallel_args(p, s, dialect) + model_args(p) + list(extra)
     body = " \\\n    ".join(lines)
     env = "export CUDA_DEVICE_MAX_CONNECTIONS=1\n" if needs_max_connections_env(p, s) else ""
     return f"{env}    {body}"
+
+
+def launch_script(p: Problem, s: Strategy, dialect: Dialect = "megatron", extra: tuple[str, ...] = ()) -> str:
+    """A minimal launch script: the env export Megatron asserts, then ``torchrun`` with the
+    cluster shape and every flag. Data, tokenizer and checkpoint flags are the user's to add.
+
+    Raises:
+        AutoparError: the layout cannot be expressed in ``dialect``.
+    """
+    args = megatron_args(p, s, dialect, extra)
+    env, _, body = args.partition("\n") if args.startswith("export") else ("", "", args)
+    head = "#!/bin/bash\n" + (env + "\n" if env else "")
+    return (f"{head}torchrun --nnodes {p.cluster.num_nodes} --nproc_per_node {p.cluster.devices_per_node} "
+            f"pretrain_gpt.py \\\n{body}\n")
+
+
+def write(p: Problem, s: Strategy) -> str:
+    """The ``megatron`` export format: :func:`launch_script` for Megatron-LM."""
+    return launch_script(p, s, "megatron")

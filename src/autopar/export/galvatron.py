@@ -1,0 +1,90 @@
+"""Galvatron (Hetu-Galvatron) JSON strategy: per-layer encodings of one uniform layout.
+
+Keys, read from Hetu-Galvatron's runtime configs and tests (``galvatron/core``,
+``tests/``): ``pp_deg``, ``pp_division`` ("a,b,..." layers per stage), ``chunks``
+(micro-batches), ``global_bsz``, ``pipeline_type`` (``pipedream_flush`` = 1F1B), per layer
+comma strings ``tp_sizes_enc``, ``tp_consecutive_flags``, ``cp_sizes_enc``, ``dp_types_enc``
+(1 = that layer uses ZeRO-3/FSDP), ``use_sp`` (Ulysses instead of TP; 0 here, Megatron SP is
+Galvatron's runtime ``--sequence-parallel``), ``checkpoint`` (full recompute of the layer),
+``ep_sizes_enc``/``tp_of_ep_sizes_enc`` for MoE, ``default_dp_type`` (``ddp``/``zero2``/``zero3``),
+``vtp``/``vsp`` (vocabulary TP / Ulysses) and ``embed_sdp``. Refused: ZeRO-1 (not a Galvatron
+data-parallel type), selective recompute (Galvatron checkpoints whole layers), interleaved
+pipelines (no VPP in Galvatron).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from autopar.errors import AutoparError
+from autopar.export.layout_flags import stage_layers
+from autopar.problem import Problem
+from autopar.strategy import Strategy
+
+_DP_TYPE = {0: "ddp", 2: "zero2", 3: "zero2"}  # zero 3 = zero2 default + per-layer fsdp flag 1
+
+
+def _checkpointed(p: Problem, s: Strategy) -> list[int]:
+    """Per-layer recompute flags: all layers, or the first N of every stage (Megatron ``block``)."""
+    if s.recompute != "full":
+        return [0] * p.model.num_layers
+    flags: list[int] = []
+    for n in stage_layers(p, s):
+        k = min(n, s.recompute_layers or n)
+        flags += [1] * k + [0] * (n - k)
+    return flags
+
+
+def config(p: Problem, s: Strategy) -> dict[str, Any]:
+    """The Galvatron strategy dict.
+
+    Raises:
+        AutoparError: ZeRO-1, selective recompute or vpp > 1 (see the module docstring).
+    """
+    why = None
+    if s.zero == 1:
+        why = "zero=1: Galvatron's data-parallel types are ddp, zero2 and zero3"
+    elif s.recompute == "selective":
+        why = "selective recompute: Galvatron checkpoints whole layers"
+    elif s.vpp > 1:
+        why = f"vpp={s.vpp}: Galvatron has no interleaved pipeline schedule"
+    if why:
+        raise AutoparError(f"Galvatron cannot express this layout: {why}")
+    n = p.model.num_layers
+    enc = lambda v: ",".join([str(v)] * n)  # noqa: E731
+    doc: dict[str, Any] = {
+        "pp_deg": s.pp, "pp_division": ",".join(map(str, stage_layers(p, s))),
+        "chunks": s.num_microbatches(p.train.global_batch_size), "global_bsz": p.train.global_batch_size,
+        "pipeline_type": "pipedream_flush", "tp_sizes_enc": enc(s.tp), "tp_consecutive_flags": enc(1),
+        "cp_sizes_enc": enc(s.cp), "dp_types_enc": enc(1 if s.zero == 3 else 0), "use_sp": enc(0),
+        "checkpoint": ",".join(map(str, _checkpointed(p, s))), "default_dp_type": _DP_TYPE[s.zero],
+        "vtp": s.tp, "vsp": 0, "embed_sdp": int(s.zero == 3),
+    }
+    if p.model.is_moe:
+        doc.update(ep_sizes_enc=enc(s.ep), tp_of_ep_sizes_enc=enc(s.expert_tp))
+    return doc
+
+
+def write(p: Problem, s: Strategy) -> str:
+    """The ``galvatron`` export format (JSON text)."""
+    return json.dumps(config(p, s), indent=2) + "\n"
+
+
+def check(doc: dict[str, Any], world_size: int, num_layers: int) -> list[str]:
+    """Consistency Galvatron's runtime relies on: one entry per layer, the division sums to the
+    layers over ``pp_deg`` stages, the grid divides the world, chunks divide the batch."""
+    bad = []
+    per_layer = [k for k in ("tp_sizes_enc", "tp_consecutive_flags", "cp_sizes_enc", "dp_types_enc", "use_sp",
+                             "checkpoint") if len(str(doc[k]).split(",")) != num_layers]
+    if per_layer:
+        bad.append(f"per-layer lists of the wrong length: {per_layer}")
+    division = [int(x) for x in doc["pp_division"].split(",")]
+    if len(division) != doc["pp_deg"] or sum(division) != num_layers:
+        bad.append(f"pp_division {division} for pp_deg {doc['pp_deg']}")
+    tp, cp = int(doc["tp_sizes_enc"].split(",")[0]), int(doc["cp_sizes_enc"].split(",")[0])
+    if world_size % (doc["pp_deg"] * tp * cp):
+        bad.append("pp_deg*tp*cp does not divide the world size")
+    if doc["global_bsz"] % doc["chunks"]:
+        bad.append("chunks does not divide global_bsz")
+    return bad

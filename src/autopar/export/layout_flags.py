@@ -1,0 +1,160 @@
+"""The parallel, batch and recompute flags of a layout, for Megatron-LM and MindSpeed-LLM.
+
+One table serves both the argument writers (:mod:`autopar.export.megatron`,
+:mod:`autopar.export.mindspeed`) and the script rewriter (:mod:`autopar.export.rewrite`):
+:func:`layout_flags` maps every flag autopar owns to its value for a layout: a string (flag
+with that value), ``True`` (a switch that must be present), ``None`` (must be absent) or
+:data:`KEEP` (the user's choice is kept; the writer omits it). Flag names: ecosystem.md 1.2
+(Megatron-LM ``core_v0.15.0``/main) and 2 (MindSpeed-LLM). A renamed flag is a change here only.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from autopar.errors import AutoparError
+from autopar.problem import Problem
+from autopar.strategy import Strategy, default_layers_per_stage
+
+Dialect = Literal["megatron", "mindspeed"]
+FlagValue = str | bool | None
+KEEP = "keep"  # a sentinel distinct from every real flag value
+
+# Flags without a value (store_true switches); every other flag in the table takes one.
+SWITCHES = frozenset({
+    "--sequence-parallel", "--tp-comm-overlap", "--no-overlap-p2p-communication", "--use-distributed-optimizer",
+    "--use-megatron-fsdp", "--overlap-grad-reduce", "--overlap-param-gather", "--recompute-activations",
+    "--distribute-saved-activations", "--use-torch-fsdp2", "--overlap-param-gather-with-optimizer-step",
+    "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split",
+    "--recompute-activation-function", "--recompute-norm",
+})
+# Megatron FSDP sharding strategy per ZeRO stage (ecosystem.md 1.2, ``--data-parallel-sharding-strategy``).
+FSDP_STRATEGY = {2: "optim_grads", 3: "optim_grads_params"}
+# Recompute flags autopar does not model; MindSpeed-LLM's partial recompute (ecosystem.md 2).
+_ALWAYS_ABSENT = ("--recompute-activations", "--distribute-saved-activations", "--use-torch-fsdp2",
+                  "--overlap-param-gather-with-optimizer-step", "--pipeline-model-parallel-layout",
+                  "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split")
+_MINDSPEED_RECOMPUTE = ("--recompute-activation-function", "--recompute-activation-function-num-layers",
+                        "--recompute-norm", "--recompute-norm-num-layers")
+
+
+def stage_layers(p: Problem, s: Strategy) -> tuple[int, ...]:
+    """The layout's layers per pipeline stage (its explicit split or the default one)."""
+    split = s.layers_per_stage or default_layers_per_stage(p.model.num_layers, s.pp)
+    return tuple(split or (p.model.num_layers,))
+
+
+def _split_flags(p: Problem, s: Strategy, dialect: Dialect) -> dict[str, FlagValue]:
+    """Pipeline split: Megatron first/last stage counts (ecosystem.md 1.3 rules 18, 21) or
+    MindSpeed ``--num-layer-list`` (section 2), and the VPP flag each accepts.
+
+    Raises:
+        AutoparError: a split the dialect cannot express.
+    """
+    split = stage_layers(p, s)
+    uneven = len(set(split)) > 1
+    flags: dict[str, FlagValue] = {"--decoder-first-pipeline-num-layers": None,
+                                   "--decoder-last-pipeline-num-layers": None, "--num-layer-list": None,
+                                   "--num-virtual-stages-per-pipeline-rank": None,
+                                   "--num-layers-per-virtual-pipeline-stage": None}
+    if dialect == "mindspeed":
+        if uneven and s.vpp > 1:
+            raise AutoparError(f"MindSpeed-LLM: --num-layer-list cannot be combined with virtual pipeline stages "
+                               f"(vpp={s.vpp}); split {','.join(map(str, split))} is uneven")
+        if uneven:
+            flags["--num-layer-list"] = ",".join(map(str, split))
+        elif s.vpp > 1:
+            flags["--num-layers-per-virtual-pipeline-stage"] = str(split[0] // s.vpp)
+        return flags
+    if uneven:
+        middle = split[1:-1]
+        if len(set(middle)) > 1:
+            raise AutoparError(f"Megatron-LM: split {','.join(map(str, split))} has unequal middle stages; only the "
+                               "first and last stage counts can differ (--decoder-first/last-pipeline-num-layers)")
+        flags["--decoder-first-pipeline-num-layers"] = str(split[0])
+        flags["--decoder-last-pipeline-num-layers"] = str(split[-1])
+    if s.vpp > 1:
+        flags["--num-virtual-stages-per-pipeline-rank"] = str(s.vpp)
+    return flags
+
+
+def _zero_flags(s: Strategy, dialect: Dialect) -> dict[str, FlagValue]:
+    """Optimizer sharding and DP overlap (ecosystem.md 1.2; rule 28: param-gather overlap needs
+    the distributed optimizer and grad-reduce overlap).
+
+    Raises:
+        AutoparError: ZeRO-2/3 for MindSpeed-LLM (no Megatron FSDP there).
+    """
+    if s.zero >= 2 and dialect == "mindspeed":
+        raise AutoparError(f"MindSpeed-LLM: zero={s.zero} needs Megatron FSDP, which MindSpeed-LLM does not offer; "
+                           "use zero 0 or 1 (--use-distributed-optimizer)")
+    sharded = s.zero >= 1
+    return {
+        "--use-distributed-optimizer": s.zero == 1 or None,
+        "--use-megatron-fsdp": s.zero >= 2 or None,
+        "--data-parallel-sharding-strategy": FSDP_STRATEGY.get(s.zero),
+        "--overlap-grad-reduce": sharded or None,
+        "--overlap-param-gather": sharded or None,
+    }
+
+
+def _recompute_flags(s: Strategy, dialect: Dialect) -> dict[str, FlagValue]:
+    """Recompute (ecosystem.md 1.3 rule 24: ``full`` needs method and num-layers, ``selective``
+    forbids both). ``full`` with ``recompute_layers`` N is ``block`` N, else ``uniform`` 1."""
+    full = s.recompute == "full"
+    flags: dict[str, FlagValue] = {
+        "--recompute-granularity": None if s.recompute == "none" else s.recompute,
+        "--recompute-method": ("block" if s.recompute_layers else "uniform") if full else None,
+        "--recompute-num-layers": str(s.recompute_layers or 1) if full else None,
+        "--recompute-modules": KEEP if s.recompute == "selective" else None,
+    }
+    if dialect == "mindspeed":
+        flags.update(dict.fromkeys(_MINDSPEED_RECOMPUTE))
+    return flags
+
+
+def layout_flags(p: Problem, s: Strategy, dialect: Dialect = "megatron") -> dict[str, FlagValue]:
+    """Every parallel / batch / recompute flag for layout ``s`` (see the module docstring).
+
+    Raises:
+        AutoparError: the layout cannot be expressed in ``dialect`` (the reason is named).
+    """
+    if dialect == "mindspeed" and p.train.precision == "fp8":
+        raise AutoparError("MindSpeed-LLM: fp8 training is not available on Ascend; use bf16 or fp16")
+    moe = p.model.is_moe
+    flags: dict[str, FlagValue] = {
+        "--tensor-model-parallel-size": str(s.tp),
+        "--pipeline-model-parallel-size": str(s.pp),
+        "--context-parallel-size": str(s.cp),
+        "--expert-model-parallel-size": str(s.ep) if moe else None,
+        "--expert-tensor-parallel-size": str(s.expert_tp) if moe else None,
+        "--sequence-parallel": s.sp or None,
+        "--tp-comm-overlap": KEEP if s.sp else None,
+        "--no-overlap-p2p-communication": KEEP if s.vpp == 1 or s.pp > 2 else None,
+        "--micro-batch-size": str(s.mbs),
+        "--global-batch-size": str(p.train.global_batch_size),
+    }
+    if dialect == "mindspeed":
+        flags["--context-parallel-algo"] = "megatron_cp_algo" if s.cp > 1 else KEEP
+    flags.update(_split_flags(p, s, dialect))
+    flags.update(_zero_flags(s, dialect))
+    flags.update(_recompute_flags(s, dialect))
+    flags.update(dict.fromkeys(_ALWAYS_ABSENT))
+    return flags
+
+
+def flag_words(flags: dict[str, FlagValue]) -> list[str]:
+    """The flags that are written out, each as ``--flag`` or ``--flag value`` (table order)."""
+    out = []
+    for name, value in flags.items():
+        if value is True:
+            out.append(name)
+        elif isinstance(value, str) and value != KEEP:
+            out.append(f"{name} {value}")
+    return out
+
+
+def needs_max_connections_env(s: Strategy) -> bool:
+    """Megatron asserts ``CUDA_DEVICE_MAX_CONNECTIONS=1`` when tp > 1 or cp > 1 on GPUs before
+    Blackwell (ecosystem.md 1.3 rule 10)."""
+    return s.tp > 1 or s.cp > 1

@@ -1,0 +1,43 @@
+"""Read one layout back from a search result JSON (the README's stable schema)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from autopar.errors import AutoparError, from_validation_error
+from autopar.problem import Problem
+from autopar.strategy import Strategy
+
+_FIELDS = ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "zero", "sp", "recompute", "recompute_layers",
+           "schedule", "layers_per_stage")
+
+
+def strategy_from_result(path: str, rank: int, p: Problem) -> Strategy:
+    """Layout number ``rank`` (1 = best) of the search result at ``path``.
+
+    Raises:
+        AutoparError: unreadable file, not a search result, rank out of range, a layout whose
+            world size or global batch differs from the problem's.
+    """
+    try:
+        doc = json.loads(Path(path).read_text())
+        layouts = doc["layouts"]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise AutoparError(f"--from={path!r}: not a readable search result ({err})") from None
+    if not 1 <= rank <= len(layouts):
+        raise AutoparError(f"--rank={rank}: the result holds layouts 1..{len(layouts)}")
+    raw = layouts[rank - 1]["strategy"]
+    fields = {k: raw[k] for k in _FIELDS if k in raw}
+    fields["layers_per_stage"] = tuple(fields.get("layers_per_stage") or ()) or None
+    try:
+        s = Strategy(**fields)
+    except ValidationError as err:
+        raise from_validation_error(err, f"{path} layout {rank}") from None
+    if s.world_size != p.world_size or raw.get("gbs", p.train.global_batch_size) != p.train.global_batch_size:
+        raise AutoparError(f"--from={path!r}: layout {rank} is for {s.world_size} devices and gbs {raw.get('gbs')}, "
+                           f"the problem has {p.world_size} and gbs {p.train.global_batch_size}; pass the same "
+                           "--nodes/--gbs as the search")
+    return s

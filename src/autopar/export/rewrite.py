@@ -1,0 +1,257 @@
+"""Rewrite a launch script for a new layout, keeping every other byte.
+
+Only the flags of :func:`autopar.export.layout_flags.layout_flags` (parallel sizes, SP,
+VPP and uneven split, optimizer sharding and DP overlap, recompute, micro and global batch),
+the launcher's ``--nnodes`` / ``--nproc_per_node``, ``--seq-length`` and the
+``CUDA_DEVICE_MAX_CONNECTIONS`` export (Megatron asserts it for tp > 1 or cp > 1, ecosystem.md
+1.3 rule 10) are touched. How each is edited:
+
+* a flag whose value is ``$X`` / ``${X}``, where ``X`` is assigned once to a literal integer,
+  gets its *assignment* rewritten (``TP=2`` -> ``TP=8``), so paths and arithmetic built from
+  ``X`` follow; otherwise the value itself is replaced;
+* a flag that must go is deleted with its value (its line, when it stands alone on it; a line
+  without a continuation backslash is emptied rather than joined);
+* a missing flag is inserted next to the first parallel flag found (a new line with the same
+  indentation and continuation style), or after the training script name.
+
+The result is read back with :func:`autopar.specs.script.read_script`; if it does not read as
+the requested layout (a flag set in a way this editor cannot follow), that is an error, never a
+silently wrong script.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from autopar.errors import AutoparError
+from autopar.export.layout_flags import KEEP, SWITCHES, FlagValue, layout_flags, needs_max_connections_env, stage_layers
+from autopar.problem import Problem
+from autopar.search import SearchResult
+from autopar.specs.bash import ShellScript
+from autopar.specs.script import ScriptPlan, read_script
+from autopar.strategy import Strategy
+
+_ANCHORS = ("--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--micro-batch-size",
+            "--global-batch-size", "--num-layers", "--seq-length")
+# What Megatron assumes when a flag is absent: no need to insert it with that value.
+_ABSENT_MEANS = {"--tensor-model-parallel-size": "1", "--pipeline-model-parallel-size": "1",
+                 "--context-parallel-size": "1", "--expert-model-parallel-size": "1", "--micro-batch-size": "1"}
+_MULTI_VALUE = frozenset({"--recompute-modules"})
+_VALUE = r"""("[^"]*"|'[^']*'|[^\s"'()]+)"""
+_VAR = re.compile(r"\$\{?([A-Za-z_]\w*)\}?")
+ENV = "CUDA_DEVICE_MAX_CONNECTIONS"
+
+
+@dataclass(frozen=True)
+class _Hit:
+    """One occurrence of a flag: spans of the flag word and of its value word (if any)."""
+
+    start: int
+    end: int
+    value_start: int
+    value_end: int
+
+    @property
+    def has_value(self) -> bool:
+        return self.value_end > self.value_start
+
+
+def _hits(clean: str, flag: str, takes_value: bool) -> list[_Hit]:
+    hits = []
+    for m in re.finditer(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", clean):
+        end = m.end()
+        if clean.startswith("=", end):
+            v = re.match(_VALUE, clean[end + 1:])
+            stop = end + 1 + (v.end() if v else 0)
+            hits.append(_Hit(m.start(), stop, end + 1, stop))
+            continue
+        if not takes_value:
+            hits.append(_Hit(m.start(), end, end, end))
+            continue
+        pattern = rf"(?:[ \t]+(?!-){_VALUE})+" if flag in _MULTI_VALUE else rf"[ \t]+{_VALUE}"
+        v = re.match(pattern, clean[end:])
+        if v and not v.group(1).startswith("-"):
+            hits.append(_Hit(m.start(), end + v.end(), end + v.start(1) if flag not in _MULTI_VALUE else end, end + v.end()))
+        else:
+            hits.append(_Hit(m.start(), end, end, end))
+    return hits
+
+
+class _Editor:
+    """Collects non-overlapping text edits against the original script and applies them."""
+
+    def __init__(self, plan: ScriptPlan):
+        self.text = plan.text
+        self.sh = ShellScript(plan.text)
+        self.edits: list[tuple[int, int, str]] = []
+        self.claimed: dict[str, str] = {}
+        self.inserts: list[str] = []
+
+    def set_value(self, hit: _Hit, value: str) -> None:
+        raw = self.text[hit.value_start:hit.value_end]
+        if raw.strip("\"'") == value:
+            return
+        m = _VAR.fullmatch(raw.strip('"'))
+        spans = self.sh.assignments.get(m.group(1), []) if m else []
+        if m and len(spans) == 1 and self.claimed.get(m.group(1), value) == value:
+            a, b = spans[0]
+            if self.text[a:b].strip("\"'").isdigit():
+                if m.group(1) not in self.claimed:
+                    self.claimed[m.group(1)] = value
+                    self.edits.append((a, b, value))
+                return
+        self.edits.append((hit.value_start, hit.value_end, value))
+
+    def remove(self, hit: _Hit) -> None:
+        line_start = self.text.rfind("\n", 0, hit.start) + 1
+        line_end = self.text.find("\n", hit.end)
+        line_end = len(self.text) if line_end < 0 else line_end
+        before, after = self.text[line_start:hit.start], self.text[hit.end:line_end]
+        if before.strip() == "" and after.strip() in ("", "\\"):
+            in_command = any(st.start <= hit.start < st.end for st, _ in self.sh.commands)
+            whole = (after.strip() == "\\" or not in_command) and line_end < len(self.text)
+            self.edits.append((line_start, line_end + 1 if whole else line_end, ""))
+            return
+        end = hit.end + (len(after) - len(after.lstrip(" \t")))
+        self.edits.append((hit.start, end, ""))
+
+    def insert_block(self) -> None:
+        if not self.inserts:
+            return
+        clean = self.sh.clean
+        for anchor in _ANCHORS:
+            hits = _hits(clean, anchor, True)
+            if hits:
+                self._insert_at(hits[0].start)
+                return
+        for st, _ in self.sh.commands:
+            m = re.search(r"\S+\.py(?=\s|$)", clean[st.start:st.end])
+            if m:
+                self.edits.append((st.start + m.end(), st.start + m.end(), " " + " ".join(self.inserts)))
+                return
+        raise AutoparError("cannot place new flags: the script has no parallel flag and no training script name")
+
+    def _insert_at(self, pos: int) -> None:
+        line_start = self.text.rfind("\n", 0, pos) + 1
+        indent = self.text[line_start:pos]
+        if indent.strip():
+            self.edits.append((pos, pos, " ".join(self.inserts) + " "))
+            return
+        line_end = self.text.find("\n", pos)
+        line = self.text[line_start:len(self.text) if line_end < 0 else line_end]
+        in_command = any(st.start <= pos < st.end for st, _ in self.sh.commands)
+        tail = " \\" if line.rstrip().endswith("\\") or in_command else ""
+        block = "".join(f"{indent}{flag}{tail}\n" for flag in self.inserts)
+        self.edits.append((line_start, line_start, block))
+
+    def apply(self) -> str:
+        out = self.text
+        for start, end, new in sorted(self.edits, key=lambda e: (e[0], e[1]), reverse=True):
+            out = out[:start] + new + out[end:]
+        return out
+
+
+def _target_flags(plan: ScriptPlan, p: Problem, s: Strategy) -> dict[str, FlagValue]:
+    flags = layout_flags(p, s, plan.framework)  # type: ignore[arg-type]
+    flags["--seq-length"] = str(p.train.seq_len)
+    return flags
+
+
+def _env_edits(ed: _Editor, s: Strategy) -> None:
+    if not needs_max_connections_env(s):
+        return
+    spans = ed.sh.assignments.get(ENV)
+    if spans:
+        for a, b in spans:
+            if ed.text[a:b].strip("\"'") != "1":
+                ed.edits.append((a, b, "1"))
+        return
+    pos = ed.text.find("\n") + 1 if ed.text.startswith("#!") else 0
+    ed.edits.append((pos, pos, f"export {ENV}=1\n"))
+
+
+def rewrite_script(plan: ScriptPlan, p: Problem, s: Strategy) -> str:
+    """The script of ``plan`` with its layout replaced by ``s`` (see the module docstring).
+
+    Raises:
+        AutoparError: the layout cannot be expressed in the script's framework, or the edited
+            script does not read back as ``s`` on ``p``'s cluster.
+    """
+    ed = _Editor(plan)
+    clean = ed.sh.clean
+    for flag, value in _target_flags(plan, p, s).items():
+        if value == KEEP:
+            continue
+        hits = _hits(clean, flag, flag not in SWITCHES)
+        if value is None:
+            for hit in hits:
+                ed.remove(hit)
+        elif value is True:
+            ed.inserts += [] if hits else [flag]
+        elif hits:
+            for hit in hits:
+                ed.set_value(hit, value)
+        elif value != _ABSENT_MEANS.get(flag, str(s.tp) if flag == "--expert-tensor-parallel-size" else None):
+            ed.inserts.append(f"{flag} {value}")
+    for names, value in ((("--nnodes",), p.cluster.num_nodes),
+                         (("--nproc_per_node", "--nproc-per-node"), p.cluster.devices_per_node)):
+        for name in names:
+            for hit in _hits(clean, name, True):
+                ed.set_value(hit, str(value))
+    _env_edits(ed, s)
+    ed.insert_block()
+    new = ed.apply()
+    _verify(plan, new, p, s)
+    return new
+
+
+def _layout_key(p: Problem, s: Strategy) -> dict[str, object]:
+    return dict(tp=s.tp, pp=s.pp, vpp=s.vpp, cp=s.cp, ep=s.ep, etp=s.expert_tp if p.model.is_moe else None,
+                sp=s.sp, zero=s.zero, recompute=s.recompute, recompute_layers=s.recompute_layers, mbs=s.mbs,
+                split=stage_layers(p, s))
+
+
+def _verify(plan: ScriptPlan, new: str, p: Problem, s: Strategy) -> None:
+    back = read_script(plan.path, new)
+    world = back.num_nodes * back.devices_per_node
+    got = back.strategy(world, p.model.num_layers)
+    want_key, got_key = _layout_key(p, s), _layout_key(p, got)
+    want_key.update(world=p.world_size, gbs=p.train.global_batch_size, seq=p.train.seq_len)
+    got_key.update(world=world, gbs=back.train_fields["global_batch_size"], seq=back.train_fields["seq_len"])
+    diff = {k: (got_key[k], v) for k, v in want_key.items() if got_key[k] != v}
+    if diff:
+        shown = ", ".join(f"{k} reads {g} (wanted {w})" for k, (g, w) in diff.items())
+        raise AutoparError(f"{plan.path.name}: cannot rewrite the layout in place: {shown}; edit these flags by hand")
+
+
+def script_paths(out: str | Path, count: int) -> list[Path]:
+    """``OUT.sh``, ``OUT.2.sh``, ``OUT.3.sh``, ... (``count`` names; the suffix is kept)."""
+    out = Path(out)
+    suffix = out.suffix or ".sh"
+    stem = out.with_suffix("") if out.suffix else out
+    return [out] + [stem.with_name(f"{stem.name}.{i}{suffix}") for i in range(2, count + 1)]
+
+
+def write_scripts(script: str | Path, p: Problem, result: SearchResult, out: str | Path) -> list[Path]:
+    """Rewrite ``script`` once per ranked layout of ``result`` into :func:`script_paths`.
+
+    Raises:
+        AutoparError: a layout that the script's framework cannot express (its rank is named),
+            or a file that cannot be written.
+    """
+    plan = read_script(script)
+    paths = script_paths(out, len(result.layouts))
+    texts = []
+    for rank, e in enumerate(result.layouts, 1):
+        try:
+            texts.append(rewrite_script(plan, p, e.strategy))
+        except AutoparError as err:
+            raise AutoparError(f"layout #{rank}: {err}") from None
+    try:
+        for path, text in zip(paths, texts):
+            path.write_text(text)
+    except OSError as err:
+        raise AutoparError(f"--write-script={str(out)!r}: cannot write ({err.strerror})") from None
+    return paths

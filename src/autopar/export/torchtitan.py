@@ -1,0 +1,164 @@
+"""torchtitan v0.2 job-config TOML (``[training]``, ``[parallelism]``, ``[activation_checkpoint]``,
+float8 under ``[quantize.linear.float8]``).
+
+Fields and rules: ``shared/reference/ecosystem.md`` 3.2 and 3.3 (torchtitan tag v0.2.2,
+``torchtitan/config/job_config.py``, ``distributed/parallel_dims.py``). What torchtitan cannot
+run as planned is refused, never approximated: ZeRO-1 (FSDP2 shards parameters too; DDP
+replicates everything), Megatron TP without sequence-parallel sharding (torchtitan's TP always
+shards norms/activations), DDP combined with any other parallelism (rule 8), expert TP other
+than 1 or tp (rule 3), ``recompute_layers`` N (torchtitan's integer option checkpoints every
+N-th layer, a different policy), an uneven split with virtual stages, ``seq % (2*tp*cp)`` (rule 4).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from typing import Any
+
+from autopar.errors import AutoparError
+from autopar.export.layout_flags import stage_layers
+from autopar.problem import Problem
+from autopar.strategy import Strategy
+
+# Our precision -> torchtitan mixed_precision_param.
+_DTYPE = {"bf16": "bfloat16", "fp16": "float16", "fp8": "bfloat16"}
+FLOAT8_SECTION = "quantize.linear.float8"
+
+
+def _refuse(why: str) -> AutoparError:
+    return AutoparError(f"torchtitan cannot express this layout: {why}")
+
+
+def _dp_degrees(s: Strategy, other: int) -> tuple[int, int, str]:
+    """(dp_replicate, dp_shard, fsdp_reshard_after_forward) for our ZeRO stage."""
+    if s.zero == 1:
+        raise _refuse("zero=1 (optimizer-only sharding); FSDP2 is ZeRO-2/3, DDP is ZeRO-0")
+    if s.zero == 0:
+        if other > 1 and s.dp > 1:
+            raise _refuse("zero=0 is DDP, which torchtitan does not combine with tp/pp/cp ('DDP has not "
+                          "supported > 1D parallelism'); use zero 2 or 3")
+        return s.dp, 1, "default"
+    return 1, s.dp, "never" if s.zero == 2 else "always"
+
+
+def _pipeline(p: Problem, s: Strategy) -> dict[str, Any]:
+    if s.pp == 1:
+        return {}
+    split = stage_layers(p, s)
+    section: dict[str, Any] = {"pipeline_parallel_degree": s.pp,
+                               "pipeline_parallel_schedule": "Interleaved1F1B" if s.vpp > 1 else "1F1B",
+                               "pipeline_parallel_microbatch_size": s.mbs}
+    if len(set(split)) == 1:
+        section.update(pipeline_parallel_layers_per_stage=split[0] // s.vpp,
+                       pipeline_parallel_first_stage_less_layers=0, pipeline_parallel_last_stage_less_layers=0)
+        return section
+    if s.vpp > 1:
+        raise _refuse(f"uneven split {split} with vpp={s.vpp}")
+    parts, start = [], 0
+    for i, n in enumerate(split):
+        names = [f"layers.{k}" for k in range(start, start + n)]
+        parts.append((["tok_embeddings"] if i == 0 else []) + names + (["norm", "output"] if i == len(split) - 1 else []))
+        start += n
+    section["module_fqns_per_model_part"] = parts
+    return section
+
+
+def config(p: Problem, s: Strategy) -> dict[str, Any]:
+    """The TOML document as a dict (see the module docstring for refusals).
+
+    Raises:
+        AutoparError: the layout cannot be expressed in torchtitan (the reason is named).
+    """
+    if s.tp > 1 and not s.sp:
+        raise _refuse(f"tp={s.tp} without sequence parallelism (torchtitan's TP always shards activations)")
+    if s.ep > 1 and s.expert_tp not in (1, s.tp):
+        raise _refuse(f"etp={s.expert_tp}; only 1 or tp={s.tp} are allowed")
+    if s.recompute == "full" and s.recompute_layers:
+        raise _refuse(f"full recompute of {s.recompute_layers} layers per stage (torchtitan recomputes all, or "
+                      "every N-th layer)")
+    if p.train.seq_len % (2 * s.tp * s.cp):
+        raise _refuse(f"seq_len {p.train.seq_len} is not a multiple of 2*tp*cp = {2 * s.tp * s.cp}")
+    replicate, shard, reshard = _dp_degrees(s, s.tp * s.pp * s.cp)
+    m = s.num_microbatches(p.train.global_batch_size)
+    local = s.mbs * m if s.pp > 1 else s.mbs
+    parallelism = {"data_parallel_replicate_degree": replicate, "data_parallel_shard_degree": shard,
+                   "fsdp_reshard_after_forward": reshard, "tensor_parallel_degree": s.tp,
+                   "context_parallel_degree": s.cp, "expert_parallel_degree": s.ep,
+                   "expert_tensor_parallel_degree": s.expert_tp if s.ep > 1 else 1, **_pipeline(p, s)}
+    mode = {"none": "none", "selective": "selective", "full": "full"}[s.recompute]
+    doc: dict[str, Any] = {
+        "training": {"local_batch_size": local, "global_batch_size": p.train.global_batch_size,
+                     "seq_len": p.train.seq_len, "mixed_precision_param": _DTYPE[p.train.precision],
+                     "mixed_precision_reduce": "float32"},
+        "parallelism": parallelism,
+        "activation_checkpoint": {"mode": mode, **({"selective_ac_option": "op"} if mode == "selective" else {})},
+    }
+    if p.train.precision == "fp8":
+        doc["model"] = {"converters": [FLOAT8_SECTION]}
+        doc["quantize"] = {"linear": {"float8": {"enable_fsdp_float8_all_gather": shard > 1,
+                                                "precompute_float8_dynamic_scale_for_fsdp": shard > 1,
+                                                "filter_fqns": ["output"]}}}
+    return doc
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return str(v)
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+
+
+def to_toml(doc: dict[str, Any], prefix: str = "") -> str:
+    """Serialise nested dicts of scalars/lists as TOML tables (dotted names for nesting)."""
+    lines, tables = [], []
+    for key, value in doc.items():
+        if isinstance(value, dict):
+            tables.append((f"{prefix}{key}", value))
+        else:
+            lines.append(f"{key} = {_toml_value(value)}")
+    out = (f"[{prefix[:-1]}]\n" if prefix and lines else "") + "".join(line + "\n" for line in lines)
+    for name, table in tables:
+        out += ("\n" if out else "") + to_toml(table, name + ".")
+    return out
+
+
+def write(p: Problem, s: Strategy) -> str:
+    """The ``torchtitan`` export format (TOML text)."""
+    return to_toml(config(p, s))
+
+
+def check(doc: dict[str, Any], world_size: int, num_layers: int) -> list[str]:
+    """torchtitan's rules (ecosystem.md 3.3, numbered) on a parsed TOML document."""
+    par, tr = doc["parallelism"], doc["training"]
+    rep, shard = par["data_parallel_replicate_degree"], par["data_parallel_shard_degree"]
+    tp, cp, pp = par["tensor_parallel_degree"], par["context_parallel_degree"], par.get("pipeline_parallel_degree", 1)
+    ep, etp = par["expert_parallel_degree"], par["expert_tensor_parallel_degree"]
+    bad = []
+    if rep * shard * cp * tp * pp != world_size:
+        bad.append(f"2: dp_replicate*dp_shard*cp*tp*pp != WORLD_SIZE {world_size}")
+    if ep > 1 and (etp not in (1, tp) or (shard * cp * tp) % (etp * ep)):
+        bad.append("3: expert grid")
+    if tr["seq_len"] % (tp * 2 * cp):
+        bad.append("4: seq_len % (tp*2*cp)")
+    if tr["global_batch_size"] % (tr["local_batch_size"] * rep * shard):
+        bad.append("5: global batch")
+    if pp > 1:
+        if tr["local_batch_size"] % par["pipeline_parallel_microbatch_size"]:
+            bad.append("6: local batch % pp microbatch")
+        k = par.get("pipeline_parallel_layers_per_stage")
+        stages = -(-num_layers // k) if k else len(par["module_fqns_per_model_part"])
+        per_rank = stages // pp
+        multi = par["pipeline_parallel_schedule"] != "1F1B"
+        if stages % pp or (per_rank >= 2) != multi:
+            bad.append(f"7: {stages} stages for pp={pp} and schedule {par['pipeline_parallel_schedule']}")
+    if rep > 1 and max(tp, cp, pp, shard) > 1:
+        bad.append("8: DDP with other parallelism")
+    return bad
+
+
+def read(text: str) -> dict[str, Any]:
+    """Parse our TOML back (:mod:`tomllib`)."""
+    return tomllib.loads(text)

@@ -1,0 +1,364 @@
+"""A small, non-executing reader for bash launch scripts.
+
+Training launch scripts build their command line from variables: quoted argument strings
+(``GPT_ARGS="--num-layers 32 \\ ..."``), bash arrays (``MODEL_ARGS=( ... )``), ``$VAR`` /
+``${VAR}`` / ``${VAR:-default}`` / ``${ARR[@]}`` expansions, ``$((...))`` arithmetic,
+backslash line continuations and comments. :class:`ShellScript` evaluates exactly that subset,
+in order, without running anything: assignments update a variable table, every other statement
+becomes an expanded ``argv`` (tokenised by :mod:`shlex`). What bash would only know at run time
+(``$(command)``, back-quotes, variables never assigned in the script) expands to an *unknown*
+marker; :func:`unknown_reason` turns a marked value into a sentence for the error message, so a
+value the planner needs is never guessed.
+
+Semantics follow the bash manual (``man bash``: QUOTING, PARAMETER EXPANSION, ARITHMETIC
+EVALUATION, Word Splitting). Control flow (``if``/``for``/functions) is not interpreted: every
+statement is read top to bottom.
+"""
+
+from __future__ import annotations
+
+import ast
+import operator
+import re
+import shlex
+from dataclasses import dataclass, field
+
+from autopar.errors import AutoparError
+
+_MARK_OPEN, _MARK_CLOSE, _SPACE = "\x01", "\x02", "\x03"
+_ASSIGN = re.compile(r"\s*(?:(?:export|local|readonly|declare(?:\s+-\w+)*)\s+)?([A-Za-z_]\w*)(\+?)=")
+_NAME = re.compile(r"[A-Za-z_]\w*")
+_BRACED = re.compile(r"(#?)([A-Za-z_]\w*|\d+)(\[[@*\d]+\])?(?:(:?[-=+?])(.*))?", re.S)
+Value = str | list[str]
+
+
+def unknown(reason: str) -> str:
+    """A marker standing for a value only known when the script runs (``reason`` says why)."""
+    return f"{_MARK_OPEN}{reason.replace(' ', _SPACE)}{_MARK_CLOSE}"  # one word when split
+
+
+def unknown_reason(value: str) -> str | None:
+    """The reason of the first unknown marker in ``value``, or None if it is fully known."""
+    m = re.search(f"{_MARK_OPEN}(.*?){_MARK_CLOSE}", value)
+    return m.group(1).replace(_SPACE, " ") if m else None
+
+
+@dataclass(frozen=True)
+class Statement:
+    """One top-level statement: ``[start, end)`` offsets into the original text, and the
+    statement with comments and backslash-newlines blanked out (same length, same offsets)."""
+
+    start: int
+    end: int
+    clean: str
+
+
+@dataclass
+class ShellScript:
+    """A bash script read statement by statement (see the module docstring).
+
+    Attributes:
+        text: the original script.
+        clean: ``text`` with comments and line continuations replaced by spaces (same offsets).
+        variables: final value of every variable (a string, or a list for arrays).
+        commands: ``(statement, argv)`` for every statement that is not an assignment.
+        assignments: for each scalar variable, the ``[start, end)`` offsets of each assigned
+            value in ``text`` (for rewriting a value in place).
+    """
+
+    text: str
+    clean: str = ""
+    variables: dict[str, Value] = field(default_factory=dict)
+    commands: list[tuple[Statement, list[str]]] = field(default_factory=list)
+    assignments: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        statements, self.clean = split_statements(self.text)
+        for st in statements:
+            self._run(st)
+
+    def _run(self, st: Statement) -> None:
+        m = _ASSIGN.match(st.clean)
+        if not m:
+            argv = [w for w in split_words(self.expand(st.clean)) if w]
+            if argv:
+                self.commands.append((st, argv))
+            return
+        name, append, rest = m.group(1), m.group(2), st.clean[m.end():]
+        if rest.startswith("("):
+            close = _matching(rest, 0)
+            words = [w for w in split_words(self.expand(rest[1:close])) if w]
+            old = self.variables.get(name, [])
+            self.variables[name] = (list(old) if append and isinstance(old, list) else []) + words
+            return
+        word_end = _word_end(rest)
+        words = split_words(self.expand(rest[:word_end]))
+        value = words[0] if words else ""
+        old = self.variables.get(name, "")
+        self.variables[name] = (_scalar(old) + value) if append else value
+        self.assignments.setdefault(name, []).append((st.start + m.end(), st.start + m.end() + word_end))
+
+    # ----- expansion ------------------------------------------------------------------------
+    def lookup(self, name: str) -> Value:
+        """A variable's value; an unknown marker when the script never assigns it."""
+        if name in self.variables:
+            return self.variables[name]
+        return unknown(f"${name} is not set in the script")
+
+    def expand(self, text: str) -> str:
+        """Expand parameters, arithmetic and command substitutions in ``text``.
+
+        The result is shell-quoted text for :func:`split_words`: values substituted outside
+        double quotes are word-split (bash Word Splitting), inside double quotes they stay one word.
+        """
+        out: list[str] = []
+        i, quote = 0, ""
+        while i < len(text):
+            c = text[i]
+            if quote == "'":
+                out.append(c)
+                quote = "" if c == "'" else quote
+            elif c == "\\" and i + 1 < len(text):
+                out.append(text[i:i + 2])
+                i += 1
+            elif c in "'\"" and (not quote or c == quote):
+                if c == "'" and quote == '"':
+                    out.append(c)
+                else:
+                    quote = "" if quote else c
+                    out.append(c)
+            elif c == "`":
+                close = text.find("`", i + 1)
+                i = len(text) if close < 0 else close
+                out.append(self._emit(unknown("a `command` substitution"), bool(quote)))
+            elif c == "$":
+                value, i = self._dollar(text, i)
+                if value is None:
+                    out.append("$")
+                elif isinstance(value, list):
+                    words = " ".join(shlex.quote(w) for w in value)
+                    out.append(f'" {words} "' if quote else words)
+                else:
+                    out.append(self._emit(value, bool(quote)))
+                continue
+            else:
+                out.append(c)
+            i += 1
+        return "".join(out)
+
+    @staticmethod
+    def _emit(value: str, quoted: bool) -> str:
+        if quoted:
+            return re.sub(r'(["\\$`])', r"\\\1", value)
+        return " ".join(shlex.quote(w) for w in value.split()) if value.strip() else ""
+
+    def _dollar(self, text: str, i: int) -> tuple[Value | None, int]:
+        """Expand the ``$`` construct at ``text[i]``; returns (value, index after it)."""
+        if text.startswith("$((", i):
+            close = _matching(text, i + 1)
+            inner = text[i + 3:close - 1]
+            return self.arithmetic(inner), close + 1
+        if text.startswith("$(", i):
+            return unknown("a $(command) substitution"), _matching(text, i + 1) + 1
+        if text.startswith("${", i):
+            close = _matching(text, i + 1, "{", "}")
+            return self._braced(text[i + 2:close]), close + 1
+        m = _NAME.match(text, i + 1)
+        if m:
+            return self.lookup(m.group(0)), m.end()
+        if i + 1 < len(text) and (text[i + 1].isdigit() or text[i + 1] in "@*#?!$"):
+            return unknown(f"${text[i + 1]} is only known at run time"), i + 2
+        return None, i + 1
+
+    def _braced(self, body: str) -> Value:
+        m = _BRACED.fullmatch(body)
+        if not m:
+            return unknown(f"${{{body}}} is not supported")
+        count, name, index, op, word = m.groups()
+        value = self.variables.get(name)
+        if index and index[1:-1] not in "@*":
+            items = value if isinstance(value, list) else [value] if value is not None else []
+            k = int(index[1:-1])
+            value = items[k] if k < len(items) else None
+        if count:
+            return str(len(value) if isinstance(value, list) else len(value or ""))
+        empty = value is None or (op and op.startswith(":") and value in ("", []))
+        if op and op[-1] in "-=" and empty:
+            default = split_words(self.expand(word or ""))
+            value = " ".join(default)
+            if op[-1] == "=":
+                self.variables[name] = value
+        elif op and op[-1] == "+":
+            value = "" if empty else " ".join(split_words(self.expand(word or "")))
+        if value is None:
+            return unknown(f"${name} is not set in the script")
+        return value
+
+    def arithmetic(self, expr: str) -> str:
+        """``$((expr))`` as a decimal string (bash integer arithmetic), or an unknown marker."""
+        expanded = " ".join(split_words(self.expand(expr))) or "0"
+        if unknown_reason(expanded):
+            return expanded
+        try:
+            return str(evaluate(expanded, lambda n: self._integer(n)))
+        except _Unknown as err:
+            return unknown(str(err))
+        except AutoparError as err:
+            return unknown(f"$(({expr})): {err}")
+
+    def _integer(self, name: str) -> int:
+        value = self.lookup(name)
+        value = _scalar(value)
+        if unknown_reason(value):
+            raise _Unknown(unknown_reason(value))
+        return evaluate(value.strip() or "0", self._integer)
+
+
+class _Unknown(Exception):
+    """An arithmetic operand whose value is only known at run time."""
+
+
+_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Mod: operator.mod,
+           ast.Pow: operator.pow, ast.FloorDiv: operator.floordiv,
+           ast.Div: lambda a, b: int(a / b) if isinstance(a, int) else operator.truediv(a, b)}
+
+
+def evaluate(expr: str, names=None):
+    """Evaluate integer arithmetic (``+ - * / % **``, parentheses, names) or a Megatron list
+    expression such as ``([0]*3+[1]*58)`` (lists, ``list*int``, ``list+list``).
+
+    ``/`` truncates towards zero like bash. ``names(name)`` resolves bare identifiers.
+
+    Raises:
+        AutoparError: anything else (calls, attributes, strings, division by zero).
+    """
+    def ev(node):
+        if isinstance(node, ast.Expression):
+            return ev(node.body)
+        if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
+            return node.value
+        if isinstance(node, (ast.List, ast.Tuple)):
+            return [ev(e) for e in node.elts]
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+            v = ev(node.operand)
+            return -v if isinstance(node.op, ast.USub) else v
+        if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+            return _BINARY[type(node.op)](ev(node.left), ev(node.right))
+        if isinstance(node, ast.Name) and names is not None:
+            return names(node.id)
+        raise AutoparError(f"unsupported expression {ast.unparse(node)!r}")
+
+    try:
+        return ev(ast.parse(expr.strip(), mode="eval"))
+    except (SyntaxError, TypeError, ZeroDivisionError, RecursionError) as err:
+        raise AutoparError(f"cannot evaluate {expr!r}: {err}") from None
+
+
+def split_words(text: str) -> list[str]:
+    """Split shell-quoted text into words (:mod:`shlex`, POSIX rules); an unbalanced quote is an
+    error. Operators (``|``, ``;``, ``&&``, redirections) become words of their own."""
+    lexer = shlex.shlex(text, posix=True, punctuation_chars=";&|<>")
+    lexer.whitespace_split = True
+    lexer.commenters = ""
+    try:
+        return list(lexer)
+    except ValueError as err:
+        raise AutoparError(f"cannot split shell words ({err}) in: {text.strip()[:60]!r}") from None
+
+
+def _scalar(value: Value) -> str:
+    return value[0] if isinstance(value, list) and value else value if isinstance(value, str) else ""
+
+
+def _word_end(text: str) -> int:
+    """Index just after the first shell word of ``text`` (quotes and ``$(...)`` respected)."""
+    i, quote = 0, ""
+    while i < len(text):
+        c = text[i]
+        if quote:
+            if c == "\\" and quote == '"':
+                i += 1
+            elif c == quote:
+                quote = ""
+        elif c in "'\"":
+            quote = c
+        elif c == "\\":
+            i += 1
+        elif c == "$" and text.startswith(("$(", "${"), i):
+            i = _matching(text, i + 1, text[i + 1], ")" if text[i + 1] == "(" else "}")
+        elif c.isspace() or c in ";&|<>":
+            return i
+        i += 1
+    return i
+
+
+def _matching(text: str, i: int, open_: str = "(", close: str = ")") -> int:
+    """Index of the bracket closing the one at ``text[i]`` (quotes respected).
+
+    Raises:
+        AutoparError: unbalanced brackets.
+    """
+    depth, quote, j = 0, "", i
+    while j < len(text):
+        c = text[j]
+        if quote:
+            if c == "\\" and quote == '"':
+                j += 1
+            elif c == quote:
+                quote = ""
+        elif c in "'\"":
+            quote = c
+        elif c == "\\":
+            j += 1
+        elif c == open_:
+            depth += 1
+        elif c == close:
+            depth -= 1
+            if depth == 0:
+                return j
+        j += 1
+    raise AutoparError(f"unbalanced {open_!r} in script near: {text[i:i + 40]!r}")
+
+
+def split_statements(text: str) -> tuple[list[Statement], str]:
+    """Cut ``text`` into top-level statements at unquoted newlines and ``;``.
+
+    Returns the statements and the whole text with comments and backslash-newlines blanked
+    (the same length as ``text``, so offsets agree).
+
+    Raises:
+        AutoparError: an unterminated quote or bracket.
+    """
+    clean = list(text)
+    statements: list[Statement] = []
+    start, depth, quote, i = 0, 0, "", 0
+    while i < len(text):
+        c = text[i]
+        if quote == "'":
+            quote = "" if c == "'" else quote
+        elif c == "\\" and i + 1 < len(text):
+            if text[i + 1] == "\n":
+                clean[i] = clean[i + 1] = " "
+            i += 1
+        elif quote == '"':
+            quote = "" if c == '"' else quote
+        elif c in "'\"":
+            quote = c
+        elif c == "#" and (i == 0 or text[i - 1].isspace() or text[i - 1] in ";("):
+            end = text.find("\n", i)
+            end = len(text) if end < 0 else end
+            clean[i:end] = " " * (end - i)
+            i = end
+            continue
+        elif c in "({":
+            depth += 1
+        elif c in ")}":
+            depth = max(0, depth - 1)
+        elif c in "\n;" and depth == 0:
+            statements.append(Statement(start, i, "".join(clean[start:i])))
+            start = i + 1
+        i += 1
+    if quote:
+        raise AutoparError(f"unterminated {quote} quote in the script")
+    statements.append(Statement(start, len(text), "".join(clean[start:])))
+    return [s for s in statements if s.clean.strip()], "".join(clean)

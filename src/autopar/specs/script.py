@@ -1,0 +1,483 @@
+"""Read a Megatron-LM / MindSpeed-LLM launch script into a model, a training job and a layout.
+
+The script is evaluated by :class:`autopar.specs.bash.ShellScript` (no bash is run); the
+launch command (``torchrun``, ``python -m torch.distributed.run`` / ``.launch``, or ``python
+train.py``) gives the cluster shape (``--nnodes``, ``--nproc_per_node``) and the arguments of
+the training script. Flag names and defaults are Megatron-LM's (``shared/reference/ecosystem.md``
+1.2, 1.5; ``megatron/training/arguments.py``) plus MindSpeed-LLM's (section 2).
+
+Documented defaults (what Megatron itself does when a flag is absent): ``--ffn-hidden-size`` 4h,
+or ``int(4h*2/3/64)*64`` with ``--swiglu``; ``--kv-channels`` h/heads; LayerNorm; tied
+embeddings; linear biases on; learned absolute positions; dropout 0.1; ``--moe-router-topk`` 2;
+``--moe-ffn-hidden-size`` = FFN; MLA ranks ``--kv-lora-rank`` 32, ``--qk-head-dim`` 128,
+``--qk-pos-emb-head-dim`` 64, ``--v-head-dim`` 128; ``--micro-batch-size`` 1; global batch
+mbs*dp; ``--make-vocab-size-divisible-by`` 128; torchrun's ``--nnodes 1 --nproc_per_node 1``.
+The vocabulary size is read from ``--vocab-size``, a ``--vocab-file`` (GPT-2 BPE JSON) or a
+Hugging Face tokenizer folder's ``config.json``; otherwise it is an error asking for
+``--vocab-size`` (a SentencePiece model file is not read).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from autopar.errors import AutoparError, from_validation_error
+from autopar.specs.bash import ShellScript, evaluate, unknown_reason
+from autopar.specs.model import ModelSpec
+from autopar.specs.train import TrainSpec
+from autopar.strategy import Strategy
+
+_LAUNCH_MODULES = {"torch.distributed.run", "torch.distributed.launch"}
+_FSDP_ZERO = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
+# Flags only MindSpeed / MindSpeed-LLM define (ecosystem.md section 2): their presence marks the script.
+MINDSPEED_FLAGS = frozenset({
+    "--num-layer-list", "--noop-layers", "--context-parallel-algo", "--use-fused-rmsnorm", "--use-fused-swiglu",
+    "--use-fused-rotary-pos-emb", "--use-ascend-mc2", "--moe-tp-extend-ep", "--swap-attention", "--reuse-fp32-param",
+    "--recompute-activation-function", "--recompute-norm", "--pipeline-num-transformer-layers", "--schedules-method",
+    "--tokenizer-name-or-path", "--use-mc2", "--n-shared-experts", "--first-k-dense-replace",
+})
+
+
+@dataclass(frozen=True)
+class Args:
+    """Training-script arguments: ``values[flag]`` = the words after the *last* occurrence of
+    ``flag`` (argparse: the last one wins); ``source`` names the script for error messages."""
+
+    values: dict[str, list[str]]
+    source: str
+
+    @classmethod
+    def parse(cls, argv: list[str], source: str) -> "Args":
+        """Group ``argv`` into ``--flag value...`` (``--flag=value`` accepted)."""
+        values: dict[str, list[str]] = {}
+        current: list[str] | None = None
+        for word in argv:
+            if word.startswith("--"):
+                name, eq, val = word.partition("=")
+                current = values[name] = [val] if eq else []
+            elif current is not None:
+                current.append(word)
+        return cls(values, source)
+
+    def has(self, flag: str) -> bool:
+        return flag in self.values
+
+    def text(self, flag: str, default: str | None = None) -> str | None:
+        """The flag's value as one string (words joined by spaces), or ``default`` if absent.
+
+        Raises:
+            AutoparError: the value is only known at run time, or the flag has no value.
+        """
+        if flag not in self.values:
+            return default
+        words = self.values[flag]
+        if not words:
+            raise AutoparError(f"{self.source}: {flag} has no value")
+        value = " ".join(words)
+        why = unknown_reason(value)
+        if why:
+            raise AutoparError(f"{self.source}: {flag} cannot be read ({why}); write its value in the script")
+        return value
+
+    def integer(self, flag: str, default: int | None = None) -> int | None:
+        """The flag's value as an integer (``$((...))`` already expanded), or ``default``.
+
+        Raises:
+            AutoparError: not an integer, or unknown at run time.
+        """
+        value = self.text(flag)
+        if value is None:
+            return default
+        try:
+            return int(value)
+        except ValueError:
+            raise AutoparError(f"{self.source}: {flag}={value!r}: expected an integer") from None
+
+    def number(self, flag: str, default: float) -> float:
+        value = self.text(flag)
+        try:
+            return default if value is None else float(value)
+        except ValueError:
+            raise AutoparError(f"{self.source}: {flag}={value!r}: expected a number") from None
+
+    def require(self, flag: str) -> int:
+        """An integer flag Megatron has no default for.
+
+        Raises:
+            AutoparError: absent ("add FLAG N"), or not an integer.
+        """
+        value = self.integer(flag)
+        if value is None:
+            raise AutoparError(f"{self.source}: {flag} is missing; add {flag} N to the script")
+        return value
+
+
+@dataclass(frozen=True)
+class Launch:
+    """The training command found in the script: launcher options and training arguments."""
+
+    nnodes: int
+    nproc_per_node: int
+    args: Args
+    script: str
+
+
+def find_launch(sh: ShellScript, source: str) -> Launch:
+    """The first ``torchrun`` / ``python -m torch.distributed.run`` / ``python X.py`` command.
+
+    Raises:
+        AutoparError: no launch command, or an ``--nnodes``/``--nproc_per_node`` value that is
+            a range or only known at run time.
+    """
+    for _, argv in sh.commands:
+        words = _cut_at_operator(argv)
+        start = _launcher_end(words)
+        if start is None:
+            continue
+        py = next((i for i in range(start, len(words)) if words[i].endswith(".py")), None)
+        if py is None:
+            continue
+        opts = Args.parse(words[start:py], source)
+        nnodes = _launcher_int(opts, ("--nnodes",), source)
+        nproc = _launcher_int(opts, ("--nproc_per_node", "--nproc-per-node"), source)
+        return Launch(nnodes, nproc, Args.parse(words[py + 1:], source), words[py])
+    raise AutoparError(f"{source}: no launch command found (expected torchrun, python -m "
+                       "torch.distributed.run or python <script>.py with training arguments)")
+
+
+def _cut_at_operator(argv: list[str]) -> list[str]:
+    for i, w in enumerate(argv):
+        if w and set(w) <= set(";&|<>"):
+            return argv[:i]
+    return argv
+
+
+def _launcher_end(words: list[str]) -> int | None:
+    """Index of the first launcher option, or None if ``words`` is not a launch command."""
+    if not words:
+        return None
+    prog = Path(words[0]).name
+    if prog == "torchrun":
+        return 1
+    if re.fullmatch(r"python[\d.]*", prog):
+        if len(words) > 2 and words[1] == "-m" and words[2] in _LAUNCH_MODULES:
+            return 3
+        return 1
+    return None
+
+
+def _launcher_int(opts: Args, names: tuple[str, ...], source: str) -> int:
+    for name in names:
+        if opts.has(name):
+            value = opts.text(name) or ""
+            if not value.isdigit():
+                raise AutoparError(f"{source}: launcher {name}={value!r}: expected a fixed integer "
+                                   f"(elastic ranges are not planned); pass --nodes/--devices-per-node")
+            return int(value)
+    return 1
+
+
+@dataclass
+class ScriptPlan:
+    """Everything a launch script says about the job (see the module docstring).
+
+    ``model`` is None when the vocabulary is unknown (``vocab_error`` says how to supply it);
+    :meth:`model_spec` builds it with a vocabulary given on the command line.
+    """
+
+    path: Path
+    text: str
+    framework: str
+    args: Args
+    num_nodes: int
+    devices_per_node: int
+    model_fields: dict[str, Any]
+    vocab_error: str | None
+    train_fields: dict[str, Any]
+    layout: dict[str, Any] = field(default_factory=dict)
+
+    def model_spec(self, vocab_size: int | None = None) -> ModelSpec:
+        """The :class:`ModelSpec`; ``vocab_size`` overrides the script's.
+
+        Raises:
+            AutoparError: vocabulary unknown, or an invalid shape.
+        """
+        fields = dict(self.model_fields)
+        if vocab_size is not None:
+            fields["vocab_size"] = vocab_size
+        elif self.vocab_error:
+            raise AutoparError(self.vocab_error)
+        try:
+            return ModelSpec(**fields)
+        except ValidationError as err:
+            raise from_validation_error(err, f"{self.path.name}: model") from None
+
+    def strategy(self, world_size: int, num_layers: int) -> Strategy:
+        """The script's layout on ``world_size`` devices.
+
+        Raises:
+            AutoparError: tp*pp*cp does not divide the world size.
+        """
+        lay = self.layout
+        model = lay["tp"] * lay["pp"] * lay["cp"]
+        if world_size % model:
+            raise AutoparError(f"{self.path.name}: tp*pp*cp = {model} does not divide the world size {world_size}")
+        return Strategy(dp=world_size // model, schedule="interleaved" if lay["vpp"] > 1 else "1f1b", **lay)
+
+
+def read_script(path: str | Path, text: str | None = None) -> ScriptPlan:
+    """Read a launch script file (or ``text`` under that name) into a :class:`ScriptPlan`.
+
+    Raises:
+        AutoparError: unreadable file, no launch command, a required flag missing, a value only
+            known at run time, fp32 training (autopar plans bf16/fp16/fp8).
+    """
+    path = Path(path)
+    if text is None:
+        try:
+            text = path.read_text()
+        except OSError as err:
+            raise AutoparError(f"--script={str(path)!r}: cannot read ({err.strerror})") from None
+    sh = ShellScript(text)
+    launch = find_launch(sh, path.name)
+    a = launch.args
+    framework = "mindspeed" if any(a.has(f) for f in MINDSPEED_FLAGS) else "megatron"
+    fields, vocab_error = model_fields(a, path)
+    mbs = a.integer("--micro-batch-size", 1)
+    layout = layout_fields(a, fields["num_layers"])
+    world = launch.nnodes * launch.nproc_per_node
+    dp = max(1, world // (layout["tp"] * layout["pp"] * layout["cp"]))
+    train = dict(global_batch_size=a.integer("--global-batch-size", mbs * dp), seq_len=a.require("--seq-length"),
+                 precision=precision(a), flash_attention=flash_attention(a),
+                 make_vocab_size_divisible_by=a.integer("--make-vocab-size-divisible-by", 128))
+    return ScriptPlan(path=path, text=text, framework=framework, args=a, num_nodes=launch.nnodes,
+                      devices_per_node=launch.nproc_per_node, model_fields=fields, vocab_error=vocab_error,
+                      train_fields=train, layout=layout)
+
+
+def train_spec(plan: ScriptPlan, **overrides: Any) -> TrainSpec:
+    """The script's :class:`TrainSpec`, with non-None ``overrides`` (CLI options) applied."""
+    fields = {**plan.train_fields, **{k: v for k, v in overrides.items() if v is not None}}
+    try:
+        return TrainSpec(**fields)
+    except ValidationError as err:
+        raise from_validation_error(err, f"{plan.path.name}: training") from None
+
+
+def precision(a: Args) -> str:
+    """``fp8`` with ``--fp8-format``, else ``bf16``/``fp16``.
+
+    Raises:
+        AutoparError: neither (Megatron then trains in fp32, which autopar does not plan).
+    """
+    if a.has("--fp8-format"):
+        return "fp8"
+    if a.has("--bf16"):
+        return "bf16"
+    if a.has("--fp16"):
+        return "fp16"
+    raise AutoparError(f"{a.source}: no --bf16/--fp16/--fp8-format: Megatron would train in fp32, which "
+                       "autopar does not plan; add --bf16")
+
+
+def flash_attention(a: Args) -> bool:
+    """Fused attention unless ``--attention-backend unfused|local`` (Megatron's default ``auto``
+    picks a fused kernel; ``--use-flash-attn`` is the older/MindSpeed switch)."""
+    return a.text("--attention-backend", "auto") not in ("unfused", "local")
+
+
+def model_fields(a: Args, path: Path) -> tuple[dict[str, Any], str | None]:
+    """ModelSpec fields from the shape flags, and the vocabulary error if it is unknown."""
+    h, heads = a.require("--hidden-size"), a.require("--num-attention-heads")
+    gated = a.has("--swiglu")
+    ffn = a.integer("--ffn-hidden-size") or (int(4 * h * 2 / 3 / 64) * 64 if gated else 4 * h)
+    mla = a.has("--multi-latent-attention")
+    kv = a.require("--num-query-groups") if a.has("--group-query-attention") and not mla else heads
+    seq = a.require("--seq-length")
+    pos = a.text("--position-embedding-type", "rope" if a.has("--use-rotary-position-embeddings") else "learned_absolute")
+    norm = a.text("--normalization", "RMSNorm" if a.has("--use-fused-rmsnorm") else "LayerNorm")
+    if norm not in ("RMSNorm", "LayerNorm"):
+        raise AutoparError(f"{a.source}: --normalization={norm!r}: allowed RMSNorm, LayerNorm")
+    num_layers = a.require("--num-layers")
+    fields: dict[str, Any] = dict(
+        name=path.stem, num_layers=num_layers, hidden_size=h, num_attention_heads=heads, num_kv_heads=kv,
+        head_dim=a.integer("--kv-channels", h // heads), ffn_hidden_size=ffn,
+        max_position_embeddings=max(a.integer("--max-position-embeddings", seq), 1),
+        tie_word_embeddings=not a.has("--untie-embeddings-and-output-weights"), gated_mlp=gated,
+        norm=norm.lower(), qkv_bias=a.has("--add-qkv-bias"), linear_bias=not a.has("--disable-bias-linear"),
+        qk_norm=a.has("--qk-layernorm"), position_embedding="learned" if pos == "learned_absolute" else "rope",
+        dropout=a.number("--attention-dropout", 0.1) > 0 or a.number("--hidden-dropout", 0.1) > 0,
+        mtp_num_layers=a.integer("--mtp-num-layers", 0),
+    )
+    fields.update(_moe_fields(a, num_layers, ffn))
+    if mla:
+        fields.update(mla=True, q_lora_rank=a.integer("--q-lora-rank", 0), kv_lora_rank=a.integer("--kv-lora-rank", 32),
+                      qk_nope_head_dim=a.integer("--qk-head-dim", 128),
+                      qk_rope_head_dim=a.integer("--qk-pos-emb-head-dim", 64), v_head_dim=a.integer("--v-head-dim", 128))
+    vocab, error = vocab_size(a, path)
+    if vocab is not None:
+        fields["vocab_size"] = vocab
+    return fields, error
+
+
+def _moe_fields(a: Args, num_layers: int, ffn: int) -> dict[str, Any]:
+    experts = a.integer("--num-experts", 0)
+    if not experts:
+        return {}
+    moe_ffn = a.integer("--moe-ffn-hidden-size") or a.integer("--moe-intermediate-size") or ffn
+    shared = a.integer("--moe-shared-expert-intermediate-size")
+    if shared is None:
+        shared = a.integer("--n-shared-experts", 0) * moe_ffn
+    return dict(num_experts=experts, num_experts_per_tok=a.integer("--moe-router-topk", 2), moe_ffn_hidden_size=moe_ffn,
+                shared_expert_ffn_hidden_size=shared, moe_layers=moe_layers(a, num_layers),
+                router_bias=a.has("--moe-router-enable-expert-bias"))
+
+
+def moe_layers(a: Args, num_layers: int) -> tuple[int, ...]:
+    """Indices of MoE layers: ``--moe-layer-freq`` N (every N-th layer from 0) or a list
+    expression such as ``([0]*3+[1]*58)`` (Megatron ``moe_layer_freq``), after MindSpeed's
+    ``--first-k-dense-replace K`` (first K layers dense).
+
+    Raises:
+        AutoparError: a pattern whose length is not num_layers, or an unreadable expression.
+    """
+    freq = a.text("--moe-layer-freq", "1")
+    pattern = evaluate(freq)
+    if isinstance(pattern, int):
+        pattern = [1 if i % pattern == 0 else 0 for i in range(num_layers)]
+    if len(pattern) != num_layers:
+        raise AutoparError(f"{a.source}: --moe-layer-freq={freq!r} gives {len(pattern)} layers, "
+                           f"--num-layers is {num_layers}")
+    dense = a.integer("--first-k-dense-replace", 0)
+    return tuple(i for i, moe in enumerate(pattern) if moe and i >= dense)
+
+
+def vocab_size(a: Args, path: Path) -> tuple[int | None, str | None]:
+    """The vocabulary size and, when it cannot be determined, the error text asking for it."""
+    if a.has("--vocab-size"):
+        return a.integer("--vocab-size"), None
+    for flag in ("--tokenizer-name-or-path", "--tokenizer-model", "--vocab-file"):
+        where = a.values.get(flag)
+        if not where or unknown_reason(where[0]):
+            continue
+        for base in (Path.cwd(), path.parent):
+            file = base / where[0]
+            config = file / "config.json" if file.is_dir() else None
+            if config and config.is_file():
+                return int(json.loads(config.read_text())["vocab_size"]), None
+            if flag == "--vocab-file" and file.suffix == ".json" and file.is_file():
+                return len(json.loads(file.read_text())), None
+    kind = a.text("--tokenizer-type", "an unknown tokenizer")
+    return None, (f"{a.source}: the vocabulary size is unknown ({kind} reads it from a tokenizer file autopar "
+                  "does not open); add --vocab-size N to the script or pass --vocab-size N to autopar")
+
+
+def layout_fields(a: Args, num_layers: int) -> dict[str, Any]:
+    """Strategy fields (all but dp) from the parallel, batch and recompute flags.
+
+    Rules: ecosystem.md 1.3 (SP is switched off at tp=1; VPP from layers per virtual stage;
+    uneven first/last stages; full recompute ``block`` N = N layers per chunk, ``uniform`` = all).
+
+    Raises:
+        AutoparError: a VPP layer count that does not divide the stage, or an unknown
+            sharding strategy.
+    """
+    tp, pp = a.integer("--tensor-model-parallel-size", 1), a.integer("--pipeline-model-parallel-size", 1)
+    vpp = a.integer("--num-virtual-stages-per-pipeline-rank")
+    per_vstage = a.integer("--num-layers-per-virtual-pipeline-stage")
+    if vpp is None and per_vstage:
+        if num_layers % (pp * per_vstage):
+            raise AutoparError(f"{a.source}: --num-layers-per-virtual-pipeline-stage={per_vstage} does not divide "
+                               f"num_layers/pp = {num_layers}/{pp}")
+        vpp = num_layers // (pp * per_vstage)
+    zero = 1 if a.has("--use-distributed-optimizer") else 0
+    if a.has("--use-megatron-fsdp"):
+        name = a.text("--data-parallel-sharding-strategy", "optim_grads_params")
+        if name not in _FSDP_ZERO:
+            raise AutoparError(f"{a.source}: --data-parallel-sharding-strategy={name!r}: allowed {', '.join(_FSDP_ZERO)}")
+        zero = _FSDP_ZERO[name]
+    elif a.has("--use-torch-fsdp2"):
+        zero = 3
+    granularity = a.text("--recompute-granularity", "selective" if a.has("--recompute-activations") else "none")
+    layers = None
+    if granularity == "full" and a.text("--recompute-method", "uniform") == "block":
+        layers = a.integer("--recompute-num-layers", 1)
+    ep = a.integer("--expert-model-parallel-size", 1)
+    etp = a.integer("--expert-tensor-parallel-size", tp)
+    return dict(tp=tp, pp=pp, vpp=vpp or 1, cp=a.integer("--context-parallel-size", 1), ep=ep, etp=etp,
+                mbs=a.integer("--micro-batch-size", 1), sp=a.has("--sequence-parallel") and tp > 1, zero=zero,
+                recompute=granularity, recompute_layers=layers, layers_per_stage=stage_split(a, num_layers, pp))
+
+
+def stage_split(a: Args, num_layers: int, pp: int) -> tuple[int, ...] | None:
+    """Explicit layers per stage from MindSpeed ``--num-layer-list`` or Megatron's
+    ``--decoder-first/last-pipeline-num-layers`` (the middle stages share the rest evenly);
+    None for Megatron's even split.
+
+    Raises:
+        AutoparError: a list that is not integers, or middle layers that do not divide evenly.
+    """
+    if a.has("--num-layer-list"):
+        text = a.text("--num-layer-list") or ""
+        try:
+            return tuple(int(x) for x in text.replace(" ", "").split(","))
+        except ValueError:
+            raise AutoparError(f"{a.source}: --num-layer-list={text!r}: expected integers like 7,9,8,8") from None
+    first = a.integer("--decoder-first-pipeline-num-layers")
+    last = a.integer("--decoder-last-pipeline-num-layers")
+    if (first is None and last is None) or pp == 1:
+        return None
+    middle_stages = pp - (first is not None) - (last is not None)
+    rest = num_layers - (first or 0) - (last or 0)
+    if middle_stages == 0 or rest % middle_stages:
+        if middle_stages == 0 and rest == 0:
+            return tuple(x for x in (first, last) if x is not None)
+        raise AutoparError(f"{a.source}: {rest} middle layers do not split evenly over {middle_stages} stages")
+    middle = [rest // middle_stages] * middle_stages
+    return tuple(([first] if first is not None else []) + middle + ([last] if last is not None else []))
+
+
+# autopar's own defaults for options neither the command line nor a script sets.
+CLI_FALLBACKS: dict[str, Any] = dict(nodes=1, devices_per_node=None, gbs=1024, seq_len=4096, precision="bf16",
+                                     flash=True, vocab_pad=128)
+LAYOUT_FALLBACKS: dict[str, Any] = dict(tp=1, pp=1, cp=1, vpp=1, ep=1, etp=None, mbs=1, zero=1, sp=False,
+                                        recompute="none", recompute_layers=None, layers_per_stage=None)
+
+
+def cli_defaults(plan: ScriptPlan | None, values: dict[str, Any]) -> dict[str, Any]:
+    """Fill the command-line ``values`` left None: from the script when there is one, else from
+    :data:`CLI_FALLBACKS`. Explicit options always win over the script."""
+    script: dict[str, Any] = {}
+    if plan is not None:
+        t = plan.train_fields
+        script = dict(nodes=plan.num_nodes, devices_per_node=plan.devices_per_node, gbs=t["global_batch_size"],
+                      seq_len=t["seq_len"], precision=t["precision"], flash=t["flash_attention"],
+                      vocab_pad=t["make_vocab_size_divisible_by"])
+    return {k: v if v is not None else script.get(k, CLI_FALLBACKS.get(k)) for k, v in values.items()}
+
+
+def layout_defaults(plan: ScriptPlan | None, values: dict[str, Any]) -> dict[str, Any]:
+    """Fill the layout options left None from the script's layout, else :data:`LAYOUT_FALLBACKS`."""
+    script = plan.layout if plan is not None else {}
+    return {k: v if v is not None else script.get(k, LAYOUT_FALLBACKS.get(k)) for k, v in values.items()}
+
+
+def model_for(model: str | None, plan: ScriptPlan | None, vocab_size: int | None) -> ModelSpec:
+    """The model: ``--model`` when given (it overrides the script's shape), else the script's.
+
+    Raises:
+        AutoparError: neither given, or the script's vocabulary is unknown.
+    """
+    from autopar.specs.hf import load_model
+
+    if model is not None:
+        return load_model(model)
+    if plan is None:
+        raise AutoparError("--model or --script is required (a config.json, a preset name or a launch script)")
+    return plan.model_spec(vocab_size)
