@@ -9,7 +9,6 @@ The rules (:mod:`autopar.rules`) then reject what Megatron-LM would reject, by n
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -67,17 +66,34 @@ def _expert_options(p: Problem, tp: int) -> list[tuple[int, int]]:
     return [(ep, etp) for ep in divisors(p.model.num_experts) for etp in sorted({tp, 1})]
 
 
+def _product(*columns: np.ndarray) -> list[np.ndarray]:
+    """Cartesian product of 1-D arrays (first varies slowest, as ``itertools.product``)."""
+    grids = np.meshgrid(*columns, indexing="ij")
+    return [g.ravel() for g in grids]
+
+
 def enumerate_layouts(p: Problem, opt: SpaceOptions | None = None) -> LayoutBatch:
-    """Every candidate layout of the space, valid or not, as one batch."""
+    """Every candidate layout of the space, valid or not, as one batch.
+
+    Built with numpy per (tp, cp, pp, vpp) block so a million-row space (DeepSeek-V3 on 2,048
+    GPUs) takes a fraction of a second; the row order is that of ``itertools.product`` over
+    (ep/etp, recompute, mbs, zero, sp).
+    """
     opt = opt or SpaceOptions()
-    rows = []
+    blocks = []
+    mbs, zero, sp = np.asarray(opt.mbs), np.asarray(opt.zero), np.asarray([0, 1])
     for tp, cp, pp, vpp in _grid(p, opt):
         dp = p.world_size // (tp * cp * pp)
-        for (ep, etp), (rc, rl), mbs, zero, sp in itertools.product(
-            _expert_options(p, tp), _recompute_options(p, pp, vpp, opt), opt.mbs, opt.zero, (False, True)
-        ):
-            rows.append((dp, tp, pp, vpp, cp, ep, etp, mbs, sp, zero, rc, rl))
-    a = np.asarray(rows, dtype=np.int64).reshape(-1, 12)
+        experts = np.asarray(_expert_options(p, tp), dtype=np.int64)
+        recompute = np.asarray(_recompute_options(p, pp, vpp, opt), dtype=np.int64)
+        ie, ir, m, z, s = _product(np.arange(len(experts)), np.arange(len(recompute)), mbs, zero, sp)
+        block = np.empty((len(ie), 12), dtype=np.int64)
+        block[:, :5] = (dp, tp, pp, vpp, cp)
+        block[:, 5:7] = experts[ie]
+        block[:, 7], block[:, 8], block[:, 9] = m, s, z
+        block[:, 10:12] = recompute[ir]
+        blocks.append(block)
+    a = np.concatenate(blocks) if blocks else np.zeros((0, 12), dtype=np.int64)
     gbs = p.train.global_batch_size
     return LayoutBatch(
         dp=a[:, 0], tp=a[:, 1], pp=a[:, 2], vpp=a[:, 3], cp=a[:, 4], ep=a[:, 5], etp=a[:, 6],

@@ -84,5 +84,6 @@ def extra_memory_bytes(p: Problem, batch: LayoutBatch, stages: Stages) -> np.nda
         return np.zeros(len(batch))
     copies = 0.0 if p.train.fp8_param_storage else FP8_WEIGHT_EXTRA_BYTES * linear_params(p, batch, stages)
     m = p.model
-    gemms_per_layer = 4 + (2 if m.q_lora_rank else 0) + 2 * (m.num_experts / batch.ep if m.is_moe else 1)
-    return copies + SCALING_BYTES_PER_GEMM * gemms_per_layer * stages.layers
+    attention = (5 if m.q_lora_rank else 4) if m.mla else 2  # linear modules (qkv/proj; MLA down/up/proj)
+    mlp = 2 * (m.num_experts / batch.ep + (1 if m.shared_expert_ffn_hidden_size else 0) if m.is_moe else 1)
+    return copies + SCALING_BYTES_PER_GEMM * (attention + mlp) * stages.layers

@@ -53,15 +53,16 @@ def activation_bytes(p: Problem, batch: LayoutBatch) -> np.ndarray:
     return m.mtp_num_layers * (inputs + layer + act.output_bytes(p, batch))
 
 
-def forward_s(p: Problem, batch: LayoutBatch) -> np.ndarray:
-    """Forward compute of the MTP modules per micro-batch: ``eh_proj``, one layer, the output
-    layer with its loss, and the embedding lookup."""
+def forward_s(p: Problem, batch: LayoutBatch, dense_s: np.ndarray, moe_s: np.ndarray) -> np.ndarray:
+    """Forward compute of the MTP modules per micro-batch: ``eh_proj``, one layer (``moe_s`` or
+    ``dense_s``, the forward of one MoE / dense layer), the output layer with its loss, and the
+    embedding lookup."""
     m = p.model
     if not m.mtp_num_layers:
         return np.zeros(len(batch))
     n = F.tokens(p, batch)
     proj = C.gemm_time_s(p, F.Gemm(n, m.hidden_size / batch.tp, 2 * m.hidden_size))
-    layer = C.layer_forward_times(p, batch, moe=_last_is_moe(p)).forward_s
+    layer = moe_s if _last_is_moe(p) else dense_s
     per = proj + layer + C.output_forward_time_s(p, batch) + C.embedding_forward_time_s(p, batch)
     return m.mtp_num_layers * per
 

@@ -65,7 +65,7 @@ def stage_time(p: Problem, batch: LayoutBatch, stages: Stages) -> StageTime:
     first, last = stages.is_first(), stages.is_last(batch)
     layers_fwd = n_dense * dense.forward_s + n_moe * moe.forward_s
     extra_fwd = np.where(first, C.embedding_forward_time_s(p, batch), 0.0) + np.where(
-        last, C.output_forward_time_s(p, batch) + mtp.forward_s(p, batch), 0.0)
+        last, C.output_forward_time_s(p, batch) + mtp.forward_s(p, batch, dense.forward_s, moe.forward_s), 0.0)
     forward = layers_fwd + extra_fwd
 
     full = batch.recompute == 2

@@ -1,0 +1,62 @@
+"""fp8 training: case C-11 (memory), fp8 only for linear GEMMs, devices without fp8."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from autopar.cost import fp8
+from autopar.cost.stage import all_stages
+from autopar.errors import AutoparError
+from autopar.estimate import estimate
+from autopar.strategy import Strategy
+from conftest import make_problem
+
+C11 = Strategy(dp=8, zero=1)
+
+
+def test_c11_fp8_costs_a_weight_copy_and_its_transpose():
+    bf16 = estimate(make_problem("llama2-7b", gbs=64, seq=4096), C11)
+    p8 = make_problem("llama2-7b", gbs=64, seq=4096, precision="fp8")
+    batch, stages = all_stages(p8, C11)
+    assert fp8.linear_params(p8, batch, stages)[0] == 32 * (4 * 4096**2 + 3 * 4096 * 11008) == 6_476_005_376
+    e8 = estimate(p8, C11)
+    assert e8.peak_memory_bytes >= bf16.peak_memory_bytes + 2 * 6.476e9
+    # + delayed-scaling state: 32 layers x 4 linear modules x 3 tensors x (1024 amax + 2) x fp32.
+    scaling = 32 * 4 * 3 * 1026 * 4
+    assert e8.peak_memory_bytes - bf16.peak_memory_bytes == pytest.approx(2 * 6_476_005_376 + scaling)
+    stored = estimate(make_problem("llama2-7b", gbs=64, seq=4096, precision="fp8", fp8_param_storage=True), C11)
+    assert stored.peak_memory_bytes - bf16.peak_memory_bytes == pytest.approx(scaling)
+
+
+def test_fp8_speeds_up_linear_layers_only():
+    s = Strategy(dp=8, zero=1)
+    bf16 = estimate(make_problem("llama2-7b", gbs=64, seq=4096), s).time_breakdown_s["compute"]
+    f8 = estimate(make_problem("llama2-7b", gbs=64, seq=4096, precision="fp8"), s).time_breakdown_s["compute"]
+    # Linear GEMMs are most of the compute: faster, but not 2x (attention, output layer, casts).
+    assert 0.5 * bf16 < f8 < 0.85 * bf16
+
+
+def test_fp8_on_a100_is_a_clear_error():
+    p = make_problem("llama2-7b", device="a100-80gb", gbs=64, seq=4096, precision="fp8")
+    with pytest.raises(AutoparError, match=r"--precision=fp8: device a100-80gb has no fp8 peak"):
+        estimate(p, C11)
+
+
+@settings(max_examples=25, deadline=None)
+@given(tp=st.sampled_from([1, 2, 4, 8]), pp=st.sampled_from([1, 2, 4]), zero=st.integers(0, 1),
+       mbs=st.sampled_from([1, 2]), recompute=st.sampled_from(["none", "selective", "full"]),
+       storage=st.booleans(), model=st.sampled_from(["llama2-7b", "qwen3-30b-a3b"]))
+def test_fp8_memory_is_never_below_bf16(tp, pp, zero, mbs, recompute, storage, model):
+    dp = 8 // (tp * pp)
+    if dp < 1:
+        return
+    ep = 2 if model == "qwen3-30b-a3b" and tp == 1 else 1
+    if model == "qwen3-30b-a3b" and tp > 4:
+        return  # 4 KV heads
+    s = Strategy(dp=dp, tp=tp, pp=pp, ep=ep, mbs=mbs, zero=zero, sp=tp > 1, recompute=recompute)
+    bf16 = estimate(make_problem(model, gbs=64, seq=2048), s)
+    f8 = estimate(make_problem(model, gbs=64, seq=2048, precision="fp8", fp8_param_storage=storage), s)
+    for a, b in zip(bf16.memory_per_stage, f8.memory_per_stage):
+        assert b.total_bytes >= a.total_bytes
