@@ -11,7 +11,10 @@ device's ``attention_efficiency`` (fused kernels), element-wise ops the memory r
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -57,17 +60,37 @@ def attention_time_s(p: Problem, flops: np.ndarray) -> np.ndarray:
     return flops / (dev.peak("bf16") * dev.attention_efficiency) + KERNEL_OVERHEAD_S
 
 
+# Measured operator times (``autopar.profile.provider.ProfileTimes``) override the roofline
+# while installed with :func:`use_op_times`; None (the default) is the analytic model.
+_OP_TIMES: ContextVar[Any] = ContextVar("autopar_op_times", default=None)
+
+
+@contextmanager
+def use_op_times(provider: Any) -> Iterator[None]:
+    """Cost with ``provider``'s measured operator times inside the ``with`` block."""
+    token = _OP_TIMES.set(provider)
+    try:
+        yield
+    finally:
+        _OP_TIMES.reset(token)
+
+
 @dataclass
 class LayerTimes:
-    """Forward seconds of one layer for one micro-batch, split for recompute accounting."""
+    """Forward seconds of one layer for one micro-batch, split for recompute accounting;
+    ``backward_s``: measured backward seconds, None for the analytic 2x forward."""
 
     gemm_s: np.ndarray
     attention_s: np.ndarray
     elementwise_s: np.ndarray
+    backward_s: np.ndarray | None = None
 
     @property
     def forward_s(self) -> np.ndarray:
         return self.gemm_s + self.attention_s + self.elementwise_s
+
+    def backward(self) -> np.ndarray:
+        return 2 * self.forward_s if self.backward_s is None else self.backward_s
 
 
 def layer_forward_times(p: Problem, batch: LayoutBatch, moe: bool) -> LayerTimes:
@@ -75,16 +98,20 @@ def layer_forward_times(p: Problem, batch: LayoutBatch, moe: bool) -> LayerTimes
     gemms = F.attention_gemms(p, batch) + F.mlp_gemms(p, batch, moe)
     gemm_s = sum(gemm_time_s(p, g) for g in gemms)
     router_s = moe_cost.MOE_EXTRA_KERNELS * KERNEL_OVERHEAD_S if moe else 0.0  # routing, permutation
-    return LayerTimes(
+    times = LayerTimes(
         gemm_s=gemm_s,
         attention_s=attention_time_s(p, F.attention_core_flops(p, batch)),
         elementwise_s=memory_time_s(p, F.elementwise_bytes(p, batch, moe)) + router_s,
     )
+    provider = _OP_TIMES.get()
+    return times if provider is None else provider.layer(p, batch, moe, times)
 
 
 def output_forward_time_s(p: Problem, batch: LayoutBatch) -> np.ndarray:
     """Output layer GEMM and the cross-entropy loss on the last stage (forward)."""
-    return gemm_time_s(p, F.logits_gemm(p, batch)) + memory_time_s(p, F.loss_bytes(p, batch))
+    analytic = gemm_time_s(p, F.logits_gemm(p, batch)) + memory_time_s(p, F.loss_bytes(p, batch))
+    provider = _OP_TIMES.get()
+    return analytic if provider is None else provider.output(p, batch, analytic)
 
 
 def embedding_forward_time_s(p: Problem, batch: LayoutBatch) -> np.ndarray:

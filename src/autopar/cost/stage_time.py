@@ -108,7 +108,8 @@ def stage_time(p: Problem, batch: LayoutBatch, stages: Stages) -> StageTime:
         ep = ep + np.where(last, mtp.ep_comm_s(p, batch), 0.0)
     else:
         ep = np.zeros(len(batch))
-    return StageTime(forward_s=forward, backward_s=2 * forward, recompute_s=recompute, tp_s=tp, cp_s=cp, ep_s=ep)
+    backward = 2 * (forward - layers_fwd) + n_dense * dense.backward() + n_moe * moe.backward()
+    return StageTime(forward_s=forward, backward_s=backward, recompute_s=recompute, tp_s=tp, cp_s=cp, ep_s=ep)
 
 
 def p2p_time_s(p: Problem, batch: LayoutBatch) -> np.ndarray:
