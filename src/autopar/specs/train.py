@@ -39,6 +39,11 @@ class TrainSpec(BaseModel):
                                       "gather overlapped with backward/forward (Megatron --overlap-grad-reduce)")
     tp_comm_overlap: bool = Field(default=False, description="TP collectives overlapped with GEMMs "
                                   "(Megatron --tp-comm-overlap, Transformer Engine userbuffers)")
+    framework: Literal["megatron", "deepspeed"] = Field(
+        default="megatron",
+        description="training framework whose documented behaviour differs from Megatron-LM's: "
+        "'deepspeed' = DeepSpeed engine: ZeRO-3 all-gathers parameters submodule by submodule, "
+        "each gather paying the ring latency over the DP group; see autopar.cost.framework")
 
     @property
     def tokens_per_step(self) -> int:

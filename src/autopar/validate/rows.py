@@ -33,6 +33,8 @@ class Family:
     "on when tp > 1". ``flash``/``dropout``: kernels and regularisation of that code base.
     ``tp_overlap``: TP collectives overlapped with GEMMs (TE userbuffers, ``--tp-comm-overlap``).
     ``dp_overlap``: gradient reduction overlapped with backward (``--overlap-grad-reduce``, FSDP).
+    ``framework``: ``TrainSpec.framework`` of the code base (a row whose ``zero_or_distopt`` names
+    DeepSpeed, e.g. SC'21's ZeRO-3 baseline, runs on DeepSpeed whatever its source).
     """
 
     name: str
@@ -44,6 +46,7 @@ class Family:
     tp_overlap: bool
     dp_overlap: bool
     why: str
+    framework: str = "megatron"
 
 
 FAMILIES: dict[str, Family] = {f.name: f for f in (
@@ -65,7 +68,7 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
            dp_overlap=True, why="torchtitan 2024-12 benchmarks: FSDP2 (ZeRO-3, prefetching), SDPA flash "
            "attention, local batch 2"),
     Family("megatron-deepspeed", zero=1, recompute="full", sp=False, flash=False, dropout=False, tp_overlap=False,
-           dp_overlap=False, why="BLOOM (Megatron-DeepSpeed): ZeRO-1 (BF16_Optimizer) reducing after the "
+           dp_overlap=False, framework="deepspeed", why="BLOOM (Megatron-DeepSpeed): ZeRO-1 (BF16_Optimizer) reducing after the "
            "last backward, full activation checkpointing, no SP, no flash attention, dropout 0"),
 )}
 
@@ -254,6 +257,11 @@ def strategy_of(row: Row, family: Family, assumed: list[str]) -> Strategy:
     )
 
 
+def framework_of(row: Row, family: Family) -> str:
+    """``TrainSpec.framework`` of the run: DeepSpeed when the row says so, else the family's."""
+    return "deepspeed" if "deepspeed" in row["zero_or_distopt"].lower() else family.framework
+
+
 def to_case(row: Row) -> Case:
     """Map one row; raises :class:`Unscorable` with the reason when it cannot be scored."""
     family = family_of(row)
@@ -271,5 +279,5 @@ def to_case(row: Row) -> Case:
     cluster = make_cluster(device, gpus // per_node, per_node)
     train = TrainSpec(global_batch_size=row.int("gbs"), seq_len=row.int("seq_len"), precision=precision_of(row),
                       flash_attention=family.flash, tp_comm_overlap=family.tp_overlap,
-                      overlap_grad_reduce=family.dp_overlap)
+                      overlap_grad_reduce=family.dp_overlap, framework=framework_of(row, family))
     return Case(row, family, Problem(model_of(row, family), cluster, train), strategy, assumed)
