@@ -9,6 +9,7 @@ import numpy as np
 
 from autopar.cost.stage import Stages, all_stages
 from autopar.cost.step import TIME_KEYS, evaluate
+from autopar.pipeline.makespan import simulated_costs
 from autopar.problem import Problem
 from autopar.rules import check_strategy
 from autopar.strategy import Strategy, default_layers_per_stage
@@ -88,6 +89,8 @@ def estimate(p: Problem, s: Strategy, memory_margin: float = DEFAULT_MEMORY_MARG
     views = [Stages(index=stages.index[i:i + 1], start=stages.start[i:i + 1], layers=stages.layers[i:i + 1])
              for i in range(s.pp)]
     costs = evaluate(p, one, views, [np.ones(1)] * s.pp)
+    if s.pp > 1 and len(set(stages.layers.tolist())) > 1:  # uneven stages: simulate the schedule
+        costs = simulated_costs(p, s, batch, stages, costs)
     per_stage = [
         StageMemory(
             stage=i, layers=int(stages.layers[i]), params=float(mem.params[0]),

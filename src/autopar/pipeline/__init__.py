@@ -1,0 +1,1 @@
+"""Pipeline parallelism: schedule simulation, per-layer cost tables and stage balancing."""

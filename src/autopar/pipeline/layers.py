@@ -1,0 +1,147 @@
+"""Per-layer time and memory table of a layout, taken from the analytic cost model.
+
+The balancer needs, for every decoder layer and every recompute option (none / selective /
+full), the per-micro-batch forward, backward and recompute seconds, the activation bytes kept
+per micro-batch and the model-state bytes, plus what each pipeline stage carries whatever its
+layers (embedding on the first, output layer, loss and logits on the last, framework overhead,
+the rebuilt layer under full recompute). Every term of :func:`autopar.cost.stage_time.stage_time`
+and :func:`autopar.cost.memory.stage_memory` is linear in the stage's layers apart from these
+fixed parts, so the table is read off the cost model itself: a stage with one layer minus the
+same stage with none gives the layer's share, and a stage with no layer gives the fixed part.
+
+Communication (TP, CP, EP) is shared out over forward, backward and recompute in proportion to
+their compute, so each op's time includes its collectives and their sum is the stage total.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from autopar.cost.memory import in_flight_microbatches, stage_memory
+from autopar.cost.stage import Stages
+from autopar.cost.stage_time import p2p_time_s, stage_time
+from autopar.errors import AutoparError
+from autopar.problem import Problem
+from autopar.strategy import RECOMPUTE_NAMES, LayoutBatch, Strategy
+
+
+@dataclass(frozen=True)
+class LayerTable:
+    """Costs of ``L`` layers under ``R = len(options)`` recompute options on ``pp`` stages.
+
+    Attributes:
+        options: recompute option names, columns of the ``(., R)`` arrays.
+        forward_s, backward_s, recompute_s: ``(L, R)`` seconds per micro-batch per layer.
+        activation_bytes: ``(L, R)`` bytes one micro-batch keeps per layer until its backward.
+        static_bytes: ``(L,)`` weights, gradients and optimizer state per layer per device.
+        stage_forward_s, stage_backward_s, stage_recompute_s: ``(pp, R)`` fixed seconds per
+            micro-batch of each stage (embedding on stage 0, output layer and loss on the last).
+        stage_bytes: ``(pp, R)`` fixed bytes of each stage (embedding/output weights and their
+            states, token ids and logits, overhead, the layer rebuilt under full recompute).
+        p2p_s: one activation transfer between adjacent stages (seconds).
+        memory_limit_bytes: usable memory per device.
+    """
+
+    options: tuple[str, ...]
+    forward_s: np.ndarray
+    backward_s: np.ndarray
+    recompute_s: np.ndarray
+    activation_bytes: np.ndarray
+    static_bytes: np.ndarray
+    stage_forward_s: np.ndarray
+    stage_backward_s: np.ndarray
+    stage_recompute_s: np.ndarray
+    stage_bytes: np.ndarray
+    p2p_s: float
+    memory_limit_bytes: float
+
+    @property
+    def num_layers(self) -> int:
+        return int(self.forward_s.shape[0])
+
+    @property
+    def pp(self) -> int:
+        return int(self.stage_bytes.shape[0])
+
+    @property
+    def layer_time_s(self) -> np.ndarray:
+        """``(L, R)`` forward + backward + recompute seconds per micro-batch."""
+        return self.forward_s + self.backward_s + self.recompute_s
+
+    @property
+    def stage_time_s(self) -> np.ndarray:
+        """``(pp, R)`` fixed seconds per micro-batch of each stage."""
+        return self.stage_forward_s + self.stage_backward_s + self.stage_recompute_s
+
+    def option_index(self, name: str) -> int:
+        """Column of recompute option ``name``.
+
+        Raises:
+            AutoparError: ``name`` is not one of :attr:`options`.
+        """
+        if name not in self.options:
+            raise AutoparError(f"recompute={name!r}: this layer table has {', '.join(self.options)}")
+        return self.options.index(name)
+
+
+def op_times_s(p: Problem, batch: LayoutBatch, stages: Stages) -> np.ndarray:
+    """``(3, n)`` forward, backward, recompute seconds with communication shared out."""
+    t = stage_time(p, batch, stages)
+    compute = np.stack([t.forward_s, t.backward_s, t.recompute_s])
+    total_compute = compute.sum(axis=0)
+    comm = t.total_s - total_compute
+    share = np.divide(compute, total_compute, out=np.zeros_like(compute), where=total_compute > 0)
+    share[0] = np.where(total_compute > 0, share[0], 1.0)  # no compute: collectives count as forward
+    return compute + share * comm
+
+
+def layer_table(p: Problem, s: Strategy, memory_limit_bytes: float | None = None) -> LayerTable:
+    """The per-layer table of layout ``s`` (its pp, vpp, tp, ... ; its recompute is replaced by
+    each of none / selective / full-on-every-layer in turn).
+
+    Args:
+        memory_limit_bytes: usable bytes per device (default: the device's memory).
+
+    Raises:
+        AutoparError: ``memory_limit_bytes`` is not positive.
+    """
+    limit = p.cluster.device.memory_bytes if memory_limit_bytes is None else float(memory_limit_bytes)
+    if not limit > 0:
+        raise AutoparError(f"memory_limit_bytes={limit}: must be positive")
+    num_layers, pp, num_options = p.model.num_layers, s.pp, len(RECOMPUTE_NAMES)
+    one = LayoutBatch.from_strategy(s, p.train.global_batch_size)
+    # Rows: per option, L layer rows (stage 0 with one layer), L empty stage-0 rows, pp empty stages.
+    per_option = 2 * num_layers + pp
+    batch = one.take(np.zeros(num_options * per_option, dtype=np.int64))
+    batch.recompute = np.repeat(np.arange(num_options), per_option)
+    batch.recompute_layers = np.where(batch.recompute == 2, num_layers, 0)
+    layer = np.arange(num_layers)
+    index = np.tile(np.concatenate([np.zeros(2 * num_layers, dtype=np.int64), np.arange(pp)]), num_options)
+    start = np.tile(np.concatenate([layer, layer, np.zeros(pp, dtype=np.int64)]), num_options)
+    count = np.tile(np.concatenate([np.ones(num_layers, dtype=np.int64), np.zeros(num_layers + pp, dtype=np.int64)]),
+                    num_options)
+    stages = Stages(index=index, start=start, layers=count)
+
+    times = op_times_s(p, batch, stages).reshape(3, num_options, per_option)
+    mem = stage_memory(p, batch, stages)
+    static = (mem.weights_bytes + mem.grads_bytes + mem.optimizer_bytes).reshape(num_options, per_option)
+    total = mem.total_bytes.reshape(num_options, per_option)
+    act = mem.activations_bytes.reshape(num_options, per_option)
+    in_flight_first = in_flight_microbatches(one, Stages(np.zeros(1, np.int64), np.zeros(1, np.int64),
+                                                         np.ones(1, np.int64)))[0]
+
+    with_layer, without = slice(0, num_layers), slice(num_layers, 2 * num_layers)
+    layer_times = times[:, :, with_layer] - times[:, :, without]  # (3, R, L)
+    stage_times = times[:, :, 2 * num_layers:]  # (3, R, pp)
+    return LayerTable(
+        options=RECOMPUTE_NAMES,
+        forward_s=layer_times[0].T, backward_s=layer_times[1].T, recompute_s=layer_times[2].T,
+        activation_bytes=((act[:, with_layer] - act[:, without]) / in_flight_first).T,
+        static_bytes=static[0, with_layer] - static[0, without],
+        stage_forward_s=stage_times[0].T, stage_backward_s=stage_times[1].T, stage_recompute_s=stage_times[2].T,
+        stage_bytes=total[:, 2 * num_layers:].T,
+        p2p_s=float(p2p_time_s(p, one)[0]) if pp > 1 else 0.0,
+        memory_limit_bytes=limit,
+    )

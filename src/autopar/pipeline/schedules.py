@@ -1,0 +1,113 @@
+"""Pipeline schedules: the order in which each pipeline rank runs its forward and backward passes.
+
+A schedule is, per rank, a static list of ``(kind, microbatch, chunk)`` with ``kind`` ``"F"``
+(forward) or ``"B"`` (backward). The simulator (:mod:`autopar.pipeline.simulate`) adds the
+recompute pass before each backward and, for the zero-bubble schedule, the weight-gradient
+passes. Virtual stage ``j = chunk * pp + rank`` holds the ``j``-th contiguous block of layers
+(Megatron-LM's interleaved assignment).
+
+* ``gpipe``: all forwards, then all backwards (Huang et al., NeurIPS 2019).
+* ``1f1b``: rank ``i`` runs ``min(pp - i - 1, m)`` warm-up forwards, then alternates one forward
+  and one backward, then drains (PipeDream-Flush; Narayanan et al., SC'21, sec. 2.2.1, fig. 4 top).
+* ``interleaved``: Megatron's interleaved 1F1B (Narayanan et al., SC'21, sec. 2.2.2, fig. 4
+  bottom; ``megatron/core/pipeline_parallel/schedules.py``,
+  ``forward_backward_pipelining_with_interleaving``): micro-batches go through the chunks in
+  groups of ``pp``; rank ``i`` warms up with ``2 * (pp - i - 1) + (vpp - 1) * pp`` chunk forwards.
+* ``zb-h1``: 1F1B's forward/backward order with each backward split into the input-gradient
+  pass B and a weight-gradient pass W that fills idle time (Qi et al., "Zero Bubble Pipeline
+  Parallelism", ICLR 2024, sec. 3.1, ZB-H1); rank ``i`` may defer up to ``i`` W passes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autopar.errors import AutoparError
+
+SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b", "interleaved", "zb-h1")
+
+Order = list[tuple[str, int, int]]
+
+
+def check_schedule(schedule: str, pp: int, vpp: int, num_microbatches: int) -> None:
+    """Raise if the schedule cannot run these sizes.
+
+    Raises:
+        AutoparError: unknown schedule; vpp > 1 with a non-interleaved schedule (or vpp = 1 with
+            ``interleaved``); interleaving with ``num_microbatches`` not a multiple of ``pp``
+            (Megatron's micro-batch group size); a non-positive size.
+    """
+    if schedule not in SCHEDULES:
+        raise AutoparError(f"schedule={schedule!r}: allowed {', '.join(SCHEDULES)}")
+    for name, value in (("pp", pp), ("vpp", vpp), ("num_microbatches", num_microbatches)):
+        if value < 1:
+            raise AutoparError(f"{name}={value}: must be a positive integer")
+    if (schedule == "interleaved") != (vpp > 1):
+        raise AutoparError(f"schedule={schedule!r} with vpp={vpp}: the interleaved schedule is exactly vpp > 1")
+    if schedule == "interleaved" and num_microbatches % pp:
+        raise AutoparError(f"num_microbatches={num_microbatches}: the interleaved schedule needs a multiple "
+                           f"of pp={pp} (Megatron: micro-batch group size = pp)")
+
+
+def _interleaved_chunk(k: int, pp: int, vpp: int, forward: bool) -> tuple[int, int]:
+    """(microbatch, chunk) of the ``k``-th chunk forward (or backward) on a rank (Megatron's
+    ``get_model_chunk_id`` / ``get_microbatch_id_in_model_chunk``)."""
+    group, within = divmod(k, pp * vpp)
+    chunk = within // pp
+    return group * pp + within % pp, chunk if forward else vpp - 1 - chunk
+
+
+def rank_order(schedule: str, rank: int, pp: int, vpp: int, num_microbatches: int) -> Order:
+    """Forward/backward order of one rank, as ``(kind, microbatch, chunk)`` tuples.
+
+    Raises:
+        AutoparError: see :func:`check_schedule`.
+    """
+    check_schedule(schedule, pp, vpp, num_microbatches)
+    m = num_microbatches
+    if schedule == "gpipe":
+        return [("F", i, 0) for i in range(m)] + [("B", i, 0) for i in range(m)]
+    if schedule in ("1f1b", "zb-h1"):
+        warmup = min(pp - rank - 1, m)
+        order: Order = [("F", i, 0) for i in range(warmup)]
+        for k in range(m - warmup):
+            order += [("F", warmup + k, 0), ("B", k, 0)]
+        return order + [("B", k, 0) for k in range(m - warmup, m)]
+    total = m * vpp
+    warmup = min(2 * (pp - rank - 1) + (vpp - 1) * pp, total)
+    fwd = [("F",) + _interleaved_chunk(k, pp, vpp, True) for k in range(total)]
+    bwd = [("B",) + _interleaved_chunk(k, pp, vpp, False) for k in range(total)]
+    order = fwd[:warmup]
+    for k in range(total - warmup):
+        order += [fwd[warmup + k], bwd[k]]
+    return order + bwd[total - warmup:]
+
+
+def deferred_weight_grads(schedule: str, rank: int, pp: int) -> int:
+    """How many weight-gradient passes rank ``rank`` may hold back (ZB-H1: ``rank``, so a rank
+    holds at most the ``pp - rank`` micro-batches of 1F1B plus ``rank``, never more than 1F1B's
+    peak ``pp`` on rank 0; Qi et al. sec. 3.1)."""
+    return rank if schedule == "zb-h1" else 0
+
+
+def in_flight_chunks(schedule: str, pp: int, vpp: int, num_microbatches: int) -> np.ndarray:
+    """Peak number of (micro-batch, chunk) activations each rank holds, shape ``(pp,)``.
+
+    GPipe: all ``m``. 1F1B: ``min(pp - i, m)`` (Narayanan et al., SC'21, sec. 2.2.1). ZB-H1:
+    ``min(pp, m)`` on every rank (deferred W passes keep their inputs; Qi et al. sec. 3.1).
+    Interleaved: ``min(2 * (pp - i - 1) + (vpp - 1) * pp + 1, m * vpp)`` (the warm-up plus the
+    first steady forward). Divide by ``vpp`` for micro-batches' worth of a rank's layers.
+
+    Raises:
+        AutoparError: see :func:`check_schedule`.
+    """
+    check_schedule(schedule, pp, vpp, num_microbatches)
+    rank = np.arange(pp)
+    m = num_microbatches
+    if schedule == "gpipe":
+        return np.full(pp, m)
+    if schedule == "interleaved":
+        return np.minimum(2 * (pp - rank - 1) + (vpp - 1) * pp + 1, m * vpp)
+    if schedule == "zb-h1":
+        return np.full(pp, min(pp, m))
+    return np.minimum(pp - rank, m)

@@ -1,0 +1,225 @@
+"""Event simulation of one pipeline-parallel training step.
+
+Each rank runs its schedule's op order (:mod:`autopar.pipeline.schedules`) one op at a time. An
+op starts when its rank is free and its input has arrived: a forward of virtual stage ``j``
+needs the forward of ``j - 1`` plus one p2p transfer, a backward of ``j`` the backward of
+``j + 1`` plus one p2p transfer (the last virtual stage needs only its own forward). With
+activation recompute (Chen et al. 2016; Korthikanti et al., MLSys'23) the recompute pass runs
+when the gradient arrives, right before the backward it serves. p2p transfers are modelled as a
+delay on the dependency (asynchronous send/receive, overlapped with compute), so with zero p2p
+the closed forms hold exactly (Narayanan et al., SC'21, sec. 2.2): GPipe and 1F1B take
+``(m + pp - 1) * (t_f + t_b)``, interleaved 1F1B ``(m + (pp - 1) / vpp) * (t_f + t_b)`` with
+per-chunk times ``t_f / vpp`` and ``t_b / vpp``.
+
+Zero bubble (ZB-H1, Qi et al., ICLR 2024, sec. 3.1): the backward splits into B (input
+gradient, on the critical path) and W (weight gradient, ``weight_grad_fraction`` of the
+backward; 1/2 in their ``T_B = T_W`` model). A rank runs a pending W when its next op's input
+has not arrived yet, or when it holds more W passes than allowed (``i`` on rank ``i``, so that
+no rank holds more than ``pp`` micro-batches, 1F1B's peak on rank 0). With ``t_f = t_b = t_w``
+this gives the paper's makespan ``m * (t_f + t_b + t_w) + (pp - 1) * (t_f + t_b - t_w)``.
+
+Memory: a micro-batch's activations on a chunk are allocated when its forward starts and freed
+when its backward ends (ZB-H1: when its W ends, since W still reads the layer inputs).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from autopar.errors import AutoparError
+from autopar.pipeline.schedules import deferred_weight_grads, rank_order
+
+KIND_NAMES = {"F": "forward", "B": "backward", "R": "recompute", "W": "weight_grad"}
+
+
+@dataclass(frozen=True)
+class PipelineTimes:
+    """Seconds per micro-batch of each (rank, chunk), arrays of shape ``(pp, vpp)``.
+
+    ``backward_s`` is the whole backward (input and weight gradients); ``recompute_s`` the
+    recomputed forward (0 without recompute); ``p2p_s`` one activation or gradient transfer
+    between adjacent virtual stages; ``weight_grad_fraction`` the share of the backward that
+    ZB-H1 moves into its W pass.
+    """
+
+    forward_s: np.ndarray
+    backward_s: np.ndarray
+    recompute_s: np.ndarray
+    p2p_s: float = 0.0
+    weight_grad_fraction: float = 0.5
+
+    @classmethod
+    def uniform(cls, pp: int, vpp: int, forward_s: float, backward_s: float, recompute_s: float = 0.0,
+                p2p_s: float = 0.0) -> "PipelineTimes":
+        """Every chunk the same (the closed-form case)."""
+        full = lambda v: np.full((pp, vpp), float(v))  # noqa: E731
+        return cls(full(forward_s), full(backward_s), full(recompute_s), p2p_s)
+
+
+@dataclass(frozen=True)
+class TimelineOp:
+    """One op of the timeline: ``kind`` is forward / backward / recompute / weight_grad."""
+
+    stage: int
+    kind: str
+    microbatch: int
+    chunk: int
+    start_s: float
+    end_s: float
+
+
+@dataclass(frozen=True)
+class SimulationResult:
+    """Outcome of one simulated step.
+
+    Attributes:
+        makespan_s: first forward start to last backward (or W) end.
+        bubble_fraction: idle share of ``pp * makespan_s`` (uniform 1F1B: ``(pp-1)/(m+pp-1)``).
+        peak_in_flight: ``(pp,)`` most (micro-batch, chunk) activations held at once per rank.
+        peak_activation_bytes: ``(pp,)`` peak of the held activations (0 if none were given).
+        timeline: every op, in the order it was scheduled.
+    """
+
+    makespan_s: float
+    bubble_fraction: float
+    peak_in_flight: np.ndarray
+    peak_activation_bytes: np.ndarray
+    timeline: list[TimelineOp]
+
+
+def _check_times(times: PipelineTimes, schedule: str) -> tuple[int, int]:
+    shape = np.shape(times.forward_s)
+    if len(shape) != 2 or np.shape(times.backward_s) != shape or np.shape(times.recompute_s) != shape:
+        raise AutoparError(f"pipeline times: forward/backward/recompute must share one (pp, vpp) shape, got "
+                           f"{shape}, {np.shape(times.backward_s)}, {np.shape(times.recompute_s)}")
+    for name in ("forward_s", "backward_s", "recompute_s"):
+        values = np.asarray(getattr(times, name), dtype=float)
+        if not np.all(np.isfinite(values)) or np.any(values < 0):
+            raise AutoparError(f"pipeline times: {name} must be finite and >= 0")
+    if not (math.isfinite(times.p2p_s) and times.p2p_s >= 0):
+        raise AutoparError(f"pipeline times: p2p_s={times.p2p_s} must be finite and >= 0")
+    if schedule == "zb-h1" and not 0 <= times.weight_grad_fraction < 1:
+        raise AutoparError(f"weight_grad_fraction={times.weight_grad_fraction}: must be in [0, 1)")
+    return shape
+
+
+def simulate(times: PipelineTimes, num_microbatches: int, schedule: str,
+             activation_bytes: np.ndarray | None = None) -> SimulationResult:
+    """Simulate one step of ``schedule`` with per-(rank, chunk) ``times``.
+
+    Args:
+        times: per-micro-batch times, shape ``(pp, vpp)``.
+        num_microbatches: micro-batches per step per pipeline (``m``).
+        schedule: ``gpipe``, ``1f1b``, ``interleaved`` (needs ``vpp > 1``) or ``zb-h1``.
+        activation_bytes: optional ``(pp, vpp)`` bytes one micro-batch keeps on a chunk.
+
+    Raises:
+        AutoparError: inconsistent shapes, negative times, or sizes the schedule cannot run
+            (see :func:`autopar.pipeline.schedules.check_schedule`).
+    """
+    pp, vpp = _check_times(times, schedule)
+    m, num_virtual = num_microbatches, pp * vpp
+    orders = [rank_order(schedule, r, pp, vpp, m) for r in range(pp)]
+    act = np.zeros((pp, vpp)) if activation_bytes is None else np.asarray(activation_bytes, dtype=float)
+    if act.shape != (pp, vpp):
+        raise AutoparError(f"activation_bytes: shape {act.shape}, expected (pp, vpp) = ({pp}, {vpp})")
+    zero_bubble = schedule == "zb-h1"
+    w_frac = times.weight_grad_fraction if zero_bubble else 0.0
+    fwd, rec = np.asarray(times.forward_s, float), np.asarray(times.recompute_s, float)
+    bwd = np.asarray(times.backward_s, float) * (1 - w_frac)
+    wgt = np.asarray(times.backward_s, float) * w_frac
+    # Expand each backward into (recompute,) backward; R (or B) waits for the gradient.
+    expanded = []
+    for r, order in enumerate(orders):
+        ops = []
+        for kind, mb, c in order:
+            if kind == "B" and rec[r, c] > 0:
+                ops.append(("R", mb, c))
+            ops.append((kind, mb, c))
+        expanded.append(ops)
+
+    f_end = np.full((num_virtual, m), np.nan)
+    b_end = np.full((num_virtual, m), np.nan)
+    waiting: dict[tuple[str, int, int], list[int]] = {}
+    pointer = [0] * pp
+    pending_w: list[list[tuple[int, int]]] = [[] for _ in range(pp)]
+    free_s = [0.0] * pp
+    busy_s = np.zeros(pp)
+    events: list[list[tuple[float, int, int, float]]] = [[] for _ in range(pp)]  # (time, +1/-1, chunk, bytes)
+    timeline: list[TimelineOp] = []
+    heap = [(0.0, r) for r in range(pp)]
+
+    def run(r: int, kind: str, mb: int, c: int, start: float, duration: float) -> float:
+        end = start + duration
+        timeline.append(TimelineOp(r, KIND_NAMES[kind], mb, c, start, end))
+        if kind == "W":
+            events[r].append((end, -1, c, act[r, c]))
+        busy_s[r] += duration
+        free_s[r] = end
+        return end
+
+    def dependency(r: int, kind: str, mb: int, c: int) -> tuple[tuple[str, int, int] | None, float]:
+        j = c * pp + r
+        if kind == "F":
+            return (None, 0.0) if j == 0 else (("F", j - 1, mb), f_end[j - 1, mb] + times.p2p_s)
+        if kind in ("R", "B") and not (kind == "B" and rec[r, c] > 0):
+            return (None, f_end[j, mb]) if j == num_virtual - 1 else (("B", j + 1, mb), b_end[j + 1, mb] + times.p2p_s)
+        return None, 0.0  # B after its own R
+
+    while heap:
+        now, r = heapq.heappop(heap)
+        now = max(now, free_s[r])
+        ops = expanded[r]
+        if pointer[r] == len(ops):
+            if pending_w[r]:
+                mb, c = pending_w[r].pop(0)
+                run(r, "W", mb, c, now, wgt[r, c])
+                heapq.heappush(heap, (free_s[r], r))
+            continue
+        kind, mb, c = ops[pointer[r]]
+        key, ready = dependency(r, kind, mb, c)
+        unknown = math.isnan(ready)
+        too_many = len(pending_w[r]) > deferred_weight_grads(schedule, r, pp)
+        if pending_w[r] and (too_many or unknown or ready > now):
+            wmb, wc = pending_w[r].pop(0)
+            run(r, "W", wmb, wc, now, wgt[r, wc])
+            heapq.heappush(heap, (free_s[r], r))
+            continue
+        if unknown:
+            waiting.setdefault(key, []).append(r)
+            continue
+        start = max(now, ready)
+        j = c * pp + r
+        duration = {"F": fwd, "B": bwd, "R": rec}[kind][r, c]
+        end = run(r, kind, mb, c, start, duration)
+        pointer[r] += 1
+        if kind == "F":
+            f_end[j, mb] = end
+            events[r].append((start, 1, c, act[r, c]))
+        elif kind == "B":
+            b_end[j, mb] = end
+            if zero_bubble:
+                pending_w[r].append((mb, c))
+            else:
+                events[r].append((end, -1, c, act[r, c]))
+        for waiter in waiting.pop((kind, j, mb), []):
+            heapq.heappush(heap, (free_s[waiter], waiter))
+        heapq.heappush(heap, (free_s[r], r))
+
+    if any(pointer[r] < len(expanded[r]) for r in range(pp)):
+        raise AutoparError(f"schedule {schedule!r} deadlocked (pp={pp}, vpp={vpp}, m={m})")
+    makespan = max(op.end_s for op in timeline)
+    peak_count, peak_bytes = np.zeros(pp, dtype=np.int64), np.zeros(pp)
+    for r in range(pp):
+        count, held = 0, 0.0
+        for _, delta, _, size in sorted(events[r], key=lambda e: (e[0], e[1])):  # frees first at ties
+            count += delta
+            held += delta * size
+            peak_count[r] = max(peak_count[r], count)
+            peak_bytes[r] = max(peak_bytes[r], held)
+    bubble = 1 - float(busy_s.sum()) / (pp * makespan) if makespan > 0 else 0.0
+    return SimulationResult(makespan, bubble, peak_count, peak_bytes, timeline)
