@@ -44,6 +44,8 @@ VocabPad = Annotated[Optional[int], typer.Option("--make-vocab-size-divisible-by
                                                  help="Megatron vocab padding unit [default: 128]")]
 Json = Annotated[bool, typer.Option("--json", help="print one JSON document instead of tables")]
 Margin = Annotated[float, typer.Option(help="memory margin: above (1-margin) x device memory is 'marginal'")]
+ProfileDb = Annotated[Optional[str], typer.Option(help="SQLite profile DB: measured operator times override the model")]
+ProfileDevice = Annotated[Optional[str], typer.Option(help="device name inside --profile-db (default: its only one)")]
 
 
 def _user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -105,6 +107,7 @@ def search(
     write_script: Annotated[Optional[str], typer.Option(help="with --script: write it back with the best layout "
                                                         "(--top N writes OUT.sh, OUT.2.sh, ...)")] = None,
     report: Annotated[Optional[str], typer.Option(help="write result.json, PNG charts and report.html here")] = None,
+    profile_db: ProfileDb = None, profile_device: ProfileDevice = None,
 ) -> None:
     """Search every valid layout, drop those that do not fit, rank the rest by step time."""
     from autopar.export.megatron import megatron_args
@@ -117,7 +120,11 @@ def search(
         raise AutoparError(f"--memory-margin={memory_margin}: must be in [0, 1)")
     if write_script and not script:
         raise AutoparError("--write-script needs --script (the launch script to rewrite)")
-    result = run_search(p, _positive("--top", top), memory_margin)
+    from autopar.profile.cli import print_coverage, profiled
+
+    with profiled(p, profile_db, profile_device) as coverage:
+        result = run_search(p, _positive("--top", top), memory_margin)
+        measured = coverage and coverage([e.strategy for e in result.layouts])
     best = result.layouts[0]
     if write_script:
         from autopar.export.rewrite import write_scripts
@@ -131,6 +138,8 @@ def search(
     if as_json:
         doc = result.to_dict()
         doc["megatron_args"] = megatron_args(p, best.strategy)
+        if measured:
+            doc["profile"] = measured
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return
     console.print(f"[bold]{p.model.name}[/] ({p.model.num_params / 1e9:.1f} B params) on {p.cluster.num_nodes} x "
@@ -140,6 +149,8 @@ def search(
     console.print(search_summary(result), highlight=False)
     console.print("\n[bold]Megatron-LM arguments for #1:[/]")
     console.print(megatron_args(p, best.strategy), highlight=False, soft_wrap=True)
+    if measured:
+        print_coverage(measured)
 
 
 # Layout options of ``estimate`` and ``export`` (None = the script's value, else the default shown).
@@ -199,6 +210,7 @@ def estimate(
     mbs: Mbs = None, zero: Zero = None, sp: Sp = None, recompute: RecomputeOpt = None,
     recompute_layers: RecomputeLayers = None, schedule: ScheduleOpt = None, layers_per_stage: LayersPerStage = None,
     memory_margin: Margin = 0.10, as_json: Json = False, script: Script = None, vocab_size: VocabSize = None,
+    profile_db: ProfileDb = None, profile_device: ProfileDevice = None,
 ) -> None:
     """Estimate memory (per stage) and step time (with breakdown) of one explicit layout."""
     from autopar.estimate import estimate as run_estimate
@@ -208,11 +220,20 @@ def estimate(
                  flash_attention, vocab_pad, script, vocab_size)
     layout = dict(tp=tp, pp=pp, cp=cp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, zero=zero, sp=sp, recompute=recompute,
                   recompute_layers=recompute_layers, layers_per_stage=layers_per_stage)
-    result = run_estimate(p, _strategy(p, script, layout, dp, schedule), memory_margin)
+    from autopar.profile.cli import print_coverage, profiled
+
+    with profiled(p, profile_db, profile_device) as coverage:
+        result = run_estimate(p, _strategy(p, script, layout, dp, schedule), memory_margin)
+        measured = coverage and coverage([result.strategy])
     if as_json:
-        sys.stdout.write(json.dumps(result.to_dict(p.train.global_batch_size), indent=2) + "\n")
+        doc = result.to_dict(p.train.global_batch_size)
+        if measured:
+            doc["profile"] = measured
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return
     print_estimate(console, result)
+    if measured:
+        print_coverage(measured)
 
 
 @app.command()
@@ -284,3 +305,8 @@ def export(
         err_console.print(f"wrote {out}", highlight=False)
     else:
         sys.stdout.write(text)
+
+
+from autopar.profile.cli import profile_app  # noqa: E402  (the sub-app imports this module's options)
+
+app.add_typer(profile_app, name="profile")

@@ -1,0 +1,228 @@
+"""``autopar profile ops|layer|comm`` (typer sub-app) and the ``--profile-db`` helpers.
+
+torch and transformers are imported inside the commands only, so ``autopar search`` never
+loads them. Progress is a rich bar; every measurement is committed as it finishes, so Ctrl-C
+loses at most the one in flight and a rerun measures only what is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.progress import Progress
+
+from autopar.cli import (Device, DeviceFile, DeviceSet, Flash, Gbs, Model, Nodes, PerNode, Precision, SeqLen,
+                         VocabPad, _problem, _user_errors, console)
+from autopar.errors import AutoparError
+from autopar.profile.opdb import OpDB
+
+profile_app = typer.Typer(no_args_is_help=True, help="Measure operators, layers and collectives into a profile DB.")
+Db = Annotated[str, typer.Option("--db", help="SQLite profile database (created if missing)")]
+COVERAGE_THRESHOLD = 0.8  # below this share of measured compute time the output lists what to profile
+
+
+def open_times(path: str, device: str | None, dtype: str):
+    """A :class:`~autopar.profile.provider.ProfileTimes` over ``path`` for ``device`` (default:
+    the only device in the file).
+
+    Raises:
+        AutoparError: missing file, or several devices in it and none chosen.
+    """
+    from autopar.profile.provider import ProfileTimes
+
+    if not Path(path).is_file():
+        raise AutoparError(f"--profile-db={path!r}: no such file (fill it with 'autopar profile ops')")
+    db = OpDB(path)
+    devices = db.devices()
+    if device is None:
+        if len(devices) != 1:
+            raise AutoparError(f"--profile-device: the database holds {devices or 'no devices'}; name one")
+        device = devices[0]
+    elif device not in devices:
+        raise AutoparError(f"--profile-device={device!r}: not in the database; it holds {devices}")
+    return ProfileTimes(db, device, dtype)
+
+
+@contextmanager
+def profiled(p, path: str | None, device: str | None):
+    """Cost with the measured times of ``path`` inside the block; yields a function that maps
+    the shown layouts to :func:`coverage_doc`, or None without a database."""
+    if path is None:
+        yield None
+        return
+    from autopar.cost.compute import use_op_times
+
+    dtype = "bf16" if p.train.precision == "fp8" else p.train.precision
+    times = open_times(path, device, dtype)
+    with use_op_times(times):
+        yield lambda strategies: coverage_doc(p, strategies, times)
+    times.db.close()
+
+
+def coverage_doc(p, strategies, times) -> dict:
+    """``{"db", "device", "dtype", "coverage": [per layout], "missing": [{"op", "dims"}]}`` for
+    the JSON output and for ``profile ops --missing-from``."""
+    from autopar.profile.provider import coverage
+    from autopar.profile.shapes import unique
+
+    shares, missing = [], []
+    for s in strategies:
+        share, miss = coverage(p, s, times)
+        shares.append(share)
+        missing += miss
+    return {"db": str(times.db.path), "device": times.device, "dtype": times.dtype, "coverage": shares,
+            "threshold": COVERAGE_THRESHOLD, "missing": [{"op": o, "dims": d} for o, d in unique(missing)]}
+
+
+def print_coverage(doc: dict) -> None:
+    """One line of coverage, and the shapes to profile when it is below the threshold."""
+    worst = min(doc["coverage"])
+    console.print(f"profile {doc['db']} ({doc['device']}): {worst:.0%} of the predicted compute time of the "
+                  f"shown layouts is measured (lowest layout)", highlight=False)
+    if worst < COVERAGE_THRESHOLD and doc["missing"]:
+        console.print(f"[yellow]below {COVERAGE_THRESHOLD:.0%}:[/] profile these {len(doc['missing'])} shapes "
+                      "(save this output with --json and run 'autopar profile ops --missing-from FILE'):",
+                      highlight=False)
+        for m in doc["missing"][:20]:
+            console.print(f"  {m['op']} {json.dumps(m['dims'])}", highlight=False)
+
+
+def _measure_all(db: OpDB, ops: list, dtype: str, repeats: int) -> int:
+    from autopar.profile import ops as O
+
+    device, name = O.local_device()
+    versions = O.library_versions()
+    todo = [(op, dims) for op, dims in ops if not db.has(name, op, dims, dtype, versions)]
+    console.print(f"{name}: {len(ops)} shapes, {len(ops) - len(todo)} already measured, {len(todo)} to go",
+                  highlight=False)
+    with Progress(console=console) as bar:
+        task = bar.add_task("profiling ops", total=len(todo))
+        for op, dims in todo:
+            bar.update(task, description=f"{op} {dims}")
+            fwd, bwd, moved = O.measure(op, dims, dtype, device, repeats=repeats)
+            db.put(name, op, dims, dtype, versions, fwd, bwd, moved, repeats)
+            bar.advance(task)
+    return len(todo)
+
+
+@profile_app.command()
+@_user_errors
+def ops(
+    db: Db, model: Model = None, device: Device = None, nodes: Nodes = None, devices_per_node: PerNode = None,
+    gbs: Gbs = None, seq_len: SeqLen = None, precision: Precision = None, device_file: DeviceFile = None,
+    device_set: DeviceSet = None, flash_attention: Flash = None, vocab_pad: VocabPad = None,
+    top: Annotated[int, typer.Option(help="profile the shapes of the top-N layouts of a search")] = 3,
+    tp: Annotated[Optional[int], typer.Option(help="profile one layout instead (with --cp/--ep/--mbs/--sp)")] = None,
+    cp: int = 1, ep: int = 1, etp: Optional[int] = None, mbs: int = 1,
+    sp: Annotated[bool, typer.Option("--sp/--no-sp")] = False,
+    missing_from: Annotated[Optional[str], typer.Option(help="a --json result of search/estimate --profile-db")] = None,
+    repeats: int = 5,
+) -> None:
+    """Measure the operator shapes a search needs (only those missing from the database)."""
+    if missing_from:
+        try:
+            doc = json.loads(Path(missing_from).read_text())
+            wanted = [(m["op"], m["dims"]) for m in doc["profile"]["missing"]]
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise AutoparError(f"--missing-from={missing_from!r}: not a result with profile.missing ({err})") from None
+        dtype = doc["profile"]["dtype"]
+    else:
+        from autopar.profile.shapes import strategy_ops, unique
+        from autopar.search import search as run_search
+        from autopar.strategy import Strategy
+
+        if not model:
+            raise AutoparError("--model: required unless --missing-from is given")
+        p = _problem(model, device, nodes, devices_per_node, gbs, seq_len, precision, device_file, device_set,
+                     flash_attention, vocab_pad)
+        if tp is not None:
+            dp = p.world_size // (tp * cp)
+            layouts = [Strategy(dp=max(dp, 1), tp=tp, cp=cp, ep=ep, etp=etp, mbs=mbs, sp=sp)]
+        else:
+            layouts = [e.strategy for e in run_search(p, top).layouts]
+        wanted = unique([op for s in layouts for op in strategy_ops(p, s)])
+        dtype = "bf16" if p.train.precision == "fp8" else p.train.precision
+    _measure_all(OpDB(db), wanted, dtype, repeats)
+
+
+@profile_app.command()
+@_user_errors
+def layer(
+    db: Db, model: Model, tp: int = 1, cp: int = 1, ep: int = 1, etp: Optional[int] = None, mbs: int = 1,
+    seq_len: Annotated[int, typer.Option("--seq-len", help="sequence length (tokens)")] = 4096,
+    recompute: Annotated[Optional[list[str]], typer.Option(help="none | selective | full (repeatable)")] = None,
+    moe: Annotated[bool, typer.Option("--moe/--dense", help="profile a MoE layer (else a dense one)")] = False,
+    fused: Annotated[bool, typer.Option("--fused/--hf", help="Megatron-equivalent kernels, or HF's as they are")] = True,
+    repeats: int = 3,
+) -> None:
+    """Profile the model's own decoder layer at one shard's width (time, saved bytes, CUDA peak)."""
+    import torch
+
+    from autopar.profile import ops as O
+    from autopar.profile.layer import Shard, analytic_layer_bytes, build_layer, profile_layer, raw_config
+
+    if not model:
+        raise AutoparError("--model: required")
+    raw = raw_config(model)
+    shard = Shard(tp=tp, cp=cp, ep=ep, etp=etp or tp, mbs=mbs, seq=seq_len)
+    device, name = O.local_device()
+    layer_mod, rotary = build_layer(raw, shard, moe, device, torch.bfloat16, fused=fused)
+    store = OpDB(db)
+    for option in recompute or ["none", "selective", "full"]:
+        prof = profile_layer(layer_mod, rotary, shard, option, device, torch.bfloat16, repeats=repeats)
+        dims = {"model": Path(model).stem, "moe": int(moe), "recompute": option, "fused": int(fused), **shard.key()}
+        store.put(name, "layer", dims, "bf16", O.library_versions(), (prof.fwd_s, prof.fwd_spread_s),
+                  (prof.bwd_s, prof.bwd_spread_s), 0.0, repeats, prof.saved_bytes, prof.peak_bytes)
+        analytic = analytic_layer_bytes(raw, shard, option, moe)
+        peak = f", CUDA peak {prof.peak_bytes / 2**20:.1f} MiB" if prof.peak_bytes is not None else ""
+        console.print(f"{option:9s} fwd {prof.fwd_s * 1e3:.2f} ms  bwd {prof.bwd_s * 1e3:.2f} ms  saved "
+                      f"{prof.saved_bytes / 2**20:.2f} MiB (analytic {analytic / 2**20:.2f}){peak}", highlight=False)
+
+
+@profile_app.command()
+@_user_errors
+def comm(
+    db: Db, sizes: Annotated[str, typer.Option(help="message sizes in bytes, comma-separated")] = "65536,1048576,8388608",
+    repeats: int = 5,
+) -> None:
+    """Sweep collectives (run under torchrun) and fit latency + bus bandwidth per link class."""
+    import torch
+    import torch.distributed as dist
+
+    from autopar.profile import ops as O
+    from autopar.profile.comm import COLLECTIVES, fit, sweep
+
+    if "RANK" not in os.environ:
+        raise AutoparError("profile comm: launch it with torchrun, e.g. 'torchrun --nproc-per-node 8 "
+                           "-m autopar.profile comm --db FILE'")
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if backend == "nccl":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    dist.init_process_group(backend)
+    try:
+        samples = sweep([int(s) for s in sizes.split(",")], repeats)
+    finally:
+        dist.destroy_process_group()
+    if not samples:
+        return
+    _, name = O.local_device()
+    versions = O.library_versions() + f" backend={backend}"
+    store = OpDB(db)
+    for row in samples:
+        store.put_comm(name, *row, versions)
+    for collective in COLLECTIVES:
+        for link in sorted({s[1] for s in samples}):
+            points = [(g, b, t) for c, lk, g, b, t in samples if c == collective and lk == link]
+            try:
+                alpha, bw = fit(points, collective)
+            except ValueError as err:
+                console.print(f"[yellow]skip[/] {link} {err}", highlight=False)
+                continue
+            store.put_comm_fit(name, collective, link, alpha, bw, len(points), versions)
+            console.print(f"{link:5s} {collective:14s} alpha {alpha * 1e6:8.2f} us/step  bus bandwidth "
+                          f"{bw / 1e9:8.3f} GB/s  ({len(points)} samples)", highlight=False)
