@@ -27,6 +27,7 @@ import numpy as np
 from autopar.cost import comm
 from autopar.cost import compute as C
 from autopar.cost import flops as F
+from autopar.cost import framework
 from autopar.cost import moe as moe_cost
 from autopar.cost import mtp
 from autopar.cost.params import StageParams, layer_kinds
@@ -126,7 +127,10 @@ def dp_exposed_s(p: Problem, batch: LayoutBatch, params: StageParams, t: StageTi
     bf16. ZeRO 0/1 (``--overlap-grad-reduce --overlap-param-gather``): the gradient
     reduction overlaps the last micro-batch's backward, the weight all-gather the first
     micro-batch's forward of the next step. ZeRO-2 reduce-scatters every micro-batch; ZeRO-3
-    also gathers weights every forward and backward. ``slack_s`` is time the stage waits for
+    also gathers weights every forward and backward (one collective per layer as Megatron/torch
+    FSDP; with ``TrainSpec.framework='deepspeed'`` one per submodule, whose latencies
+    :func:`autopar.cost.framework.zero3_latency_s` adds, exposed: the gathers are issued
+    on the critical path before each submodule runs). ``slack_s`` is time the stage waits for
     the pipeline to drain anyway (later stages finish their last backward earlier).
     """
     g = p.train.grad_bytes
@@ -140,6 +144,12 @@ def dp_exposed_s(p: Problem, batch: LayoutBatch, params: StageParams, t: StageTi
         p, params.experts * 2, expert_group, batch.etp * batch.ep)
     fwd, bwd = t.forward_s, t.backward_s + t.recompute_s
     m = batch.num_microbatches
+    # DeepSpeed ZeRO-3 gathers module by module (autopar.cost.framework); ZeRO-3 implies pp == 1.
+    layers = p.model.num_layers // batch.pp
+    per_chunk = np.where(batch.recompute_layers > 0, batch.recompute_layers * batch.vpp, layers)
+    recomputed = np.where(batch.recompute == 2, np.minimum(per_chunk, layers), 0)
+    _, alpha = comm.group_bus_bandwidth(p, dense_group, batch.tp)
+    z3_latency = framework.zero3_latency_s(p, batch, layers, recomputed, params.dense, alpha)
     if not p.train.overlap_grad_reduce:
         # Megatron-LM before --overlap-grad-reduce (2021-22, Narayanan et al. SC'21 sec. 4; Korthikanti
         # et al. sec. 6.3) and DeepSpeed's ZeRO-1 engine reduce gradients after the last backward.
@@ -149,7 +159,7 @@ def dp_exposed_s(p: Problem, batch: LayoutBatch, params: StageParams, t: StageTi
         [np.maximum(ar - bwd - slack_s, 0.0),
          np.maximum(rs - bwd - slack_s, 0.0) + np.maximum(ag - fwd, 0.0),
          m * np.maximum(rs - bwd, 0.0) + np.maximum(ag - fwd, 0.0)],
-        default=m * (np.maximum(ag - fwd, 0.0) + np.maximum(ag + rs - bwd, 0.0)),
+        default=m * (np.maximum(ag - fwd, 0.0) + np.maximum(ag + rs - bwd, 0.0) + z3_latency),
     )
     return exposed
 
