@@ -28,6 +28,8 @@ SWITCHES = frozenset({
     "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split",
     "--recompute-activation-function", "--recompute-norm",
 })
+# Flags written on the line of their partner (the first/last stage pair reads as one setting).
+_SAME_LINE_AS_PREVIOUS = {"--decoder-last-pipeline-num-layers": "--decoder-first-pipeline-num-layers"}
 # Megatron FSDP sharding strategy per ZeRO stage (ecosystem.md 1.2, ``--data-parallel-sharding-strategy``).
 FSDP_STRATEGY = {2: "optim_grads", 3: "optim_grads_params"}
 # Recompute flags autopar does not model; MindSpeed-LLM's partial recompute (ecosystem.md 2).
@@ -145,12 +147,13 @@ def layout_flags(p: Problem, s: Strategy, dialect: Dialect = "megatron") -> dict
 
 def flag_words(flags: dict[str, FlagValue]) -> list[str]:
     """The flags that are written out, each as ``--flag`` or ``--flag value`` (table order)."""
-    out = []
+    out: list[str] = []
     for name, value in flags.items():
-        if value is True:
-            out.append(name)
-        elif isinstance(value, str) and value != KEEP:
-            out.append(f"{name} {value}")
+        word = name if value is True else f"{name} {value}" if isinstance(value, str) and value != KEEP else None
+        if word and name in _SAME_LINE_AS_PREVIOUS and out and out[-1].startswith(_SAME_LINE_AS_PREVIOUS[name]):
+            out[-1] += " " + word
+        elif word:
+            out.append(word)
     return out
 
 

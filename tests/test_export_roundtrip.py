@@ -1,0 +1,120 @@
+"""Every writer's output read back by our reader for that format and re-checked against the
+framework's rules (ecosystem.md 1.3, 2, 3.3, 4), over many search results; plus refusals.
+
+torchtitan's own config classes are not loaded: torchtitan needs torch (multi-GB), not
+installed here, so the TOML is checked with tomllib and our rule predicates only."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from autopar.cli import app
+from autopar.errors import AutoparError
+from autopar.export import WRITERS, deepspeed, galvatron, sapp, torchtitan
+from autopar.export.checks import violations
+from autopar.export.layout_flags import stage_layers
+from autopar.search import search
+from autopar.specs.script import read_script
+from autopar.strategy import Strategy
+from conftest import make_problem
+
+PROBLEMS = [make_problem("llama3-8b", nodes=2, gbs=256, seq=4096), make_problem("mixtral-8x7b", nodes=4, gbs=512),
+            make_problem("qwen2.5-7b", nodes=1, gbs=64, seq=8192)]
+RESULTS = [(p, e.strategy) for p in PROBLEMS for e in search(p, top_k=25).layouts]
+
+
+def _key(p, s):
+    return (s.tp, s.pp, s.vpp, s.cp, s.ep, s.expert_tp if p.model.is_moe else None, s.sp, s.zero, s.recompute,
+            s.recompute_layers, s.mbs, stage_layers(p, s))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(RESULTS), st.sampled_from(["megatron", "mindspeed"]))
+def test_megatron_family_round_trip(tmp_path_factory, case, fmt):
+    p, s = case
+    try:
+        text = WRITERS[fmt](p, s)
+    except AutoparError as err:
+        assert fmt == "mindspeed" and ("zero=" in str(err) or "vpp" in str(err))
+        return
+    plan = read_script(tmp_path_factory.mktemp("x") / "out.sh", text)
+    assert plan.framework == fmt
+    assert violations(plan) == []
+    back = plan.strategy(plan.num_nodes * plan.devices_per_node, p.model.num_layers)
+    assert _key(p, back) == _key(p, s)
+    assert plan.model_spec().num_params == p.model.num_params
+    assert ("CUDA_DEVICE_MAX_CONNECTIONS=1" in text) == (s.tp > 1 or s.cp > 1)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(RESULTS))
+def test_config_writers_round_trip(case):
+    p, s = case
+    for module, read in ((torchtitan, torchtitan.read), (deepspeed, json.loads), (galvatron, json.loads)):
+        try:
+            doc = read(module.write(p, s))
+        except AutoparError as err:
+            assert "cannot express" in str(err)
+            continue
+        if module is torchtitan:
+            assert torchtitan.check(doc, p.world_size, p.model.num_layers) == []
+        elif module is deepspeed:
+            assert deepspeed.check(doc, s.dp, s.pp) == []
+        else:
+            assert galvatron.check(doc, p.world_size, p.model.num_layers) == []
+            assert [int(x) for x in doc["pp_division"].split(",")] == list(stage_layers(p, s))
+    arrays = json.loads(sapp.write(p, s))
+    if s.vpp == 1:
+        assert sum(arrays["offset"]) == p.model.num_layers % s.pp
+
+
+def test_torchtitan_values():
+    p = make_problem("llama3-8b", nodes=2, gbs=256, seq=4096, precision="fp8")
+    s = Strategy(dp=4, tp=2, pp=2, vpp=2, sp=True, zero=3, recompute="selective", schedule="interleaved", mbs=1)
+    doc = torchtitan.read(torchtitan.write(p, s))
+    par = doc["parallelism"]
+    assert (par["data_parallel_shard_degree"], par["tensor_parallel_degree"], par["pipeline_parallel_degree"]) == (4, 2, 2)
+    assert par["pipeline_parallel_schedule"] == "Interleaved1F1B" and par["pipeline_parallel_layers_per_stage"] == 8
+    assert doc["training"]["local_batch_size"] == 64 and doc["activation_checkpoint"]["selective_ac_option"] == "op"
+    assert doc["model"]["converters"] == ["quantize.linear.float8"]
+    assert doc["quantize"]["linear"]["float8"]["enable_fsdp_float8_all_gather"] is True
+
+
+@pytest.mark.parametrize("fmt, layout, reason", [
+    ("torchtitan", dict(dp=8, tp=2, sp=True, zero=1), "zero=1"),
+    ("torchtitan", dict(dp=16, tp=1, ep=2, etp=1, zero=3), "ep"),
+    ("torchtitan", dict(dp=4, tp=4, sp=False, zero=3), "without sequence parallelism"),
+    ("deepspeed", dict(dp=8, pp=2, zero=2), "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"),
+    ("deepspeed", dict(dp=8, cp=2, zero=1), "cp=2"),
+    ("galvatron", dict(dp=16, zero=1), "zero=1"),
+    ("mindspeed", dict(dp=8, zero=2), "Megatron FSDP"),
+    ("megatron", dict(dp=4, pp=4, layers_per_stage=(7, 9, 8, 8)), "unequal middle stages"),
+])
+def test_refusals(fmt, layout, reason):
+    p = make_problem("llama3-8b", nodes=2, gbs=256)
+    s = Strategy(**layout)
+    if fmt == "torchtitan" and layout.get("ep"):
+        p, s = make_problem("mixtral-8x7b", nodes=2, gbs=256), Strategy(dp=16, tp=1, ep=2, etp=1, zero=1)
+        reason = "zero=1"
+    with pytest.raises(AutoparError, match=reason):
+        WRITERS[fmt](p, s)
+
+
+def test_cli_export_from_result_and_refusal(tmp_path):
+    runner = CliRunner()
+    base = ["--model", "llama3-8b", "--device", "h100-80gb", "--nodes", "2", "--gbs", "256"]
+    res = runner.invoke(app, ["search", *base, "--json", "--top", "3"])
+    (tmp_path / "r.json").write_text(res.stdout)
+    out = runner.invoke(app, ["export", "--format", "megatron", "--from", str(tmp_path / "r.json"), "--rank", "2", *base])
+    assert out.exit_code == 0, out.output
+    best2 = json.loads(res.stdout)["layouts"][1]["strategy"]
+    assert f"--tensor-model-parallel-size {best2['tp']} " in out.stdout
+    bad = runner.invoke(app, ["export", "--format", "deepspeed", *base, "--pp", "2", "--zero", "2"])
+    assert bad.exit_code == 2 and "error:" in bad.output
+    bad = runner.invoke(app, ["export", "--format", "torchtitan", *base, "--tp", "2", "--sp", "--zero", "1"])
+    assert bad.exit_code == 2 and "zero=1" in bad.output
