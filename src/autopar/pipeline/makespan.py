@@ -19,15 +19,82 @@ from autopar.cost.stage_time import p2p_time_s
 from autopar.cost.step import StepCosts
 from autopar.errors import AutoparError
 from autopar.pipeline.layers import op_times_s
-from autopar.pipeline.schedules import rank_order
+from autopar.pipeline.schedules import check_schedule, rank_order
 from autopar.pipeline.simulate import PipelineTimes
 from autopar.problem import Problem
 from autopar.strategy import LayoutBatch, Strategy
 
 
+def _simulate_static(fwd: np.ndarray, bwd: np.ndarray, rec: np.ndarray, p2p: float, m: int, schedule: str) -> float:
+    """Makespan by list scheduling: a rank runs its ops in order until one's input is missing,
+    then waits on that input; finishing an op wakes the rank waiting for it (O(ops))."""
+    pp, vpp = fwd.shape
+    last = pp * vpp - 1
+    ops = []
+    for r in range(pp):
+        rank_ops = []
+        for kind, mb, c in rank_order(schedule, r, pp, vpp, m):
+            j = c * pp + r
+            if kind == "F":
+                rank_ops.append((0, j, mb, fwd[r, c], True))
+            elif rec[r, c] > 0:
+                rank_ops += [(1, j, mb, rec[r, c], False), (2, j, mb, bwd[r, c], True)]
+            else:
+                rank_ops.append((1, j, mb, bwd[r, c], True))
+        ops.append(rank_ops)
+    f_end = [-1.0] * ((last + 1) * m)
+    b_end = [-1.0] * ((last + 1) * m)
+    waiter_f, waiter_b = {}, {}
+    pointer, free = [0] * pp, [0.0] * pp
+    runnable = list(range(pp))
+    while runnable:
+        r = runnable.pop()
+        rank_ops, i, t = ops[r], pointer[r], free[r]
+        while i < len(rank_ops):
+            kind, j, mb, duration, done = rank_ops[i]
+            ready = 0.0
+            if kind == 0 and j:  # forward: needs the previous virtual stage's forward
+                ready = f_end[(j - 1) * m + mb]
+                if ready < 0:
+                    waiter_f[(j - 1) * m + mb] = r
+                    break
+                ready += p2p
+            elif kind == 1:  # (recompute or) backward: needs the next virtual stage's gradient
+                if j == last:
+                    ready = f_end[j * m + mb]
+                else:
+                    ready = b_end[(j + 1) * m + mb]
+                    if ready < 0:
+                        waiter_b[(j + 1) * m + mb] = r
+                        break
+                    ready += p2p
+            t = (t if t > ready else ready) + duration
+            i += 1
+            if kind == 0:
+                f_end[j * m + mb] = t
+                woken = waiter_f.pop(j * m + mb, None)
+            elif done:
+                b_end[j * m + mb] = t
+                woken = waiter_b.pop(j * m + mb, None)
+            else:
+                woken = None
+            if woken is not None:
+                runnable.append(woken)
+        pointer[r], free[r] = i, t
+    if any(pointer[r] < len(ops[r]) for r in range(pp)):
+        raise AutoparError(f"schedule {schedule!r} deadlocked (pp={pp}, vpp={vpp}, m={m})")
+    return max(free)
+
+
 def static_makespan_s(times: PipelineTimes, num_microbatches: int, schedule: str) -> float:
     """Makespan (seconds) of ``schedule`` (``gpipe``, ``1f1b`` or ``interleaved``) with
     per-(rank, chunk) ``times``; equals ``simulate(...).makespan_s``.
+
+    With many micro-batches the schedule reaches a periodic steady state (a max-plus linear
+    system; Baccelli et al., "Synchronization and Linearity", 1992, ch. 3) where each further
+    group of ``pp`` micro-batches adds the same time. When ``m > 4 * pp`` the makespans of
+    ``2 * pp``, ``3 * pp`` and ``4 * pp`` micro-batches are simulated; if their two increments
+    agree (to 1e-9) the makespan is extrapolated linearly, otherwise ``m`` is simulated in full.
 
     Raises:
         AutoparError: ``zb-h1`` (its W placement is dynamic: use ``simulate``), or sizes the
@@ -36,53 +103,14 @@ def static_makespan_s(times: PipelineTimes, num_microbatches: int, schedule: str
     if schedule == "zb-h1":
         raise AutoparError("schedule='zb-h1': use autopar.pipeline.simulate.simulate (dynamic W placement)")
     fwd, bwd, rec = (np.asarray(x, dtype=float) for x in (times.forward_s, times.backward_s, times.recompute_s))
-    pp, vpp = fwd.shape
-    m, last, p2p = num_microbatches, pp * vpp - 1, times.p2p_s
-    ops = []
-    for r in range(pp):
-        rank_ops = []
-        for kind, mb, c in rank_order(schedule, r, pp, vpp, m):
-            j = c * pp + r
-            if kind == "F":
-                rank_ops.append((0, j, mb, fwd[r, c]))
-            elif rec[r, c] > 0:
-                rank_ops += [(1, j, mb, rec[r, c]), (2, j, mb, bwd[r, c])]
-            else:
-                rank_ops.append((1, j, mb, bwd[r, c]))
-        ops.append(rank_ops)
-    f_end = [[-1.0] * m for _ in range(last + 1)]
-    b_end = [[-1.0] * m for _ in range(last + 1)]
-    pointer, free = [0] * pp, [0.0] * pp
-    progress = True
-    while progress:
-        progress = False
-        for r in range(pp):
-            rank_ops, i, t = ops[r], pointer[r], free[r]
-            while i < len(rank_ops):
-                kind, j, mb, duration = rank_ops[i]
-                if kind == 0:  # forward: needs the previous virtual stage's forward
-                    ready = 0.0 if j == 0 else f_end[j - 1][mb]
-                    if ready < 0:
-                        break
-                    ready += p2p if j else 0.0
-                elif kind == 1:  # (recompute or) backward: needs the next stage's gradient
-                    ready = f_end[j][mb] if j == last else b_end[j + 1][mb]
-                    if ready < 0:
-                        break
-                    ready += p2p if j < last else 0.0
-                else:
-                    ready = 0.0
-                t = (t if t > ready else ready) + duration
-                if kind == 0:
-                    f_end[j][mb] = t
-                elif kind == 2 or i + 1 == len(rank_ops) or rank_ops[i + 1][0] != 2:
-                    b_end[j][mb] = t
-                i += 1
-            if i != pointer[r]:
-                pointer[r], free[r], progress = i, t, True
-    if any(pointer[r] < len(ops[r]) for r in range(pp)):
-        raise AutoparError(f"schedule {schedule!r} deadlocked (pp={pp}, vpp={vpp}, m={m})")
-    return max(free)
+    pp, m = fwd.shape[0], num_microbatches
+    check_schedule(schedule, pp, fwd.shape[1], m)
+    if m > 4 * pp and schedule != "gpipe":
+        spans = [_simulate_static(fwd, bwd, rec, times.p2p_s, k * pp, schedule) for k in (2, 3, 4)]
+        step = spans[2] - spans[1]
+        if abs(step - (spans[1] - spans[0])) <= 1e-9 * spans[2]:
+            return spans[2] + (m - 4 * pp) * step / pp
+    return _simulate_static(fwd, bwd, rec, times.p2p_s, m, schedule)
 
 
 def simulated_costs(p: Problem, s: Strategy, batch: LayoutBatch, stages: Stages, costs: StepCosts) -> StepCosts:

@@ -3,7 +3,9 @@
 Ranking: layouts that fit comfortably first, then marginal ones (within the memory margin of
 the device limit), each group by predicted step time (equivalently tokens/s/device, since the
 batch is fixed). The top ``k`` are re-costed stage by stage with :func:`estimate` so their
-numbers are exactly what ``autopar estimate`` prints for the same layout.
+numbers are exactly what ``autopar estimate`` prints for the same layout; pipelined ones are
+re-balanced first (:mod:`autopar.pipeline.rebalance`: best Megatron-expressible split under the
+memory limit, kept if it ranks higher) and the top ``k`` re-ranked.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from autopar.cost.stage import bounding_stages
 from autopar.cost.step import evaluate
 from autopar.errors import AutoparError
 from autopar.estimate import DEFAULT_MEMORY_MARGIN, Estimate, estimate
+from autopar.pipeline.rebalance import rank, rebalance_estimate
 from autopar.problem import Problem
 from autopar.rules import RULES, first_failure
 from autopar.space import SpaceOptions, enumerate_layouts
@@ -100,6 +103,7 @@ def search(
     order = np.lexsort((costs.step_time_s, marginal, ~fits))
     order = order[fits[order]][:top_k]
     layouts = [estimate(p, valid.strategy(int(i), p.model.num_layers), memory_margin) for i in order]
+    layouts = rank([rebalance_estimate(p, e, memory_margin) for e in layouts])  # pipelined: balanced split
     return SearchResult(
         layouts=layouts,
         enumerated=len(batch),
