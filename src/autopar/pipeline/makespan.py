@@ -93,8 +93,9 @@ def static_makespan_s(times: PipelineTimes, num_microbatches: int, schedule: str
     With many micro-batches the schedule reaches a periodic steady state (a max-plus linear
     system; Baccelli et al., "Synchronization and Linearity", 1992, ch. 3) where each further
     group of ``pp`` micro-batches adds the same time. When ``m > 4 * pp`` the makespans of
-    ``2 * pp``, ``3 * pp`` and ``4 * pp`` micro-batches are simulated; if their two increments
-    agree (to 1e-9) the makespan is extrapolated linearly, otherwise ``m`` is simulated in full.
+    ``k * pp`` micro-batches for k = 1, 2, 3 (then 2, 3, 4) are simulated; if two successive
+    increments agree (to 1e-9) the makespan is extrapolated linearly, otherwise ``m`` is
+    simulated in full.
 
     Raises:
         AutoparError: ``zb-h1`` (its W placement is dynamic: use ``simulate``), or sizes the
@@ -106,10 +107,13 @@ def static_makespan_s(times: PipelineTimes, num_microbatches: int, schedule: str
     pp, m = fwd.shape[0], num_microbatches
     check_schedule(schedule, pp, fwd.shape[1], m)
     if m > 4 * pp and schedule != "gpipe":
-        spans = [_simulate_static(fwd, bwd, rec, times.p2p_s, k * pp, schedule) for k in (2, 3, 4)]
-        step = spans[2] - spans[1]
-        if abs(step - (spans[1] - spans[0])) <= 1e-9 * spans[2]:
-            return spans[2] + (m - 4 * pp) * step / pp
+        spans = {k: _simulate_static(fwd, bwd, rec, times.p2p_s, k * pp, schedule) for k in (1, 2, 3)}
+        for first in (1, 2):  # steady state usually holds from pp micro-batches on; else one group later
+            if first == 2:
+                spans[4] = _simulate_static(fwd, bwd, rec, times.p2p_s, 4 * pp, schedule)
+            a, b, c = spans[first], spans[first + 1], spans[first + 2]
+            if abs((c - b) - (b - a)) <= 1e-9 * c:
+                return c + (m - (first + 2) * pp) * (c - b) / pp
     return _simulate_static(fwd, bwd, rec, times.p2p_s, m, schedule)
 
 
