@@ -72,7 +72,8 @@ def _problem(model: str | None, device: str | None, nodes: int | None, devices_p
              gbs: int | None, seq_len: int | None, precision: str | None, device_file: str | None,
              device_set: list[str] | None, flash: bool | None, vocab_pad: int | None, script: str | None = None,
              vocab_size: int | None = None) -> Problem:
-    from autopar.specs.script import cli_defaults, model_for, read_script
+    from autopar.specs.script import read_script
+    from autopar.specs.script_cli import cli_defaults, model_for
 
     plan = read_script(script) if script else None
     v = cli_defaults(plan, dict(nodes=nodes, devices_per_node=devices_per_node, gbs=gbs, seq_len=seq_len,
@@ -175,7 +176,8 @@ def _strategy(p: Problem, script: str | None, layout: dict[str, Any], dp: int | 
     from pydantic import ValidationError
 
     from autopar.errors import from_validation_error
-    from autopar.specs.script import layout_defaults, read_script
+    from autopar.specs.script import read_script
+    from autopar.specs.script_cli import layout_defaults
     from autopar.strategy import Strategy
 
     split = layout.pop("layers_per_stage")

@@ -1,0 +1,49 @@
+"""Command-line defaults taken from a launch script (``--script``): explicit options win, then
+the script's values, then autopar's own defaults."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autopar.errors import AutoparError
+from autopar.specs.model import ModelSpec
+from autopar.specs.script import ScriptPlan
+
+# autopar's own defaults for options neither the command line nor a script sets.
+CLI_FALLBACKS: dict[str, Any] = dict(nodes=1, devices_per_node=None, gbs=1024, seq_len=4096, precision="bf16",
+                                     flash=True, vocab_pad=128)
+LAYOUT_FALLBACKS: dict[str, Any] = dict(tp=1, pp=1, cp=1, vpp=1, ep=1, etp=None, mbs=1, zero=1, sp=False,
+                                        recompute="none", recompute_layers=None, layers_per_stage=None)
+
+
+def cli_defaults(plan: ScriptPlan | None, values: dict[str, Any]) -> dict[str, Any]:
+    """Fill the command-line ``values`` left None: from the script when there is one, else from
+    :data:`CLI_FALLBACKS`. Explicit options always win over the script."""
+    script: dict[str, Any] = {}
+    if plan is not None:
+        t = plan.train_fields
+        script = dict(nodes=plan.num_nodes, devices_per_node=plan.devices_per_node, gbs=t["global_batch_size"],
+                      seq_len=t["seq_len"], precision=t["precision"], flash=t["flash_attention"],
+                      vocab_pad=t["make_vocab_size_divisible_by"])
+    return {k: v if v is not None else script.get(k, CLI_FALLBACKS.get(k)) for k, v in values.items()}
+
+
+def layout_defaults(plan: ScriptPlan | None, values: dict[str, Any]) -> dict[str, Any]:
+    """Fill the layout options left None from the script's layout, else :data:`LAYOUT_FALLBACKS`."""
+    script = plan.layout if plan is not None else {}
+    return {k: v if v is not None else script.get(k, LAYOUT_FALLBACKS.get(k)) for k, v in values.items()}
+
+
+def model_for(model: str | None, plan: ScriptPlan | None, vocab_size: int | None) -> ModelSpec:
+    """The model: ``--model`` when given (it overrides the script's shape), else the script's.
+
+    Raises:
+        AutoparError: neither given, or the script's vocabulary is unknown.
+    """
+    from autopar.specs.hf import load_model
+
+    if model is not None:
+        return load_model(model)
+    if plan is None:
+        raise AutoparError("--model or --script is required (a config.json, a preset name or a launch script)")
+    return plan.model_spec(vocab_size)
