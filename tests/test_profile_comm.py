@@ -26,7 +26,7 @@ def test_torchrun_two_ranks_on_gloo_fits(tmp_path):
     pytest.importorskip("torch")
     db = tmp_path / "comm.db"
     run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m",
-                          "autopar.profile", "comm", "--db", str(db), "--sizes", "4096,65536,1048576",
+                          "autopar.profile", "comm", "--db", str(db), "--sizes", "65536,4194304,16777216",
                           "--repeats", "2"], capture_output=True, text=True, timeout=240)
     assert run.returncode == 0, run.stderr[-2000:]
     rows = sqlite3.connect(db).execute("SELECT collective, link, alpha_s, bus_bandwidth_bytes_per_s, points "
