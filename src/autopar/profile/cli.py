@@ -92,7 +92,17 @@ def print_coverage(doc: dict) -> None:
             console.print(f"  {m['op']} {json.dumps(m['dims'])}", highlight=False)
 
 
+def _require(*modules: str) -> None:
+    """Raises AutoparError naming the install command when torch/transformers are missing."""
+    import importlib.util
+
+    absent = [m for m in modules if importlib.util.find_spec(m) is None]
+    if absent:
+        raise AutoparError(f"profile: needs {', '.join(absent)}; install with pip install -e '.[profile]'")
+
+
 def _measure_all(db: OpDB, ops: list, dtype: str, repeats: int) -> int:
+    _require("torch")
     from autopar.profile import ops as O
 
     device, name = O.local_device()
@@ -161,6 +171,7 @@ def layer(
     repeats: int = 3,
 ) -> None:
     """Profile the model's own decoder layer at one shard's width (time, saved bytes, CUDA peak)."""
+    _require("torch", "transformers")
     import torch
 
     from autopar.profile import ops as O
@@ -191,6 +202,7 @@ def comm(
     repeats: int = 5,
 ) -> None:
     """Sweep collectives (run under torchrun) and fit latency + bus bandwidth per link class."""
+    _require("torch")
     import torch
     import torch.distributed as dist
 
