@@ -98,7 +98,7 @@ def _require(*modules: str) -> None:
 
     absent = [m for m in modules if importlib.util.find_spec(m) is None]
     if absent:
-        raise AutoparError(f"profile: needs {', '.join(absent)}; install with pip install -e '.[profile]'")
+        raise AutoparError(f"profile: needs {', '.join(absent)}; install autopar's 'profile' extra (pip install torch transformers)")
 
 
 def _measure_all(db: OpDB, ops: list, dtype: str, repeats: int) -> int:
