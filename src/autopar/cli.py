@@ -312,3 +312,5 @@ def export(
 from autopar.profile.cli import profile_app  # noqa: E402  (the sub-app imports this module's options)
 
 app.add_typer(profile_app, name="profile")
+
+import autopar.pipeline.cli_balance  # noqa: E402,F401  (registers `autopar balance`)

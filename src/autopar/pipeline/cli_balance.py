@@ -1,0 +1,156 @@
+"""``autopar balance``: balance the pipeline stages of one layout and compare with the even split.
+
+Registered on :data:`autopar.cli.app` when :mod:`autopar.cli` imports this module. The layout
+comes from the same options as ``autopar estimate`` (model, cluster, ``--tp --pp --vpp ...``),
+or the per-layer costs from ``--layers FILE`` (see :mod:`autopar.pipeline.layers_file`).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import numpy as np
+import typer
+from rich.table import Table
+
+from autopar.cli import (Cp, Device, DeviceFile, DeviceSet, Dp, Ep, Etp, Flash, Gbs, Mbs, Model, Nodes, PerNode, Pp,
+                         Precision, RecomputeLayers, RecomputeOpt, ScheduleOpt, Script, SeqLen, Sp, Tp, VocabPad,
+                         VocabSize, Vpp, Zero, _problem, _strategy, _user_errors, app, console, err_console)
+from autopar.errors import AutoparError
+from autopar.pipeline.balance import FORMS, BalancePlan
+
+GIB = 2.0**30
+
+
+def _fmt_time(seconds: float) -> str:
+    return f"{seconds * 1e3:.1f} ms" if seconds < 10 else f"{seconds:.2f} s"
+
+
+def _layers_text(row: np.ndarray) -> str:
+    return str(int(row.sum())) if len(row) == 1 else f"{int(row.sum())} ({'+'.join(str(int(n)) for n in row)})"
+
+
+def balance_table(plan: BalancePlan) -> Table:
+    """Rich table: per stage the balanced layers (per chunk with vpp), recompute and memory,
+    next to the even split's layers and memory."""
+    best, even = plan.best, plan.even
+    table = Table(title=f"Balanced pipeline ({plan.schedule}, solver {plan.solver}"
+                        f"{'' if plan.optimal else ', time limit hit'})")
+    for name in ("stage", "layers", "recompute", "memory GiB", "even layers", "even memory GiB"):
+        table.add_column(name, justify="left" if name == "recompute" else "right")
+    for i, row in enumerate(best.layers_per_chunk):
+        mem = best.stage_memory_bytes[i]
+        over = "[red]" if mem > plan.memory_limit_bytes else ""
+        table.add_row(str(i), _layers_text(row), best.recompute[i], f"{over}{mem / GIB:.1f}",
+                      "-" if even is None else _layers_text(even.layers_per_chunk[i]),
+                      "-" if even is None else f"{even.stage_memory_bytes[i] / GIB:.1f}")
+    return table
+
+
+def megatron_flags(plan: BalancePlan) -> str:
+    """Megatron-LM arguments for the balanced split (first/last stage layers, recompute), or a
+    note when the split or the per-stage recompute is not expressible."""
+    first_last = plan.megatron_first_last
+    split = plan.best.layers_per_stage
+    if first_last is None:
+        return f"(not Megatron-expressible: middle stages differ, {list(split)}; use the SAPP offset)"
+    flags = []
+    if len(split) > 1 and len(set(split)) > 1:
+        flags += [f"--decoder-first-pipeline-num-layers {first_last[0]}",
+                  f"--decoder-last-pipeline-num-layers {first_last[1]}"]
+    names = set(plan.best.recompute)
+    if len(names) > 1:
+        flags.append(f"(recompute differs per stage {list(plan.best.recompute)}: Megatron has one setting)")
+    elif names == {"selective"}:
+        flags.append("--recompute-granularity selective")
+    elif names == {"full"}:
+        flags.append("--recompute-granularity full --recompute-method uniform --recompute-num-layers 1")
+    return " ".join(flags) if flags else "(even split, no extra flags)"
+
+
+def print_plan(plan: BalancePlan) -> None:
+    """Print the balanced plan: table, SAPP arrays, Megatron flags, step time vs even split."""
+    console.print(balance_table(plan))
+    console.print(f"SAPP offset:    {plan.offset}", highlight=False)
+    console.print(f"SAPP recompute: {plan.recompute_per_chunk}", highlight=False)
+    console.print(f"Megatron-LM:    {megatron_flags(plan)}", highlight=False, soft_wrap=True)
+    best, even = plan.best, plan.even
+    line = f"Pipeline step time (simulated): balanced {_fmt_time(best.makespan_s)}"
+    if even is not None:
+        line += f", even split {_fmt_time(even.makespan_s)}"
+        gain = plan.gain
+        line += (f", gain {gain:+.1%}" if gain is not None else " (the even split does not fit in memory)")
+    else:
+        line += " (no even split: vpp does not divide Megatron's default split)"
+    console.print(line, highlight=False)
+    console.print(f"Bubble {best.simulation.bubble_fraction:.1%}; balanced in {plan.solve_time_s:.2f} s "
+                  f"(the step time above is the simulated pipeline part: compute, recompute, p2p, bubbles)",
+                  highlight=False)
+
+
+@app.command("balance")
+@_user_errors
+def balance_command(
+    model: Model = None, device: Device = None, nodes: Nodes = None, devices_per_node: PerNode = None,
+    gbs: Gbs = None, seq_len: SeqLen = None, precision: Precision = None, device_file: DeviceFile = None,
+    device_set: DeviceSet = None, flash_attention: Flash = None, vocab_pad: VocabPad = None,
+    tp: Tp = None, pp: Pp = None, dp: Dp = None, cp: Cp = None, vpp: Vpp = None, ep: Ep = None, etp: Etp = None,
+    mbs: Mbs = None, zero: Zero = None, sp: Sp = None, recompute: RecomputeOpt = None,
+    recompute_layers: RecomputeLayers = None, schedule: ScheduleOpt = None,
+    script: Script = None, vocab_size: VocabSize = None,
+    layers: Annotated[Optional[str], typer.Option("--layers", help="JSON/YAML per-layer costs instead of the "
+                                                  "model (see autopar.pipeline.layers_file)")] = None,
+    form: Annotated[str, typer.Option(help="explicit (any split, per-stage recompute) | megatron "
+                                      "(equal middle stages, one recompute)")] = "explicit",
+    options: Annotated[Optional[str], typer.Option("--options", help="recompute options to choose from, e.g. "
+                                                   "none,selective [default: all]")] = None,
+    memory_limit_gib: Annotated[Optional[float], typer.Option("--memory-limit-gib", help="usable memory per "
+                                                              "device [default: the device's]")] = None,
+    plot: Annotated[Optional[str], typer.Option("--plot", help="write the timeline + memory figure (PNG)")] = None,
+) -> None:
+    """Balance pipeline stages: layers (per chunk) and recompute per stage vs the even split."""
+    from autopar.pipeline.balance import balance
+
+    if form not in FORMS:
+        raise AutoparError(f"--form={form!r}: allowed {', '.join(FORMS)}")
+    if memory_limit_gib is not None and not memory_limit_gib > 0:
+        raise AutoparError(f"--memory-limit-gib={memory_limit_gib}: must be positive")
+    limit = None if memory_limit_gib is None else memory_limit_gib * GIB
+    names = tuple(o.strip() for o in options.split(",") if o.strip()) if options else None
+    if layers:
+        from autopar.pipeline.layers_file import load_layers_file
+
+        loaded = load_layers_file(layers)
+        table, num_vpp, m, sched = loaded.table, loaded.vpp, loaded.num_microbatches, schedule or loaded.schedule
+        if limit is not None:
+            from dataclasses import replace
+
+            table = replace(table, memory_limit_bytes=limit)
+        baseline, title = (names or table.options)[0], f"{layers}"
+    else:
+        from autopar.pipeline.layers import layer_table
+        from autopar.rules import check_strategy
+
+        if model is None and script is None:
+            raise AutoparError("give --model (or --script), or --layers FILE")
+        p = _problem(model, device, nodes, devices_per_node, gbs, seq_len, precision, device_file, device_set,
+                     flash_attention, vocab_pad, script, vocab_size)
+        layout = dict(tp=tp, pp=pp, cp=cp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, zero=zero, sp=sp, recompute=recompute,
+                      recompute_layers=recompute_layers, layers_per_stage=None)
+        s = _strategy(p, script, layout, dp, schedule)
+        check_strategy(p, s)
+        if s.pp == 1:
+            raise AutoparError("--pp=1: nothing to balance (give --pp 2 or more)")
+        table, num_vpp, sched = layer_table(p, s, limit), s.vpp, s.schedule
+        m = s.num_microbatches(p.train.global_batch_size)
+        baseline = s.recompute if names is None or s.recompute in names else names[0]
+        title = f"{p.model.name} tp{s.tp} pp{s.pp}" + (f" vpp{s.vpp}" if s.vpp > 1 else "")
+        console.print(f"[bold]{p.model.name}[/] ({p.model.num_layers} layers) on {p.world_size} "
+                      f"{p.cluster.device.name}: tp {s.tp}, pp {s.pp}, vpp {s.vpp}, dp {s.dp}, "
+                      f"{m} micro-batches, limit {table.memory_limit_bytes / GIB:.1f} GiB")
+    plan = balance(table, num_vpp, m, sched, options=names, form=form, baseline=baseline)
+    print_plan(plan)
+    if plot:
+        from autopar.pipeline.plot import plot_plan
+
+        err_console.print(f"wrote {plot_plan(plan, plot, title)}", highlight=False)

@@ -1,0 +1,124 @@
+"""Read a hand-written (or measured) per-layer table for ``autopar balance --layers FILE``.
+
+JSON or YAML::
+
+    pp: 4                      # pipeline stages
+    vpp: 1                     # chunks per stage (optional, default 1)
+    num_microbatches: 32
+    memory_limit_bytes: 80e9   # usable bytes per device
+    schedule: 1f1b             # optional (default: 1f1b, interleaved when vpp > 1)
+    p2p_s: 0.0                 # optional: one activation transfer between stages
+    layers:                    # one entry per decoder layer, in order
+      - forward_s: 0.010
+        backward_s: 0.020
+        static_bytes: 1.5e9    # optional: weights + grads + optimizer state (default 0)
+        activation_bytes: {none: 2.0e9, selective: 0.8e9, full: 0.1e9}
+        recompute_s: {selective: 0.002}   # optional: none -> 0, full -> forward_s
+
+The recompute options are the keys of the first layer's ``activation_bytes`` (every layer must
+give the same keys). Stages carry no fixed (embedding / output) parts.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from autopar.errors import AutoparError
+from autopar.pipeline.layers import LayerTable
+
+
+@dataclass(frozen=True)
+class LayersFile:
+    """A parsed ``--layers`` file: the table plus the pipeline sizes it asks for."""
+
+    table: LayerTable
+    vpp: int
+    num_microbatches: int
+    schedule: str
+
+
+def _number(path: str, where: str, value: Any, positive: bool = False) -> float:
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise AutoparError(f"{path}: {where}={value!r}: expected a number") from None
+    if not np.isfinite(x) or x < 0 or (positive and x == 0):
+        raise AutoparError(f"{path}: {where}={value!r}: must be {'> 0' if positive else '>= 0'}")
+    return x
+
+
+def _integer(path: str, doc: dict, key: str, default: int | None = None) -> int:
+    value = doc.get(key, default)
+    if value is None:
+        raise AutoparError(f"{path}: missing field {key!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise AutoparError(f"{path}: {key}={value!r}: expected a positive integer")
+    return value
+
+
+def load_layers_file(path: str) -> LayersFile:
+    """Parse ``path`` (JSON, or YAML if it is not JSON) into a :class:`LayersFile`.
+
+    Raises:
+        AutoparError: unreadable file, missing or malformed field (named in the message).
+    """
+    try:
+        text = Path(path).read_text()
+    except OSError as err:
+        raise AutoparError(f"--layers {path}: {err.strerror or err}") from None
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError:
+        import yaml
+
+        try:
+            doc = yaml.safe_load(text)
+        except yaml.YAMLError as err:
+            raise AutoparError(f"--layers {path}: neither JSON nor YAML ({str(err).splitlines()[0]})") from None
+    if not isinstance(doc, dict):
+        raise AutoparError(f"--layers {path}: expected a mapping with pp, num_microbatches, memory_limit_bytes, layers")
+    pp, vpp = _integer(path, doc, "pp"), _integer(path, doc, "vpp", 1)
+    m = _integer(path, doc, "num_microbatches")
+    limit = _number(path, "memory_limit_bytes", doc.get("memory_limit_bytes"), positive=True)
+    layers = doc.get("layers")
+    if not isinstance(layers, list) or not layers:
+        raise AutoparError(f"{path}: 'layers' must be a non-empty list of per-layer entries")
+    first = layers[0].get("activation_bytes") if isinstance(layers[0], dict) else None
+    if not isinstance(first, dict) or not first:
+        raise AutoparError(f"{path}: layers[0].activation_bytes must map recompute option -> bytes")
+    options = tuple(str(k) for k in first)
+    rows = []
+    for i, layer in enumerate(layers):
+        if not isinstance(layer, dict):
+            raise AutoparError(f"{path}: layers[{i}] must be a mapping")
+        act = layer.get("activation_bytes")
+        if not isinstance(act, dict) or tuple(str(k) for k in act) != options:
+            raise AutoparError(f"{path}: layers[{i}].activation_bytes must have the keys {', '.join(options)}")
+        fwd = _number(path, f"layers[{i}].forward_s", layer.get("forward_s"))
+        bwd = _number(path, f"layers[{i}].backward_s", layer.get("backward_s"))
+        rec_given = layer.get("recompute_s") or {}
+        rec = []
+        for name in options:
+            default = 0.0 if name == "none" else fwd if name == "full" else None
+            value = rec_given.get(name, default)
+            if value is None:
+                raise AutoparError(f"{path}: layers[{i}].recompute_s.{name} is required for option {name!r}")
+            rec.append(_number(path, f"layers[{i}].recompute_s.{name}", value))
+        acts = [_number(path, f"layers[{i}].activation_bytes.{n}", act[n]) for n in options]
+        rows.append((fwd, bwd, rec, acts, _number(path, f"layers[{i}].static_bytes", layer.get("static_bytes", 0))))
+    n_opt = len(options)
+    zeros = np.zeros((pp, n_opt))
+    table = LayerTable(
+        options=options,
+        forward_s=np.array([[r[0]] * n_opt for r in rows]), backward_s=np.array([[r[1]] * n_opt for r in rows]),
+        recompute_s=np.array([r[2] for r in rows]), activation_bytes=np.array([r[3] for r in rows]),
+        static_bytes=np.array([r[4] for r in rows]),
+        stage_forward_s=zeros, stage_backward_s=zeros, stage_recompute_s=zeros, stage_bytes=zeros,
+        p2p_s=_number(path, "p2p_s", doc.get("p2p_s", 0.0)), memory_limit_bytes=limit)
+    schedule = str(doc.get("schedule") or ("interleaved" if vpp > 1 else "1f1b"))
+    return LayersFile(table, vpp, m, schedule)

@@ -1,0 +1,53 @@
+"""``autopar balance``: the table, the plot, the --layers file and one-line errors."""
+
+from __future__ import annotations
+
+from typer.testing import CliRunner
+
+from autopar.cli import app
+
+runner = CliRunner()
+LLAMA8B_PP4 = ["balance", "--model", "llama3-8b", "--device", "h100-80gb", "--nodes", "1", "--gbs", "64",
+               "--seq-len", "8192", "--pp", "4"]
+
+
+def test_balance_llama3_8b_pp4_names_the_split():
+    result = runner.invoke(app, LLAMA8B_PP4)
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "Balanced pipeline" in out and "SAPP offset" in out and "even split" in out and "gain" in out
+    assert "--decoder-first-pipeline-num-layers" in out  # the 32 layers are split unevenly
+
+
+def test_balance_plot_writes_a_png(tmp_path):
+    png = tmp_path / "pipe.png"
+    result = runner.invoke(app, LLAMA8B_PP4 + ["--vpp", "2", "--plot", str(png)])
+    assert result.exit_code == 0, result.output
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
+def test_balance_bad_layout_exits_2_with_one_line():
+    result = runner.invoke(app, ["balance", "--model", "llama3-8b", "--device", "h100-80gb", "--nodes", "1",
+                                 "--tp", "3", "--pp", "4"])
+    assert result.exit_code == 2
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:") and "tp*pp*cp" in lines[0]
+
+
+def test_balance_layers_file(tmp_path):
+    layer = '{"forward_s": 0.01, "backward_s": 0.02, "static_bytes": 1e9, "activation_bytes": {"none": 1e9, "full": 1e8}}'
+    heavy = layer.replace("0.01", "0.04").replace("0.02", "0.08")
+    doc = tmp_path / "layers.json"
+    doc.write_text(f'{{"pp": 2, "num_microbatches": 8, "memory_limit_bytes": 2e10, '
+                   f'"layers": [{heavy}, {layer}, {layer}, {layer}, {layer}, {layer}]}}')
+    result = runner.invoke(app, ["balance", "--layers", str(doc)])
+    assert result.exit_code == 0, result.output
+    assert "SAPP offset:    [[-1], [1]]" in result.output  # the heavy first layer gets fewer neighbours
+
+
+def test_balance_layers_file_missing_field_is_one_line(tmp_path):
+    doc = tmp_path / "layers.yaml"
+    doc.write_text("pp: 2\nlayers: []\n")
+    result = runner.invoke(app, ["balance", "--layers", str(doc)])
+    assert result.exit_code == 2
+    assert len(result.output.strip().splitlines()) == 1 and "num_microbatches" in result.output
