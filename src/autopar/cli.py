@@ -13,6 +13,7 @@ from typing import Annotated, Any, Callable, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from autopar.errors import AutoparError
 from autopar.problem import Problem
@@ -56,15 +57,16 @@ def _user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return fn(*args, **kwargs)
         except AutoparError as err:
-            err_console.print(f"[red]error:[/] {err}", highlight=False, soft_wrap=True)
+            err_console.print(f"[red]error:[/] {escape(str(err))}", highlight=False, soft_wrap=True)
             raise typer.Exit(code=2) from None
 
     return wrapper
 
 
-def _positive(name: str, value: int) -> int:
-    if value <= 0:
-        raise AutoparError(f"{name}={value}: must be a positive integer")
+def _positive(name: str, value: int, upper: int = 2**31) -> int:
+    """``value`` if it lies in 1..upper, else one error line naming the option."""
+    if not 0 < value <= upper:
+        raise AutoparError(f"{name}={value}: must be an integer in 1..{upper}")
     return value
 
 
@@ -82,8 +84,8 @@ def _problem(model: str | None, device: str | None, nodes: int | None, devices_p
     precision, flash, vocab_pad = v["precision"], v["flash"], v["vocab_pad"]
     if precision not in ("bf16", "fp16", "fp8"):
         raise AutoparError(f"--precision={precision!r}: allowed bf16, fp16, fp8")
-    _positive("--gbs", gbs)
-    _positive("--seq-len", seq_len)
+    _positive("--gbs", gbs, upper=2**30)
+    _positive("--seq-len", seq_len, upper=2**24)
     _positive("--make-vocab-size-divisible-by", vocab_pad)
     spec = model_for(model, plan, vocab_size)
     dev = load_device(device, device_file, device_set)
@@ -124,7 +126,7 @@ def search(
     from autopar.profile.cli import print_coverage, profiled
 
     with profiled(p, profile_db, profile_device) as coverage:
-        result = run_search(p, _positive("--top", top), memory_margin)
+        result = run_search(p, _positive("--top", top, upper=1000), memory_margin)
         measured = coverage and coverage([e.strategy for e in result.layouts])
     best = result.layouts[0]
     if write_script:
@@ -225,6 +227,8 @@ def estimate(
     from autopar.profile.cli import print_coverage, profiled
 
     with profiled(p, profile_db, profile_device) as coverage:
+        if not 0 <= memory_margin < 1:
+            raise AutoparError(f"--memory-margin={memory_margin}: must be in [0, 1)")
         result = run_estimate(p, _strategy(p, script, layout, dp, schedule), memory_margin)
         measured = coverage and coverage([result.strategy])
     if as_json:

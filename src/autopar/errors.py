@@ -35,10 +35,12 @@ def from_validation_error(err: ValidationError, prefix: str) -> AutoparError:
     """
     parts = []
     for item in err.errors():
-        field = ".".join(str(x) for x in item["loc"]) or "(root)"
+        field = ".".join(str(x) for x in item["loc"])
         value = item.get("input")
-        msg = item["msg"]
-        if item["type"] == "missing":
+        msg = item["msg"].removeprefix("Value error, ")
+        if not field:  # a cross-field check: its message names the fields
+            parts.append(f"{prefix}: {msg}")
+        elif item["type"] == "missing":
             parts.append(f"{prefix}.{field}: missing (required)")
         else:
             parts.append(f"{prefix}.{field}={value!r}: {msg}")

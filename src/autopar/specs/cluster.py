@@ -27,6 +27,7 @@ physical meaning that holds for a whole device or interconnect (never per model 
 from __future__ import annotations
 
 import json
+import math
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -38,12 +39,13 @@ from autopar.errors import AutoparError, from_validation_error
 
 Precision = Literal["bf16", "fp16", "fp8"]
 GIB = 2**30
+MAX_NODES = 100_000  # far beyond any cluster; keeps the layout enumeration finite and fast
 
 
 class DeviceSpec(BaseModel):
     """One accelerator. Units: FLOP/s, bytes, bytes/s (per device, per direction), seconds."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False, strict=False)
 
     name: str
     description: str = ""
@@ -67,8 +69,8 @@ class DeviceSpec(BaseModel):
     @model_validator(mode="after")
     def _check_peaks(self) -> "DeviceSpec":
         for key, value in self.peak_flops.items():
-            if value <= 0:
-                raise ValueError(f"peak_flops[{key}]={value} must be > 0")
+            if not key or "." in key or not math.isfinite(value) or value <= 0:
+                raise ValueError(f"peak_flops.{key}={value}: needs a dtype name and a finite value > 0")
         if "bf16" not in self.peak_flops:
             raise ValueError("peak_flops needs a 'bf16' entry")
         return self
@@ -123,10 +125,15 @@ def _read_mapping(path: str) -> dict[str, Any]:
         data = yaml.safe_load(file.read_text())  # YAML is a superset of JSON
     except OSError as err:
         raise AutoparError(f"--device-file: cannot read {path!r}: {err.strerror}") from None
+    except UnicodeDecodeError:
+        raise AutoparError(f"--device-file: {path!r} is not a text file") from None
     except yaml.YAMLError as err:
-        raise AutoparError(f"--device-file: {path!r} is not valid YAML/JSON ({err})") from None
-    if not isinstance(data, dict):
-        raise AutoparError(f"--device-file: {path!r} must hold a mapping of device fields")
+        first = " ".join(str(err).split())
+        raise AutoparError(f"--device-file: {path!r} is not valid YAML/JSON ({first})") from None
+    if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):
+        raise AutoparError(f"--device-file: {path!r} must hold a mapping of device field names to values")
+    if "base" in data and not isinstance(data["base"], str):
+        raise AutoparError(f"--device-file: base={data['base']!r} must be a device preset name")
     return data
 
 
@@ -134,7 +141,10 @@ def _parse_override(item: str) -> tuple[str, Any]:
     key, sep, value = item.partition("=")
     if not sep or not key:
         raise AutoparError(f"--device-set={item!r}: expected KEY=VALUE, e.g. memory_bytes=80e9")
-    return key.strip(), yaml.safe_load(value)
+    try:
+        return key.strip(), yaml.safe_load(value)
+    except yaml.YAMLError:
+        raise AutoparError(f"--device-set={item!r}: the value is not a number or string") from None
 
 
 def load_device(
@@ -182,8 +192,8 @@ def make_cluster(device: DeviceSpec, num_nodes: int, devices_per_node: int | Non
         AutoparError: zero or negative sizes.
     """
     dpn = device.default_devices_per_node if devices_per_node is None else devices_per_node
-    if num_nodes <= 0:
-        raise AutoparError(f"--nodes={num_nodes}: must be a positive integer")
-    if dpn <= 0:
-        raise AutoparError(f"--devices-per-node={dpn}: must be a positive integer")
+    if not 0 < num_nodes <= MAX_NODES:
+        raise AutoparError(f"--nodes={num_nodes}: must be an integer in 1..{MAX_NODES}")
+    if not 0 < dpn <= 1024:
+        raise AutoparError(f"--devices-per-node={dpn}: must be an integer in 1..1024")
     return ClusterSpec(device=device, num_nodes=num_nodes, devices_per_node=dpn)

@@ -10,6 +10,7 @@ for ``rope_theta``/``rope_scaling``, and text fields nested under ``text_config`
 from __future__ import annotations
 
 import json
+import math
 from importlib import resources
 from pathlib import Path
 from typing import Any, Callable
@@ -44,14 +45,34 @@ class _Config:
         if default is not _MISSING and all(self.raw.get(k) is None for k in keys):
             return default
         value = self.require(*keys, what=what)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+        if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+                or value != int(value)):
             raise AutoparError(f"{self.source}: field '{keys[0]}'={value!r} must be an integer")
         return int(value)
+
+    def boolean(self, key: str, default: bool) -> bool:
+        """A JSON true/false (strings such as "false" are refused, not read as truthy)."""
+        value = self.get(key, default)
+        if not isinstance(value, bool):
+            raise AutoparError(f"{self.source}: field '{key}'={value!r} must be true or false")
+        return value
+
+    def number(self, key: str, default: float) -> float:
+        value = self.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise AutoparError(f"{self.source}: field '{key}'={value!r} must be a finite number")
+        return float(value)
+
+    def int_list(self, key: str) -> list[int]:
+        value = self.get(key, [])
+        if not isinstance(value, list) or any(isinstance(v, bool) or not isinstance(v, int) for v in value):
+            raise AutoparError(f"{self.source}: field '{key}'={value!r} must be a list of layer indices")
+        return value
 
 
 def _dropout(cfg: _Config) -> bool:
     keys = ("attention_dropout", "hidden_dropout", "resid_pdrop", "attn_pdrop", "hidden_dropout_prob")
-    return any(float(cfg.get(k, 0.0) or 0.0) > 0 for k in keys)
+    return any(cfg.number(k, 0.0) > 0 for k in keys)
 
 
 def _norm_kind(cfg: _Config, default: str) -> str:
@@ -66,20 +87,27 @@ def _llama_like(cfg: _Config) -> dict[str, Any]:
     """Llama, Mistral, Qwen2/3, Gemma: the common decoder fields (ecosystem.md 5.1)."""
     hidden = cfg.integer("hidden_size", what="model width")
     heads = cfg.integer("num_attention_heads")
-    act = str(cfg.get("hidden_act", cfg.get("hidden_activation", "silu")))
+    if heads < 1 or hidden < 1:
+        raise AutoparError(f"{cfg.source}: hidden_size={hidden} and num_attention_heads={heads} must be >= 1")
+    if cfg.get("head_dim") is None and hidden % heads:
+        raise AutoparError(f"{cfg.source}: hidden_size={hidden} is not divisible by num_attention_heads={heads} "
+                           "and there is no 'head_dim' field")
+    act = cfg.get("hidden_act", cfg.get("hidden_activation", "silu"))
+    if not isinstance(act, str):
+        raise AutoparError(f"{cfg.source}: field 'hidden_act'={act!r} must be a string such as 'silu'")
     return dict(
         num_layers=cfg.integer("num_hidden_layers", what="number of decoder layers"),
         hidden_size=hidden,
         num_attention_heads=heads,
         num_kv_heads=cfg.integer("num_key_value_heads", default=heads),
-        head_dim=cfg.integer("head_dim", default=hidden // heads if hidden % heads == 0 else 0),
+        head_dim=cfg.integer("head_dim", default=hidden // max(heads, 1)),
         ffn_hidden_size=cfg.integer("intermediate_size", what="MLP width"),
         vocab_size=cfg.integer("vocab_size"),
         max_position_embeddings=cfg.get("max_position_embeddings"),
-        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        tie_word_embeddings=cfg.boolean("tie_word_embeddings", False),
         gated_mlp=act in {"silu", "swish", "gelu_pytorch_tanh", "gelu", "gelu_new"},
         norm=_norm_kind(cfg, "rmsnorm"),
-        qkv_bias=bool(cfg.get("attention_bias", False)),
+        qkv_bias=cfg.boolean("attention_bias", False),
         dropout=_dropout(cfg),
     )
 
@@ -94,7 +122,7 @@ def _qwen3(cfg: _Config) -> dict[str, Any]:
 
 def _gemma(cfg: _Config) -> dict[str, Any]:
     # Gemma 2/3: pre and post norms around attention and MLP; tied embeddings by default.
-    return {**_llama_like(cfg), "norms_per_layer": 4, "tie_word_embeddings": bool(cfg.get("tie_word_embeddings", True))}
+    return {**_llama_like(cfg), "norms_per_layer": 4, "tie_word_embeddings": cfg.boolean("tie_word_embeddings", True)}
 
 
 def _mixtral(cfg: _Config) -> dict[str, Any]:
@@ -112,7 +140,9 @@ def _mixtral(cfg: _Config) -> dict[str, Any]:
 def _qwen3_moe(cfg: _Config) -> dict[str, Any]:
     spec = _qwen3(cfg)
     step = cfg.integer("decoder_sparse_step", default=1)
-    dense_only = set(cfg.get("mlp_only_layers", []) or [])
+    if step < 1:
+        raise AutoparError(f"{cfg.source}: field 'decoder_sparse_step'={step} must be >= 1")
+    dense_only = set(cfg.int_list("mlp_only_layers"))
     moe = tuple(i for i in range(spec["num_layers"]) if i not in dense_only and (i + 1) % step == 0)
     return {
         **spec,
@@ -128,6 +158,9 @@ def _deepseek_v3(cfg: _Config) -> dict[str, Any]:
     spec = _llama_like(cfg)
     first_dense = cfg.integer("first_k_dense_replace", default=0)
     freq = cfg.integer("moe_layer_freq", default=1)
+    if freq < 1 or not 0 <= first_dense < cfg.integer("num_hidden_layers"):
+        raise AutoparError(f"{cfg.source}: moe_layer_freq={freq} must be >= 1 and first_k_dense_replace="
+                           f"{first_dense} within the layers")
     moe_ffn = cfg.integer("moe_intermediate_size")
     nope, rope = cfg.integer("qk_nope_head_dim"), cfg.integer("qk_rope_head_dim")
     return {
@@ -152,6 +185,8 @@ def _deepseek_v3(cfg: _Config) -> dict[str, Any]:
 def _gpt2(cfg: _Config) -> dict[str, Any]:
     hidden = cfg.integer("n_embd", "hidden_size", what="model width")
     heads = cfg.integer("n_head", "num_attention_heads")
+    if heads < 1:
+        raise AutoparError(f"{cfg.source}: n_head={heads} must be >= 1")
     if hidden % heads:
         raise AutoparError(f"{cfg.source}: n_embd={hidden} is not divisible by n_head={heads}")
     return dict(
@@ -163,7 +198,7 @@ def _gpt2(cfg: _Config) -> dict[str, Any]:
         ffn_hidden_size=cfg.integer("n_inner", default=4 * hidden),  # null means 4h in GPT-2
         vocab_size=cfg.integer("vocab_size"),
         max_position_embeddings=cfg.integer("n_positions", "n_ctx"),
-        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", True)),
+        tie_word_embeddings=cfg.boolean("tie_word_embeddings", True),
         gated_mlp=False,
         norm="layernorm",
         linear_bias=True,
@@ -206,6 +241,8 @@ def model_from_hf_dict(raw: dict[str, Any], name: str, source: str | None = None
         raw = {**raw["text_config"], "model_type": raw["text_config"].get("model_type", raw.get("model_type"))}
     cfg = _Config(raw, source)
     model_type = cfg.get("model_type")
+    if model_type is not None and not isinstance(model_type, str):
+        raise AutoparError(f"{source}: field 'model_type'={model_type!r} must be a string")
     if model_type is None:
         raise AutoparError(f"{source}: missing field 'model_type' (one of {', '.join(sorted(_READERS))})")
     reader = _READERS.get(model_type)
@@ -234,6 +271,8 @@ def load_model(name_or_path: str) -> ModelSpec:
     """
     path = Path(name_or_path)
     if path.suffix == ".json" or path.exists():
+        if path.is_dir():
+            raise AutoparError(f"--model: {name_or_path!r} is a directory; give its config.json")
         if not path.is_file():
             raise AutoparError(f"--model: file {name_or_path!r} does not exist")
         try:

@@ -42,7 +42,7 @@ class ModelSpec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str
-    num_layers: int = Field(gt=0, description="decoder layers (HF num_hidden_layers)")
+    num_layers: int = Field(gt=0, le=10_000, description="decoder layers (HF num_hidden_layers)")
     hidden_size: int = Field(gt=0)
     num_attention_heads: int = Field(gt=0)
     num_kv_heads: int = Field(gt=0, description="key/value heads (GQA groups); = heads for MHA")
