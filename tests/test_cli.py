@@ -102,3 +102,20 @@ def test_malformed_and_unsatisfiable_configs(tmp_path):
     result = runner.invoke(app, ["search", "-m", str(tiny), "--device", "h100-80gb", "--devices-per-node", "4",
                                  "--gbs", "3", "--seq-len", "7"])
     assert result.exit_code == 2 and "no valid layout" in result.stderr and "gbs_divisible" in result.stderr
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["search", "--model", "llama3-8b", "--gbs", "1.5"], "Invalid value for '--gbs'"),
+    (["search", "--modle", "llama3-8b"], "No such option: --modle"),
+    (["estimate", "--model", "llama3-8b", "--tp"], "Option '--tp' requires an argument"),
+])
+def test_usage_errors_are_one_line_through_the_entry_point(monkeypatch, capsys, args, needle):
+    """The console script (``autopar.cli:main``) turns typer's boxed usage errors into one line."""
+    from autopar.cli import main
+
+    monkeypatch.setattr("sys.argv", ["autopar", *args])
+    with pytest.raises(SystemExit) as exit_info:
+        main()
+    err = capsys.readouterr().err.strip()
+    assert exit_info.value.code == 2
+    assert err.startswith("error: ") and needle in err and "\n" not in err and "╭" not in err

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Callable, Optional
 
 import typer
 from rich.console import Console
+from typer.rich_utils import rich_format_error
 from rich.markup import escape
 
 from autopar.errors import AutoparError
@@ -311,6 +312,29 @@ def export(
         err_console.print(f"wrote {out}", highlight=False)
     else:
         sys.stdout.write(text)
+
+
+def main() -> None:
+    """Console entry point (``autopar``): :data:`app`, with click's usage errors (unknown option,
+    ``--gbs 1.5``, missing value) printed as one ``error:`` line naming the option, exit code 2.
+
+    Typer's standalone mode would print them in a multi-line box; a bare ``autopar`` (or a group
+    without a command) still shows the help. Exit codes: 0 success, 1 abort, 2 user error.
+    """
+    try:
+        code = app(standalone_mode=False)
+    except typer.TyperException as err:  # typer's vendored click errors
+        if type(err).__name__ == "NoArgsIsHelpError":
+            rich_format_error(err)  # the help text, as standalone typer shows it
+            sys.exit(err.exit_code)
+        where = f" (see '{err.ctx.command_path} --help')" if getattr(err, "ctx", None) else ""
+        err_console.print(f"[red]error:[/] {escape(err.format_message())}{escape(where)}", highlight=False,
+                          soft_wrap=True)
+        sys.exit(err.exit_code)
+    except typer.Abort:
+        err_console.print("aborted", highlight=False)
+        sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 from autopar.profile.cli import profile_app  # noqa: E402  (the sub-app imports this module's options)
