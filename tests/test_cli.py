@@ -119,3 +119,12 @@ def test_usage_errors_are_one_line_through_the_entry_point(monkeypatch, capsys, 
     err = capsys.readouterr().err.strip()
     assert exit_info.value.code == 2
     assert err.startswith("error: ") and needle in err and "\n" not in err and "╭" not in err
+
+
+def test_vocab_size_replaces_the_models_vocabulary():
+    """--vocab-size with --model changes the parameter count by (V' - V) x hidden x 2 (untied
+    Llama-3-8B: embedding and output layer), not silently ignored."""
+    base = ["estimate", "--model", "llama3-8b", "--device", "h100-80gb", "--gbs", "64", "--json"]
+    params = [json.loads(runner.invoke(app, base + extra).stdout)["memory_per_stage"][0]["params"]
+              for extra in ([], ["--vocab-size", "32000"])]
+    assert params[0] - params[1] == (128256 - 32000) * 4096 * 2

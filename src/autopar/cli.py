@@ -30,8 +30,8 @@ err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
 Model = Annotated[Optional[str], typer.Option("--model", "-m", help="HF config.json path or preset name (see README)")]
 Script = Annotated[Optional[str], typer.Option("--script", help="Megatron-LM/MindSpeed-LLM launch script: model, batch, "
                                                "cluster and layout as defaults (options given here win)")]
-VocabSize = Annotated[Optional[int], typer.Option("--vocab-size", help="vocabulary size when --script's tokenizer "
-                                                  "does not say")]
+VocabSize = Annotated[Optional[int], typer.Option("--vocab-size", help="vocabulary size: replaces the model's "
+                                                  "(required when --script's tokenizer does not say)")]
 Device = Annotated[Optional[str], typer.Option(help=f"device preset: {', '.join(device_names())}")]
 Nodes = Annotated[Optional[int], typer.Option(help="number of nodes [default: script's, else 1]")]
 PerNode = Annotated[Optional[int], typer.Option("--devices-per-node", help="devices per node (default: the device's)")]

@@ -36,14 +36,18 @@ def layout_defaults(plan: ScriptPlan | None, values: dict[str, Any]) -> dict[str
 
 def model_for(model: str | None, plan: ScriptPlan | None, vocab_size: int | None) -> ModelSpec:
     """The model: ``--model`` when given (it overrides the script's shape), else the script's.
+    ``vocab_size`` (``--vocab-size``) replaces the vocabulary of either.
 
     Raises:
-        AutoparError: neither given, or the script's vocabulary is unknown.
+        AutoparError: neither given, the script's vocabulary is unknown, or ``vocab_size`` < 1.
     """
     from autopar.specs.hf import load_model
 
+    if vocab_size is not None and vocab_size < 1:
+        raise AutoparError(f"--vocab-size={vocab_size}: must be a positive integer")
     if model is not None:
-        return load_model(model)
+        spec = load_model(model)
+        return spec if vocab_size is None else type(spec).model_validate({**spec.model_dump(), "vocab_size": vocab_size})
     if plan is None:
         raise AutoparError("--model or --script is required (a config.json, a preset name or a launch script)")
     return plan.model_spec(vocab_size)
