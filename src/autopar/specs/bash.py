@@ -21,6 +21,7 @@ import ast
 import operator
 import re
 import shlex
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from autopar.errors import AutoparError
@@ -270,9 +271,10 @@ def _scalar(value: Value) -> str:
     return value[0] if isinstance(value, list) and value else value if isinstance(value, str) else ""
 
 
-def _word_end(text: str) -> int:
-    """Index just after the first shell word of ``text`` (quotes and ``$(...)`` respected)."""
-    i, quote = 0, ""
+def _unquoted(text: str, start: int = 0) -> Iterator[tuple[int, str]]:
+    """``(index, char)`` of each character of ``text`` from ``start`` that is outside quotes and
+    not backslash-escaped (bash rules: nothing escapes inside ``'...'``)."""
+    i, quote = start, ""
     while i < len(text):
         c = text[i]
         if quote:
@@ -284,12 +286,23 @@ def _word_end(text: str) -> int:
             quote = c
         elif c == "\\":
             i += 1
-        elif c == "$" and text.startswith(("$(", "${"), i):
-            i = _matching(text, i + 1, text[i + 1], ")" if text[i + 1] == "(" else "}")
-        elif c.isspace() or c in ";&|<>":
-            return i
+        else:
+            yield i, c
         i += 1
-    return i
+
+
+def _word_end(text: str) -> int:
+    """Index just after the first shell word of ``text`` (quotes, ``$(...)`` and ``${...}``
+    respected)."""
+    depth = 0
+    for i, c in _unquoted(text):
+        if c in "({" and (depth or text[i - 1 : i] == "$"):
+            depth += 1
+        elif c in ")}" and depth:
+            depth -= 1
+        elif not depth and (c.isspace() or c in ";&|<>"):
+            return i
+    return len(text)
 
 
 def _matching(text: str, i: int, open_: str = "(", close: str = ")") -> int:
@@ -298,25 +311,14 @@ def _matching(text: str, i: int, open_: str = "(", close: str = ")") -> int:
     Raises:
         AutoparError: unbalanced brackets.
     """
-    depth, quote, j = 0, "", i
-    while j < len(text):
-        c = text[j]
-        if quote:
-            if c == "\\" and quote == '"':
-                j += 1
-            elif c == quote:
-                quote = ""
-        elif c in "'\"":
-            quote = c
-        elif c == "\\":
-            j += 1
-        elif c == open_:
+    depth = 0
+    for j, c in _unquoted(text, i):
+        if c == open_:
             depth += 1
         elif c == close:
             depth -= 1
             if depth == 0:
                 return j
-        j += 1
     raise AutoparError(f"unbalanced {open_!r} in script near: {text[i:i + 40]!r}")
 
 
