@@ -60,3 +60,35 @@ def test_fp8_memory_is_never_below_bf16(tp, pp, zero, mbs, recompute, storage, m
     f8 = estimate(make_problem(model, gbs=64, seq=2048, precision="fp8", fp8_param_storage=storage), s)
     for a, b in zip(bf16.memory_per_stage, f8.memory_per_stage):
         assert b.total_bytes >= a.total_bytes
+
+
+def _one_gemm_s(p, m, n, k, linear=True):
+    import numpy as np
+
+    from autopar.cost import compute
+    from autopar.cost.flops import Gemm
+
+    return float(compute.gemm_time_s(p, Gemm(np.array([m]), np.array([n]), np.array([k]), fp8=linear))[0])
+
+
+def test_fp8_gemm_runs_at_the_devices_fp8_fraction_plus_its_input_cast():
+    p = make_problem("llama2-7b", precision="fp8")
+    dev = p.cluster.device
+    assert (dev.gemm_efficiency, dev.fp8_gemm_efficiency) == (0.64, 0.56)  # devices.json, H100 SXM
+    # 8192^3 linear GEMM: 2*8192^3 FLOP at 0.56 x 1,978.9 TFLOP/s, + 4 us launch, + cast_transpose
+    # of the 8192 x 8192 input (read 2 B, write 1 B + 1 B) at 0.7 x 3.35 TB/s.
+    by_hand = 2 * 8192**3 / (0.56 * 1978.9e12) + 4e-6 + 4 * 8192**2 / (0.7 * 3.35e12)
+    assert _one_gemm_s(p, 8192, 8192, 8192) == pytest.approx(by_hand)
+    # Not a linear layer (router, output layer): bf16 peak at the bf16 fraction, no cast.
+    assert _one_gemm_s(p, 8192, 8192, 8192, linear=False) == pytest.approx(2 * 8192**3 / (0.64 * 989.4e12) + 4e-6)
+
+
+def test_fp8_fraction_defaults_to_the_bf16_fraction_when_a_device_file_omits_it():
+    from autopar.problem import Problem
+    from autopar.specs import load_device, make_cluster
+
+    p = make_problem("llama2-7b", precision="fp8")
+    bare = load_device("h100-80gb").model_copy(update={"fp8_gemm_efficiency": None})
+    q = Problem(p.model, make_cluster(bare, 1, 8), p.train)
+    assert fp8.gemm_efficiency(q, True) == 0.64 and fp8.gemm_efficiency(p, True) == 0.56
+    assert fp8.gemm_efficiency(p, False) == 0.64

@@ -37,7 +37,7 @@ def gemm_time_s(p: Problem, g: F.Gemm) -> np.ndarray:
     tensor cores, and whose weights are all read once (the memory roofline).
     """
     dev = p.cluster.device
-    peak = dev.peak(fp8.gemm_precision(p, g.fp8)) * dev.gemm_efficiency
+    peak = dev.peak(fp8.gemm_precision(p, g.fp8)) * fp8.gemm_efficiency(p, g.fp8)
     mem = dev.hbm_bandwidth_bytes_per_s * dev.memory_efficiency
     cast_s = memory_time_s(p, fp8.cast_bytes(p, g.m, g.k, g.count, g.fp8))
     if g.grouped:

@@ -45,6 +45,20 @@ def gemm_precision(p: Problem, linear: bool) -> str:
     return "fp8" if linear else "bf16"
 
 
+def gemm_efficiency(p: Problem, linear: bool) -> float:
+    """Achievable fraction of the tensor-core peak for a GEMM: the device's
+    ``fp8_gemm_efficiency`` for fp8 GEMMs (falls back to ``gemm_efficiency`` when a device file
+    leaves it unset), else ``gemm_efficiency``. fp8 GEMMs reach a lower fraction of their
+    (doubled) peak than bf16 ones: the same HBM/L2 traffic per FLOP halves the arithmetic
+    intensity headroom, Hopper promotes the fp8 accumulators through CUDA cores every few
+    k-blocks, and an fp8 GEMM draws more power, so the clock throttles further under sustained
+    load (see ``autopar.specs.cluster`` for the per-device values and their sources)."""
+    dev = p.cluster.device
+    if gemm_precision(p, linear) == "fp8" and dev.fp8_gemm_efficiency is not None:
+        return dev.fp8_gemm_efficiency
+    return dev.gemm_efficiency
+
+
 def cast_bytes(p: Problem, m, k, count, linear: bool):
     """HBM traffic of quantising a GEMM's ``m x k`` input to fp8 (0 when not in fp8)."""
     if p.train.precision != "fp8" or not linear:

@@ -11,6 +11,10 @@ physical meaning that holds for a whole device or interconnect (never per model 
   about 80% on A100 and 70-75% on H100 SXM for large square GEMMs (NVIDIA "Matrix
   Multiplication Background" guide; Megatron-LM reports 52% end-to-end MFU on GPT-3 175B
   with A100, which bounds the GEMM share from below).
+* ``fp8_gemm_efficiency``: the same for fp8 GEMMs, as a fraction of the fp8 peak (None: as
+  ``gemm_efficiency``). Lower than the bf16 fraction: Transformer Engine runs dgrad/wgrad with
+  split (fp32-promoted) accumulation and fp8 GEMMs throttle the clock harder under sustained
+  load; the per-device values and their fit are in ``devices.json`` (``autopar.cost.fp8``).
 * ``attention_efficiency``: fraction of peak reached by fused (flash) attention forward+backward
   (FlashAttention-2 paper, Dao 2023, fig. 5-6: 50-70% on A100 forward, less backward; about
   35-50% on H100 with FA2/cuDNN).
@@ -60,6 +64,7 @@ class DeviceSpec(BaseModel):
     default_devices_per_node: int = Field(default=8, gt=0)
     nvlink_domain_size: int | None = Field(default=None, gt=0, description="devices sharing the fast link, if more than one node (GB200 NVL72)")
     gemm_efficiency: float = Field(default=0.75, gt=0, le=1)
+    fp8_gemm_efficiency: float | None = Field(default=None, gt=0, le=1, description="fraction of the fp8 peak; None: as gemm_efficiency")
     attention_efficiency: float = Field(default=0.45, gt=0, le=1)
     memory_efficiency: float = Field(default=0.7, gt=0, le=1)
     intra_node_comm_efficiency: float = Field(default=0.8, gt=0, le=1)

@@ -251,10 +251,17 @@ def strategy_of(row: Row, family: Family, assumed: list[str]) -> Strategy:
         if tp > 1:
             assumed.append(f"sp={'on' if sp else 'off'}")
     return Strategy(
-        dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=row.int("ep") or 1, mbs=mbs, sp=sp,
+        dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=row.int("ep") or 1, etp=expert_tp_of(row), mbs=mbs, sp=sp,
         zero=_zero(row, family, assumed), recompute=_recompute(row, family, assumed),
         schedule="interleaved" if vpp > 1 else "1f1b",
     )
+
+
+def expert_tp_of(row: Row) -> int | None:
+    """``etp`` stated in the notes (``ETP=1``: the dgxc-benchmarking DeepSeek-V3 and Grok-1 H100
+    recipes set ``expert_tensor_parallel_size`` apart from tp), else None = tp (Megatron's default)."""
+    match = re.search(r"\bETP=(\d+)", row["notes"])
+    return int(match.group(1)) if match else None
 
 
 def framework_of(row: Row, family: Family) -> str:
