@@ -128,3 +128,67 @@ def test_vocab_size_replaces_the_models_vocabulary():
     params = [json.loads(runner.invoke(app, base + extra).stdout)["memory_per_stage"][0]["params"]
               for extra in ([], ["--vocab-size", "32000"])]
     assert params[0] - params[1] == (128256 - 32000) * 4096 * 2
+
+
+QWEN_EP8 = ["--model", "qwen3-30b-a3b", "--device", "h100-80gb", "--gbs", "64", "--seq-len", "4096", "--ep", "8"]
+LLAMA_FP8 = ["--model", "llama3-8b", "--device", "h100-80gb", "--gbs", "64", "--seq-len", "4096", "--dp", "8",
+             "--precision", "fp8"]
+
+
+def _api_estimate(model: str, strategy, **train):
+    from autopar.estimate import estimate
+    from conftest import make_problem
+
+    return estimate(make_problem(model, gbs=64, seq=4096, **train), strategy)
+
+
+def test_moe_token_imbalance_flag_reaches_the_cost_model():
+    from autopar.strategy import Strategy
+
+    out = runner.invoke(app, ["estimate", *QWEN_EP8, "--moe-token-imbalance", "1.5", "--json"])
+    assert out.exit_code == 0, out.output
+    doc = json.loads(out.stdout)
+    api = _api_estimate("qwen3-30b-a3b", Strategy(dp=8, ep=8), moe_token_imbalance=1.5)
+    balanced = _api_estimate("qwen3-30b-a3b", Strategy(dp=8, ep=8))
+    assert doc["step_time_s"] == pytest.approx(api.step_time_s)
+    assert doc["peak_memory_bytes"] == pytest.approx(api.peak_memory_bytes)
+    assert api.peak_memory_bytes > balanced.peak_memory_bytes
+
+
+@pytest.mark.parametrize("value", ["0.5", "nan", "inf"])
+def test_bad_moe_token_imbalance_is_one_line(value):
+    out = runner.invoke(app, ["search", *QWEN_EP8[:-2], "--moe-token-imbalance", value])
+    assert out.exit_code == 2
+    assert out.output.strip().splitlines() == [
+        f"error: --moe-token-imbalance={float(value)}: must be a number in 1..1000 (1 = balanced routing; "
+        "the capacity factor with token dropping/padding)"]
+
+
+def test_fp8_param_storage_flag_drops_the_weight_copy_and_exports_fp8_param_gather():
+    from autopar.strategy import Strategy
+
+    out = runner.invoke(app, ["estimate", *LLAMA_FP8, "--fp8-param-storage", "--json"])
+    assert out.exit_code == 0, out.output
+    api = _api_estimate("llama3-8b", Strategy(dp=8), precision="fp8", fp8_param_storage=True)
+    copy = _api_estimate("llama3-8b", Strategy(dp=8), precision="fp8")
+    assert json.loads(out.stdout)["peak_memory_bytes"] == pytest.approx(api.peak_memory_bytes)
+    # Without the copy: 2 B per linear weight less (llama3-8b: 6.98e9 linear parameters, dp 8, tp 1).
+    assert copy.peak_memory_bytes - api.peak_memory_bytes == pytest.approx(2 * 32 * (
+        4096 * (4096 + 2 * 1024) + 4096 * 4096 + 3 * 4096 * 14336))
+    script = runner.invoke(app, ["export", "--format", "megatron", *LLAMA_FP8, "--fp8-param-storage"])
+    assert script.exit_code == 0 and "--fp8-format hybrid \\\n    --fp8-param-gather \\\n" in script.stdout
+    plain = runner.invoke(app, ["export", "--format", "megatron", *LLAMA_FP8])
+    assert plain.exit_code == 0 and "--fp8-param-gather" not in plain.stdout
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--precision", "bf16"], "error: --fp8-param-storage with --precision=bf16: fp8 parameter storage needs "
+                              "--precision fp8"),
+    (["--zero", "0"], "error: invalid layout: fp8_param_gather_needs_sharding: fp8 parameter storage "
+                      "(--fp8-param-gather) with zero=0: Megatron-LM asserts"),
+])
+def test_fp8_param_storage_refusals_are_one_line(extra, message):
+    out = runner.invoke(app, ["export", "--format", "megatron", *LLAMA_FP8, "--fp8-param-storage", *extra])
+    assert out.exit_code == 2
+    lines = out.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(message)

@@ -7,6 +7,7 @@ traceback. ``--json`` prints one stable JSON document (see the README) on stdout
 from __future__ import annotations
 
 import json
+import math
 import sys
 from functools import wraps
 from typing import Annotated, Any, Callable, Optional
@@ -45,6 +46,12 @@ Flash = Annotated[Optional[bool], typer.Option("--flash-attention/--no-flash-att
 VocabPad = Annotated[Optional[int], typer.Option("--make-vocab-size-divisible-by",
                                                  help="Megatron vocab padding unit [default: 128]")]
 Json = Annotated[bool, typer.Option("--json", help="print one JSON document instead of tables")]
+MoeImbalance = Annotated[Optional[float], typer.Option(
+    "--moe-token-imbalance", help="routed token copies on the busiest expert rank over the balanced share, >= 1 "
+    "(capacity factor C with --moe-expert-capacity-factor C and padding) [default: 1.0]")]
+Fp8ParamStorage = Annotated[Optional[bool], typer.Option(
+    "--fp8-param-storage/--no-fp8-param-storage", help="with --precision fp8: keep linear weights only in fp8 "
+    "(Megatron --fp8-param-gather) [default: off]")]
 Margin = Annotated[float, typer.Option(help="memory margin: above (1-margin) x device memory is 'marginal'")]
 ProfileDb = Annotated[Optional[str], typer.Option(help="SQLite profile DB: measured operator times override the model")]
 ProfileDevice = Annotated[Optional[str], typer.Option(help="device name inside --profile-db (default: its only one)")]
@@ -74,7 +81,8 @@ def _positive(name: str, value: int, upper: int = 2**31) -> int:
 def _problem(model: str | None, device: str | None, nodes: int | None, devices_per_node: int | None,
              gbs: int | None, seq_len: int | None, precision: str | None, device_file: str | None,
              device_set: list[str] | None, flash: bool | None, vocab_pad: int | None, script: str | None = None,
-             vocab_size: int | None = None) -> Problem:
+             vocab_size: int | None = None, moe_token_imbalance: float | None = None,
+             fp8_param_storage: bool | None = None) -> Problem:
     from autopar.specs.script import read_script
     from autopar.specs.script_cli import cli_defaults, model_for
 
@@ -91,9 +99,17 @@ def _problem(model: str | None, device: str | None, nodes: int | None, devices_p
     spec = model_for(model, plan, vocab_size)
     dev = load_device(device, device_file, device_set)
     dev.peak(precision)  # unknown precision for this device: one clear error now
+    imbalance = 1.0 if moe_token_imbalance is None else moe_token_imbalance
+    if not (math.isfinite(imbalance) and 1.0 <= imbalance <= 1e3):
+        raise AutoparError(f"--moe-token-imbalance={imbalance}: must be a number in 1..1000 "
+                           "(1 = balanced routing; the capacity factor with token dropping/padding)")
+    if fp8_param_storage and precision != "fp8":
+        raise AutoparError(f"--fp8-param-storage with --precision={precision}: fp8 parameter storage needs "
+                           "--precision fp8")
     cluster = make_cluster(dev, nodes, devices_per_node)
     train = TrainSpec(global_batch_size=gbs, seq_len=seq_len, precision=precision, flash_attention=flash,
-                      make_vocab_size_divisible_by=vocab_pad)
+                      make_vocab_size_divisible_by=vocab_pad, moe_token_imbalance=imbalance,
+                      fp8_param_storage=bool(fp8_param_storage))
     if spec.max_position_embeddings and seq_len > spec.max_position_embeddings:
         err_console.print(f"[yellow]warning:[/] --seq-len {seq_len} exceeds the model's max_position_embeddings "
                           f"{spec.max_position_embeddings}; planning anyway (Megatron needs it raised)")
@@ -112,6 +128,7 @@ def search(
                                                         "(--top N writes OUT.sh, OUT.2.sh, ...)")] = None,
     report: Annotated[Optional[str], typer.Option(help="write result.json, PNG charts and report.html here")] = None,
     profile_db: ProfileDb = None, profile_device: ProfileDevice = None,
+    moe_token_imbalance: MoeImbalance = None, fp8_param_storage: Fp8ParamStorage = None,
 ) -> None:
     """Search every valid layout, drop those that do not fit, rank the rest by step time."""
     from autopar.export.megatron import megatron_args
@@ -119,7 +136,7 @@ def search(
     from autopar.search import search as run_search
 
     p = _problem(model, device, nodes, devices_per_node, gbs, seq_len, precision, device_file, device_set,
-                 flash_attention, vocab_pad, script, vocab_size)
+                 flash_attention, vocab_pad, script, vocab_size, moe_token_imbalance, fp8_param_storage)
     if not 0 <= memory_margin < 1:
         raise AutoparError(f"--memory-margin={memory_margin}: must be in [0, 1)")
     if write_script and not script:
@@ -216,13 +233,14 @@ def estimate(
     recompute_layers: RecomputeLayers = None, schedule: ScheduleOpt = None, layers_per_stage: LayersPerStage = None,
     memory_margin: Margin = 0.10, as_json: Json = False, script: Script = None, vocab_size: VocabSize = None,
     profile_db: ProfileDb = None, profile_device: ProfileDevice = None,
+    moe_token_imbalance: MoeImbalance = None, fp8_param_storage: Fp8ParamStorage = None,
 ) -> None:
     """Estimate memory (per stage) and step time (with breakdown) of one explicit layout."""
     from autopar.estimate import estimate as run_estimate
     from autopar.report.table import print_estimate
 
     p = _problem(model, device, nodes, devices_per_node, gbs, seq_len, precision, device_file, device_set,
-                 flash_attention, vocab_pad, script, vocab_size)
+                 flash_attention, vocab_pad, script, vocab_size, moe_token_imbalance, fp8_param_storage)
     layout = dict(tp=tp, pp=pp, cp=cp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, zero=zero, sp=sp, recompute=recompute,
                   recompute_layers=recompute_layers, layers_per_stage=layers_per_stage)
     from autopar.profile.cli import print_coverage, profiled
@@ -287,6 +305,7 @@ def export(
     mbs: Mbs = None, zero: Zero = None, sp: Sp = None, recompute: RecomputeOpt = None,
     recompute_layers: RecomputeLayers = None, schedule: ScheduleOpt = None, layers_per_stage: LayersPerStage = None,
     script: Script = None, vocab_size: VocabSize = None,
+    moe_token_imbalance: MoeImbalance = None, fp8_param_storage: Fp8ParamStorage = None,
 ) -> None:
     """Write one layout as a framework config: a search result's (--from, --rank) or an explicit one."""
     from pathlib import Path
@@ -298,7 +317,7 @@ def export(
     if fmt not in WRITERS:
         raise AutoparError(f"--format={fmt!r}: allowed {', '.join(WRITERS)}")
     p = _problem(model, device, nodes, devices_per_node, gbs, seq_len, precision, device_file, device_set,
-                 flash_attention, vocab_pad, script, vocab_size)
+                 flash_attention, vocab_pad, script, vocab_size, moe_token_imbalance, fp8_param_storage)
     layout = dict(tp=tp, pp=pp, cp=cp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, zero=zero, sp=sp, recompute=recompute,
                   recompute_layers=recompute_layers, layers_per_stage=layers_per_stage)
     if from_result:

@@ -162,6 +162,13 @@ RULES: tuple[Rule, ...] = (
         "MoELayer raises 'performance may degrade if MoE and tensor parallelism are enabled "
         "without also enabling sequence parallelism' in training",
     ),
+    Rule(
+        "fp8_param_gather_needs_sharding",
+        lambda p, b: (b.zero >= 1) | (not p.train.fp8_param_storage),
+        lambda p, s: f"fp8 parameter storage (--fp8-param-gather) with zero={s.zero}: Megatron-LM asserts "
+        "'--fp8-param-gather only supported with distributed optimizer, torch fsdp2, megatron fsdp' "
+        "(arguments.py); use zero >= 1",
+    ),
 )
 
 RULE_NAMES: tuple[str, ...] = tuple(r.name for r in RULES)

@@ -10,6 +10,7 @@ splits too); ZeRO-2/3 map to Megatron FSDP sharding strategies. The flag table i
 
 from __future__ import annotations
 
+from autopar.errors import AutoparError
 from autopar.export.layout_flags import Dialect, flag_words, layout_flags
 from autopar.export.layout_flags import needs_max_connections_env as needs_env
 from autopar.problem import Problem
@@ -76,9 +77,25 @@ def parallel_args(p: Problem, s: Strategy, dialect: Dialect = "megatron") -> lis
     args = flag_words(layout_flags(p, s, dialect))
     args.append(f"--seq-length {p.train.seq_len}")
     args.append("--" + p.train.precision if p.train.precision != "fp8" else "--bf16 --fp8-format hybrid")
+    if p.train.fp8_param_storage:
+        args.append(fp8_param_gather_flag(s))
     if p.train.flash_attention:
         args.append("--attention-backend auto" if dialect == "megatron" else "--use-flash-attn")
     return args
+
+
+def fp8_param_gather_flag(s: Strategy) -> str:
+    """``--fp8-param-gather`` for ``TrainSpec.fp8_param_storage`` (weights kept only in fp8 and
+    all-gathered in fp8).
+
+    Raises:
+        AutoparError: zero 0: Megatron-LM asserts "--fp8-param-gather only supported with
+            distributed optimizer, torch fsdp2, megatron fsdp" (``megatron/training/arguments.py``).
+    """
+    if s.zero == 0:
+        raise AutoparError("fp8 parameter storage (--fp8-param-gather) with zero=0: Megatron-LM supports it only "
+                           "with the distributed optimizer or FSDP; use zero >= 1")
+    return "--fp8-param-gather"
 
 
 def needs_max_connections_env(p: Problem, s: Strategy) -> bool:
