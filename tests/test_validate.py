@@ -63,3 +63,39 @@ def test_validate_few_rows(few_rows, tmp_path):
 def test_cli_missing_csv_exits_2(tmp_path):
     result = CliRunner().invoke(app, ["validate", "--csv", str(tmp_path / "nope.csv")])
     assert result.exit_code == 2
+
+
+def _fake_result(metric: str, measured: float, predicted: float, precision: str, moe: bool):
+    from types import SimpleNamespace
+
+    from autopar.validate.rows import Row
+    from autopar.validate.score import Result
+
+    case = SimpleNamespace(precision=precision, problem=SimpleNamespace(model=SimpleNamespace(is_moe=moe)))
+    return Result(Row({"measured_metric": metric, "measured_value": str(measured)}), case, predicted)
+
+
+def test_moe_and_fp8_target_sets_are_reported_apart_from_dense_bf16():
+    from autopar.validate.report import target_lines
+
+    results = [
+        _fake_result("step_time", 10.0, 11.0, "bf16", False),  # dense bf16: +10 %
+        _fake_result("step_time", 10.0, 7.0, "bf16", True),  # MoE bf16: -30 %
+        _fake_result("tokens_per_s_per_gpu", 100.0, 110.0, "fp8", True),  # MoE fp8: +10 %
+        _fake_result("step_time", 10.0, 9.5, "fp8", False),  # fp8 dense: -5 %
+        _fake_result("peak_mem_per_gpu", 50.0, 40.0, "fp8", False),  # fp8 dense memory: -20 %
+    ]
+    lines = target_lines(results)
+    assert "| bf16/fp16 dense: step time / throughput | 1 | 10.0 | 10.0 | <= 10, max 25 |" in lines
+    assert "| bf16/fp16 dense: peak memory | 0 | - | - | <= 10 |" in lines
+    assert "| MoE (any precision): step time / throughput | 2 | 20.0 | 30.0 | <= 10, max 25 |" in lines
+    assert "| fp8 dense: step time / throughput | 1 | 5.0 | 5.0 | <= 10, max 25 |" in lines
+    assert "| fp8 dense: peak memory | 1 | 20.0 | 20.0 | <= 10 |" in lines
+
+
+def test_etp_from_the_row_notes():
+    from autopar.validate.rows import Row, expert_tp_of
+
+    assert expert_tp_of(Row({"notes": "prec=BF16; EP=64 ETP=1; GA=128"})) == 1
+    assert expert_tp_of(Row({"notes": "prec=BF16; EP=8 ETP=4; GA=8"})) == 4
+    assert expert_tp_of(Row({"notes": "prec=BF16; GA=8"})) is None  # Megatron default: etp = tp
