@@ -124,7 +124,11 @@ def all_to_all_s(p: Problem, batch: LayoutBatch) -> np.ndarray:
 def layer_comm_s(p: Problem, batch: LayoutBatch) -> np.ndarray:
     """EP and ETP communication of one MoE layer per micro-batch, forward + backward: dispatch
     and combine all-to-alls both ways (4), and with ``etp > 1`` the all-gather / reduce-scatter
-    of the expert inputs and outputs over the etp group (4 more)."""
+    of the expert inputs and outputs over the etp group (4 more). All exposed: the alltoall
+    dispatcher waits for the token counts (a device-to-host sync) and the expert GEMMs need the
+    dispatched tokens; Megatron-Core's ``--overlap-moe-expert-parallel-comm`` (1F1B
+    A2A/compute overlap of two micro-batches, Megatron-Core 0.14) and DeepEP's hook-based
+    overlap are not used by the NeMo 25.04 recipes of the validation rows."""
     h = p.model.hidden_size
     gathered = BF16 * expert_rows(p, batch) * h
     etp = comm.all_gather_s(p, gathered, batch.etp, 1)
