@@ -4,8 +4,18 @@ it costs in memory.
 Time: only linear layers run on the fp8 tensor cores (TE ``Linear``/``LayerNormLinear``/
 ``GroupedLinear`` inside ``fp8_autocast``); core attention (softmax and the two batched GEMMs),
 the router and the output layer stay in bf16 (TE "Using FP8 with Transformer Engine" primer;
-Megatron keeps the output layer out of fp8). Each fp8 GEMM quantises its activation input
-(``cast_transpose``: read bf16, write fp8 and its fp8 transpose for the backward pass).
+Megatron keeps the output layer out of fp8). TE's default recipe (``DelayedScaling``,
+``override_linear_precision=(False, False, False)``) runs all three GEMMs of a linear layer in
+fp8: fprop (E4M3 x E4M3), dgrad and wgrad (E5M2 gradients); fprop uses cuBLASLt fast
+accumulation, dgrad/wgrad split accumulation (``_2X_ACC_DGRAD``/``_2X_ACC_WGRAD``), which is
+one reason the device's ``fp8_gemm_efficiency`` is below its bf16 ``gemm_efficiency``
+(:func:`gemm_efficiency`). Each fp8 GEMM quantises its activation input (``cast_transpose``:
+read bf16, write fp8 and its fp8 transpose for the backward pass, 4 B per element); the
+backward's gradient cast-transpose is the same work on the output side and is covered by the
+2x-forward backward. Weights are cast once per step, not per micro-batch (Megatron calls
+``set_is_first_microbatch``, TE caches the fp8 weight and its transpose): 4 B per linear
+parameter per step, under 0.1% of a step, not counted. Amax/scale updates are one fused
+kernel per step (TE ``amax_and_scale_update``), also not counted.
 
 Memory (TE delayed scaling with bf16 parameters, Megatron's default): every linear weight keeps
 its bf16 master copy for the optimizer *and* an fp8 copy plus its fp8 transpose, cached for the
