@@ -1,14 +1,22 @@
-"""Collective sweeps: the alpha-beta fit, and a real 2-rank torchrun on gloo."""
+"""Collective sweeps: the alpha-beta fit, a real 2-rank torchrun on gloo, and the fits in the planner."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import subprocess
 import sys
 
 import pytest
+from typer.testing import CliRunner
 
+from autopar.cli import app
+from autopar.cost import comm
+from autopar.cost.comm import use_link_fits
 from autopar.profile.comm import fit, ring_terms
+from autopar.profile.linkfit import LinkFits
+from autopar.profile.opdb import OpDB
+from conftest import make_problem
 
 
 def test_fit_recovers_alpha_and_bus_bandwidth():
@@ -33,3 +41,44 @@ def test_torchrun_two_ranks_on_gloo_fits(tmp_path):
                                        "FROM comm_fit").fetchall()
     assert {r[0] for r in rows} >= {"all_reduce", "all_gather", "send_recv"}
     assert all(r[1] == "intra" and r[2] >= 0 and r[3] > 0 and r[4] == 3 for r in rows)
+
+
+def _fits_db(tmp_path):
+    db = OpDB(tmp_path / "comm.db")
+    db.put_comm_fit("gpu", "all_reduce", "intra", 10e-6, 100e9, 9, 8, "torch=1")
+    db.put_comm_fit("gpu", "all_reduce", "inter", 20e-6, 80e9, 9, 8, "torch=1")  # 8 NICs: 10 GB/s each
+    db.put_comm_fit("gpu", "send_recv", "inter", 30e-6, 12e9, 9, 8, "torch=1")  # one NIC pair
+    return db
+
+
+def test_comm_fits_replace_link_parameters(tmp_path):
+    p = make_problem("llama3-8b", nodes=2)
+    fits = LinkFits(_fits_db(tmp_path).comm_fits("gpu"))
+    size = 1e9
+    spec_ag = comm.all_gather_s(p, size, 8, 1)
+    with use_link_fits(fits):
+        assert comm.all_reduce_s(p, size, 8, 1) == pytest.approx(2 * 7 / 8 * size / 100e9 + 14 * 10e-6)
+        # 16 ranks over 2 nodes, 8 per node: min(intra fit, 8 x 80e9 / 8)
+        assert comm.all_reduce_s(p, size, 16, 1) == pytest.approx(2 * 15 / 16 * size / 80e9 + 30 * 20e-6)
+        # stride 8 (one member per node): one NIC, 10 GB/s
+        assert comm.all_reduce_s(p, size, 2, 8) == pytest.approx(2 * 1 / 2 * size / 10e9 + 2 * 20e-6)
+        assert comm.send_recv_s(p, size, 2, 8) == pytest.approx(size / 12e9 + 30e-6)
+        assert comm.all_gather_s(p, size, 8, 1) == spec_ag  # no all-gather fit: the device spec
+    assert comm.all_reduce_s(p, size, 8, 1) != pytest.approx(2 * 7 / 8 * size / 100e9 + 14 * 10e-6)
+
+
+def test_estimate_with_comm_fits_only(tmp_path):
+    db = _fits_db(tmp_path)
+    db.close()
+    args = ["estimate", "--model", "llama3-8b", "--device", "h100-80gb", "--gbs", "64", "--seq-len", "4096",
+            "--tp", "8", "--profile-db", str(tmp_path / "comm.db"), "--json"]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    assert doc["profile"]["collectives"] == {"intra": ["all_reduce"], "inter": ["all_reduce", "send_recv"]}
+    assert doc["profile"]["sources"][0] == {"dense layer": "operators (0 of 9 measured)", "output": "analytic"}
+    # TP: 4 all-reduces per layer x 32 layers + embedding + output, of the 4096 x 4096 bf16 activation,
+    # per micro-batch (64 of them: dp = 1, mbs = 1)
+    act = 2 * 4096 * 4096
+    per_mb = 130 * (2 * 7 / 8 * act / 100e9 + 14 * 10e-6)
+    assert doc["time_breakdown_s"]["tp_comm"] == pytest.approx(64 * per_mb, rel=1e-9)

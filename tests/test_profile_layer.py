@@ -85,3 +85,26 @@ def test_fused_kernels_match_autograd():
     g = torch.randn_like(s)
     for a, b in zip(torch.autograd.grad(s, (gate, up), g), torch.autograd.grad(s_ref, (gate, up), g)):
         assert torch.allclose(a, b, atol=1e-8)
+
+
+def test_profile_layer_hf_feeds_the_estimate(tmp_path):
+    """The key 'profile layer' writes is the one the planner looks up (same model, shard, mbs, seq)."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from autopar.cli import app
+
+    model = tmp_path / "tiny.json"
+    model.write_text(json.dumps(CONFIGS["llama"]))
+    db = str(tmp_path / "l.db")
+    runner = CliRunner()
+    out = runner.invoke(app, ["profile", "layer", "--db", db, "--model", str(model), "--tp", "2", "--mbs", "2",
+                              "--seq-len", "64", "--recompute", "none", "--hf", "--repeats", "1"])
+    assert out.exit_code == 0, out.output
+    common = ["estimate", "--model", str(model), "--device", "h100-80gb", "--devices-per-node", "2", "--gbs", "4",
+              "--seq-len", "64", "--mbs", "2", "--profile-db", db, "--json"]
+    doc = json.loads(runner.invoke(app, [*common, "--tp", "2"]).output)
+    assert doc["profile"]["sources"][0]["dense layer"] == "layer profile (recompute=none)"
+    doc = json.loads(runner.invoke(app, [*common, "--tp", "1"]).output)  # another shard: operators
+    assert doc["profile"]["sources"][0]["dense layer"].startswith("operators")

@@ -50,40 +50,49 @@ def open_times(path: str, device: str | None, dtype: str):
 
 @contextmanager
 def profiled(p, path: str | None, device: str | None):
-    """Cost with the measured times of ``path`` inside the block; yields a function that maps
-    the shown layouts to :func:`coverage_doc`, or None without a database."""
+    """Cost with the measured operator/layer times and collective fits of ``path`` inside the
+    block; yields a function that maps the shown layouts to :func:`coverage_doc`, or None
+    without a database."""
     if path is None:
         yield None
         return
+    from autopar.cost.comm import use_link_fits
     from autopar.cost.compute import use_op_times
+    from autopar.profile.linkfit import LinkFits
 
     dtype = "bf16" if p.train.precision == "fp8" else p.train.precision
     times = open_times(path, device, dtype)
-    with use_op_times(times):
-        yield lambda strategies: coverage_doc(p, strategies, times)
+    fits = LinkFits(times.db.comm_fits(times.device))
+    with use_op_times(times), use_link_fits(fits if fits.fits else None):
+        yield lambda strategies: coverage_doc(p, strategies, times, fits)
     times.db.close()
 
 
-def coverage_doc(p, strategies, times) -> dict:
-    """``{"db", "device", "dtype", "coverage": [per layout], "missing": [{"op", "dims"}]}`` for
-    the JSON output and for ``profile ops --missing-from``."""
-    from autopar.profile.provider import coverage
+def coverage_doc(p, strategies, times, fits) -> dict:
+    """``{"db", "device", "dtype", "coverage": [share per layout], "sources": [{part: source}
+    per layout], "threshold", "missing": [{"op", "dims"}], "collectives": {link: [fitted
+    collectives]}}`` for the JSON output and for ``profile ops --missing-from``."""
+    from autopar.profile.coverage import coverage
     from autopar.profile.shapes import unique
 
-    shares, missing = [], []
-    for s in strategies:
-        share, miss = coverage(p, s, times)
-        shares.append(share)
-        missing += miss
-    return {"db": str(times.db.path), "device": times.device, "dtype": times.dtype, "coverage": shares,
-            "threshold": COVERAGE_THRESHOLD, "missing": [{"op": o, "dims": d} for o, d in unique(missing)]}
+    found = [coverage(p, s, times) for s in strategies]
+    missing = unique([op for c in found for op in c.missing])
+    return {"db": str(times.db.path), "device": times.device, "dtype": times.dtype,
+            "coverage": [c.share for c in found], "sources": [c.sources for c in found],
+            "threshold": COVERAGE_THRESHOLD, "missing": [{"op": o, "dims": d} for o, d in missing],
+            "collectives": fits.summary()}
 
 
 def print_coverage(doc: dict) -> None:
-    """One line of coverage, and the shapes to profile when it is below the threshold."""
-    worst = min(doc["coverage"])
-    console.print(f"profile {doc['db']} ({doc['device']}): {worst:.0%} of the predicted compute time of the "
-                  f"shown layouts is measured (lowest layout)", highlight=False)
+    """Coverage and sources of the lowest layout, the collective fits used, and the shapes to
+    profile when the coverage is below the threshold."""
+    worst = min(range(len(doc["coverage"])), key=doc["coverage"].__getitem__)
+    console.print(f"profile {doc['db']} ({doc['device']}): {doc['coverage'][worst]:.0%} of the predicted compute "
+                  f"time of the shown layouts is measured (lowest layout: "
+                  f"{'; '.join(f'{k}: {v}' for k, v in doc['sources'][worst].items())})", highlight=False)
+    links = [f"{link} {', '.join(c) if c else 'device spec'}" for link, c in doc["collectives"].items()]
+    console.print(f"collectives: measured fits {'; '.join(links)}", highlight=False)
+    worst = doc["coverage"][worst]
     if worst < COVERAGE_THRESHOLD and doc["missing"]:
         console.print(f"[yellow]below {COVERAGE_THRESHOLD:.0%}:[/] profile these {len(doc['missing'])} shapes "
                       "(save this output with --json and run 'autopar profile ops --missing-from FILE'):",
@@ -167,7 +176,8 @@ def layer(
     seq_len: Annotated[int, typer.Option("--seq-len", help="sequence length (tokens)")] = 4096,
     recompute: Annotated[Optional[list[str]], typer.Option(help="none | selective | full (repeatable)")] = None,
     moe: Annotated[bool, typer.Option("--moe/--dense", help="profile a MoE layer (else a dense one)")] = False,
-    fused: Annotated[bool, typer.Option("--fused/--hf", help="Megatron-equivalent kernels, or HF's as they are")] = True,
+    fused: Annotated[bool, typer.Option("--fused/--hf", help="Megatron-equivalent kernels (saved bytes), or HF's "
+                                        "as they are (real SDPA: the times --profile-db uses)")] = True,
     repeats: int = 3,
 ) -> None:
     """Profile the model's own decoder layer at one shard's width (time, saved bytes, CUDA peak)."""
@@ -176,6 +186,8 @@ def layer(
 
     from autopar.profile import ops as O
     from autopar.profile.layer import Shard, analytic_layer_bytes, build_layer, profile_layer, raw_config
+    from autopar.profile.shapes import layer_dims
+    from autopar.specs import model_from_hf_dict
 
     if not model:
         raise AutoparError("--model: required")
@@ -186,7 +198,8 @@ def layer(
     store = OpDB(db)
     for option in recompute or ["none", "selective", "full"]:
         prof = profile_layer(layer_mod, rotary, shard, option, device, torch.bfloat16, repeats=repeats)
-        dims = {"model": Path(model).stem, "moe": int(moe), "recompute": option, "fused": int(fused), **shard.key()}
+        dims = layer_dims(model_from_hf_dict(raw, name=Path(model).stem), tp, cp, ep, shard.etp, mbs, seq_len, moe,
+                          option, fused)
         store.put(name, "layer", dims, "bf16", O.library_versions(), (prof.fwd_s, prof.fwd_spread_s),
                   (prof.bwd_s, prof.bwd_spread_s), 0.0, repeats, prof.saved_bytes, prof.peak_bytes)
         analytic = analytic_layer_bytes(raw, shard, option, moe)
@@ -224,6 +237,7 @@ def comm(
         return
     _, name = O.local_device()
     versions = O.library_versions() + f" backend={backend}"
+    ranks_per_node = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", 1)))
     store = OpDB(db)
     for row in samples:
         store.put_comm(name, *row, versions)
@@ -235,6 +249,6 @@ def comm(
             except ValueError as err:
                 console.print(f"[yellow]skip[/] {link} {err}", highlight=False)
                 continue
-            store.put_comm_fit(name, collective, link, alpha, bw, len(points), versions)
+            store.put_comm_fit(name, collective, link, alpha, bw, len(points), ranks_per_node, versions)
             console.print(f"{link:5s} {collective:14s} alpha {alpha * 1e6:8.2f} us/step  bus bandwidth "
                           f"{bw / 1e9:8.3f} GB/s  ({len(points)} samples)", highlight=False)

@@ -2,15 +2,18 @@
 
 Every rank runs all-reduce, all-gather, reduce-scatter, all-to-all and send/recv over the
 message sizes, for each group size ``g`` (powers of two up to the world, ranks ``0..g-1``);
-the time of a sample is the slowest rank's median. A group within ``LOCAL_WORLD_SIZE`` ranks
-is link class ``intra`` (NVLink, or shared memory on CPU), else ``inter`` (the network).
+the time of a sample is the slowest rank's median; send/recv goes from rank 0 to rank ``g-1``.
+A group within ``LOCAL_WORLD_SIZE`` ranks is link class ``intra`` (NVLink, or shared memory on
+CPU), else ``inter`` (the network, with ``LOCAL_WORLD_SIZE`` ranks per node).
 
-The fit uses the ring model of :mod:`autopar.cost.comm`, so its numbers plug straight into the
+The fit uses the model of :mod:`autopar.cost.comm`, so its numbers plug straight into the
 device fields: ``t = steps * alpha + volume / busbw`` with ``steps = 2(g-1)`` and
-``volume = 2(g-1)/g * S`` for all-reduce, ``g-1`` and ``(g-1)/g * S`` for all-gather,
-reduce-scatter and all-to-all (``S`` the full tensor), ``1`` and ``S`` for send/recv. Least
-squares (numpy) over all samples of a (collective, link) gives ``alpha`` (s per step) and the
-bus bandwidth (bytes/s).
+``volume = 2(g-1)/g * S`` for all-reduce, ``g-1`` and ``(g-1)/g * S`` for all-gather and
+reduce-scatter (``S`` the full tensor), ``log2(g)`` and ``(g-1)/g * S`` for all-to-all (peers
+posted concurrently, as :func:`autopar.cost.comm.all_to_all_s`), ``1`` and ``S`` for
+send/recv. Least squares (numpy) over all samples of a (collective, link) gives ``alpha`` (s
+per step) and the bus bandwidth (bytes/s); :mod:`autopar.profile.linkfit` feeds them to the
+planner.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ def ring_terms(collective: str, g: int, size: float) -> tuple[float, float]:
         return 2 * (g - 1), 2 * (g - 1) / g * size
     if collective == "send_recv":
         return 1, size
+    if collective == "all_to_all":
+        return float(np.log2(g)), (g - 1) / g * size
     return g - 1, (g - 1) / g * size
 
 
@@ -86,7 +91,7 @@ def _time_one(name: str, size: int, g: int, group, rank: int, device: str, repea
         "all_gather": lambda: dist.all_gather_into_tensor(full, shard, group=group),
         "reduce_scatter": lambda: dist.reduce_scatter_tensor(shard, full, group=group),
         "all_to_all": lambda: dist.all_to_all_single(torch.empty_like(full), full, group=group),
-        "send_recv": lambda: _send_recv(full, rank),
+        "send_recv": lambda: _send_recv(full, rank, g),
     }
     if name == "reduce_scatter" and dist.get_backend() == "gloo":
         ops[name] = lambda: dist.all_reduce(full, group=group)  # gloo lacks reduce_scatter: same ring volume x2
@@ -104,10 +109,11 @@ def _time_one(name: str, size: int, g: int, group, rank: int, device: str, repea
     return statistics.median(times)
 
 
-def _send_recv(buf, rank: int) -> None:
+def _send_recv(buf, rank: int, g: int) -> None:
+    """Rank 0 sends to the group's last rank ``g-1`` (on another node when the link is inter)."""
     import torch.distributed as dist
 
     if rank == 0:
-        dist.send(buf, 1)
-    elif rank == 1:
+        dist.send(buf, g - 1)
+    elif rank == g - 1:
         dist.recv(buf, 0)

@@ -51,9 +51,6 @@ class Shard:
     mbs: int = 1
     seq: int = 4096
 
-    def key(self) -> dict[str, int]:
-        return {"tp": self.tp, "cp": self.cp, "ep": self.ep, "etp": self.etp, "mbs": self.mbs, "seq": self.seq}
-
 
 @dataclass(frozen=True)
 class LayerProfile:

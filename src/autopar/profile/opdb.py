@@ -7,8 +7,10 @@ versions): ``shape`` is the canonical JSON of the operator's dimensions (sorted 
 cuda=12.8``). Each row holds the median forward and backward seconds over the repeats, their
 spread (half the range), the bytes the operator moves, and for layers the bytes saved for
 backward and the CUDA peak. Table ``comm`` holds collective samples, ``comm_fit`` their
-latency-bandwidth fits. Every write commits at once, so an interrupted profile keeps what it
-finished. No torch here: the planner reads the file without it.
+latency-bandwidth fits per (collective, link class) with the ranks per node of the fitted groups
+(version 2 added it: an inter-node fit's bus bandwidth is shared by that many NICs). Layer
+profiles are ``op='layer'`` rows keyed by :func:`autopar.profile.shapes.layer_dims`. Every write
+commits at once, so an interrupted profile keeps what it finished. No torch here: the planner reads the file without it.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from pathlib import Path
 
 from autopar.errors import AutoparError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 NEIGHBOURHOOD = 2.0  # interpolate only between shapes whose every dimension is within 2x
 
 _SCHEMA = """
@@ -37,8 +39,8 @@ CREATE TABLE IF NOT EXISTS comm (
   PRIMARY KEY (device, collective, link, group_size, bytes, versions));
 CREATE TABLE IF NOT EXISTS comm_fit (
   device TEXT NOT NULL, collective TEXT NOT NULL, link TEXT NOT NULL, alpha_s REAL NOT NULL,
-  bus_bandwidth_bytes_per_s REAL NOT NULL, points INTEGER NOT NULL, versions TEXT NOT NULL, created REAL NOT NULL,
-  PRIMARY KEY (device, collective, link, versions));
+  bus_bandwidth_bytes_per_s REAL NOT NULL, points INTEGER NOT NULL, ranks_per_node INTEGER NOT NULL,
+  versions TEXT NOT NULL, created REAL NOT NULL, PRIMARY KEY (device, collective, link, versions));
 """
 
 # Work of one call, for interpolating between shapes (FLOPs up to a constant, or elements).
@@ -48,6 +50,8 @@ WORK = {
     "attention": lambda d: d["b"] * d["s"] ** 2 * d["hq"] * (d["d"] + d["dv"]),
     "rmsnorm": lambda d: d["rows"] * d["h"],
     "layernorm": lambda d: d["rows"] * d["h"],
+    "add": lambda d: d["rows"] * d["h"],
+    "rope": lambda d: d["rows"] * (d["hq"] + d["hkv"]) * d["d"],
     "swiglu": lambda d: d["rows"] * d["f"],
     "gelu": lambda d: d["rows"] * d["f"],
     "cross_entropy": lambda d: d["rows"] * d["v"],
@@ -96,8 +100,8 @@ class OpDB:
         self.conn.close()
 
     def devices(self) -> list[str]:
-        """Device names with at least one operator row."""
-        return [r[0] for r in self.conn.execute("SELECT DISTINCT device FROM op ORDER BY device")]
+        """Device names with at least one operator, layer or collective-fit row."""
+        return [r[0] for r in self.conn.execute("SELECT device FROM op UNION SELECT device FROM comm_fit ORDER BY 1")]
 
     def has(self, device: str, op: str, dims: dict, dtype: str, versions: str) -> bool:
         row = self.conn.execute("SELECT 1 FROM op WHERE device=? AND op=? AND shape=? AND dtype=? AND versions=?",
@@ -160,7 +164,17 @@ class OpDB:
                                       (device,)))
 
     def put_comm_fit(self, device: str, collective: str, link: str, alpha_s: float, bus_bw: float, points: int,
-                     versions: str) -> None:
-        self.conn.execute("INSERT OR REPLACE INTO comm_fit VALUES (?,?,?,?,?,?,?,?)",
-                          (device, collective, link, alpha_s, bus_bw, points, versions, time.time()))
+                     ranks_per_node: int, versions: str) -> None:
+        """Store one latency-bandwidth fit (``alpha_s`` s per step, ``bus_bw`` bytes/s) of
+        ``collective`` over ``link`` (``intra`` or ``inter``) from groups of ``ranks_per_node``
+        ranks per node, and commit."""
+        self.conn.execute("INSERT OR REPLACE INTO comm_fit VALUES (?,?,?,?,?,?,?,?,?)",
+                          (device, collective, link, alpha_s, bus_bw, points, ranks_per_node, versions, time.time()))
         self.conn.commit()
+
+    def comm_fits(self, device: str) -> dict[tuple[str, str], tuple[float, float, int]]:
+        """{(collective, link): (alpha_s, bus bandwidth bytes/s, ranks per node)}, the newest fit
+        of each across library versions."""
+        cur = self.conn.execute("SELECT collective, link, alpha_s, bus_bandwidth_bytes_per_s, ranks_per_node "
+                                "FROM comm_fit WHERE device=? ORDER BY created", (device,))
+        return {(c, link): (a, bw, r) for c, link, a, bw, r in cur}

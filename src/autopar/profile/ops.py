@@ -5,7 +5,9 @@ median and spread of ``repeats`` timed runs after ``warmup`` untimed ones are st
 bytes the operator moves (its operands and result once). Attention is
 ``torch.nn.functional.scaled_dot_product_attention(is_causal=True, enable_gqa=True)``; the
 grouped expert GEMM is a batched GEMM of ``g`` equal groups; norms are ``F.rms_norm`` /
-``F.layer_norm``; the cross entropy runs on fp32 logits.
+``F.layer_norm``; ``add`` is one residual add; ``rope`` rotates q and k (the half-rotation of
+Llama's ``apply_rotary_pos_emb``) with one cos/sin table per row; the cross entropy runs on fp32
+logits.
 """
 
 from __future__ import annotations
@@ -38,8 +40,13 @@ def library_versions() -> str:
     return " ".join(parts)
 
 
-def _inputs(op: str, d: dict, dtype: torch.dtype, device: str) -> tuple[Callable[[], torch.Tensor], float]:
-    """(forward closure over leaf tensors that require grad, bytes moved)."""
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), -1) * sin
+
+
+def _inputs(op: str, d: dict, dtype: torch.dtype, device: str) -> tuple[Callable[[], tuple], float]:
+    """(forward closure over leaf tensors that require grad, returning its outputs; bytes moved)."""
     def leaf(*shape, dt=dtype):
         return torch.randn(*shape, dtype=dt, device=device).requires_grad_()
 
@@ -60,6 +67,14 @@ def _inputs(op: str, d: dict, dtype: torch.dtype, device: str) -> tuple[Callable
         x, w = leaf(d["rows"], d["h"]), leaf(d["h"])
         norm = (lambda: F.rms_norm(x, (d["h"],), w)) if op == "rmsnorm" else (lambda: F.layer_norm(x, (d["h"],), w))
         return norm, size * 2 * d["rows"] * d["h"]
+    if op == "add":
+        x, y = leaf(d["rows"], d["h"]), leaf(d["rows"], d["h"])
+        return (lambda: x + y), size * 3 * d["rows"] * d["h"]
+    if op == "rope":
+        q, k = leaf(d["rows"], d["hq"], d["d"]), leaf(d["rows"], d["hkv"], d["d"])
+        cos, sin = (torch.randn(d["rows"], 1, d["d"], dtype=dtype, device=device) for _ in range(2))
+        moved = size * 2 * d["rows"] * (d["hq"] + d["hkv"]) * d["d"]
+        return (lambda: (_rotate(q, cos, sin), _rotate(k, cos, sin))), moved
     if op == "swiglu":
         gate, up = leaf(d["rows"], d["f"]), leaf(d["rows"], d["f"])
         return (lambda: F.silu(gate) * up), size * 3 * d["rows"] * d["f"]
@@ -70,8 +85,8 @@ def _inputs(op: str, d: dict, dtype: torch.dtype, device: str) -> tuple[Callable
         logits = leaf(d["rows"], d["v"], dt=torch.float32)
         labels = torch.randint(0, d["v"], (d["rows"],), device=device)
         return (lambda: F.cross_entropy(logits, labels)), 4 * d["rows"] * d["v"]
-    raise AutoparError(f"operator {op!r}: allowed gemm, grouped_gemm, attention, rmsnorm, layernorm, swiglu, "
-                       "gelu, cross_entropy")
+    raise AutoparError(f"operator {op!r}: allowed gemm, grouped_gemm, attention, rmsnorm, layernorm, add, rope, "
+                       "swiglu, gelu, cross_entropy")
 
 
 def _sync(device: str) -> None:
@@ -94,9 +109,10 @@ def measure(op: str, dims: dict, dtype: str, device: str, repeats: int = 5,
         _sync(device)
         start = time.perf_counter()
         out = forward()
+        outs = out if isinstance(out, tuple) else (out,)
         _sync(device)
         mid = time.perf_counter()
-        out.backward(torch.ones_like(out))
+        torch.autograd.backward(outs, [torch.ones_like(o) for o in outs])
         _sync(device)
         if i >= warmup:
             fwd.append(mid - start)
