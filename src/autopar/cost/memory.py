@@ -16,6 +16,10 @@ zero   meaning                      bytes per parameter (fp32 grads)
 N is dp*cp for dense parameters (Megatron's distributed optimizer shards over the DP x CP
 group) and the expert-data-parallel size world/(etp*ep*pp) for routed experts.
 
+Frameworks other than Megatron-LM (``TrainSpec.framework``: DeepSpeed's 16-bit gradients and
+BF16_Optimizer fp32 buffer, torchtitan's fp32 FSDP2 shards, per-op selective recompute and fp32
+loss, allocator reserve) change these terms through :mod:`autopar.cost.framework_memory`.
+
 fp8 training adds an fp8 copy and transpose of the linear weights (:mod:`autopar.cost.fp8`,
 counted in ``weights_bytes``). MoE dispatcher buffers (:mod:`autopar.cost.moe`) and the MTP
 block on the last stage (:mod:`autopar.cost.mtp`) add to the activations.
@@ -34,6 +38,7 @@ import numpy as np
 
 from autopar.cost import activations as act
 from autopar.cost import fp8
+from autopar.cost import framework_memory as fw_mem
 from autopar.cost import moe as moe_cost
 from autopar.cost import mtp
 from autopar.cost.params import StageParams, layer_kinds, stage_params
@@ -60,22 +65,21 @@ class MemoryBreakdown:
         return self.weights_bytes + self.grads_bytes + self.optimizer_bytes + self.activations_bytes + self.other_bytes
 
 
-def weight_bytes_per_param(p: Problem) -> int:
-    """Bytes of one model weight in the training precision (bf16/fp16: 2)."""
-    return 2
-
-
-def model_state_bytes(count, group, zero, weight_bytes: int, grad_bytes: int) -> tuple:
+def model_state_bytes(count, group, zero, weight_bytes, grad_bytes, optimizer_bytes=OPTIMIZER_BYTES_PER_PARAM,
+                      unsharded_grad_bytes=0) -> tuple:
     """(weights, gradients, optimizer state) bytes of ``count`` parameters on one device.
 
     ZeRO stage ``zero`` (array or int) shards the optimizer state (>= 1), the gradients (>= 2)
     and the weights (3) over ``group`` ranks; see the table in the module docstring. Example:
     zero 1 with bf16 weights and fp32 grads gives 2 + 4 + 12/N bytes per parameter.
+    ``unsharded_grad_bytes`` per parameter are never sharded (DeepSpeed BF16_Optimizer's fp32
+    accumulation buffer); the per-framework byte counts come from
+    :func:`autopar.cost.framework_memory.state_bytes_per_param`.
     """
     zero = np.asarray(zero)
     weights = count * weight_bytes / np.where(zero >= 3, group, 1)
-    grads = count * grad_bytes / np.where(zero >= 2, group, 1)
-    optimizer = count * OPTIMIZER_BYTES_PER_PARAM / np.where(zero >= 1, group, 1)
+    grads = count * grad_bytes / np.where(zero >= 2, group, 1) + count * unsharded_grad_bytes
+    optimizer = count * optimizer_bytes / np.where(zero >= 1, group, 1)
     return weights, grads, optimizer
 
 
@@ -95,6 +99,8 @@ def stage_activation_bytes(p: Problem, batch: LayoutBatch, stages: Stages) -> np
     attn = act.attention_bytes(p, batch, selective)
     attn_full = act.attention_bytes(p, batch, np.zeros(len(batch), dtype=bool))
     dense_layer = attn + act.mlp_bytes(p, batch, moe=False)
+    if fw_mem.op_sac(p):  # torchtitan: "selective" is per-op SAC on dense layers
+        dense_layer = np.where(selective, fw_mem.op_sac_layer_bytes(p, batch), dense_layer)
     moe_layer = attn + act.mlp_bytes(p, batch, moe=True) if p.model.is_moe else dense_layer
     stored = n_dense * dense_layer + n_moe * moe_layer  # per micro-batch, no full recompute
 
@@ -110,7 +116,7 @@ def stage_activation_bytes(p: Problem, batch: LayoutBatch, stages: Stages) -> np
     in_flight = in_flight_microbatches(batch, stages)
     first, last = stages.is_first(), stages.is_last(batch)
     embedding = np.where(first, np.minimum(batch.pp, batch.num_microbatches) * act.embedding_bytes(p, batch), 0.0)
-    output = np.where(last, act.output_bytes(p, batch) + mtp.activation_bytes(p, batch), 0.0)
+    output = np.where(last, fw_mem.output_bytes(p, batch) + mtp.activation_bytes(p, batch), 0.0)
     dispatch = np.where(n_moe > 0, moe_cost.dispatcher_buffer_bytes(p, batch), 0.0)  # one MoE layer at a time
     return in_flight * kept + working + embedding + output + dispatch
 
@@ -118,19 +124,21 @@ def stage_activation_bytes(p: Problem, batch: LayoutBatch, stages: Stages) -> np
 def stage_memory(p: Problem, batch: LayoutBatch, stages: Stages) -> MemoryBreakdown:
     """Memory breakdown of each (layout, stage) row. See the module docstring for formulas."""
     params: StageParams = stage_params(p, batch, stages)
-    w = weight_bytes_per_param(p)
-    g = p.train.grad_bytes
+    state = fw_mem.state_bytes_per_param(p, batch.zero)  # (weight, grad, unsharded grad, optimizer)
     dense_group = (batch.dp * batch.cp).astype(np.float64)
     expert_group = p.world_size / (batch.etp * batch.ep * batch.pp)
-    dw, dg, do = model_state_bytes(params.dense, dense_group, batch.zero, w, g)
-    ew, eg, eo = model_state_bytes(params.experts, expert_group, batch.zero, w, g)
-    gathered = np.where(batch.zero >= 3, 2 * params.layer_max * w, 0.0)  # current + prefetched layer
-    other = p.cluster.device.framework_overhead_bytes + gathered
+    dw, dg, do = model_state_bytes(params.dense, dense_group, batch.zero, state[0], state[1], state[3], state[2])
+    ew, eg, eo = model_state_bytes(params.experts, expert_group, batch.zero, state[0], state[1], state[3], state[2])
+    gathered = fw_mem.unsharded_param_bytes(p, batch, params.layer_max, stages.is_first(), stages.is_last(batch))
+    weights = dw + ew + fp8.extra_memory_bytes(p, batch, stages)
+    activations = stage_activation_bytes(p, batch, stages)
+    tensors = weights + dg + eg + do + eo + activations + gathered
+    other = p.cluster.device.framework_overhead_bytes + gathered + fw_mem.allocator_reserve_bytes(p, tensors)
     return MemoryBreakdown(
         params=params.total,
-        weights_bytes=dw + ew + fp8.extra_memory_bytes(p, batch, stages),
+        weights_bytes=weights,
         grads_bytes=dg + eg,
         optimizer_bytes=do + eo,
-        activations_bytes=stage_activation_bytes(p, batch, stages),
+        activations_bytes=activations,
         other_bytes=np.broadcast_to(other, params.total.shape).astype(np.float64),
     )

@@ -39,11 +39,14 @@ class TrainSpec(BaseModel):
                                       "gather overlapped with backward/forward (Megatron --overlap-grad-reduce)")
     tp_comm_overlap: bool = Field(default=False, description="TP collectives overlapped with GEMMs "
                                   "(Megatron --tp-comm-overlap, Transformer Engine userbuffers)")
-    framework: Literal["megatron", "deepspeed"] = Field(
+    framework: Literal["megatron", "deepspeed", "torchtitan"] = Field(
         default="megatron",
         description="training framework whose documented behaviour differs from Megatron-LM's: "
         "'deepspeed' = DeepSpeed engine: ZeRO-3 all-gathers parameters submodule by submodule, "
-        "each gather paying the ring latency over the DP group; see autopar.cost.framework")
+        "each gather paying the ring latency over the DP group (autopar.cost.framework); 16-bit "
+        "gradients, plus a full fp32 accumulation buffer with bf16 (BF16_Optimizer); 'torchtitan' "
+        "= FSDP2 with fp32 sharded parameters, per-op selective AC, fp32 full-vocabulary loss "
+        "(autopar.cost.framework_memory)")
 
     @property
     def tokens_per_step(self) -> int:

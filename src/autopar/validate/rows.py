@@ -65,8 +65,8 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
            why="NeMo/dgxc-benchmarking recipes: distributed optimizer with overlapped grad reduce and param "
            "gather, SP when tp > 1, TP comm overlap, no recompute; mbs 1 and no interleaving when not stated"),
     Family("torchtitan", zero=3, recompute="selective", sp=None, flash=True, dropout=False, tp_overlap=False,
-           dp_overlap=True, why="torchtitan 2024-12 benchmarks: FSDP2 (ZeRO-3, prefetching), SDPA flash "
-           "attention, local batch 2"),
+           dp_overlap=True, framework="torchtitan", why="torchtitan 2024-12 benchmarks: FSDP2 (ZeRO-3, "
+           "prefetching, fp32 sharded parameters), per-op selective AC, SDPA flash attention, local batch 2"),
     Family("megatron-deepspeed", zero=1, recompute="full", sp=False, flash=False, dropout=False, tp_overlap=False,
            dp_overlap=False, framework="deepspeed", why="BLOOM (Megatron-DeepSpeed): ZeRO-1 (BF16_Optimizer) reducing after the "
            "last backward, full activation checkpointing, no SP, no flash attention, dropout 0"),
@@ -141,15 +141,16 @@ def family_of(row: Row) -> Family | None:
 
 
 def precision_of(row: Row) -> str:
-    """Training precision from the ``prec=`` note: fp8 (incl. Float8 linears), fp16, else bf16.
-
-    "mixed fp16/bf16 (not specified)" counts as bf16: both have the same tensor-core peak."""
-    prec = row["notes"].split(";")[0].lower()
+    """Training precision from the ``prec=`` note: fp8 (incl. Float8 linears), else whichever of
+    fp16/bf16 the note names first ("mixed (fp16 assumed: BF16 optimizer only introduced 02-28)"
+    is fp16), else bf16. "mixed fp16/bf16 (not specified)" counts as bf16: both have the same
+    tensor-core peak. fp16 matters for memory: DeepSpeed runs fp16 without BF16_Optimizer's fp32
+    gradient buffer (:mod:`autopar.cost.framework_memory`)."""
+    prec = row["notes"].split(";")[0].lower().replace("fp16/bf16", "")
     if "fp8" in prec or "float8" in prec:
         return "fp8"
-    if "fp16" in prec and "bf16" not in prec:
-        return "fp16"
-    return "bf16"
+    fp16, bf16 = prec.find("fp16"), prec.find("bf16")
+    return "fp16" if fp16 >= 0 and (bf16 < 0 or fp16 < bf16) else "bf16"
 
 
 def device_of(row: Row):
