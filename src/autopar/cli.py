@@ -53,7 +53,8 @@ Fp8ParamStorage = Annotated[Optional[bool], typer.Option(
     "--fp8-param-storage/--no-fp8-param-storage", help="with --precision fp8: keep linear weights only in fp8 "
     "(Megatron --fp8-param-gather) [default: off]")]
 Margin = Annotated[float, typer.Option(help="memory margin: above (1-margin) x device memory is 'marginal'")]
-ProfileDb = Annotated[Optional[str], typer.Option(help="SQLite profile DB: measured operator times override the model")]
+ProfileDb = Annotated[Optional[str], typer.Option(help="SQLite profile DB: measured operator and layer times and "
+                                                 "collective fits override the model")]
 ProfileDevice = Annotated[Optional[str], typer.Option(help="device name inside --profile-db (default: its only one)")]
 
 

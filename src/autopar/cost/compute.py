@@ -60,8 +60,8 @@ def attention_time_s(p: Problem, flops: np.ndarray) -> np.ndarray:
     return flops / (dev.peak("bf16") * dev.attention_efficiency) + KERNEL_OVERHEAD_S
 
 
-# Measured operator times (``autopar.profile.provider.ProfileTimes``) override the roofline
-# while installed with :func:`use_op_times`; None (the default) is the analytic model.
+# Measured operator and layer times (``autopar.profile.provider.ProfileTimes``) override the
+# roofline while installed with :func:`use_op_times`; None (the default) is the analytic model.
 _OP_TIMES: ContextVar[Any] = ContextVar("autopar_op_times", default=None)
 
 
