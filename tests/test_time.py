@@ -106,3 +106,54 @@ def test_mfu_is_model_flops_over_peak():
     flops = F.model_flops_per_token(p) * 64 * 4096
     assert e.mfu == pytest.approx(flops / (e.step_time_s * 8 * 989.4e12))
     assert 0 < e.mfu < p.cluster.device.gemm_efficiency
+
+
+def test_hopper_attention_runs_at_the_flashattention2_rate():
+    # FlashAttention-2 (Dao 2023) reaches ~335 TFLOP/s fwd+bwd on H100 counting backward as 2.5x
+    # forward: 335 * 3/3.5 = 287 TFLOP/s on autopar's 3x-forward count, 0.28 of 989.4 TFLOP/s.
+    from autopar.cost import compute as C
+    p = make_problem("llama2-7b", seq=65536)
+    flops = np.array([1e15])
+    assert C.attention_time_s(p, flops)[0] == pytest.approx(1e15 / (989.4e12 * 0.28) + C.KERNEL_OVERHEAD_S)
+    capped = make_problem("llama2-7b", device="h100-96gb-500w", seq=65536)
+    assert capped.cluster.device.attention_efficiency == pytest.approx(0.85 * 0.28, abs=0.005)
+
+
+def test_torchtitan_selective_recompute_is_the_even_matmuls():
+    # torchtitan per-op SAC recomputes wk, wo, w3 of Llama-3-8B: 4096 x (1024 + 4096 + 14336) MACs
+    # per token, plus the element-wise ops; Megatron's selective recompute is the core attention.
+    from autopar.cost import compute as C
+    from autopar.cost.stage_time import selective_recompute_s
+    p = make_problem("llama3-8b", seq=8192, framework="torchtitan")
+    batch = LayoutBatch.from_strategy(Strategy(dp=8, tp=1, cp=1, mbs=1, zero=3, recompute="selective"), 64)
+    dense = C.layer_forward_times(p, batch, moe=False)
+    flops = 2 * 8192 * 4096 * (1024 + 4096 + 14336)
+    gemm_s = flops / (989.4e12 * 0.64) + 3 * C.KERNEL_OVERHEAD_S
+    assert selective_recompute_s(p, batch, dense)[0] == pytest.approx(gemm_s + dense.elementwise_s[0], rel=1e-6)
+    megatron = make_problem("llama3-8b", seq=8192)
+    assert selective_recompute_s(megatron, batch, dense)[0] == dense.attention_s[0]
+
+
+def test_deepspeed_fp16_reduces_16_bit_gradients():
+    from autopar.cost.stage_time import grad_comm_bytes
+    assert grad_comm_bytes(make_problem("llama3-8b", precision="fp16", framework="deepspeed")) == 2
+    assert grad_comm_bytes(make_problem("llama3-8b", precision="bf16", framework="deepspeed")) == 4
+    assert grad_comm_bytes(make_problem("llama3-8b", precision="fp16")) == 4  # Megatron fp32 main grads
+
+
+def test_zero3_leaves_one_layer_of_gather_and_reduce_scatter_exposed():
+    # Llama-3-8B on one node, FSDP over 8 ranks, compute >> comm: only the first layer's gather
+    # (bf16) and the last layer's reduce-scatter (fp32) per micro-batch stay exposed.
+    from autopar.cost.params import stage_params
+    from autopar.cost.stage import Stages
+    from autopar.cost.stage_time import dp_exposed_s, stage_time
+    p = make_problem("llama3-8b", seq=8192, gbs=16)
+    batch = LayoutBatch.from_strategy(Strategy(dp=8, tp=1, cp=1, mbs=2, zero=3, recompute="none"), 16)
+    stages = Stages(index=np.array([0]), start=np.array([0]), layers=np.array([32]))
+    params = stage_params(p, batch, stages)
+    dev = p.cluster.device
+    bw = dev.intra_node_bandwidth_bytes_per_s * dev.intra_node_comm_efficiency
+    ag = 7 / 8 * params.dense[0] * 2 / bw + 7 * dev.intra_node_latency_s
+    rs = 7 / 8 * params.dense[0] * 4 / bw + 7 * dev.intra_node_latency_s
+    exposed = dp_exposed_s(p, batch, params, stage_time(p, batch, stages), np.zeros(1))
+    assert exposed[0] == pytest.approx((ag + rs) / 32, rel=1e-6)

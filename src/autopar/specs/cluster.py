@@ -15,9 +15,13 @@ physical meaning that holds for a whole device or interconnect (never per model 
   ``gemm_efficiency``). Lower than the bf16 fraction: Transformer Engine runs dgrad/wgrad with
   split (fp32-promoted) accumulation and fp8 GEMMs throttle the clock harder under sustained
   load; the per-device values and their fit are in ``devices.json`` (``autopar.cost.fp8``).
-* ``attention_efficiency``: fraction of peak reached by fused (flash) attention forward+backward
-  (FlashAttention-2 paper, Dao 2023, fig. 5-6: 50-70% on A100 forward, less backward; about
-  35-50% on H100 with FA2/cuDNN).
+* ``attention_efficiency``: fraction of the bf16 peak reached by fused (flash) attention
+  forward+backward, with backward counted as 2x forward as autopar does (FlashAttention-2
+  paper, Dao 2023: up to ~225 TFLOP/s fwd+bwd on A100 and ~335 on H100 SXM at head dim 128,
+  counting backward as 2.5x forward, i.e. x 3/3.5 on autopar's count: A100 0.62, H100 0.29).
+  Default 0.45 (between A100's FA2 and the unfused bmm + softmax path of the 2021-22 Megatron
+  runs); Hopper presets 0.28 (FA2 and NeMo 2024's TE/cuDNN kernels stay far below the GEMM
+  fraction on H100; see ``devices.json``).
 * ``memory_efficiency``: fraction of HBM bandwidth that element-wise kernels (norms,
   activations, Adam) reach (STREAM-like kernels reach 80-90%; fused Megatron kernels less).
 * ``intra_node_comm_efficiency`` / ``inter_node_comm_efficiency``: NCCL bus bandwidth over the
