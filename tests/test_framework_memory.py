@@ -110,3 +110,10 @@ def test_deepspeed_allocator_reserve_is_a_fraction_of_live_tensors():
         assert reserve[0] == pytest.approx(fraction * tensors[0])
     assert fw.allocator_reserve_bytes(p, 40.0) == 0.0
     assert fw.DEEPSPEED_ALLOCATOR_RESERVE_FRACTION == pytest.approx(0.30)
+
+
+def test_torchtitan_loss_peak_and_recompute_do_not_overlap():
+    titan, megatron = _titan(), make_problem("llama3-8b", gbs=16, seq=8192)
+    working, output = np.array([4.0, 9.0]), np.array([6.0, 2.0])
+    assert fw.backward_transient_bytes(titan, working, output).tolist() == [6.0, 9.0]
+    assert fw.backward_transient_bytes(megatron, working, output).tolist() == [10.0, 11.0]

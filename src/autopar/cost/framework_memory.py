@@ -158,3 +158,17 @@ def allocator_reserve_bytes(p: Problem, tensor_bytes) -> np.ndarray:
     """
     fraction = DEEPSPEED_ALLOCATOR_RESERVE_FRACTION if p.train.framework == "deepspeed" else 0.0
     return fraction * np.asarray(tensor_bytes, dtype=np.float64)
+
+
+def backward_transient_bytes(p: Problem, working, output) -> np.ndarray:
+    """The last stage's loss/logits bytes (``output``) together with the layer that full recompute
+    rebuilds in backward (``working``), per (layout, stage) row.
+
+    Megatron: their sum, as ``theoretical_memory_usage.py`` adds the logits to the activations.
+    torchtitan: the larger of the two, since the 12 B per logit of the loss backward are freed
+    (cast to the bf16 logits gradient, then consumed by the output layer) before the first
+    decoder layer is recomputed. Example: working 4.25 GiB, output 47 GiB -> 47 GiB, not 51.25.
+    """
+    if p.train.framework == "torchtitan":
+        return np.maximum(working, output)
+    return np.asarray(working) + np.asarray(output)

@@ -118,7 +118,7 @@ def stage_activation_bytes(p: Problem, batch: LayoutBatch, stages: Stages) -> np
     embedding = np.where(first, np.minimum(batch.pp, batch.num_microbatches) * act.embedding_bytes(p, batch), 0.0)
     output = np.where(last, fw_mem.output_bytes(p, batch) + mtp.activation_bytes(p, batch), 0.0)
     dispatch = np.where(n_moe > 0, moe_cost.dispatcher_buffer_bytes(p, batch), 0.0)  # one MoE layer at a time
-    return in_flight * kept + working + embedding + output + dispatch
+    return in_flight * kept + fw_mem.backward_transient_bytes(p, working, output) + embedding + dispatch
 
 
 def stage_memory(p: Problem, batch: LayoutBatch, stages: Stages) -> MemoryBreakdown:
