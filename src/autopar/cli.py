@@ -130,6 +130,9 @@ def search(
     report: Annotated[Optional[str], typer.Option(help="write result.json, PNG charts and report.html here")] = None,
     profile_db: ProfileDb = None, profile_device: ProfileDevice = None,
     moe_token_imbalance: MoeImbalance = None, fp8_param_storage: Fp8ParamStorage = None,
+    target: Annotated[str, typer.Option(help="export format the layouts must run on unchanged: megatron | mindspeed "
+                                        "| torchtitan | deepspeed (one recompute for all stages) | sapp | galvatron "
+                                        "(recompute per stage)")] = "megatron",
 ) -> None:
     """Search every valid layout, drop those that do not fit, rank the rest by step time."""
     from autopar.export.megatron import megatron_args
@@ -145,9 +148,13 @@ def search(
     from autopar.profile.cli import print_coverage, profiled
 
     with profiled(p, profile_db, profile_device) as coverage:
-        result = run_search(p, _positive("--top", top, upper=1000), memory_margin)
+        result = run_search(p, _positive("--top", top, upper=1000), memory_margin, target=target)
         measured = coverage and coverage([e.strategy for e in result.layouts])
     best = result.layouts[0]
+    try:
+        best_args = megatron_args(p, best.strategy)
+    except AutoparError:  # recompute per stage (--target sapp/galvatron): Megatron cannot run it
+        best_args = None
     if write_script:
         from autopar.export.rewrite import write_scripts
 
@@ -159,7 +166,7 @@ def search(
         err_console.print(f"wrote {write_report(p, result, report)}", highlight=False)
     if as_json:
         doc = result.to_dict()
-        doc["megatron_args"] = megatron_args(p, best.strategy)
+        doc["megatron_args"] = best_args
         if measured:
             doc["profile"] = measured
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
@@ -169,8 +176,11 @@ def search(
                   f"seq {p.train.seq_len}, {p.train.precision}")
     console.print(search_table(result))
     console.print(search_summary(result), highlight=False)
-    console.print("\n[bold]Megatron-LM arguments for #1:[/]")
-    console.print(megatron_args(p, best.strategy), highlight=False, soft_wrap=True)
+    if best_args is None:
+        console.print(f"\n#1 sets recompute per stage: write it with autopar export --format {target}")
+    else:
+        console.print("\n[bold]Megatron-LM arguments for #1:[/]")
+        console.print(best_args, highlight=False, soft_wrap=True)
     if measured:
         print_coverage(measured)
 
@@ -190,6 +200,8 @@ RecomputeOpt = Annotated[Optional[str], typer.Option("--recompute", help="none |
 RecomputeLayers = Annotated[Optional[int], typer.Option("--recompute-layers", help="full recompute: layers per chunk")]
 ScheduleOpt = Annotated[Optional[str], typer.Option("--schedule", help="1f1b | interleaved (default from vpp)")]
 LayersPerStage = Annotated[Optional[str], typer.Option("--layers-per-stage", help="explicit split, e.g. 7,8,8,7")]
+RecomputePerStage = Annotated[Optional[str], typer.Option(
+    "--recompute-per-stage", help="recompute option of each stage, e.g. full,selective,none,none")]
 
 
 def _strategy(p: Problem, script: str | None, layout: dict[str, Any], dp: int | None, schedule: str | None):
@@ -202,6 +214,7 @@ def _strategy(p: Problem, script: str | None, layout: dict[str, Any], dp: int | 
     from autopar.strategy import Strategy
 
     split = layout.pop("layers_per_stage")
+    per_stage = layout.pop("recompute_per_stage", None)
     if split:
         try:
             layout["layers_per_stage"] = tuple(int(x) for x in split.split(","))
@@ -210,6 +223,9 @@ def _strategy(p: Problem, script: str | None, layout: dict[str, Any], dp: int | 
     else:
         layout["layers_per_stage"] = None
     lay = layout_defaults(read_script(script) if script else None, layout)
+    if per_stage:
+        lay["recompute_per_stage"] = tuple(x.strip() for x in per_stage.split(","))
+        lay["recompute"] = layout.get("recompute")  # None: the heaviest per-stage option
     for name in ("tp", "pp", "cp", "vpp", "ep", "mbs"):
         _positive(f"--{name}", lay[name])
     model_size = lay["tp"] * lay["pp"] * lay["cp"]
@@ -232,6 +248,7 @@ def estimate(
     tp: Tp = None, pp: Pp = None, dp: Dp = None, cp: Cp = None, vpp: Vpp = None, ep: Ep = None, etp: Etp = None,
     mbs: Mbs = None, zero: Zero = None, sp: Sp = None, recompute: RecomputeOpt = None,
     recompute_layers: RecomputeLayers = None, schedule: ScheduleOpt = None, layers_per_stage: LayersPerStage = None,
+    recompute_per_stage: RecomputePerStage = None,
     memory_margin: Margin = 0.10, as_json: Json = False, script: Script = None, vocab_size: VocabSize = None,
     profile_db: ProfileDb = None, profile_device: ProfileDevice = None,
     moe_token_imbalance: MoeImbalance = None, fp8_param_storage: Fp8ParamStorage = None,
@@ -243,7 +260,8 @@ def estimate(
     p = _problem(model, device, nodes, devices_per_node, gbs, seq_len, precision, device_file, device_set,
                  flash_attention, vocab_pad, script, vocab_size, moe_token_imbalance, fp8_param_storage)
     layout = dict(tp=tp, pp=pp, cp=cp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, zero=zero, sp=sp, recompute=recompute,
-                  recompute_layers=recompute_layers, layers_per_stage=layers_per_stage)
+                  recompute_layers=recompute_layers, layers_per_stage=layers_per_stage,
+                  recompute_per_stage=recompute_per_stage)
     from autopar.profile.cli import print_coverage, profiled
 
     with profiled(p, profile_db, profile_device) as coverage:
@@ -305,6 +323,7 @@ def export(
     tp: Tp = None, pp: Pp = None, dp: Dp = None, cp: Cp = None, vpp: Vpp = None, ep: Ep = None, etp: Etp = None,
     mbs: Mbs = None, zero: Zero = None, sp: Sp = None, recompute: RecomputeOpt = None,
     recompute_layers: RecomputeLayers = None, schedule: ScheduleOpt = None, layers_per_stage: LayersPerStage = None,
+    recompute_per_stage: RecomputePerStage = None,
     script: Script = None, vocab_size: VocabSize = None,
     moe_token_imbalance: MoeImbalance = None, fp8_param_storage: Fp8ParamStorage = None,
 ) -> None:
@@ -320,7 +339,8 @@ def export(
     p = _problem(model, device, nodes, devices_per_node, gbs, seq_len, precision, device_file, device_set,
                  flash_attention, vocab_pad, script, vocab_size, moe_token_imbalance, fp8_param_storage)
     layout = dict(tp=tp, pp=pp, cp=cp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, zero=zero, sp=sp, recompute=recompute,
-                  recompute_layers=recompute_layers, layers_per_stage=layers_per_stage)
+                  recompute_layers=recompute_layers, layers_per_stage=layers_per_stage,
+                  recompute_per_stage=recompute_per_stage)
     if from_result:
         strategy = strategy_from_result(from_result, rank, p)
     else:

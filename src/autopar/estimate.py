@@ -19,10 +19,12 @@ DEFAULT_MEMORY_MARGIN = 0.10  # a layout above 90% of device memory is "marginal
 
 @dataclass(frozen=True)
 class StageMemory:
-    """Per-device memory of one pipeline stage (bytes; ``params`` is an element count)."""
+    """Per-device memory of one pipeline stage (bytes; ``params`` is an element count;
+    ``recompute`` the stage's recompute option)."""
 
     stage: int
     layers: int
+    recompute: str
     params: float
     weights_bytes: float
     grads_bytes: float
@@ -60,6 +62,7 @@ class Estimate:
             "mbs": s.mbs, "gbs": global_batch_size, "num_microbatches": self.num_microbatches,
             "zero": s.zero, "sp": s.sp, "recompute": s.recompute, "recompute_layers": s.recompute_layers,
             "schedule": s.schedule, "layers_per_stage": list(s.layers_per_stage or ()),
+            "recompute_per_stage": list(s.recompute_per_stage) if s.recompute_per_stage else None,
         }
         return {
             "strategy": strategy,
@@ -78,6 +81,11 @@ class Estimate:
 def estimate(p: Problem, s: Strategy, memory_margin: float = DEFAULT_MEMORY_MARGIN) -> Estimate:
     """Cost one explicit layout on every pipeline stage.
 
+    Each stage is costed with its own layer count and recompute option
+    (:attr:`Strategy.stage_recompute`). When stages differ (uneven layer counts or per-stage
+    recompute) the closed-form makespan of :mod:`autopar.cost.step` no longer holds and the
+    pipeline is simulated stage by stage (:func:`autopar.pipeline.makespan.simulated_costs`).
+
     Raises:
         LayoutError: the layout breaks a validity rule (every broken rule is named).
     """
@@ -85,15 +93,15 @@ def estimate(p: Problem, s: Strategy, memory_margin: float = DEFAULT_MEMORY_MARG
     if s.layers_per_stage is None:
         s = s.model_copy(update={"layers_per_stage": default_layers_per_stage(p.model.num_layers, s.pp)})
     batch, stages = all_stages(p, s)
-    one = batch.take(np.zeros(1, dtype=np.int64))
+    rows = [batch.take(np.array([i])) for i in range(s.pp)]  # stage i with its own recompute option
     views = [Stages(index=stages.index[i:i + 1], start=stages.start[i:i + 1], layers=stages.layers[i:i + 1])
              for i in range(s.pp)]
-    costs = evaluate(p, one, views, [np.ones(1)] * s.pp)
-    if s.pp > 1 and len(set(stages.layers.tolist())) > 1:  # uneven stages: simulate the schedule
+    costs = evaluate(p, rows[0], views, [np.ones(1)] * s.pp, rows)
+    if s.pp > 1 and (len(set(stages.layers.tolist())) > 1 or s.recompute_per_stage):  # uneven: simulate
         costs = simulated_costs(p, s, batch, stages, costs)
     per_stage = [
         StageMemory(
-            stage=i, layers=int(stages.layers[i]), params=float(mem.params[0]),
+            stage=i, layers=int(stages.layers[i]), recompute=s.stage_recompute[i], params=float(mem.params[0]),
             weights_bytes=float(mem.weights_bytes[0]), grads_bytes=float(mem.grads_bytes[0]),
             optimizer_bytes=float(mem.optimizer_bytes[0]), activations_bytes=float(mem.activations_bytes[0]),
             other_bytes=float(mem.other_bytes[0]), total_bytes=float(mem.total_bytes[0]),

@@ -14,10 +14,10 @@ activation recompute ``none``/``selective`` (core attention)/``full`` (whole lay
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 Recompute = Literal["none", "selective", "full"]
 Schedule = Literal["1f1b", "interleaved"]
@@ -33,6 +33,15 @@ class Strategy(BaseModel):
     pipeline stage (per model chunk) recomputed, Megatron's ``--recompute-method block
     --recompute-num-layers N``; ``None`` recomputes every layer (``uniform``, 1).
     ``layers_per_stage=None`` uses the default split (:func:`default_layers_per_stage`).
+
+    ``recompute_per_stage``: one recompute option per pipeline stage (length ``pp``; with vpp
+    a stage's chunks share it), as MindFormers/SAPP's per-stage ``recompute`` arrays and
+    Galvatron's per-layer ``checkpoint`` flags express; ``None`` = ``recompute`` on every stage.
+    When given, ``recompute`` is its heaviest entry (filled in when omitted: what a framework
+    with one setting for all stages would need for the fullest stage), ``recompute_layers``
+    must be None, and a tuple with one distinct value is stored as ``None`` with that
+    ``recompute``. Megatron-LM, MindSpeed-LLM, torchtitan and DeepSpeed have one setting for
+    all stages, so their writers refuse such a layout (:mod:`autopar.export.per_stage`).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -51,6 +60,39 @@ class Strategy(BaseModel):
     recompute_layers: int | None = Field(default=None, gt=0)
     schedule: Schedule = "1f1b"
     layers_per_stage: tuple[int, ...] | None = None
+    recompute_per_stage: tuple[Recompute, ...] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _normalise_per_stage(cls, data: Any) -> Any:
+        """Check ``recompute_per_stage`` against pp and recompute_layers; fill ``recompute``.
+
+        Raises:
+            ValueError: wrong length, an unknown option, ``recompute_layers`` given, or a
+                ``recompute`` other than the heaviest per-stage option.
+        """
+        if not isinstance(data, dict) or data.get("recompute_per_stage") is None:
+            return data
+        per_stage = tuple(data["recompute_per_stage"])
+        for name in per_stage:
+            if name not in RECOMPUTE_CODES:
+                raise ValueError(f"recompute_per_stage: {name!r} is not one of {', '.join(RECOMPUTE_NAMES)}")
+        pp = data.get("pp", 1)
+        if isinstance(pp, int) and len(per_stage) != pp:
+            raise ValueError(f"recompute_per_stage has {len(per_stage)} entries; give one per pipeline stage (pp={pp})")
+        if data.get("recompute_layers") is not None:
+            raise ValueError("recompute_per_stage with recompute_layers: partial full recompute is one setting for "
+                             "all stages; give one or the other")
+        heaviest = max(per_stage, key=RECOMPUTE_CODES.__getitem__)
+        if data.get("recompute") not in (None, heaviest):
+            raise ValueError(f"recompute={data['recompute']!r} with recompute_per_stage: recompute must be the "
+                             f"heaviest per-stage option {heaviest!r} (or omitted)")
+        return dict(data, recompute=heaviest, recompute_per_stage=per_stage if len(set(per_stage)) > 1 else None)
+
+    @property
+    def stage_recompute(self) -> tuple[str, ...]:
+        """Recompute option of each pipeline stage, length ``pp``."""
+        return self.recompute_per_stage or (self.recompute,) * self.pp
 
     @property
     def world_size(self) -> int:
@@ -130,6 +172,13 @@ class LayoutBatch:
     def take(self, index: np.ndarray) -> "LayoutBatch":
         """The sub-batch at ``index`` (boolean mask or integer indices)."""
         return LayoutBatch(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
+
+    @classmethod
+    def concat(cls, batches: list["LayoutBatch"]) -> "LayoutBatch":
+        """The rows of ``batches`` one after the other (the batch itself when there is one)."""
+        if len(batches) == 1:
+            return batches[0]
+        return cls(**{f.name: np.concatenate([getattr(b, f.name) for b in batches]) for f in fields(cls)})
 
     @classmethod
     def from_strategy(cls, s: Strategy, global_batch_size: int) -> "LayoutBatch":

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from autopar.problem import Problem
-from autopar.strategy import LayoutBatch, Strategy, default_layers_per_stage, split_first_middle_last
+from autopar.strategy import (RECOMPUTE_CODES, LayoutBatch, Strategy, default_layers_per_stage,
+                              split_first_middle_last)
 
 
 @dataclass
@@ -56,7 +57,8 @@ def bounding_stages(p: Problem, batch: LayoutBatch) -> list[Stages]:
 
 
 def all_stages(p: Problem, s: Strategy) -> tuple[LayoutBatch, Stages]:
-    """Every stage of one layout: the layout repeated ``pp`` times and its stage rows.
+    """Every stage of one layout: the layout repeated ``pp`` times and its stage rows (row ``i``
+    carries stage ``i``'s recompute option, :attr:`Strategy.stage_recompute`).
 
     Raises:
         ValueError: the layout has no default split (callers check the rules first).
@@ -65,6 +67,7 @@ def all_stages(p: Problem, s: Strategy) -> tuple[LayoutBatch, Stages]:
     if split is None:
         raise ValueError(f"no layer split for pp={s.pp}")
     batch = LayoutBatch.from_strategy(s, p.train.global_batch_size).take(np.zeros(s.pp, dtype=np.int64))
+    batch.recompute = np.array([RECOMPUTE_CODES[name] for name in s.stage_recompute], dtype=np.int64)
     layers = np.asarray(split, dtype=np.int64)
     start = np.concatenate([[0], np.cumsum(layers)[:-1]])
     return batch, Stages(index=np.arange(s.pp), start=start, layers=layers)

@@ -15,6 +15,7 @@ import json
 from typing import Any
 
 from autopar.errors import AutoparError
+from autopar.export.per_stage import require_uniform_recompute
 from autopar.problem import Problem
 from autopar.strategy import Strategy
 
@@ -27,8 +28,10 @@ def config(p: Problem, s: Strategy) -> dict[str, Any]:
     """The DeepSpeed config dict.
 
     Raises:
-        AutoparError: a layout DeepSpeed cannot run (see the module docstring).
+        AutoparError: a layout DeepSpeed cannot run (see the module docstring), or recompute per
+            stage (one ``activation_checkpointing`` section for all stages).
     """
+    require_uniform_recompute("DeepSpeed", s)
     why = None
     if s.zero >= 2 and s.pp > 1:
         why = f"zero={s.zero} with pp={s.pp}: ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"

@@ -7,9 +7,10 @@ comma strings ``tp_sizes_enc``, ``tp_consecutive_flags``, ``cp_sizes_enc``, ``dp
 (1 = that layer uses ZeRO-3/FSDP), ``use_sp`` (Ulysses instead of TP; 0 here, Megatron SP is
 Galvatron's runtime ``--sequence-parallel``), ``checkpoint`` (full recompute of the layer),
 ``ep_sizes_enc``/``tp_of_ep_sizes_enc`` for MoE, ``default_dp_type`` (``ddp``/``zero2``/``zero3``),
-``vtp``/``vsp`` (vocabulary TP / Ulysses) and ``embed_sdp``. Refused: ZeRO-1 (not a Galvatron
-data-parallel type), selective recompute (Galvatron checkpoints whole layers), interleaved
-pipelines (no VPP in Galvatron).
+``vtp``/``vsp`` (vocabulary TP / Ulysses) and ``embed_sdp``. Recompute per stage
+(:attr:`~autopar.strategy.Strategy.recompute_per_stage`) maps to the per-layer ``checkpoint``
+flags. Refused: ZeRO-1 (not a Galvatron data-parallel type), selective recompute on any stage
+(Galvatron checkpoints whole layers), interleaved pipelines (no VPP in Galvatron).
 """
 
 from __future__ import annotations
@@ -26,12 +27,11 @@ _DP_TYPE = {0: "ddp", 2: "zero2", 3: "zero2"}  # zero 3 = zero2 default + per-la
 
 
 def _checkpointed(p: Problem, s: Strategy) -> list[int]:
-    """Per-layer recompute flags: all layers, or the first N of every stage (Megatron ``block``)."""
-    if s.recompute != "full":
-        return [0] * p.model.num_layers
+    """Per-layer recompute flags: all layers of a ``full`` stage, or the first N of every stage
+    (Megatron ``block``); none on the other stages."""
     flags: list[int] = []
-    for n in stage_layers(p, s):
-        k = min(n, s.recompute_layers or n)
+    for n, option in zip(stage_layers(p, s), s.stage_recompute):
+        k = min(n, s.recompute_layers or n) if option == "full" else 0
         flags += [1] * k + [0] * (n - k)
     return flags
 
@@ -45,8 +45,8 @@ def config(p: Problem, s: Strategy) -> dict[str, Any]:
     why = None
     if s.zero == 1:
         why = "zero=1: Galvatron's data-parallel types are ddp, zero2 and zero3"
-    elif s.recompute == "selective":
-        why = "selective recompute: Galvatron checkpoints whole layers"
+    elif "selective" in s.stage_recompute:
+        why = "selective recompute: Galvatron checkpoints whole layers (write per-stage selective with --format sapp)"
     elif s.vpp > 1:
         why = f"vpp={s.vpp}: Galvatron has no interleaved pipeline schedule"
     if why:

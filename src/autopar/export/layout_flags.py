@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Literal
 
 from autopar.errors import AutoparError
+from autopar.export.per_stage import require_uniform_recompute
 from autopar.problem import Problem
 from autopar.strategy import Strategy, default_layers_per_stage
 
@@ -102,7 +103,12 @@ def _zero_flags(s: Strategy, dialect: Dialect) -> dict[str, FlagValue]:
 
 def _recompute_flags(s: Strategy, dialect: Dialect) -> dict[str, FlagValue]:
     """Recompute (ecosystem.md 1.3 rule 24: ``full`` needs method and num-layers, ``selective``
-    forbids both). ``full`` with ``recompute_layers`` N is ``block`` N, else ``uniform`` 1."""
+    forbids both). ``full`` with ``recompute_layers`` N is ``block`` N, else ``uniform`` 1.
+
+    Raises:
+        AutoparError: recompute per stage (one ``--recompute-granularity`` for all stages).
+    """
+    require_uniform_recompute("MindSpeed-LLM" if dialect == "mindspeed" else "Megatron-LM", s)
     full = s.recompute == "full"
     flags: dict[str, FlagValue] = {
         "--recompute-granularity": None if s.recompute == "none" else s.recompute,

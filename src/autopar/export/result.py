@@ -12,7 +12,7 @@ from autopar.problem import Problem
 from autopar.strategy import Strategy
 
 _FIELDS = ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "zero", "sp", "recompute", "recompute_layers",
-           "schedule", "layers_per_stage")
+           "schedule", "layers_per_stage", "recompute_per_stage")
 
 
 def strategy_from_result(path: str, rank: int, p: Problem) -> Strategy:
@@ -32,6 +32,7 @@ def strategy_from_result(path: str, rank: int, p: Problem) -> Strategy:
     raw = layouts[rank - 1]["strategy"]
     fields = {k: raw[k] for k in _FIELDS if k in raw}
     fields["layers_per_stage"] = tuple(fields.get("layers_per_stage") or ()) or None
+    fields["recompute_per_stage"] = tuple(fields.get("recompute_per_stage") or ()) or None
     try:
         s = Strategy(**fields)
     except ValidationError as err:

@@ -1,10 +1,13 @@
 """SAPP / MindFormers-style pipeline arrays: ``offset`` and ``recompute`` per stage.
 
-MindFormers (``docs/feature_cards/Offset_Recompute.md``, r1.5): stage ``i`` holds
-``num_layers // pipeline_stage + offset[i]`` layers, ``len(offset) == pipeline_stage`` and
-``sum(offset) == num_layers % pipeline_stage``; ``recompute`` lists the layers recomputed per
-stage. With virtual stages both become ``[vpp][pp]`` lists (chunks split evenly). Refused:
-selective recompute with a layer count (MindFormers' ``select_recompute`` is per operator).
+MindFormers (``docs/feature_cards/Offset_Recompute.md``, r1.5; ``recompute_config`` in the
+r1.9 memory-optimisation guide): stage ``i`` holds ``num_layers // pipeline_stage + offset[i]``
+layers, ``len(offset) == pipeline_stage`` and ``sum(offset) == num_layers % pipeline_stage``;
+``recompute`` lists the layers fully recomputed per stage and ``select_recompute`` (True for
+every layer, or a per-stage list of layer counts) the layers with selective recompute. With
+virtual stages both become ``[vpp][pp]`` lists; every rank's chunks are equal (Megatron's
+assignment, which autopar costs), so an uneven split needs each stage a multiple of vpp.
+Recompute per stage (:attr:`~autopar.strategy.Strategy.recompute_per_stage`) is written as is.
 """
 
 from __future__ import annotations
@@ -19,23 +22,30 @@ from autopar.strategy import Strategy
 
 
 def config(p: Problem, s: Strategy) -> dict[str, Any]:
-    """``{"pipeline_stage", "offset", "recompute", "select_recompute"}`` for layout ``s``.
+    """``{"pipeline_stage", "pp_interleave_num", "offset", "recompute", "select_recompute"}``.
 
     Raises:
-        AutoparError: an uneven split with vpp > 1 (chunk split unknown).
+        AutoparError: with vpp > 1, a stage whose layers are not a multiple of vpp.
     """
     split = stage_layers(p, s)
     base = p.model.num_layers // s.pp
-    if s.vpp > 1 and len(set(split)) > 1:
-        raise AutoparError(f"SAPP arrays: uneven split {split} with vpp={s.vpp} has no defined chunk split")
-    recomputed = [min(n, s.recompute_layers or n) if s.recompute == "full" else 0 for n in split]
+    if s.vpp > 1 and any(n % s.vpp for n in split):
+        raise AutoparError(f"SAPP arrays: split {split} with vpp={s.vpp}: every stage needs a multiple of vpp layers")
+    options = s.stage_recompute
+    full = [min(n, s.recompute_layers or n) if r == "full" else 0 for n, r in zip(split, options)]
+    selective = [n if r == "selective" else 0 for n, r in zip(split, options)]
+    per_chunk = lambda counts: [[c // s.vpp for c in counts] for _ in range(s.vpp)]  # noqa: E731
     offset: list[Any] = [n - base for n in split]
-    recompute: list[Any] = recomputed
+    recompute: list[Any] = full
+    select: Any = s.recompute == "selective"
+    if s.recompute_per_stage:
+        select = selective
     if s.vpp > 1:
         offset = [[n // s.vpp - base // s.vpp for n in split] for _ in range(s.vpp)]
-        recompute = [[min(r, n // s.vpp) for r, n in zip(recomputed, split)] for _ in range(s.vpp)]
+        recompute = per_chunk(full)
+        select = per_chunk(selective) if s.recompute_per_stage else select
     return {"pipeline_stage": s.pp, "pp_interleave_num": s.vpp, "offset": offset, "recompute": recompute,
-            "select_recompute": s.recompute == "selective"}
+            "select_recompute": select}
 
 
 def write(p: Problem, s: Strategy) -> str:

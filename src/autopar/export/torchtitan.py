@@ -17,6 +17,7 @@ from typing import Any
 
 from autopar.errors import AutoparError
 from autopar.export.layout_flags import stage_layers
+from autopar.export.per_stage import require_uniform_recompute
 from autopar.problem import Problem
 from autopar.strategy import Strategy
 
@@ -67,8 +68,10 @@ def config(p: Problem, s: Strategy) -> dict[str, Any]:
     """The TOML document as a dict (see the module docstring for refusals).
 
     Raises:
-        AutoparError: the layout cannot be expressed in torchtitan (the reason is named).
+        AutoparError: the layout cannot be expressed in torchtitan (the reason is named), e.g.
+            recompute per stage (one ``[activation_checkpoint]`` mode for all stages).
     """
+    require_uniform_recompute("torchtitan", s)
     if s.tp > 1 and not s.sp:
         raise _refuse(f"tp={s.tp} without sequence parallelism (torchtitan's TP always shards activations)")
     if s.ep > 1 and s.expert_tp not in (1, s.tp):

@@ -11,7 +11,7 @@ from pathlib import Path
 from autopar.errors import AutoparError
 from autopar.problem import Problem
 from autopar.report.plots import GIB, memory_chart, ranking_chart
-from autopar.report.table import layout_label
+from autopar.report.table import layout_label, recompute_label
 from autopar.search import SearchResult
 
 _STYLE = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:1.5em auto;padding:0 1em;color:#222}
@@ -25,8 +25,8 @@ def _table(result: SearchResult) -> str:
     rows = []
     for rank, e in enumerate(result.layouts, 1):
         s = e.strategy
-        cells = [str(rank), layout_label(e), str(s.mbs), str(s.zero), s.recompute, f"{e.peak_memory_bytes / GIB:.1f}",
-                 f"{e.step_time_s:.2f}", f"{e.tokens_per_s_per_device:,.0f}", f"{e.mfu:.1%}",
+        cells = [str(rank), layout_label(e), str(s.mbs), str(s.zero), recompute_label(e),
+                 f"{e.peak_memory_bytes / GIB:.1f}", f"{e.step_time_s:.2f}", f"{e.tokens_per_s_per_device:,.0f}", f"{e.mfu:.1%}",
                  f"{e.time_breakdown_s['pp_bubble'] / e.step_time_s:.1%}", "marginal" if e.marginal else ""]
         rows.append("<tr>" + "".join(f'<td{" class=l" if i in (1, 4, 10) else ""}>{html.escape(c)}</td>'
                                      for i, c in enumerate(cells)) + "</tr>")

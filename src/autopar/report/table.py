@@ -22,8 +22,21 @@ def layout_label(e: Estimate) -> str:
     return " ".join(parts)
 
 
-def _recompute_label(e: Estimate) -> str:
+_SHORT = {"none": "n", "selective": "s", "full": "f"}
+
+
+def recompute_label(e: Estimate) -> str:
+    """``selective``, ``full x2`` (layers per chunk), or per stage runs such as ``f,f,s,n,n`` as
+    ``f2 s1 n2`` (f/s/n = full/selective/none, counts of consecutive stages)."""
     s = e.strategy
+    if s.recompute_per_stage:
+        runs: list[list] = []
+        for name in s.recompute_per_stage:
+            if runs and runs[-1][0] == name:
+                runs[-1][1] += 1
+            else:
+                runs.append([name, 1])
+        return "per stage " + " ".join(f"{_SHORT[name]}{count}" for name, count in runs)
     if s.recompute == "full" and s.recompute_layers:
         return f"full x{s.recompute_layers}"
     return s.recompute
@@ -39,7 +52,7 @@ def search_table(result: SearchResult) -> Table:
     for rank, e in enumerate(result.layouts, 1):
         bubble = e.time_breakdown_s["pp_bubble"] / e.step_time_s
         table.add_row(
-            str(rank), layout_label(e), str(e.strategy.mbs), str(e.strategy.zero), _recompute_label(e),
+            str(rank), layout_label(e), str(e.strategy.mbs), str(e.strategy.zero), recompute_label(e),
             f"{e.peak_memory_bytes / GIB:.1f}", f"{e.step_time_s:.2f}", f"{e.tokens_per_s_per_device:,.0f}",
             f"{e.mfu:.1%}", f"{bubble:.1%}", "[yellow]marginal[/]" if e.marginal else "",
         )
@@ -60,12 +73,13 @@ def memory_table(e: Estimate) -> Table:
     """Per-stage memory breakdown of one layout (GiB)."""
     table = Table(title=f"Memory per device by pipeline stage (GiB; device {e.device_memory_bytes / GIB:.1f})",
                   header_style="bold")
-    for col in ["stage", "layers", "params (M)", "weights", "grads", "optimizer", "activations", "other", "total"]:
-        table.add_column(col, justify="right")
+    for col in ["stage", "layers", "recompute", "params (M)", "weights", "grads", "optimizer", "activations", "other",
+                "total"]:
+        table.add_column(col, justify="left" if col == "recompute" else "right")
     peak = max(m.total_bytes for m in e.memory_per_stage)
     for m in e.memory_per_stage:
         style = "bold" if m.total_bytes == peak else ""
-        table.add_row(str(m.stage), str(m.layers), f"{m.params / 1e6:,.1f}",
+        table.add_row(str(m.stage), str(m.layers), m.recompute, f"{m.params / 1e6:,.1f}",
                       *(f"{v / GIB:.2f}" for v in (m.weights_bytes, m.grads_bytes, m.optimizer_bytes,
                                                    m.activations_bytes, m.other_bytes, m.total_bytes)),
                       style=style)
@@ -107,7 +121,7 @@ def print_estimate(console: Console, e: Estimate) -> None:
         fit = "[yellow]fits, marginal[/]"
     console.print(
         f"[bold]{layout_label(e)}[/] mbs {e.strategy.mbs}, {e.num_microbatches} micro-batches, zero "
-        f"{e.strategy.zero}, recompute {_recompute_label(e)}, schedule {e.strategy.schedule}\n"
+        f"{e.strategy.zero}, recompute {recompute_label(e)}, schedule {e.strategy.schedule}\n"
         f"step {e.step_time_s:.3f} s, {e.tokens_per_s_per_device:,.0f} tokens/s/device, MFU {e.mfu:.1%}, "
         f"peak {e.peak_memory_bytes / GIB:.2f} GiB of {e.device_memory_bytes / GIB:.1f} GiB: {fit}"
     )

@@ -4,8 +4,11 @@ Ranking: layouts that fit comfortably first, then marginal ones (within the memo
 the device limit), each group by predicted step time (equivalently tokens/s/device, since the
 batch is fixed). The top ``k`` are re-costed stage by stage with :func:`estimate` so their
 numbers are exactly what ``autopar estimate`` prints for the same layout; pipelined ones are
-re-balanced first (:mod:`autopar.pipeline.rebalance`: best Megatron-expressible split under the
-memory limit, kept if it ranks higher) and the top ``k`` re-ranked.
+re-balanced first and the top ``k`` re-ranked (:mod:`autopar.pipeline.rebalance`: under the
+memory limit, the best split the ``target`` framework can run unchanged, kept if it ranks
+higher; for ``sapp`` and ``galvatron`` also any split with a recompute option per stage,
+chosen by the integer program, which the other formats cannot express). Two layouts that
+re-balance to the same one are listed once.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from autopar.cost.stage import bounding_stages
 from autopar.cost.step import evaluate
 from autopar.errors import AutoparError
 from autopar.estimate import DEFAULT_MEMORY_MARGIN, Estimate, estimate
-from autopar.pipeline.rebalance import rank, rebalance_estimate
+from autopar.pipeline.rebalance import TARGETS, TableCache, rank, rebalance_estimate
 from autopar.problem import Problem
 from autopar.rules import RULES, first_failure
 from autopar.space import SpaceOptions, enumerate_layouts
@@ -40,6 +43,7 @@ class SearchResult:
     marginal: int
     search_time_s: float
     global_batch_size: int
+    target: str = "megatron"
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -51,6 +55,7 @@ class SearchResult:
             "out_of_memory": self.out_of_memory,
             "marginal": self.marginal,
             "search_time_s": self.search_time_s,
+            "target": self.target,
         }
 
 
@@ -73,14 +78,22 @@ def search(
     top_k: int = 10,
     memory_margin: float = DEFAULT_MEMORY_MARGIN,
     options: SpaceOptions | None = None,
+    target: str = "megatron",
 ) -> SearchResult:
     """Search the whole layout space of ``p`` and return the ``top_k`` best layouts.
 
+    ``target``: the ``autopar export`` format the layouts must run on unchanged
+    (:data:`autopar.pipeline.rebalance.TARGETS`); ``sapp`` and ``galvatron`` allow recompute
+    per stage, the others get one recompute option for all stages.
+
     Raises:
+        AutoparError: ``target`` is not a known format.
         AutoparError: no layout passes the rules (with the rules that rejected most), or none
             fits in device memory (with the smallest peak found against the capacity).
     """
     start = time.perf_counter()
+    if target not in TARGETS:
+        raise AutoparError(f"target={target!r}: allowed {', '.join(TARGETS)}")
     batch = enumerate_layouts(p, options)
     failed = first_failure(p, batch)
     rejected = {rule.name: int(np.sum(failed == i)) for i, rule in enumerate(RULES) if np.any(failed == i)}
@@ -103,7 +116,9 @@ def search(
     order = np.lexsort((costs.step_time_s, marginal, ~fits))
     order = order[fits[order]][:top_k]
     layouts = [estimate(p, valid.strategy(int(i), p.model.num_layers), memory_margin) for i in order]
-    layouts = rank([rebalance_estimate(p, e, memory_margin) for e in layouts])  # pipelined: balanced split
+    cache = TableCache()  # one layer table per shard shape across the top k
+    balanced = rank([rebalance_estimate(p, e, memory_margin, target, cache) for e in layouts])
+    layouts = [e for i, e in enumerate(balanced) if all(e.strategy != o.strategy for o in balanced[:i])]
     return SearchResult(
         layouts=layouts,
         enumerated=len(batch),
@@ -112,4 +127,5 @@ def search(
         marginal=int(np.sum(marginal)),
         search_time_s=time.perf_counter() - start,
         global_batch_size=p.train.global_batch_size,
+        target=target,
     )

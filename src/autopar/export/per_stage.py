@@ -1,0 +1,33 @@
+"""Which export formats can write a different recompute option per pipeline stage.
+
+Megatron-LM (``--recompute-granularity``/``--recompute-method``/``--recompute-num-layers``),
+MindSpeed-LLM (the same flags), torchtitan (``[activation_checkpoint] mode``) and DeepSpeed
+(``activation_checkpointing``, one section) apply one recompute setting to every stage, so a
+layout with :attr:`~autopar.strategy.Strategy.recompute_per_stage` cannot run there unchanged:
+their writers refuse it with :func:`require_uniform_recompute` rather than drop it. MindFormers
+SAPP (per-stage ``recompute`` / ``select_recompute`` layer counts, ``docs/feature_cards/
+Offset_Recompute.md``) writes any mix; Galvatron (per-layer ``checkpoint`` flags) writes mixes
+of ``none`` and ``full``. ``autopar search --target FORMAT`` only ranks per-stage recompute
+for the formats listed in :data:`PER_STAGE_OPTIONS`.
+"""
+
+from __future__ import annotations
+
+from autopar.errors import AutoparError
+from autopar.strategy import Strategy
+
+# Export format -> recompute options it can set stage by stage.
+PER_STAGE_OPTIONS: dict[str, tuple[str, ...]] = {"sapp": ("none", "selective", "full"), "galvatron": ("none", "full")}
+
+
+def require_uniform_recompute(framework: str, s: Strategy) -> None:
+    """Refuse a per-stage recompute layout for a framework with one setting for all stages.
+
+    Raises:
+        AutoparError: ``s.recompute_per_stage`` is set (one line naming the writers that can).
+    """
+    if s.recompute_per_stage:
+        raise AutoparError(
+            f"{framework} cannot express this layout: recompute per stage {','.join(s.recompute_per_stage)} "
+            f"(it has one recompute setting for all stages); write it with --format sapp, or galvatron for "
+            f"none/full mixes, or search with --target {framework.lower().split('-')[0]} for a uniform one")
