@@ -15,7 +15,7 @@ decides. ``MFU = model FLOPs per step / (step time * world * peak)`` (PaLM, appe
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -42,18 +42,51 @@ class StepCosts:
     mfu: np.ndarray
 
 
-def evaluate(p: Problem, batch: LayoutBatch, views: list[Stages], counts: list[np.ndarray]) -> StepCosts:
+_CONCAT_ROWS = 4096  # below this many (layout, stage) rows, one pass over all views beats a pass per view
+
+
+def _split(x: np.ndarray, k: int, n: int) -> list[np.ndarray]:
+    """``k`` consecutive ``(n,)`` slices of a ``(k * n,)`` (or broadcastable) array."""
+    full = np.broadcast_to(np.asarray(x, dtype=np.float64), (k * n,))
+    return [full[j * n:(j + 1) * n] for j in range(k)]
+
+
+def _cost_views(p: Problem, batches: list[LayoutBatch], views: list[Stages]) -> tuple[list, list, list, list]:
+    """Stage times, memories, exposed DP time and optimizer time of each view, from one
+    vectorised pass over the views' concatenated rows."""
+    k, n = len(views), len(batches[0])
+    rows = LayoutBatch.concat(batches)
+    stages = Stages(*(np.concatenate([getattr(v, f) for v in views]) for f in ("index", "start", "layers")))
+    params = stage_params(p, rows, stages)
+    t = T.stage_time(p, rows, stages)
+    mem = stage_memory(p, rows, stages)
+    slack = stages.index * (t.backward_s + t.recompute_s)
+    dp = _split(T.dp_exposed_s(p, rows, params, t, slack), k, n)
+    opt = _split(T.optimizer_time_s(p, rows, params), k, n)
+    t_parts = {f.name: _split(getattr(t, f.name), k, n) for f in fields(T.StageTime)}
+    m_parts = {f.name: _split(getattr(mem, f.name), k, n) for f in fields(MemoryBreakdown)}
+    times = [T.StageTime(**{name: part[j] for name, part in t_parts.items()}) for j in range(k)]
+    memories = [MemoryBreakdown(**{name: part[j] for name, part in m_parts.items()}) for j in range(k)]
+    return times, memories, dp, opt
+
+
+def evaluate(p: Problem, batch: LayoutBatch, views: list[Stages], counts: list[np.ndarray],
+             view_batches: list[LayoutBatch] | None = None) -> StepCosts:
     """Cost ``batch`` from stage ``views``; ``counts[j]`` is how many pipeline stages view ``j``
-    stands for (it weights the sum in the 1F1B makespan; 0 means the view is a duplicate)."""
+    stands for (it weights the sum in the 1F1B makespan; 0 means the view is a duplicate).
+
+    ``view_batches[j]`` (default ``batch``): the layouts as costed on view ``j``, e.g. each
+    stage with its own recompute option (``estimate``). Few rows (one layout's stages) are
+    costed in one pass over all views, many (the search) view by view.
+    """
+    k = len(views)
+    batches = view_batches or [batch] * k
+    groups = [range(k)] if k * len(batch) <= _CONCAT_ROWS else [range(j, j + 1) for j in range(k)]
     times, memories, dp, opt = [], [], [], []
-    for view in views:
-        params = stage_params(p, batch, view)
-        t = T.stage_time(p, batch, view)
-        times.append(t)
-        memories.append(stage_memory(p, batch, view))
-        slack = view.index * (t.backward_s + t.recompute_s)
-        dp.append(T.dp_exposed_s(p, batch, params, t, slack))
-        opt.append(T.optimizer_time_s(p, batch, params))
+    for group in groups:
+        for out, part in zip((times, memories, dp, opt),
+                             _cost_views(p, [batches[j] for j in group], [views[j] for j in group])):
+            out.extend(part)
 
     totals = np.stack([t.total_s for t in times])
     bottleneck = np.argmax(totals, axis=0)

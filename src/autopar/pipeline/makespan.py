@@ -11,6 +11,7 @@ order, so ranks can be advanced round-robin in any order.
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import lru_cache
 
 import numpy as np
 
@@ -19,83 +20,161 @@ from autopar.cost.stage_time import p2p_time_s
 from autopar.cost.step import StepCosts
 from autopar.errors import AutoparError
 from autopar.pipeline.layers import op_times_s
-from autopar.pipeline.schedules import check_schedule, rank_order
+from autopar.pipeline.schedules import check_schedule
 from autopar.pipeline.simulate import PipelineTimes
 from autopar.problem import Problem
 from autopar.strategy import LayoutBatch, Strategy
 
 
-def _simulate_static(fwd: np.ndarray, bwd: np.ndarray, rec: np.ndarray, p2p: float, m: int, schedule: str) -> float:
-    """Makespan by list scheduling: a rank runs its ops in order until one's input is missing,
-    then waits on that input; finishing an op wakes the rank waiting for it (O(ops))."""
+def _levels(after: np.ndarray, needs: np.ndarray) -> np.ndarray:
+    """Dependency depth of every op, one vector step per depth (Kahn's algorithm): an op is
+    ready once the previous op on its rank (``after``) and its input (``needs``) are done;
+    ``len(after)`` means none. Each op feeds at most the next op on its rank and one other
+    op. -1 marks ops never reached (a deadlock)."""
+    n = len(after)
+    pending = (after != n).astype(np.int64) + (needs != n)
+    successor = np.full((2, n + 1), n)
+    has_after, has_needs = np.flatnonzero(after != n), np.flatnonzero(needs != n)
+    successor[0, after[has_after]] = has_after
+    successor[1, needs[has_needs]] = has_needs
+    level = np.full(n, -1)
+    frontier, depth = np.flatnonzero(pending == 0), 0
+    while frontier.size:
+        level[frontier] = depth
+        reached = successor[:, frontier].ravel()
+        reached = reached[reached != n]
+        np.subtract.at(pending, reached, 1)
+        frontier = np.unique(reached[pending[reached] == 0])
+        depth += 1
+    return level
+
+
+def _orders(schedule: str, pp: int, vpp: int, m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every rank's op order as ``(pp, 2 * m * vpp)`` arrays ``backward``, ``microbatch``,
+    ``chunk``: :func:`autopar.pipeline.schedules.rank_order`, vectorised. Rank ``i`` runs
+    ``w_i`` warm-up forwards, then alternates forward ``w_i + s`` and backward ``s``, then
+    drains (GPipe: ``w_i = m``); the ``k``-th chunk forward of interleaving is micro-batch
+    ``(k // (pp * vpp)) * pp + k % pp`` of chunk ``(k // pp) % vpp`` (backward: chunks reversed)."""
+    total = m * vpp
+    rank = np.arange(pp)[:, None]
+    if schedule == "gpipe":
+        warmup = np.full((pp, 1), total)
+    elif schedule == "interleaved":
+        warmup = np.minimum(2 * (pp - rank - 1) + (vpp - 1) * pp, total)
+    else:
+        warmup = np.minimum(pp - rank - 1, total)
+    q = np.arange(2 * total)[None, :]
+    steady = q - warmup
+    in_steady = (steady >= 0) & (steady < 2 * (total - warmup))
+    backward = np.where(in_steady, steady % 2 == 1, q >= warmup)
+    k = np.where(in_steady, np.where(backward, steady // 2, warmup + steady // 2), np.where(backward, q - total, q))
+    if vpp == 1:
+        return backward, k, np.zeros_like(k)
+    group, within = np.divmod(k, pp * vpp)
+    chunk = within // pp
+    return backward, group * pp + within % pp, np.where(backward, vpp - 1 - chunk, chunk)
+
+
+def _rank_graph(schedule: str, pp: int, vpp: int, m: int) -> tuple[np.ndarray, ...]:
+    """The ops of a static schedule, rank after rank in each rank's order (``W = 2 * m * vpp``
+    per rank): ``backward`` (bool; a backward runs its recompute first), ``chunk``, ``rank``,
+    ``after`` (the previous op on the rank) and ``needs`` (the op whose output it waits for),
+    both flat indices with ``pp * W`` = none, ``hop`` (1.0 where that input comes from another
+    stage and pays one p2p transfer).
+    """
+    backward, mb, chunk = _orders(schedule, pp, vpp, m)
+    rank = np.broadcast_to(np.arange(pp)[:, None], backward.shape)
+    j = chunk * pp + rank  # virtual stage
+    width, last = backward.shape[1], pp * vpp - 1
+    n = pp * width
+    flat = np.arange(n).reshape(pp, width)
+    f_at, b_at = np.zeros((last + 1, m), np.int64), np.zeros((last + 1, m), np.int64)
+    f_at[j[~backward], mb[~backward]] = flat[~backward]
+    b_at[j[backward], mb[backward]] = flat[backward]
+    needs, hop = np.full((pp, width), n), np.zeros((pp, width))
+    fwd = ~backward & (j > 0)
+    needs[fwd], hop[fwd] = f_at[j[fwd] - 1, mb[fwd]], 1.0
+    turn = backward & (j == last)  # the last virtual stage's backward needs its own forward
+    needs[turn] = f_at[last, mb[turn]]
+    bwd = backward & (j < last)
+    needs[bwd], hop[bwd] = b_at[j[bwd] + 1, mb[bwd]], 1.0
+    after = np.where(flat % width > 0, flat - 1, n)
+    return backward.ravel(), chunk.ravel(), rank.ravel(), after.ravel(), needs.ravel(), hop.ravel()
+
+
+@lru_cache(maxsize=32)
+def _graph(schedule: str, pp: int, vpp: int, ms: tuple[int, ...]) -> tuple:
+    """The schedules for each micro-batch count in ``ms`` side by side, their ops sorted by
+    dependency depth so that each depth is one vector step for all of them.
+
+    Returns ``(backward, chunk, rank, after, needs, hop, cuts, lasts)``: the op arrays of
+    :func:`_rank_graph` in depth order (``after``/``needs`` as positions in that order, the
+    total op count = none), ``cuts`` the depth boundaries and ``lasts[g]`` the positions of
+    schedule ``g``'s last op on every rank.
+
+    Raises:
+        AutoparError: the orders deadlock.
+    """
+    parts, offset, lasts = [], 0, []
+    for m in ms:
+        backward, chunk, rank, after, needs, hop = _rank_graph(schedule, pp, vpp, m)
+        n = len(after)
+        shift = lambda x: np.where(x == n, -1, x + offset)  # noqa: E731  (-1: none, fixed below)
+        parts.append((backward, chunk, rank, shift(after), shift(needs), hop))
+        lasts.append(offset + np.arange(1, pp + 1) * (n // pp) - 1)
+        offset += n
+    backward, chunk, rank, after, needs, hop = (np.concatenate(x) for x in zip(*parts))
+    after, needs = np.where(after < 0, offset, after), np.where(needs < 0, offset, needs)
+    level = _levels(after, needs)
+    if np.any(level < 0):
+        raise AutoparError(f"schedule {schedule!r} deadlocked (pp={pp}, vpp={vpp}, m={ms})")
+    order = np.argsort(level, kind="stable")
+    position = np.empty(offset + 1, np.int64)
+    position[order] = np.arange(offset)
+    position[offset] = offset
+    cuts = np.searchsorted(level[order], np.arange(level.max() + 2)).tolist()
+    return (backward[order], chunk[order], rank[order], position[after[order]], position[needs[order]],
+            hop[order], cuts, [position[x] for x in lasts])
+
+
+def _simulate_static(fwd: np.ndarray, bwd: np.ndarray, rec: np.ndarray, p2p_s: np.ndarray, ms: tuple[int, ...],
+                     schedule: str) -> np.ndarray:
+    """Makespans ``(c, len(ms))`` of a static schedule for ``c`` p2p times and each micro-batch
+    count in ``ms``: every op ends at ``max(previous op on its rank, its input + p2p) +
+    duration`` (recompute, then backward), computed one dependency depth at a time for all
+    ops of that depth (:func:`_graph`), which is exactly list scheduling of each rank's order."""
     pp, vpp = fwd.shape
-    last = pp * vpp - 1
-    ops = []
-    for r in range(pp):
-        rank_ops = []
-        for kind, mb, c in rank_order(schedule, r, pp, vpp, m):
-            j = c * pp + r
-            if kind == "F":
-                rank_ops.append((0, j, mb, fwd[r, c], True))
-            elif rec[r, c] > 0:
-                rank_ops += [(1, j, mb, rec[r, c], False), (2, j, mb, bwd[r, c], True)]
-            else:
-                rank_ops.append((1, j, mb, bwd[r, c], True))
-        ops.append(rank_ops)
-    f_end = [-1.0] * ((last + 1) * m)
-    b_end = [-1.0] * ((last + 1) * m)
-    waiter_f, waiter_b = {}, {}
-    pointer, free = [0] * pp, [0.0] * pp
-    runnable = list(range(pp))
-    while runnable:
-        r = runnable.pop()
-        rank_ops, i, t = ops[r], pointer[r], free[r]
-        while i < len(rank_ops):
-            kind, j, mb, duration, done = rank_ops[i]
-            ready = 0.0
-            if kind == 0 and j:  # forward: needs the previous virtual stage's forward
-                ready = f_end[(j - 1) * m + mb]
-                if ready < 0:
-                    waiter_f[(j - 1) * m + mb] = r
-                    break
-                ready += p2p
-            elif kind == 1:  # (recompute or) backward: needs the next virtual stage's gradient
-                if j == last:
-                    ready = f_end[j * m + mb]
-                else:
-                    ready = b_end[(j + 1) * m + mb]
-                    if ready < 0:
-                        waiter_b[(j + 1) * m + mb] = r
-                        break
-                    ready += p2p
-            t = (t if t > ready else ready) + duration
-            i += 1
-            if kind == 0:
-                f_end[j * m + mb] = t
-                woken = waiter_f.pop(j * m + mb, None)
-            elif done:
-                b_end[j * m + mb] = t
-                woken = waiter_b.pop(j * m + mb, None)
-            else:
-                woken = None
-            if woken is not None:
-                runnable.append(woken)
-        pointer[r], free[r] = i, t
-    if any(pointer[r] < len(ops[r]) for r in range(pp)):
-        raise AutoparError(f"schedule {schedule!r} deadlocked (pp={pp}, vpp={vpp}, m={m})")
-    return max(free)
+    backward, chunk, rank, after, needs, hop, cuts, lasts = _graph(schedule, pp, vpp, ms)
+    first = np.where(backward, rec[rank, chunk], fwd[rank, chunk])
+    second = np.where(backward, bwd[rank, chunk], 0.0)
+    delay = np.asarray(p2p_s, dtype=float)[:, None] * hop
+    end = np.zeros((len(delay), len(first) + 1))
+    for a, b in zip(cuts[:-1], cuts[1:]):
+        start = np.maximum(end[:, after[a:b]], end[:, needs[a:b]] + delay[:, a:b])
+        end[:, a:b] = (start + first[a:b]) + second[a:b]
+    return np.stack([end[:, last].max(axis=1) for last in lasts], axis=1)
 
 
 def static_makespan_s(times: PipelineTimes, num_microbatches: int, schedule: str) -> float:
     """Makespan (seconds) of ``schedule`` (``gpipe``, ``1f1b`` or ``interleaved``) with
     per-(rank, chunk) ``times``; equals ``simulate(...).makespan_s``.
 
+    Raises:
+        AutoparError: see :func:`static_makespans_s`.
+    """
+    return float(static_makespans_s(times, np.array([times.p2p_s]), num_microbatches, schedule)[0])
+
+
+def static_makespans_s(times: PipelineTimes, p2p_s: np.ndarray, num_microbatches: int, schedule: str) -> np.ndarray:
+    """Makespans ``(c,)`` of ``schedule`` with ``times`` and each of the ``c`` p2p times
+    ``p2p_s`` (``times.p2p_s`` is ignored).
+
     With many micro-batches the schedule reaches a periodic steady state (a max-plus linear
     system; Baccelli et al., "Synchronization and Linearity", 1992, ch. 3) where each further
     group of ``pp`` micro-batches adds the same time. When ``m > 4 * pp`` the makespans of
-    ``k * pp`` micro-batches for k = 1, 2, 3 (then 2, 3, 4) are simulated; if two successive
-    increments agree (to 1e-9) the makespan is extrapolated linearly, otherwise ``m`` is
-    simulated in full.
+    ``k * pp`` micro-batches for k = 1, 2, 3, 4 are simulated side by side; if two successive
+    increments agree (to 1e-9; k = 1..3, else 2..4) the makespan is extrapolated linearly,
+    otherwise ``m`` is simulated in full.
 
     Raises:
         AutoparError: ``zb-h1`` (its W placement is dynamic: use ``simulate``), or sizes the
@@ -106,15 +185,14 @@ def static_makespan_s(times: PipelineTimes, num_microbatches: int, schedule: str
     fwd, bwd, rec = (np.asarray(x, dtype=float) for x in (times.forward_s, times.backward_s, times.recompute_s))
     pp, m = fwd.shape[0], num_microbatches
     check_schedule(schedule, pp, fwd.shape[1], m)
+    p2p_s = np.asarray(p2p_s, dtype=float)
     if m > 4 * pp and schedule != "gpipe":
-        spans = {k: _simulate_static(fwd, bwd, rec, times.p2p_s, k * pp, schedule) for k in (1, 2, 3)}
-        for first in (1, 2):  # steady state usually holds from pp micro-batches on; else one group later
-            if first == 2:
-                spans[4] = _simulate_static(fwd, bwd, rec, times.p2p_s, 4 * pp, schedule)
-            a, b, c = spans[first], spans[first + 1], spans[first + 2]
-            if abs((c - b) - (b - a)) <= 1e-9 * c:
-                return c + (m - (first + 2) * pp) * (c - b) / pp
-    return _simulate_static(fwd, bwd, rec, times.p2p_s, m, schedule)
+        spans = _simulate_static(fwd, bwd, rec, p2p_s, (pp, 2 * pp, 3 * pp, 4 * pp), schedule).T
+        for first in (0, 1):  # steady state usually holds from pp micro-batches on; else one group later
+            a, b, c = spans[first:first + 3]
+            if np.all(np.abs((c - b) - (b - a)) <= 1e-9 * c):
+                return c + (m - (first + 3) * pp) * (c - b) / pp
+    return _simulate_static(fwd, bwd, rec, p2p_s, (m,), schedule)[:, 0]
 
 
 def simulated_costs(p: Problem, s: Strategy, batch: LayoutBatch, stages: Stages, costs: StepCosts) -> StepCosts:
@@ -132,8 +210,7 @@ def simulated_costs(p: Problem, s: Strategy, batch: LayoutBatch, stages: Stages,
     schedule = "interleaved" if s.vpp > 1 else "1f1b"
     m = s.num_microbatches(p.train.global_batch_size)
     p2p = float(p2p_time_s(p, batch.take(np.zeros(1, dtype=np.int64)))[0])
-    without = static_makespan_s(PipelineTimes(*chunks, p2p_s=0.0), m, schedule)
-    with_p2p = static_makespan_s(PipelineTimes(*chunks, p2p_s=p2p), m, schedule)
+    without, with_p2p = static_makespans_s(PipelineTimes(*chunks), np.array([0.0, p2p]), m, schedule)
     b = costs.time_breakdown_s
     busy = b["compute"] + b["tp_comm"] + b["cp_comm"] + b["ep_comm"]
     breakdown = dict(b, pp_bubble=np.maximum(without - busy, 0.0), pp_comm=np.asarray([with_p2p - without]))

@@ -27,10 +27,14 @@ def dp_split(table: FoldedTable, option: int) -> np.ndarray | None:
     end = np.arange(positions + 1)[None, :]
     ordered = start < end
     limit = table.memory_limit_bytes
+    # Range sums over [start, end) are the same for every rank; only the fixed parts differ.
+    span_time = table.time_s[end, option] - table.time_s[start, option]
+    span_static = table.static_bytes[end] - table.static_bytes[start]
+    span_act = table.activation_bytes[end, option] - table.activation_bytes[start, option]
 
     def stage(rank: int) -> tuple[np.ndarray, np.ndarray]:
-        time = np.broadcast_to(table.rank_time_s(rank, start, end, option), ordered.shape)
-        mem = np.broadcast_to(table.rank_bytes(rank, start, end, option), ordered.shape)
+        time = span_time + table.stage_time_s[rank, option]
+        mem = span_static + table.in_flight[rank] * span_act + table.stage_bytes[rank, option]
         return np.where(ordered & (mem <= limit), time, np.inf), mem
 
     time, mem = stage(0)
