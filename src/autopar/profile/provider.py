@@ -144,7 +144,9 @@ class ProfileTimes:
         timed = [self._attention(p, batch, r) if r.role == "attention" else self._time(p, r, n)
                  for r in layer_rows(p, batch, moe)]
         covered = sum(C.memory_time_s(p, t.rows.bytes) * t.rows.calls for t in timed if t.rows.role == "elementwise")
-        other = np.maximum(np.broadcast_to(analytic.elementwise_s - covered, (n,)), 0.0)
+        total = np.broadcast_to(analytic.elementwise_s, (n,))
+        other = np.broadcast_to(total - covered, (n,))
+        other = np.where(other > 1e-9 * total, other, 0.0)  # rounding of an exactly covered sum is no work
         return timed, other
 
     def _attention(self, p: Problem, batch: LayoutBatch, r: OpRows) -> Timed:
@@ -197,7 +199,7 @@ class ProfileTimes:
         bwd = (b_meas - np.where(option == "full", f_meas, 0.0) + (cp - 1) * attn.bwd_s / cp
                - sp_extra * sum(t.bwd_s for t in seq_ops))
         core = gemm + attn.fwd_s
-        scale = np.minimum(fwd / core, 1.0)
+        scale = np.clip(fwd / core, 0.0, 1.0)
         times = C.LayerTimes(
             gemm_s=np.where(hit, gemm * scale, gemm),
             attention_s=np.where(hit, attn.fwd_s * scale, attn.fwd_s),
