@@ -157,3 +157,20 @@ def test_zero3_leaves_one_layer_of_gather_and_reduce_scatter_exposed():
     rs = 7 / 8 * params.dense[0] * 4 / bw + 7 * dev.intra_node_latency_s
     exposed = dp_exposed_s(p, batch, params, stage_time(p, batch, stages), np.zeros(1))
     assert exposed[0] == pytest.approx((ag + rs) / 32, rel=1e-6)
+
+
+def test_pipeline_send_is_one_tp_slice_plus_an_nvlink_gather():
+    # Narayanan et al. SC'21 sec. 4.1 scatter/gather: each of the 8 tp ranks sends 1/8 of the
+    # 2*s*h activation over its NIC (pp crosses nodes), the receiver all-gathers it over NVLink.
+    from autopar.cost.stage_time import p2p_time_s
+    p = make_problem("llama3-70b", nodes=2, gbs=8, seq=4096)
+    dev = p.cluster.device
+    intra = dev.intra_node_bandwidth_bytes_per_s * dev.intra_node_comm_efficiency
+    nic = dev.inter_node_bandwidth_bytes_per_s * dev.inter_node_comm_efficiency
+    slice_bytes = 2 * 4096 * 8192 / 8
+    no_sp = LayoutBatch.from_strategy(Strategy(dp=1, tp=8, pp=2, sp=False), 8)
+    send = slice_bytes / nic + dev.inter_node_latency_s
+    gather = 7 / 8 * 8 * slice_bytes / intra + 7 * dev.intra_node_latency_s
+    assert p2p_time_s(p, no_sp)[0] == pytest.approx(send + gather)
+    with_sp = LayoutBatch.from_strategy(Strategy(dp=1, tp=8, pp=2, sp=True), 8)
+    assert p2p_time_s(p, with_sp)[0] == pytest.approx(send)  # already sequence-sharded

@@ -120,3 +120,11 @@ def test_memory_families_set_their_framework():
     assert framework_of(Row({"zero_or_distopt": "FSDP2 (shard degree 8)"}), FAMILIES["torchtitan"]) == "torchtitan"
     assert framework_of(Row({"zero_or_distopt": "ZeRO-1"}), FAMILIES["megatron-deepspeed"]) == "deepspeed"
     assert framework_of(Row({"zero_or_distopt": ""}), FAMILIES["nemo"]) == "megatron"
+
+
+def test_jean_zay_rows_get_the_omni_path_network():
+    # 4 x 100 Gb/s Omni-Path per 8 GPUs = 6.25 GB/s per GPU; NCCL over OPA verbs moves ~30% of it.
+    from autopar.validate.rows import Row, device_of
+    dev = device_of(Row({"gpu": "A100-SXM4-80GB (Jean Zay)"}))
+    assert dev.inter_node_bandwidth_bytes_per_s == 6.25e9 and dev.inter_node_comm_efficiency == 0.30
+    assert device_of(Row({"gpu": "A100-SXM4-80GB (Selene)"})).inter_node_comm_efficiency > 0.8

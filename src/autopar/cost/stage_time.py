@@ -135,10 +135,19 @@ def selective_recompute_s(p: Problem, batch: LayoutBatch, dense: C.LayerTimes) -
 
 
 def p2p_time_s(p: Problem, batch: LayoutBatch) -> np.ndarray:
-    """One pipeline send of a micro-batch's activation between adjacent stages."""
-    shard = np.where(batch.sp, batch.tp, 1)
-    num_bytes = F.BF16 * F.tokens(p, batch) * p.model.hidden_size / shard
-    return comm.send_recv_s(p, num_bytes, batch.pp, batch.tp * batch.cp * batch.dp)
+    """One pipeline send of a micro-batch's activation between adjacent stages.
+
+    Each of the tp ranks sends only its 1/tp slice: with SP the activation is sequence-sharded;
+    without SP, Megatron-LM's scatter/gather optimisation (Narayanan et al. SC'21 sec. 4.1,
+    ``--scatter-gather-tensors-in-pipeline``, on by default) and DeepSpeed's pipeline engine
+    (``is_pipe_partitioned = is_model_parallel``, ``PartitionedTensor``) split it across the tp
+    ranks and the receiver all-gathers it over the tp group (NVLink; the tp group never
+    crosses a node here).
+    """
+    slice_bytes = F.BF16 * F.tokens(p, batch) * p.model.hidden_size / batch.tp
+    send = comm.send_recv_s(p, slice_bytes, batch.pp, batch.tp * batch.cp * batch.dp)
+    gather = np.where(batch.sp, 0.0, comm.all_gather_s(p, slice_bytes * batch.tp, batch.tp, 1))
+    return send + gather
 
 
 def grad_comm_bytes(p: Problem) -> int:

@@ -162,8 +162,13 @@ def device_of(row: Row):
         return load_device("a100-40gb")  # 2020 DGX A100 shipped 40 GB parts only (80 GB came Nov 2020)
     if gpu.startswith("A100-SXM4-80GB (Jean Zay)"):
         # Jean Zay A100 nodes: 4 x 100 Gb/s Omni-Path links per 8 GPUs (IDRIS hardware page;
-        # BLOOM README): 50 GB/s per node, 6.25 GB/s per GPU per direction.
-        return load_device("a100-80gb", overrides=["inter_node_bandwidth_bytes_per_s=6.25e9"])
+        # BLOOM README and paper, "Hardware"): 50 GB/s per node, 6.25 GB/s per GPU per direction.
+        # NCCL has no Omni-Path (PSM2) transport: it runs its IB-verbs transport on the hfi1
+        # verbs provider, host-staged (no GPUDirect RDMA on OPA verbs), which moves about 3.76 of
+        # the 12.5 GB/s line rate for >= 1 MB messages (osu_put_bw over verbs vs 12.3 GB/s over
+        # PSM2 between two OPA 100 Gb/s nodes, openucx/ucx issue #3196): efficiency 0.30.
+        return load_device("a100-80gb", overrides=["inter_node_bandwidth_bytes_per_s=6.25e9",
+                                                   "inter_node_comm_efficiency=0.30"])
     for prefix, preset in (("A100-SXM4-80GB", "a100-80gb"), ("H100-SXM5-80GB", "h100-80gb"),
                            ("H100-96GB-HBM2e", "h100-96gb-500w"), ("GB200", "gb200")):
         if gpu.startswith(prefix):
