@@ -118,3 +118,54 @@ def test_cli_export_from_result_and_refusal(tmp_path):
     assert bad.exit_code == 2 and "error:" in bad.output
     bad = runner.invoke(app, ["export", "--format", "torchtitan", *base, "--tp", "2", "--sp", "--zero", "1"])
     assert bad.exit_code == 2 and "zero=1" in bad.output
+
+
+PER_STAGE = dict(dp=2, pp=4, zero=1, layers_per_stage=(7, 8, 9, 8), recompute_per_stage=("full", "none", "none", "none"))
+
+
+@pytest.mark.parametrize("fmt", ["megatron", "mindspeed", "torchtitan", "deepspeed"])
+def test_one_setting_writers_refuse_per_stage_recompute_naming_those_that_can(fmt):
+    p = make_problem("llama3-8b", nodes=1, gbs=64)
+    with pytest.raises(AutoparError, match=r"recompute per stage full,none,none,none .*--format sapp, or galvatron"):
+        WRITERS[fmt](p, Strategy(**PER_STAGE))
+
+
+def test_sapp_and_galvatron_write_recompute_per_stage():
+    p = make_problem("llama3-8b", nodes=1, gbs=64)
+    arrays = sapp.config(p, Strategy(**PER_STAGE))
+    assert arrays["offset"] == [-1, 0, 1, 0] and arrays["recompute"] == [7, 0, 0, 0]
+    assert arrays["select_recompute"] == [0, 0, 0, 0]
+    mixed = sapp.config(p, Strategy(**dict(PER_STAGE, recompute_per_stage=("full", "selective", "none", "none"))))
+    assert mixed["recompute"] == [7, 0, 0, 0] and mixed["select_recompute"] == [0, 8, 0, 0]
+    doc = galvatron.config(p, Strategy(**dict(PER_STAGE, zero=0)))
+    assert doc["checkpoint"] == ",".join(["1"] * 7 + ["0"] * 25)
+    assert galvatron.check(doc, p.world_size, p.model.num_layers) == []
+    with pytest.raises(AutoparError, match="selective recompute.*--format sapp"):
+        galvatron.config(p, Strategy(**dict(PER_STAGE, zero=0, recompute_per_stage=("selective",) + ("none",) * 3)))
+
+
+def test_cli_search_target_sapp_round_trip(tmp_path):
+    """The pipelined sapp-target search of test_pipeline_per_stage (#1 sets recompute per stage):
+    its result JSON carries it, export --format sapp writes it, Megatron refuses it; the CLI
+    search with --target sapp reports its target and a null megatron_args only when #1 needs it."""
+    from autopar.space import SpaceOptions
+
+    p = make_problem("llama3-8b", device="a100-40gb", nodes=1, gbs=64, seq=4096)
+    result = search(p, top_k=3, options=SpaceOptions(tp=(1,), pp=(4,), cp=(1,), mbs=(1,), zero=(1,), max_vpp=1),
+                    target="sapp")
+    best = result.layouts[0].strategy
+    assert best.recompute_per_stage is not None
+    (tmp_path / "r.json").write_text(json.dumps(result.to_dict()))
+    runner = CliRunner()
+    base = ["--model", "llama3-8b", "--device", "a100-40gb", "--nodes", "1", "--gbs", "64", "--seq-len", "4096"]
+    out = runner.invoke(app, ["export", "--format", "sapp", "--from", str(tmp_path / "r.json"), *base])
+    assert out.exit_code == 0, out.output
+    arrays = json.loads(out.stdout)
+    assert arrays["recompute"] == [n if r == "full" else 0 for n, r in zip(best.layers_per_stage, best.stage_recompute)]
+    assert sum(arrays["offset"]) == 0 and len(arrays["offset"]) == 4
+    bad = runner.invoke(app, ["export", "--format", "megatron", "--from", str(tmp_path / "r.json"), *base])
+    assert bad.exit_code == 2 and "--format sapp" in bad.output
+    res = runner.invoke(app, ["search", *base, "--target", "sapp", "--json", "--top", "3"])
+    doc = json.loads(res.stdout)
+    assert doc["target"] == "sapp"
+    assert (doc["megatron_args"] is None) == bool(doc["layouts"][0]["strategy"]["recompute_per_stage"])

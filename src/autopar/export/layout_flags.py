@@ -103,12 +103,7 @@ def _zero_flags(s: Strategy, dialect: Dialect) -> dict[str, FlagValue]:
 
 def _recompute_flags(s: Strategy, dialect: Dialect) -> dict[str, FlagValue]:
     """Recompute (ecosystem.md 1.3 rule 24: ``full`` needs method and num-layers, ``selective``
-    forbids both). ``full`` with ``recompute_layers`` N is ``block`` N, else ``uniform`` 1.
-
-    Raises:
-        AutoparError: recompute per stage (one ``--recompute-granularity`` for all stages).
-    """
-    require_uniform_recompute("MindSpeed-LLM" if dialect == "mindspeed" else "Megatron-LM", s)
+    forbids both). ``full`` with ``recompute_layers`` N is ``block`` N, else ``uniform`` 1."""
     full = s.recompute == "full"
     flags: dict[str, FlagValue] = {
         "--recompute-granularity": None if s.recompute == "none" else s.recompute,
@@ -125,8 +120,10 @@ def layout_flags(p: Problem, s: Strategy, dialect: Dialect = "megatron") -> dict
     """Every parallel / batch / recompute flag for layout ``s`` (see the module docstring).
 
     Raises:
-        AutoparError: the layout cannot be expressed in ``dialect`` (the reason is named).
+        AutoparError: the layout cannot be expressed in ``dialect`` (the reason is named), e.g.
+            recompute per stage (one ``--recompute-granularity`` for all stages).
     """
+    require_uniform_recompute("MindSpeed-LLM" if dialect == "mindspeed" else "Megatron-LM", s)
     if dialect == "mindspeed" and p.train.precision == "fp8":
         raise AutoparError("MindSpeed-LLM: fp8 training is not available on Ascend; use bf16 or fp16")
     moe = p.model.is_moe

@@ -98,14 +98,14 @@ def per_stage_candidates(p: Problem, s: Strategy, memory_limit_bytes: float, opt
                          cache: TableCache | None = None) -> list[Strategy]:
     """Up to two re-balanced layouts of ``s`` for a target with per-stage recompute: the best
     uniform one (any split, one of ``options``) and, if the integer program finds one that
-    beats it, the best split with a recompute option per stage. Empty when there is nothing to
-    balance or no split fits.
+    beats it, the best split with a recompute option per stage (whole stages: a layout's partial
+    ``recompute_layers`` is replaced). Empty when there is nothing to balance or no split fits.
 
     The lower bound is the fastest option on every stage with memory ignored (no split or
     mix is faster: every option's time is at least the fastest one's); when that split fits,
     or the best uniform split reaches the bound, nothing else is tried.
     """
-    if s.pp == 1 or s.recompute_layers is not None:
+    if s.pp == 1:
         return []
     table = (cache or TableCache()).get(p, s, memory_limit_bytes)
     folded = _folded(p, s, table)
