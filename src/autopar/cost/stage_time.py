@@ -141,8 +141,8 @@ def p2p_time_s(p: Problem, batch: LayoutBatch) -> np.ndarray:
     without SP, Megatron-LM's scatter/gather optimisation (Narayanan et al. SC'21 sec. 4.1,
     ``--scatter-gather-tensors-in-pipeline``, on by default) and DeepSpeed's pipeline engine
     (``is_pipe_partitioned = is_model_parallel``, ``PartitionedTensor``) split it across the tp
-    ranks and the receiver all-gathers it over the tp group (NVLink; the tp group never
-    crosses a node here).
+    ranks and the receiver all-gathers it over the tp group (over NVLink while tp fits in a
+    node; :mod:`autopar.cost.comm` places the group).
     """
     slice_bytes = F.BF16 * F.tokens(p, batch) * p.model.hidden_size / batch.tp
     send = comm.send_recv_s(p, slice_bytes, batch.pp, batch.tp * batch.cp * batch.dp)
