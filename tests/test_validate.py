@@ -128,3 +128,11 @@ def test_jean_zay_rows_get_the_omni_path_network():
     dev = device_of(Row({"gpu": "A100-SXM4-80GB (Jean Zay)"}))
     assert dev.inter_node_bandwidth_bytes_per_s == 6.25e9 and dev.inter_node_comm_efficiency == 0.30
     assert device_of(Row({"gpu": "A100-SXM4-80GB (Selene)"})).inter_node_comm_efficiency > 0.8
+
+
+def test_asynctp_rows_overlap_tp_collectives():
+    from autopar.validate.rows import FAMILIES, Row, tp_overlap_of
+    titan = FAMILIES["torchtitan"]
+    assert tp_overlap_of(Row({"notes": "prec=BF16; 2D FSDP+TP + AsyncTP; torch.compile"}), titan)
+    assert not tp_overlap_of(Row({"notes": "prec=BF16; FSDP + torch.compile"}), titan)
+    assert tp_overlap_of(Row({"notes": "prec=BF16"}), FAMILIES["nemo"])  # TE userbuffers by default

@@ -270,6 +270,13 @@ def expert_tp_of(row: Row) -> int | None:
     return int(match.group(1)) if match else None
 
 
+def tp_overlap_of(row: Row, family: Family) -> bool:
+    """TP collectives overlapped with their GEMMs: the family default, or a row that names
+    torchtitan's AsyncTP (``enable_async_tensor_parallel``: micro-pipelined all-gather/reduce-scatter
+    matmuls, as Transformer Engine userbuffers)."""
+    return family.tp_overlap or "asynctp" in row["notes"].lower()
+
+
 def framework_of(row: Row, family: Family) -> str:
     """``TrainSpec.framework`` of the run: DeepSpeed when the row says so, else the family's."""
     return "deepspeed" if "deepspeed" in row["zero_or_distopt"].lower() else family.framework
@@ -291,6 +298,6 @@ def to_case(row: Row) -> Case:
         raise Unscorable(f"{gpus} GPUs is not a whole number of {per_node}-GPU nodes")
     cluster = make_cluster(device, gpus // per_node, per_node)
     train = TrainSpec(global_batch_size=row.int("gbs"), seq_len=row.int("seq_len"), precision=precision_of(row),
-                      flash_attention=family.flash, tp_comm_overlap=family.tp_overlap,
+                      flash_attention=family.flash, tp_comm_overlap=tp_overlap_of(row, family),
                       overlap_grad_reduce=family.dp_overlap, framework=framework_of(row, family))
     return Case(row, family, Problem(model_of(row, family), cluster, train), strategy, assumed)
