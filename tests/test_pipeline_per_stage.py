@@ -20,6 +20,7 @@ from autopar.cli import app
 from autopar.cost.stage import all_stages
 from autopar.cost.stage_time import stage_time
 from autopar.estimate import estimate
+from autopar.pipeline.balance import balance
 from autopar.pipeline.folded import fold
 from autopar.pipeline.layers import layer_table
 from autopar.pipeline.makespan import static_makespan_s
@@ -90,6 +91,19 @@ def test_search_ranks_per_stage_recompute_only_for_targets_that_can_write_it(p):
     assert set(galvatron.layouts[0].strategy.stage_recompute) <= {"none", "full"}
 
 
+def test_min_max_split_with_per_stage_options_matches_the_integer_program(p):
+    """The search's DP candidate (exact min-max split, fastest fitting option per stage) equals
+    the balancer's proven-optimal integer program here: (7, 8, 9, 8) with full on stage 0."""
+    limit = 0.9 * p.cluster.device.memory_bytes
+    s = Strategy(dp=2, pp=4, recompute="full")
+    plan = balance(layer_table(p, s, limit), 1, 32, "1f1b")
+    assert plan.solver == "highs" and plan.optimal
+    assert plan.best.layers_per_stage == (7, 8, 9, 8) and plan.best.recompute == ("full", "none", "none", "none")
+    uniform, mixed = per_stage_candidates(p, s, limit, ("none", "selective", "full"), use_ilp=False)
+    assert uniform.recompute_per_stage is None and uniform.recompute == "full"
+    assert (mixed.layers_per_stage, mixed.recompute_per_stage) == (plan.best.layers_per_stage, plan.best.recompute)
+
+
 def test_no_integer_program_when_the_fastest_option_fits_everywhere():
     """llama3-8b pp4 on H100-80GB: no recompute fits on every stage, so the memory-free DP
     split with no recompute is the answer (a lower bound that is reached)."""
@@ -102,7 +116,7 @@ def test_no_integer_program_when_the_fastest_option_fits_everywhere():
     bounds = dp_split(folded, 0)
     assert len(got) == 1 and got[0].recompute == "none" and got[0].recompute_per_stage is None
     assert list(got[0].layers_per_stage) == list(np.diff(bounds))
-    assert len(cache._tables) == 1  # selective and full layouts of one shape share the table
+    assert len(cache) == 1  # selective and full layouts of one shape share the table
 
 
 @pytest.mark.parametrize("seed", range(6))

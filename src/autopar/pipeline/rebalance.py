@@ -12,11 +12,12 @@ unchanged (``target``, an ``autopar export`` format):
   (:func:`autopar.pipeline.split.megatron_split`).
 * ``sapp``, ``galvatron`` (per-stage recompute, any split;
   :data:`autopar.export.per_stage.PER_STAGE_OPTIONS`): the exact best split for each allowed
-  recompute option (:func:`autopar.pipeline.split.dp_split`), then the integer program choosing
-  split and per-stage recompute together (:mod:`autopar.pipeline.ilp`) when a lower bound
-  shows a mix could still win. The best uniform and the best mixed candidate (by the surrogate
-  of :func:`autopar.pipeline.folded.surrogate_s`) are both re-estimated with the simulated
-  makespan, and the faster is kept.
+  recompute option (:func:`autopar.pipeline.split.dp_split`), the exact min-max split with a
+  recompute option per stage (:func:`autopar.pipeline.split.min_max_split`), then the integer
+  program choosing split and per-stage recompute together for the surrogate step time
+  (:mod:`autopar.pipeline.ilp`) when a lower bound shows it could still gain (see
+  :func:`per_stage_candidates`). The best uniform and the best mixed candidate are both
+  re-estimated with the simulated makespan, and the faster is kept.
 
 Layer tables depend on the shard shape, not on the recompute option or split, so one table per
 distinct shape is built and reused across the top k (:class:`TableCache`).
@@ -35,12 +36,16 @@ from autopar.pipeline import ilp
 from autopar.pipeline.folded import FoldedTable, fold, surrogate_s
 from autopar.pipeline.layers import LayerTable, layer_table
 from autopar.pipeline.schedules import in_flight_chunks
-from autopar.pipeline.split import dp_split, megatron_split
+from autopar.pipeline.split import dp_split, megatron_split, min_max_split
 from autopar.problem import Problem
 from autopar.strategy import Strategy
 
 TARGETS: tuple[str, ...] = ("megatron", "mindspeed", "torchtitan", "deepspeed", "galvatron", "sapp")
-ILP_TIME_LIMIT_S = 0.5  # per layout; the ILP only runs when the lower bound leaves room for a mix
+ILP_TIME_LIMIT_S = 0.25  # per layout; HiGHS keeps its best answer when the limit cuts the search (machine-dependent)
+# Run the ILP only if it could gain more than 1% of the surrogate step time: the min-max split is
+# exact for the (m - 1) * slowest term, so the ILP can only trade the smaller sum term, and 1% is
+# below the cost model's accuracy (see the README's Accuracy section).
+ILP_GAP = 0.01
 
 
 class TableCache:
@@ -49,6 +54,9 @@ class TableCache:
 
     def __init__(self) -> None:
         self._tables: dict[tuple, LayerTable] = {}
+
+    def __len__(self) -> int:
+        return len(self._tables)
 
     def get(self, p: Problem, s: Strategy, memory_limit_bytes: float) -> LayerTable:
         """The layer table of ``s`` (see :func:`autopar.pipeline.layers.layer_table`)."""
@@ -95,15 +103,20 @@ def balanced_strategy(p: Problem, s: Strategy, memory_limit_bytes: float, cache:
 
 
 def per_stage_candidates(p: Problem, s: Strategy, memory_limit_bytes: float, options: tuple[str, ...],
-                         cache: TableCache | None = None) -> list[Strategy]:
+                         cache: TableCache | None = None, use_ilp: bool = True) -> list[Strategy]:
     """Up to two re-balanced layouts of ``s`` for a target with per-stage recompute: the best
-    uniform one (any split, one of ``options``) and, if the integer program finds one that
-    beats it, the best split with a recompute option per stage (whole stages: a layout's partial
-    ``recompute_layers`` is replaced). Empty when there is nothing to balance or no split fits.
+    uniform one (any split, one of ``options``) and, when it beats that, the best split with a
+    recompute option per stage (whole stages: a layout's partial ``recompute_layers`` is
+    replaced). Empty when there is nothing to balance or no split fits.
 
-    The lower bound is the fastest option on every stage with memory ignored (no split or
-    mix is faster: every option's time is at least the fastest one's); when that split fits,
-    or the best uniform split reaches the bound, nothing else is tried.
+    By the surrogate step time (:func:`autopar.pipeline.folded.surrogate_s`,
+    ``(m - 1) * slowest + sum / vpp``): if the fastest option fits everywhere on its own best
+    split, that split is optimal. Otherwise the candidates are the exact best split for each
+    option (:func:`dp_split`) and the exact min-max split with per-stage options
+    (:func:`min_max_split`); no layout beats ``(m - 1) * T* + S / vpp`` (``T*`` that min-max
+    optimum, ``S`` the sum with the fastest option everywhere), so the integer program
+    (:mod:`autopar.pipeline.ilp`) only runs when the best candidate is more than
+    :data:`ILP_GAP` above that bound (and ``use_ilp``).
     """
     if s.pp == 1:
         return []
@@ -117,26 +130,33 @@ def per_stage_candidates(p: Problem, s: Strategy, memory_limit_bytes: float, opt
     def score(bounds: np.ndarray, chosen: np.ndarray) -> float:
         return float(surrogate_s(folded.rank_time_s(ranks, bounds[:-1], bounds[1:], chosen), m, s.vpp))
 
+    def layout(bounds: np.ndarray, chosen: np.ndarray) -> Strategy:
+        return _with(s, bounds, tuple(table.options[r] for r in chosen))
+
     fastest = int(indices[np.argmin(table.layer_time_s[:, indices].sum(axis=0))])
-    free = dp_split(replace(folded, memory_limit_bytes=np.inf), fastest)  # the lower bound: memory ignored
+    free = dp_split(replace(folded, memory_limit_bytes=np.inf), fastest)  # memory ignored
     if free is None:
         return []
     if folded.rank_bytes(ranks, free[:-1], free[1:], fastest).max() <= folded.memory_limit_bytes:
-        return [_with(s, free, (table.options[fastest],) * pp)]  # the bound is reached: nothing can beat it
-    lower = score(free, np.full(pp, fastest))
-    uniform = []
-    for r in indices:
-        bounds = dp_split(folded, int(r))
-        if bounds is not None:
-            uniform.append((score(bounds, np.full(pp, r)), bounds, np.full(pp, r)))
-    if not uniform:
-        return []
-    best_score, bounds, chosen = min(uniform, key=lambda item: item[0])
-    out = [_with(s, bounds, tuple(table.options[r] for r in chosen))]
-    if len(indices) > 1 and best_score > lower * (1 + 1e-9):
-        result = ilp.solve(folded, indices, m, s.vpp, best_score, ILP_TIME_LIMIT_S)
-        if result.bounds is not None and score(result.bounds, result.options) < best_score:
-            out.append(_with(s, result.bounds, tuple(table.options[r] for r in result.options)))
+        return [layout(free, np.full(pp, fastest))]  # fits: nothing can be faster
+    mixed = min_max_split(folded, indices)
+    if mixed is None:
+        return []  # no split fits with any mix of options
+    uniform = [(score(b, np.full(pp, r)), b, np.full(pp, r)) for r in indices
+               if (b := dp_split(folded, int(r))) is not None]
+    best_uniform = min(uniform, key=lambda item: item[0]) if uniform else (np.inf, None, None)
+    best = min([best_uniform, (score(*mixed), *mixed)], key=lambda item: item[0])
+    slowest = folded.rank_time_s(ranks, mixed[0][:-1], mixed[0][1:], mixed[1]).max()
+    lowest_sum = (np.diff(folded.time_s[:, indices], axis=0).min(axis=1).sum()
+                  + folded.stage_time_s[:, indices].min(axis=1).sum())
+    lower = (m - 1) * slowest + lowest_sum / s.vpp
+    if use_ilp and len(indices) > 1 and best[0] > lower * (1 + ILP_GAP):
+        result = ilp.solve(folded, indices, m, s.vpp, best[0], ILP_TIME_LIMIT_S)
+        if result.bounds is not None and score(result.bounds, result.options) < best[0]:
+            best = (score(result.bounds, result.options), result.bounds, result.options)
+    out = [layout(best_uniform[1], best_uniform[2])] if uniform else []
+    if best[0] < best_uniform[0]:
+        out.append(layout(best[1], best[2]))
     return out
 
 
@@ -145,9 +165,9 @@ def _rank_key(e: Estimate) -> tuple[bool, bool, float]:
 
 
 def rebalance_estimate(p: Problem, e: Estimate, memory_margin: float, target: str = "megatron",
-                       cache: TableCache | None = None) -> Estimate:
+                       cache: TableCache | None = None, use_ilp: bool = True) -> Estimate:
     """The best (fits, then not marginal, then faster) of ``e`` and its re-balanced layouts for
-    ``target`` (see the module docstring).
+    ``target`` (see the module docstring; ``use_ilp``: see :func:`per_stage_candidates`).
 
     The memory limit is ``(1 - memory_margin)`` of the device unless ``e`` is already
     marginal, so re-balancing never turns a comfortable layout into a marginal one.
@@ -161,7 +181,7 @@ def rebalance_estimate(p: Problem, e: Estimate, memory_margin: float, target: st
     limit = capacity if e.marginal else (1 - memory_margin) * capacity
     cache = cache or TableCache()
     if target in PER_STAGE_OPTIONS:
-        candidates = per_stage_candidates(p, e.strategy, limit, PER_STAGE_OPTIONS[target], cache)
+        candidates = per_stage_candidates(p, e.strategy, limit, PER_STAGE_OPTIONS[target], cache, use_ilp)
     else:
         candidates = [c for c in [balanced_strategy(p, e.strategy, limit, cache)] if c is not None]
     best = e

@@ -7,8 +7,8 @@ numbers are exactly what ``autopar estimate`` prints for the same layout; pipeli
 re-balanced first and the top ``k`` re-ranked (:mod:`autopar.pipeline.rebalance`: under the
 memory limit, the best split the ``target`` framework can run unchanged, kept if it ranks
 higher; for ``sapp`` and ``galvatron`` also any split with a recompute option per stage,
-chosen by the integer program, which the other formats cannot express). Two layouts that
-re-balance to the same one are listed once.
+found by the min-max split DP, which the other formats cannot express; the integer program
+then refines #1). Two layouts that re-balance to the same one are listed once.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from autopar.cost.stage import bounding_stages
 from autopar.cost.step import evaluate
 from autopar.errors import AutoparError
 from autopar.estimate import DEFAULT_MEMORY_MARGIN, Estimate, estimate
+from autopar.export.per_stage import PER_STAGE_OPTIONS
 from autopar.pipeline.rebalance import TARGETS, TableCache, rank, rebalance_estimate
 from autopar.problem import Problem
 from autopar.rules import RULES, first_failure
@@ -63,6 +64,11 @@ def _counts(batch: LayoutBatch) -> list[np.ndarray]:
     """How many pipeline stages each bounding view stands for (see ``bounding_stages``)."""
     pp = batch.pp
     return [np.ones(len(batch)), np.where(pp >= 3, pp - 2, 0), np.where(pp >= 2, 1, 0)]
+
+
+def _unique(layouts: list[Estimate]) -> list[Estimate]:
+    """``layouts`` without repeats (two layouts can re-balance to the same one), order kept."""
+    return [e for i, e in enumerate(layouts) if all(e.strategy != o.strategy for o in layouts[:i])]
 
 
 def _nothing_valid(p: Problem, rejected: dict[str, int]) -> AutoparError:
@@ -117,8 +123,9 @@ def search(
     order = order[fits[order]][:top_k]
     layouts = [estimate(p, valid.strategy(int(i), p.model.num_layers), memory_margin) for i in order]
     cache = TableCache()  # one layer table per shard shape across the top k
-    balanced = rank([rebalance_estimate(p, e, memory_margin, target, cache) for e in layouts])
-    layouts = [e for i, e in enumerate(balanced) if all(e.strategy != o.strategy for o in balanced[:i])]
+    layouts = _unique(rank([rebalance_estimate(p, e, memory_margin, target, cache, use_ilp=False) for e in layouts]))
+    if target in PER_STAGE_OPTIONS and layouts[0].strategy.pp > 1:  # the integer program polishes #1 only
+        layouts = _unique(rank([rebalance_estimate(p, layouts[0], memory_margin, target, cache)] + layouts))
     return SearchResult(
         layouts=layouts,
         enumerated=len(batch),
