@@ -60,7 +60,8 @@ def megatron_flags(plan: BalancePlan) -> str:
                   f"--decoder-last-pipeline-num-layers {first_last[1]}"]
     names = set(plan.best.recompute)
     if len(names) > 1:
-        flags.append(f"(recompute differs per stage {list(plan.best.recompute)}: Megatron has one setting)")
+        flags.append(f"(recompute differs per stage {list(plan.best.recompute)}: Megatron has one setting; "
+                     "write it with autopar export --format sapp (or galvatron), or use --form megatron)")
     elif names == {"selective"}:
         flags.append("--recompute-granularity selective")
     elif names == {"full"}:
