@@ -174,3 +174,20 @@ def test_pipeline_send_is_one_tp_slice_plus_an_nvlink_gather():
     assert p2p_time_s(p, no_sp)[0] == pytest.approx(send + gather)
     with_sp = LayoutBatch.from_strategy(Strategy(dp=1, tp=8, pp=2, sp=True), 8)
     assert p2p_time_s(p, with_sp)[0] == pytest.approx(send)  # already sequence-sharded
+
+
+def test_launch_blocking_adds_host_time_per_layer_pass():
+    # One device (pp=1, dp=1, no DP traffic), 4 micro-batches of a 32-layer model. With synchronous
+    # launches each layer pays the host time once per forward, once per recomputed forward and
+    # twice per backward: 4 micro-batches * 32 layers * (1 + 1 + 2) * 2.6 ms = 1.3312 s more per
+    # step with full recompute, 4 * 32 * 3 * 2.6 ms = 0.9984 s without.
+    from autopar.cost.framework import LAUNCH_BLOCKING_HOST_S_PER_LAYER_PASS as host_s
+    assert host_s == 2.6e-3
+
+    def step(blocking: bool, recompute: str) -> float:
+        p = make_problem("llama3-8b", per_node=1, gbs=4, seq=4096, overlap_grad_reduce=False,
+                         launch_blocking=blocking)
+        return float(estimate(p, Strategy(dp=1, tp=1, pp=1, mbs=1, recompute=recompute)).step_time_s)
+
+    assert step(True, "full") - step(False, "full") == pytest.approx(4 * 32 * 4 * 2.6e-3, rel=1e-9)
+    assert step(True, "none") - step(False, "none") == pytest.approx(4 * 32 * 3 * 2.6e-3, rel=1e-9)

@@ -136,3 +136,12 @@ def test_asynctp_rows_overlap_tp_collectives():
     assert tp_overlap_of(Row({"notes": "prec=BF16; 2D FSDP+TP + AsyncTP; torch.compile"}), titan)
     assert not tp_overlap_of(Row({"notes": "prec=BF16; FSDP + torch.compile"}), titan)
     assert tp_overlap_of(Row({"notes": "prec=BF16"}), FAMILIES["nemo"])  # TE userbuffers by default
+
+
+def test_bloom_rows_run_with_synchronous_launches():
+    # tr11-176B-ml.slurm exports CUDA_LAUNCH_BLOCKING=1 (the hang workaround); no other source does.
+    from autopar.validate.rows import FAMILIES, read_rows, to_case
+    assert [f.name for f in FAMILIES.values() if f.launch_blocking] == ["megatron-deepspeed"]
+    rows = {r.id: r for r in read_rows(SOURCE)}
+    assert to_case(rows["BLOOMPQ-0225-13-time"]).problem.train.launch_blocking
+    assert not to_case(rows["NAR21-T2-07"]).problem.train.launch_blocking

@@ -55,3 +55,33 @@ def zero3_latency_s(p: Problem, batch: LayoutBatch, layers, recomputed, grad_ele
     buckets = np.ceil(np.asarray(grad_elements, dtype=np.float64) / DEEPSPEED_REDUCE_BUCKET_ELEMENTS)
     steps = np.maximum(batch.dp * batch.cp - 1, 0)
     return (gathers + buckets) * steps * alpha_step
+
+
+# Host (CPU) seconds one GPT decoder layer's forward pass spends in Python/PyTorch dispatch, exposed
+# when kernel launches are synchronous. Fit on public data that autopar's validation CSV does not
+# hold: BLOOM-prequel 181B (72 x 14336, 64 heads) tp8 runs on Jean Zay swept over mbs 1/2/4/8
+# (bigscience tr11-176B-ml/chronicles-prequel.md, "48 node contenders", 02-21: tp8pp12dp4 143.3 /
+# 134.0 / 123.7 / 129.3 s, tp8pp6dp8 139.8 / 131.0 / 121.5 s). The same layout gets slower with
+# smaller micro-batches far beyond its pipeline bubble, i.e. by a fixed cost per (layer,
+# micro-batch); least squares on the differences to each layout's mbs=4 run gives 2.5-2.7 ms per
+# forward-pass equivalent (rms 3.5 s, vs 16.7 s without it). A bottom-up count (about 50 PyTorch
+# ops per Megatron-DeepSpeed layer forward, 10-25 us host time each, plus DeepSpeed checkpointing
+# and RNG-tracker work) explains roughly half of it, so the value is an empirical constant of
+# Megatron-DeepSpeed (PyTorch 1.11, 2022) on Jean Zay's host, not a derived one.
+LAUNCH_BLOCKING_HOST_S_PER_LAYER_PASS = 2.6e-3
+
+
+def launch_blocking_host_s_per_layer(p: Problem) -> float:
+    """Host seconds added per decoder layer per forward pass when ``TrainSpec.launch_blocking``.
+
+    With ``CUDA_LAUNCH_BLOCKING=1`` (set in BLOOM's training script, bigscience
+    ``train/tr11-176B-ml/tr11-176B-ml.slurm``: "do not remove or the training will hang") each
+    launch returns only once its kernel has finished, so the GPU idles while the host prepares the
+    next op: the layer's host dispatch time (:data:`LAUNCH_BLOCKING_HOST_S_PER_LAYER_PASS`) adds to
+    its GPU time instead of overlapping it. Callers charge it once per forward and recomputed
+    forward and twice per backward (autograd launches about two kernels per forward op). The cost
+    per step grows with the number of (layer, micro-batch) passes a device runs,
+    ``layers/pp * gbs/(dp*mbs)``, i.e. with ``tp/mbs`` at a fixed world size. 0.0 when launches are
+    asynchronous (the default): the host then runs ahead of the GPU.
+    """
+    return LAUNCH_BLOCKING_HOST_S_PER_LAYER_PASS if p.train.launch_blocking else 0.0

@@ -39,6 +39,11 @@ class TrainSpec(BaseModel):
                                       "gather overlapped with backward/forward (Megatron --overlap-grad-reduce)")
     tp_comm_overlap: bool = Field(default=False, description="TP collectives overlapped with GEMMs "
                                   "(Megatron --tp-comm-overlap, Transformer Engine userbuffers)")
+    launch_blocking: bool = Field(
+        default=False,
+        description="CUDA_LAUNCH_BLOCKING=1: every kernel launch waits for the kernel, so the host's "
+        "per-layer dispatch time adds to the GPU time instead of overlapping it "
+        "(autopar.cost.framework.launch_blocking_host_s_per_layer)")
     framework: Literal["megatron", "deepspeed", "torchtitan"] = Field(
         default="megatron",
         description="training framework whose documented behaviour differs from Megatron-LM's: "

@@ -35,6 +35,7 @@ class Family:
     ``dp_overlap``: gradient reduction overlapped with backward (``--overlap-grad-reduce``, FSDP).
     ``framework``: ``TrainSpec.framework`` of the code base (a row whose ``zero_or_distopt`` names
     DeepSpeed, e.g. SC'21's ZeRO-3 baseline, runs on DeepSpeed whatever its source).
+    ``launch_blocking``: the source's launch scripts set ``CUDA_LAUNCH_BLOCKING=1``.
     """
 
     name: str
@@ -47,6 +48,7 @@ class Family:
     dp_overlap: bool
     why: str
     framework: str = "megatron"
+    launch_blocking: bool = False
 
 
 FAMILIES: dict[str, Family] = {f.name: f for f in (
@@ -68,8 +70,10 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
            dp_overlap=True, framework="torchtitan", why="torchtitan 2024-12 benchmarks: FSDP2 (ZeRO-3, "
            "prefetching, fp32 sharded parameters), per-op selective AC, SDPA flash attention, local batch 2"),
     Family("megatron-deepspeed", zero=1, recompute="full", sp=False, flash=False, dropout=False, tp_overlap=False,
-           dp_overlap=False, framework="deepspeed", why="BLOOM (Megatron-DeepSpeed): ZeRO-1 (BF16_Optimizer) reducing after the "
-           "last backward, full activation checkpointing, no SP, no flash attention, dropout 0"),
+           dp_overlap=False, framework="deepspeed", launch_blocking=True, why="BLOOM (Megatron-DeepSpeed): ZeRO-1 "
+           "(BF16_Optimizer) reducing after the last backward, full activation checkpointing, no SP, no flash "
+           "attention, dropout 0; CUDA_LAUNCH_BLOCKING=1 (tr11-176B-ml.slurm: the hang workaround, also used "
+           "for the prequel sweeps, chronicles-prequel.md 'Hanging Issue')"),
 )}
 
 # Narayanan et al. Table 1 does not state mbs or interleaving; the paper's own launch script
@@ -299,5 +303,6 @@ def to_case(row: Row) -> Case:
     cluster = make_cluster(device, gpus // per_node, per_node)
     train = TrainSpec(global_batch_size=row.int("gbs"), seq_len=row.int("seq_len"), precision=precision_of(row),
                       flash_attention=family.flash, tp_comm_overlap=tp_overlap_of(row, family),
-                      overlap_grad_reduce=family.dp_overlap, framework=framework_of(row, family))
+                      overlap_grad_reduce=family.dp_overlap, framework=framework_of(row, family),
+                      launch_blocking=family.launch_blocking)
     return Case(row, family, Problem(model_of(row, family), cluster, train), strategy, assumed)
