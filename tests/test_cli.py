@@ -81,7 +81,7 @@ def test_devices_lists_every_preset():
     (["estimate", "-m", "llama3-8b", "--device", "h100-80gb", "--nodes", "2", "--tp", "16"],
      "num_key_value_heads=8"),
     (["estimate", "-m", "llama3-8b", "--device", "h100-80gb", "--tp", "3"], "does not divide the world size"),
-    (["estimate", "-m", "llama3-8b", "--device", "h100-80gb", "--recompute", "some"], "layout.recompute"),
+    (["estimate", "-m", "llama3-8b", "--device", "h100-80gb", "--recompute", "some"], "--recompute='some'"),
     (["estimate", "-m", "llama3-8b", "--device", "h100-80gb", "--gbs", "12", "--mbs", "4"], "gbs_divisible"),
 ])
 def test_bad_input_is_one_line_and_exit_code_2(args, needle):

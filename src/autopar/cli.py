@@ -34,24 +34,24 @@ Script = Annotated[Optional[str], typer.Option("--script", help="Megatron-LM/Min
 VocabSize = Annotated[Optional[int], typer.Option("--vocab-size", help="vocabulary size: replaces the model's "
                                                   "(required when --script's tokenizer does not say)")]
 Device = Annotated[Optional[str], typer.Option(help=f"device preset: {', '.join(device_names())}")]
-Nodes = Annotated[Optional[int], typer.Option(help="number of nodes [default: script's, else 1]")]
+Nodes = Annotated[Optional[int], typer.Option(help="number of nodes \\[default: script's, else 1]")]
 PerNode = Annotated[Optional[int], typer.Option("--devices-per-node", help="devices per node (default: the device's)")]
-Gbs = Annotated[Optional[int], typer.Option("--gbs", help="global batch size (sequences per step) [default: 1024]")]
-SeqLen = Annotated[Optional[int], typer.Option("--seq-len", help="sequence length (tokens) [default: 4096]")]
-Precision = Annotated[Optional[str], typer.Option(help="bf16 | fp16 | fp8 [default: bf16]")]
+Gbs = Annotated[Optional[int], typer.Option("--gbs", help="global batch size (sequences per step) \\[default: 1024]")]
+SeqLen = Annotated[Optional[int], typer.Option("--seq-len", help="sequence length (tokens) \\[default: 4096]")]
+Precision = Annotated[Optional[str], typer.Option(help="bf16 | fp16 | fp8 \\[default: bf16]")]
 DeviceFile = Annotated[Optional[str], typer.Option(help="YAML/JSON with device fields (and optional 'base: <preset>')")]
 DeviceSet = Annotated[Optional[list[str]], typer.Option(help="override a device field, KEY=VALUE (repeatable)")]
 Flash = Annotated[Optional[bool], typer.Option("--flash-attention/--no-flash-attention",
-                                                help="fused attention (no s^2 memory) [default: on]")]
+                                                help="fused attention (no s^2 memory) \\[default: on]")]
 VocabPad = Annotated[Optional[int], typer.Option("--make-vocab-size-divisible-by",
-                                                 help="Megatron vocab padding unit [default: 128]")]
+                                                 help="Megatron vocab padding unit \\[default: 128]")]
 Json = Annotated[bool, typer.Option("--json", help="print one JSON document instead of tables")]
 MoeImbalance = Annotated[Optional[float], typer.Option(
     "--moe-token-imbalance", help="routed token copies on the busiest expert rank over the balanced share, >= 1 "
-    "(capacity factor C with --moe-expert-capacity-factor C and padding) [default: 1.0]")]
+    "(capacity factor C with --moe-expert-capacity-factor C and padding) \\[default: 1.0]")]
 Fp8ParamStorage = Annotated[Optional[bool], typer.Option(
     "--fp8-param-storage/--no-fp8-param-storage", help="with --precision fp8: keep linear weights only in fp8 "
-    "(Megatron --fp8-param-gather) [default: off]")]
+    "(Megatron --fp8-param-gather) \\[default: off]")]
 Margin = Annotated[float, typer.Option(help="memory margin: above (1-margin) x device memory is 'marginal'")]
 ProfileDb = Annotated[Optional[str], typer.Option(help="SQLite profile DB: measured operator and layer times and "
                                                  "collective fits override the model")]
@@ -70,6 +70,38 @@ def _user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             raise typer.Exit(code=2) from None
 
     return wrapper
+
+
+def target_warning(p: Problem, layouts: list, target: str) -> str | None:
+    """One line when ``--target``'s writer refuses the #1 layout, else None.
+
+    The search constrains only what the target cannot do per stage (recompute per stage); other
+    limits of a writer (torchtitan has no ZeRO-1, DeepSpeed no context parallelism, ...) are checked
+    here by running the writer (:data:`autopar.export.WRITERS`) on the ranked layouts.
+
+    Args:
+        p: the problem searched.
+        layouts: the ranked layouts (``Estimate`` objects), best first.
+        target: an ``autopar export`` format name.
+    Returns:
+        The refusal reason of #1 and the best rank the target can write (or that none can), or
+        None when the target writes #1.
+    """
+    from autopar.export import WRITERS
+
+    def reason(strategy: Any) -> str | None:
+        try:
+            WRITERS[target](p, strategy)
+        except AutoparError as err:
+            return str(err)
+        return None
+
+    first = reason(layouts[0].strategy)
+    if first is None:
+        return None
+    ok = next((i for i, e in enumerate(layouts[1:], 2) if reason(e.strategy) is None), None)
+    where = f"the best layout it can write is #{ok}" if ok else f"none of the top {len(layouts)} can be written"
+    return f"--target {target} cannot run #1 unchanged ({first}); {where}"
 
 
 def _positive(name: str, value: int, upper: int = 2**31) -> int:
@@ -155,6 +187,9 @@ def search(
         best_args = megatron_args(p, best.strategy)
     except AutoparError:  # recompute per stage (--target sapp/galvatron): Megatron cannot run it
         best_args = None
+    unwritable = target_warning(p, result.layouts, target)
+    if unwritable:
+        err_console.print(f"[yellow]warning:[/] {escape(unwritable)}", highlight=False, soft_wrap=True)
     if write_script:
         from autopar.export.rewrite import write_scripts
 
@@ -175,7 +210,7 @@ def search(
                   f"{p.cluster.devices_per_node} {p.cluster.device.name}, gbs {p.train.global_batch_size}, "
                   f"seq {p.train.seq_len}, {p.train.precision}")
     console.print(search_table(result))
-    console.print(search_summary(result), highlight=False)
+    console.print(search_summary(result), highlight=False, soft_wrap=True)
     if best_args is None:
         console.print(f"\n#1 sets recompute per stage: write it with autopar export --format {target}")
     else:
@@ -186,17 +221,17 @@ def search(
 
 
 # Layout options of ``estimate`` and ``export`` (None = the script's value, else the default shown).
-Tp = Annotated[Optional[int], typer.Option("--tp", help="tensor parallel [default: 1]")]
-Pp = Annotated[Optional[int], typer.Option("--pp", help="pipeline stages [default: 1]")]
+Tp = Annotated[Optional[int], typer.Option("--tp", help="tensor parallel \\[default: 1]")]
+Pp = Annotated[Optional[int], typer.Option("--pp", help="pipeline stages \\[default: 1]")]
 Dp = Annotated[Optional[int], typer.Option("--dp", help="default: world/(tp*pp*cp)")]
-Cp = Annotated[Optional[int], typer.Option("--cp", help="context parallel [default: 1]")]
-Vpp = Annotated[Optional[int], typer.Option("--vpp", help="virtual stages per pipeline rank [default: 1]")]
-Ep = Annotated[Optional[int], typer.Option("--ep", help="expert parallel [default: 1]")]
+Cp = Annotated[Optional[int], typer.Option("--cp", help="context parallel \\[default: 1]")]
+Vpp = Annotated[Optional[int], typer.Option("--vpp", help="virtual stages per pipeline rank \\[default: 1]")]
+Ep = Annotated[Optional[int], typer.Option("--ep", help="expert parallel \\[default: 1]")]
 Etp = Annotated[Optional[int], typer.Option("--etp", help="expert TP (default: tp)")]
-Mbs = Annotated[Optional[int], typer.Option("--mbs", help="micro-batch size [default: 1]")]
-Zero = Annotated[Optional[int], typer.Option("--zero", help="0-3; 1 = Megatron distributed optimizer [default: 1]")]
-Sp = Annotated[Optional[bool], typer.Option("--sp/--no-sp", help="Megatron sequence parallelism [default: off]")]
-RecomputeOpt = Annotated[Optional[str], typer.Option("--recompute", help="none | selective | full [default: none]")]
+Mbs = Annotated[Optional[int], typer.Option("--mbs", help="micro-batch size \\[default: 1]")]
+Zero = Annotated[Optional[int], typer.Option("--zero", help="0-3; 1 = Megatron distributed optimizer \\[default: 1]")]
+Sp = Annotated[Optional[bool], typer.Option("--sp/--no-sp", help="Megatron sequence parallelism \\[default: off]")]
+RecomputeOpt = Annotated[Optional[str], typer.Option("--recompute", help="none | selective | full \\[default: none]")]
 RecomputeLayers = Annotated[Optional[int], typer.Option("--recompute-layers", help="full recompute: layers per chunk")]
 ScheduleOpt = Annotated[Optional[str], typer.Option("--schedule", help="1f1b | interleaved (default from vpp)")]
 LayersPerStage = Annotated[Optional[str], typer.Option("--layers-per-stage", help="explicit split, e.g. 7,8,8,7")]
@@ -236,7 +271,7 @@ def _strategy(p: Problem, script: str | None, layout: dict[str, Any], dp: int | 
     try:
         return Strategy(dp=dp, schedule=schedule or ("interleaved" if lay["vpp"] > 1 else "1f1b"), **lay)
     except ValidationError as err:
-        raise from_validation_error(err, "layout") from None
+        raise from_validation_error(err, "layout", as_option=True) from None
 
 
 @app.command()

@@ -26,22 +26,25 @@ class LayoutError(AutoparError):
         self.rules = rules
 
 
-def from_validation_error(err: ValidationError, prefix: str) -> AutoparError:
+def from_validation_error(err: ValidationError, prefix: str, as_option: bool = False) -> AutoparError:
     """Turn a pydantic ``ValidationError`` into one readable :class:`AutoparError` line.
 
     Args:
         err: the pydantic error (one or more field problems).
         prefix: what was being validated, e.g. ``"model"`` or ``"device"``.
+        as_option: name each field as the command-line option that sets it (``recompute_layers``
+            -> ``--recompute-layers``) instead of ``prefix.field``; cross-field messages keep ``prefix``.
     """
     parts = []
     for item in err.errors():
         field = ".".join(str(x) for x in item["loc"])
+        name = "--" + field.replace("_", "-") if as_option else f"{prefix}.{field}"
         value = item.get("input")
         msg = item["msg"].removeprefix("Value error, ")
         if not field:  # a cross-field check: its message names the fields
             parts.append(f"{prefix}: {msg}")
         elif item["type"] == "missing":
-            parts.append(f"{prefix}.{field}: missing (required)")
+            parts.append(f"{name}: missing (required)")
         else:
-            parts.append(f"{prefix}.{field}={value!r}: {msg}")
+            parts.append(f"{name}={value!r}: {msg}")
     return AutoparError("; ".join(parts))

@@ -124,9 +124,9 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "zero_with_pp",
         lambda p, b: (b.zero <= 1) | (b.pp == 1),
-        lambda p, s: f"ZeRO stage {s.zero} shards gradients/parameters per micro-batch and is not "
-        "combined with pipeline parallelism (DeepSpeed refuses it; Megatron FSDP/torch FSDP2 "
-        "exclude PP); use zero <= 1 with pp > 1",
+        lambda p, s: f"ZeRO stage {s.zero} shards gradients/parameters per micro-batch and autopar does "
+        "not combine it with pipeline parallelism (DeepSpeed's pipeline engine and Megatron's "
+        "--use-torch-fsdp2 refuse it; torchtitan's FSDP2 + PP is not modelled); use zero <= 1 with pp > 1",
     ),
     Rule(
         "recompute_layers",

@@ -1,0 +1,97 @@
+"""What a new user meets first: option defaults in --help, error lines naming the option they typed,
+the --target warning when the chosen writer cannot run #1, and a one-line search summary."""
+
+from __future__ import annotations
+
+import re
+from types import SimpleNamespace
+
+import typer.main
+from typer.testing import CliRunner
+
+from autopar.cli import app, target_warning
+from autopar.strategy import Strategy
+from conftest import make_problem
+
+# Wide enough that no help line wraps (rich reads COLUMNS; typer caps help at TERMINAL_WIDTH).
+runner = CliRunner(env={"COLUMNS": "400", "TERMINAL_WIDTH": "400"})
+TOY = ["--model", "llama3-8b", "--device", "h100-80gb", "--nodes", "1", "--gbs", "8", "--seq-len", "4096"]
+
+
+def test_help_shows_every_documented_default():
+    """Help texts say "[default: X]" for options whose real default is None (script value or
+    fallback); rich used to eat the bracket as a markup tag, so --help showed no default at all."""
+    group = typer.main.get_command(app)
+    checked = 0
+    for name, command in group.commands.items():
+        if not hasattr(command, "params") or name == "profile":
+            continue
+        rendered = runner.invoke(app, [name, "--help"]).output
+        for param in command.params:
+            for default in re.findall(r"\[default: [^\]]*\]", param.help or ""):
+                assert default in rendered, f"{name} --help lost {default!r} of {param.opts}"
+                checked += 1
+    assert checked >= 19  # 17 in cli.py's shared options (search/estimate/export) + 2 of balance
+
+
+def test_estimate_help_defaults_by_hand():
+    out = runner.invoke(app, ["estimate", "--help"]).output
+    for text in ("sequence length (tokens) [default: 4096]", "global batch size (sequences per step) [default: 1024]",
+                 "none | selective | full [default: none]", "Megatron distributed optimizer [default: 1]"):
+        assert text in out
+
+
+def test_layout_field_error_names_the_cli_option():
+    zero = runner.invoke(app, ["estimate", *TOY, "--zero", "5"])
+    assert zero.exit_code == 2 and "error: --zero=5: " in zero.output and "layout.zero" not in zero.output
+    recompute = runner.invoke(app, ["estimate", *TOY, "--recompute", "foo"])
+    assert recompute.exit_code == 2 and "error: --recompute='foo': " in recompute.output
+    layers = runner.invoke(app, ["estimate", *TOY, "--recompute", "full", "--recompute-layers", "-1"])
+    assert layers.exit_code == 2 and "error: --recompute-layers=-1: " in layers.output
+    assert "Traceback" not in zero.output + recompute.output + layers.output
+
+
+def test_zero_with_pp_message_is_accurate():
+    """torchtitan does run FSDP2 with PP; the refusal is autopar's, naming Megatron's --use-torch-fsdp2."""
+    out = runner.invoke(app, ["estimate", *TOY, "--pp", "2", "--zero", "2"]).output
+    assert "zero_with_pp" in out and "--use-torch-fsdp2" in out and "torch FSDP2 exclude" not in out
+
+
+def _ranked(*strategies: Strategy) -> list:
+    return [SimpleNamespace(strategy=s) for s in strategies]
+
+
+def test_target_warning_names_reason_and_best_writable_rank():
+    """DeepSpeed has no ring context parallelism: a cp=2 #1 is refused, the cp=1 #2 is written."""
+    p = make_problem("llama3-8b", gbs=64, seq=4096)
+    with_cp = Strategy(dp=4, cp=2, zero=1)
+    plain = Strategy(dp=8, zero=1)
+    both = target_warning(p, _ranked(with_cp, plain), "deepspeed")
+    assert both.startswith("--target deepspeed cannot run #1 unchanged (") and "cp=2" in both
+    assert both.endswith("the best layout it can write is #2")
+    assert target_warning(p, _ranked(with_cp), "deepspeed").endswith("none of the top 1 can be written")
+    assert target_warning(p, _ranked(plain, with_cp), "deepspeed") is None
+    # torchtitan has no ZeRO-1 (FSDP2 shards parameters too); megatron writes both.
+    assert "zero=1" in target_warning(p, _ranked(plain), "torchtitan")
+    assert target_warning(p, _ranked(with_cp, plain), "megatron") is None
+
+
+def test_search_prints_target_warning_on_stderr(monkeypatch):
+    """The warning goes to stderr (the --json document on stdout stays parseable)."""
+    seen = []
+
+    def fake(p, layouts, target):
+        seen.append((target, len(layouts)))
+        return "--target deepspeed cannot run #1 unchanged (why); none of the top 2 can be written"
+
+    monkeypatch.setattr("autopar.cli.target_warning", fake)
+    out = runner.invoke(app, ["search", *TOY, "--top", "2", "--target", "deepspeed", "--json"])
+    assert out.exit_code == 0 and seen == [("deepspeed", 2)]
+    assert "warning: --target deepspeed cannot run #1 unchanged (why)" in out.stderr
+    assert out.stdout.lstrip().startswith("{") and "warning" not in out.stdout
+
+
+def test_search_summary_is_one_line():
+    out = runner.invoke(app, ["search", *TOY, "--top", "2"]).output
+    line = next(x for x in out.splitlines() if "layouts enumerated" in x)
+    assert "out of memory:" in line and "marginal (near the memory limit):" in line
