@@ -30,6 +30,7 @@ from autopar.cost import comm
 from autopar.cost import compute as C
 from autopar.cost import flops as F
 from autopar.cost import framework
+from autopar.cost import host
 from autopar.cost import moe as moe_cost
 from autopar.cost import mtp
 from autopar.cost.params import StageParams, layer_kinds
@@ -119,7 +120,25 @@ def stage_time(p: Problem, batch: LayoutBatch, stages: Stages) -> StageTime:
         forward = forward + stages.layers * host_per_layer
         backward = backward + 2 * stages.layers * host_per_layer
         recompute = recompute + recomputed * host_per_layer
+    else:
+        forward, backward, recompute = _host_bound(p, batch, n_dense, n_moe, recomputed,
+                                                   (forward, backward, recompute), tp + cp + ep)
     return StageTime(forward_s=forward, backward_s=backward, recompute_s=recompute, tp_s=tp, cp_s=cp, ep_s=ep)
+
+
+def _host_bound(p: Problem, batch: LayoutBatch, n_dense, n_moe, recomputed, passes, comm_s):
+    """(forward, backward, recompute) seconds raised to the host launch time when the host is
+    slower than the GPU (:mod:`autopar.cost.host`): a micro-batch takes ``max(GPU, host)``; the
+    excess is split over the passes in proportion to their host time."""
+    forward, backward, recompute = passes
+    host_fwd, host_rest = host.stage_host_s(p, batch, n_dense, n_moe, recomputed)
+    host_total = host_fwd + host_rest
+    excess = np.maximum(host_total - (forward + backward + recompute + comm_s), 0.0)
+    share_fwd = np.divide(host_fwd, host_total, out=np.zeros_like(host_total), where=host_total > 0)
+    rest = backward + recompute
+    share_bwd = np.divide(backward, rest, out=np.ones_like(rest), where=rest > 0)
+    extra_rest = excess * (1 - share_fwd)
+    return forward + excess * share_fwd, backward + extra_rest * share_bwd, recompute + extra_rest * (1 - share_bwd)
 
 
 def selective_recompute_s(p: Problem, batch: LayoutBatch, dense: C.LayerTimes) -> np.ndarray:

@@ -74,6 +74,8 @@ class DeviceSpec(BaseModel):
     intra_node_comm_efficiency: float = Field(default=0.8, gt=0, le=1)
     inter_node_comm_efficiency: float = Field(default=0.85, gt=0, le=1)
     framework_overhead_bytes: float = Field(default=2.0 * GIB, ge=0)
+    host_op_s: float = Field(default=13.5e-6, ge=0, description="host (CPU) seconds per eager framework op: "
+                             "Python + PyTorch dispatch + kernel launch (autopar.cost.host)")
 
     @model_validator(mode="after")
     def _check_peaks(self) -> "DeviceSpec":

@@ -210,6 +210,11 @@ def model_of(row: Row, family: Family) -> ModelSpec:
         raise Unscorable(f"model dimensions invalid: {err}") from None
 
 
+def _dgxc_deepseek_gb200(row: Row) -> bool:
+    """A NVIDIA dgxc-benchmarking DeepSeek-V3 run on GB200 (NeMo 25.04 container)."""
+    return row.id.startswith("DGXC") and row["model"].lower().startswith("deepseek") and row["gpu"].startswith("GB200")
+
+
 def _recompute(row: Row, family: Family, assumed: list[str]) -> str:
     text = row["recompute"].lower()
     for kind in ("none", "selective", "full"):
@@ -217,6 +222,11 @@ def _recompute(row: Row, family: Family, assumed: list[str]) -> str:
             if "assumed" in text:
                 assumed.append(f"recompute={kind} (source note)")
             return kind
+    if _dgxc_deepseek_gb200(row):
+        # dgxc-benchmarking deepseek_v3/pretraining/launch.sh (v25.05.04): GB200 runs pass
+        # --recompute_modules core_attn, Megatron's selective recompute of the core attention.
+        assumed.append("recompute=selective (core_attn, launch.sh)")
+        return "selective"
     assumed.append(f"recompute={family.recompute}")
     return family.recompute
 
@@ -274,6 +284,16 @@ def expert_tp_of(row: Row) -> int | None:
     return int(match.group(1)) if match else None
 
 
+def flash_of(row: Row, family: Family) -> bool:
+    """Fused (flash) attention: the family's default, except DeepSeek-V3's MLA on GB200 under
+    NeMo 25.04. MLA's ``head_dim_qk`` 192 differs from ``head_dim_v`` 128, which FlashAttention-2
+    refuses (TransformerEngine's backend selection: "Supported: head_dim_qk = head_dim_v", TE issue
+    #3006 log) and cuDNN fused attention serves on Blackwell only from cuDNN 9.11 (Megatron-LM
+    DeepSeek-V3 GB200 guide, baseline item 2), newer than the 25.04 container's, so TE falls back
+    to its unfused attention - which is why the GB200 recipe recomputes ``core_attn``."""
+    return family.flash and not _dgxc_deepseek_gb200(row)
+
+
 def tp_overlap_of(row: Row, family: Family) -> bool:
     """TP collectives overlapped with their GEMMs: the family default, or a row that names
     torchtitan's AsyncTP (``enable_async_tensor_parallel``: micro-pipelined all-gather/reduce-scatter
@@ -301,8 +321,10 @@ def to_case(row: Row) -> Case:
     if gpus % per_node:
         raise Unscorable(f"{gpus} GPUs is not a whole number of {per_node}-GPU nodes")
     cluster = make_cluster(device, gpus // per_node, per_node)
+    if family.flash and not flash_of(row, family):
+        assumed.append("unfused attention (no MLA kernel on Blackwell before cuDNN 9.11)")
     train = TrainSpec(global_batch_size=row.int("gbs"), seq_len=row.int("seq_len"), precision=precision_of(row),
-                      flash_attention=family.flash, tp_comm_overlap=tp_overlap_of(row, family),
+                      flash_attention=flash_of(row, family), tp_comm_overlap=tp_overlap_of(row, family),
                       overlap_grad_reduce=family.dp_overlap, framework=framework_of(row, family),
                       launch_blocking=family.launch_blocking)
     return Case(row, family, Problem(model_of(row, family), cluster, train), strategy, assumed)

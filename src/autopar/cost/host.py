@@ -1,0 +1,117 @@
+"""Host (CPU) launch time of a pipeline stage: eager training can be CPU-bound.
+
+An eager framework (Megatron-Core + Transformer Engine, torchtitan) issues every operator from
+Python: the interpreter, the PyTorch dispatcher and the CUDA launch cost the host
+``DeviceSpec.host_op_s`` seconds per op. The GPU runs the queued kernels asynchronously, so a
+micro-batch's wall time on a stage is ``max(GPU time, host time)``: the host hides behind
+large kernels, and small, numerous kernels leave the GPU waiting for launches ("CPU overhead"
+or "host boundedness", the main bottleneck of DeepSeek-V3 training on GB200 NVL72 in
+Megatron-LM's ``docs/discussions/deepseek-v3-gb200-optimization``, sec. 2). A dropless MoE
+layer does not let the host run further ahead: the ``alltoall`` dispatcher copies the token
+counts per expert to the host (a device-to-host synchronisation, ``token_dispatcher.py``
+``cuda_sync_point``), so the bound holds per micro-batch, not only per step.
+
+``host_op_s`` per device class (TransformerEngine issue #2053, CPU time of one eager
+``torch.nn.Linear`` forward): 13.5 us on a DGX H100 (Xeon Platinum 8480C, the x86 default),
+37.1 us on the Grace CPU of GB200 (33.2 us on GH200).
+
+Forward ops per decoder layer, counted from Megatron-Core's modules (one kernel each unless
+noted); the backward runs one autograd node per forward op and a second GEMM (weight gradient)
+per forward GEMM:
+
+* attention (MHA/GQA, ``attention.py``): input norm, QKV GEMM, q/k/v split, RoPE on q and k,
+  core attention, output GEMM, residual add: :data:`ATTENTION_OPS`; MLA
+  (``multi_latent_attention.py``) adds the q/kv down GEMMs, their two norms, the up GEMMs'
+  splits, the RoPE part split and the q/k concatenations: :data:`MLA_EXTRA_OPS`;
+* TP collectives: 2 per block (all-gather + reduce-scatter with SP, 2 all-reduces without);
+* dense MLP: norm, fc1, activation, fc2, residual add: :data:`MLP_OPS`;
+* MoE block (``moe_layer.py``): norm + residual (2), the router - 72 kernels for DeepSeek-V3's
+  sigmoid, group-limited, expert-bias routing with the sequence aux loss before
+  ``--moe-router-fusion`` (Megatron-LM GB200 guide sec. 2.1.4, :data:`ROUTER_OPS_DEEPSEEK`),
+  :data:`ROUTER_OPS_TOPK` for softmax top-k with the switch aux loss (gate GEMM, softmax, top-k,
+  routing-map and probability scatters, 5 aux-loss reductions, the token-count all-reduce, the
+  aux-loss scaler and tracker); the alltoall dispatcher (token counts, their exchange and
+  device-to-host copy, fused permute, all-to-all, local chunk sort, and back:
+  :data:`DISPATCH_OPS`, + all-gather / reduce-scatter with ``etp > 1``); the experts as TE
+  ``GroupedLinear`` (one input split per GEMM group, one cuBLAS GEMM per local expert on
+  multiple streams, the activation); shared experts: fc1, activation, fc2 and the add to the
+  routed output (:data:`SHARED_EXPERT_OPS`) plus the TP collectives.
+
+Scope: ``host_op_s`` is a bare op in a hot loop. Framework Python between ops (``getattr``,
+config branches, ``torch.empty`` calls without a kernel; Megatron-LM GB200 guide sec. 2) is not
+counted, so the host time here is a lower bound. The dgxc-benchmarking DeepSeek-V3 GB200 runs
+(NeMo 25.04: 34 s per step, about 33 ms per layer and micro-batch, 10% MFU) and the guide's own
+eager MXFP8 baseline (494 TFLOP/s: about 34 ms per layer and micro-batch) take about 3x the
+~11 ms this count gives for that layer; that gap is not modelled.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autopar.problem import Problem
+from autopar.strategy import LayoutBatch
+
+ATTENTION_OPS = 8
+MLA_EXTRA_OPS = 11
+MLP_OPS = 5
+TP_OPS_PER_BLOCK = 2
+ROUTER_OPS_DEEPSEEK = 72
+ROUTER_OPS_TOPK = 24
+DISPATCH_OPS = 12
+ETP_DISPATCH_OPS = 2
+MOE_BLOCK_OPS = 2  # pre-MLP norm, residual add
+GROUPED_GEMM_SPLITS = 2  # TE GroupedLinear splits its input once per GEMM group (fc1, fc2)
+ACTIVATION_OPS = 1
+SHARED_EXPERT_OPS = 4
+
+
+def _gemm_launches(p: Problem, batch: LayoutBatch, moe: bool) -> np.ndarray:
+    """Forward GEMM kernels of one layer (the GEMMs of :mod:`autopar.cost.flops`): one per linear
+    layer, one per local expert and GEMM group in a grouped GEMM (TE multi-stream cuBLAS)."""
+    m = p.model
+    attention = (3 + (2 if m.q_lora_rank else 1)) if m.mla else 2
+    if not moe:
+        return np.full(len(batch), attention + 2.0)
+    shared = 2 if m.shared_expert_ffn_hidden_size else 0
+    return attention + 1 + 2 * (m.num_experts / batch.ep) + shared
+
+
+def layer_forward_ops(p: Problem, batch: LayoutBatch, moe: bool) -> np.ndarray:
+    """Host ops one decoder layer issues in its forward pass (module docstring)."""
+    m = p.model
+    tp_ops = np.where(batch.tp > 1, TP_OPS_PER_BLOCK, 0)
+    attention = ATTENTION_OPS + (MLA_EXTRA_OPS if m.mla else 0) + tp_ops
+    if not moe:
+        return np.ones(len(batch)) * (attention + MLP_OPS + tp_ops)
+    router = ROUTER_OPS_DEEPSEEK if m.router_bias else ROUTER_OPS_TOPK
+    dispatch = DISPATCH_OPS + np.where(batch.etp > 1, ETP_DISPATCH_OPS, 0)
+    local = m.num_experts / batch.ep
+    experts = GROUPED_GEMM_SPLITS + 2 * local + ACTIVATION_OPS
+    shared = (SHARED_EXPERT_OPS + tp_ops) if m.shared_expert_ffn_hidden_size else 0
+    return attention + MOE_BLOCK_OPS + router + dispatch + experts + shared
+
+
+def layer_backward_ops(p: Problem, batch: LayoutBatch, moe: bool) -> np.ndarray:
+    """Backward host ops: one autograd node per forward op plus a weight-gradient GEMM per
+    forward GEMM."""
+    return layer_forward_ops(p, batch, moe) + _gemm_launches(p, batch, moe)
+
+
+def stage_host_s(p: Problem, batch: LayoutBatch, n_dense: np.ndarray, n_moe: np.ndarray,
+                 recomputed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward + recompute) host seconds per micro-batch of a stage with ``n_dense``
+    dense and ``n_moe`` MoE layers, ``recomputed`` of them recomputed in full (their forward
+    ops again, at the stage's mean per layer); selective recompute adds one core-attention op
+    per layer. The embedding, output layer and MTP add a few ops and are left out."""
+    dense_fwd = layer_forward_ops(p, batch, False)
+    forward = n_dense * dense_fwd
+    backward = n_dense * (dense_fwd + _gemm_launches(p, batch, False))
+    if p.model.is_moe:
+        moe_fwd = layer_forward_ops(p, batch, True)
+        forward = forward + n_moe * moe_fwd
+        backward = backward + n_moe * (moe_fwd + _gemm_launches(p, batch, True))
+    layers = n_dense + n_moe
+    recompute = recomputed * forward / np.maximum(layers, 1) + np.where(batch.recompute == 1, layers, 0)
+    op_s = p.cluster.device.host_op_s
+    return op_s * forward, op_s * (backward + recompute)

@@ -1,0 +1,93 @@
+"""Host (CPU) launch bound of eager training (autopar.cost.host) and the DeepSeek-V3 GB200 row mapping."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from autopar.cost import host
+from autopar.cost.stage import all_stages
+from autopar.cost.stage_time import stage_time
+from autopar.specs import load_device
+from autopar.strategy import LayoutBatch, Strategy
+from autopar.validate import DEFAULT_CSV
+from autopar.validate.rows import read_rows, to_case
+from conftest import SHARED, make_problem, toy_model
+
+MIXTRAL = str(SHARED / "models" / "mixtral-8x7b.json")
+
+
+def _batch(p, s):
+    return LayoutBatch.from_strategy(s, p.train.global_batch_size)
+
+
+def test_op_counts_by_hand_mixtral_tp1():
+    # Mixtral: GQA attention, softmax top-2 router, no shared experts; ep=8 -> 1 local expert.
+    p = make_problem(MIXTRAL, gbs=64)
+    b = _batch(p, Strategy(dp=8, ep=8, zero=1))
+    assert host.layer_forward_ops(p, b, False)[0] == 8 + 5  # attention + dense MLP, no TP collectives
+    # MoE: attention 8, norm + residual 2, router 24, dispatch 12, experts 2 splits + 2 GEMMs + act.
+    assert host.layer_forward_ops(p, b, True)[0] == 8 + 2 + 24 + 12 + 5
+    # Backward: one node per forward op plus a weight-gradient GEMM per forward GEMM (QKV, out,
+    # router, fc1, fc2).
+    assert host.layer_backward_ops(p, b, True)[0] == 51 + 5
+
+
+def test_op_counts_by_hand_deepseek_v3_tp2_ep32():
+    # MLA (+11), TP collectives 2 per block, DeepSeek router 72 (Megatron-LM GB200 guide 2.1.4),
+    # 8 local experts (256/32) -> 16 grouped GEMMs, shared expert fc1/act/fc2/add + 2 collectives.
+    p = make_problem("deepseek-v3", nodes=16, gbs=1024)
+    b = _batch(p, Strategy(dp=64, tp=2, ep=32, etp=1, sp=True, zero=1))
+    attention = 8 + 11 + 2
+    moe = 2 + 72 + 12 + (2 + 16 + 1) + (3 + 1 + 2)
+    assert host.layer_forward_ops(p, b, True)[0] == attention + moe == 132
+    gemms = 5 + 1 + 16 + 2  # MLA q/kv down/up + out, router, 8 experts x 2, shared fc1/fc2
+    assert host.layer_backward_ops(p, b, True)[0] == 132 + gemms
+
+
+def test_grace_host_costs_more_per_op_than_x86():
+    # TransformerEngine #2053: torch.nn.Linear forward CPU time 37.08 us (GB200) vs 13.48 us (DGX H100).
+    assert load_device("gb200").host_op_s == pytest.approx(37.1e-6)
+    assert load_device("h100-80gb").host_op_s == pytest.approx(13.5e-6)
+
+
+def test_tiny_layers_are_host_bound_and_take_the_host_time():
+    # A toy model's kernels take microseconds: a micro-batch lasts as long as the host needs to
+    # launch its ops (forward + backward), not the GPU time.
+    p = make_problem(toy_model(), device="gb200", nodes=1, per_node=1, gbs=1, seq=8)
+    s = Strategy(dp=1, zero=1)
+    batch, stages = all_stages(p, s)
+    t = stage_time(p, batch, stages)
+    ops = 4 * (host.layer_forward_ops(p, batch, False) + host.layer_backward_ops(p, batch, False))
+    assert ops[0] == 4 * (13 + 13 + 4)  # 4 layers; backward adds QKV, out, fc1, fc2 weight GEMMs
+    assert t.total_s[0] == pytest.approx(ops[0] * 37.1e-6, rel=1e-9)
+    # Without host cost the same stage is far faster: the bound is what sets the time.
+    free = dataclasses.replace(p, cluster=p.cluster.model_copy(
+        update={"device": p.cluster.device.model_copy(update={"host_op_s": 0.0})}))
+    assert stage_time(free, batch, stages).total_s[0] < 0.2 * t.total_s[0]
+
+
+def test_large_layers_are_not_host_bound():
+    # Llama-3-70B on H100 at 8k tokens: GPU milliseconds per layer dwarf 0.4 ms of launches.
+    p = make_problem("llama3-70b", nodes=8, gbs=1024, seq=8192)
+    s = Strategy(dp=8, tp=8, pp=1, zero=1, sp=True)
+    batch, stages = all_stages(p, s)
+    free = dataclasses.replace(p, cluster=p.cluster.model_copy(
+        update={"device": p.cluster.device.model_copy(update={"host_op_s": 0.0})}))
+    assert stage_time(p, batch, stages).total_s[0] == stage_time(free, batch, stages).total_s[0]
+
+
+def _case(row_id):
+    return to_case(next(r for r in read_rows(DEFAULT_CSV) if r.id == row_id))
+
+
+def test_deepseek_v3_gb200_rows_run_unfused_attention_with_core_attention_recompute():
+    # dgxc-benchmarking launch.sh: GB200 --recompute_modules core_attn; no MLA fused attention on
+    # Blackwell before cuDNN 9.11. The H100 runs keep the family defaults.
+    gb200 = _case("DGXC2505-DSV3-GB200-BF16-128")
+    assert gb200.strategy.recompute == "selective" and not gb200.problem.train.flash_attention
+    h100 = _case("DGXC2505-DSV3-H100-BF16-512")
+    assert h100.strategy.recompute == "none" and h100.problem.train.flash_attention
+    grok = _case("DGXC2505-GROK1-GB200-BF16-128")
+    assert grok.strategy.recompute == "none" and grok.problem.train.flash_attention
