@@ -145,3 +145,24 @@ def test_bloom_rows_run_with_synchronous_launches():
     rows = {r.id: r for r in read_rows(SOURCE)}
     assert to_case(rows["BLOOMPQ-0225-13-time"]).problem.train.launch_blocking
     assert not to_case(rows["NAR21-T2-07"]).problem.train.launch_blocking
+
+
+def test_bloom_prequel_mbs_sweep_is_ranked_with_the_host_time():
+    # chronicles-prequel.md, "48 node contenders" (02-21, not in the CSV): tp8 pp12 dp4 of the
+    # 181B prequel model took 143.31 s at mbs 1 and 123.69 s at mbs 4 despite the smaller bubble;
+    # only the per-layer-pass host time of synchronous launches orders them so.
+    import dataclasses
+
+    from autopar.estimate import estimate
+    from autopar.validate.rows import Row, read_rows, to_case
+    cells = {r.id: r for r in read_rows(SOURCE)}["BLOOMPQ-0225-10-time"].cells
+
+    def step(mbs: int, blocking: bool) -> float:
+        case = to_case(Row({**cells, "dp": "4", "tp": "8", "pp": "12", "mbs": str(mbs), "gbs": "2048"}))
+        train = case.problem.train.model_copy(update={"launch_blocking": blocking})
+        p = dataclasses.replace(case.problem, train=train)
+        return float(estimate(p, case.strategy).step_time_s)
+
+    assert step(1, True) > step(4, True)
+    assert step(1, False) < step(4, False)
+    assert step(1, True) == pytest.approx(143.31, rel=0.05)
