@@ -339,7 +339,10 @@ def validate(
     """Score autopar against published measurements; write accuracy.md, rows.md, scatter.png."""
     from autopar.validate import DEFAULT_CSV, run_validation
 
-    results, paths = run_validation(csv_path or DEFAULT_CSV.resolve(), out)
+    try:
+        results, paths = run_validation(csv_path or DEFAULT_CSV.resolve(), out)
+    except OSError as err:
+        raise AutoparError(f"--out={out!r}: cannot write the report ({err.strerror})") from None
     console.print(paths["accuracy"].read_text(), highlight=False, markup=False)
     console.print(f"wrote {', '.join(str(p) for p in paths.values())}", highlight=False)
 
@@ -377,13 +380,20 @@ def export(
                   recompute_layers=recompute_layers, layers_per_stage=layers_per_stage,
                   recompute_per_stage=recompute_per_stage)
     if from_result:
+        given = sorted(k for k, v in {**layout, "dp": dp, "schedule": schedule}.items() if v is not None)
+        if given:
+            raise AutoparError(f"--from with --{', --'.join(g.replace('_', '-') for g in given)}: the layout comes "
+                               "from the search result; drop the layout options or --from")
         strategy = strategy_from_result(from_result, rank, p)
     else:
         strategy = _strategy(p, script, layout, dp, schedule)
     check_strategy(p, strategy)
     text = WRITERS[fmt](p, strategy)
     if out:
-        Path(out).write_text(text)
+        try:
+            Path(out).write_text(text)
+        except OSError as err:
+            raise AutoparError(f"--out={out!r}: cannot write ({err.strerror})") from None
         err_console.print(f"wrote {out}", highlight=False)
     else:
         sys.stdout.write(text)

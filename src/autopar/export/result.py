@@ -27,17 +27,29 @@ def strategy_from_result(path: str, rank: int, p: Problem) -> Strategy:
         layouts = doc["layouts"]
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise AutoparError(f"--from={path!r}: not a readable search result ({err})") from None
+    if not isinstance(layouts, list):
+        raise AutoparError(f"--from={path!r}: 'layouts' is a {type(layouts).__name__}, expected the list a search "
+                           "result holds")
     if not 1 <= rank <= len(layouts):
         raise AutoparError(f"--rank={rank}: the result holds layouts 1..{len(layouts)}")
-    raw = layouts[rank - 1]["strategy"]
+    raw = layouts[rank - 1].get("strategy") if isinstance(layouts[rank - 1], dict) else None
+    if not isinstance(raw, dict):
+        raise AutoparError(f"--from={path!r}: layouts[{rank - 1}] has no 'strategy' object")
     fields = {k: raw[k] for k in _FIELDS if k in raw}
-    fields["layers_per_stage"] = tuple(fields.get("layers_per_stage") or ()) or None
-    fields["recompute_per_stage"] = tuple(fields.get("recompute_per_stage") or ()) or None
+    for key in ("layers_per_stage", "recompute_per_stage"):
+        value = fields.get(key)
+        if value is not None and not isinstance(value, list):
+            raise AutoparError(f"--from={path!r}: layout {rank} {key}={value!r}: expected a list (one entry per "
+                               "pipeline stage) or null")
+        fields[key] = tuple(value or ()) or None
     try:
-        s = Strategy(**fields)
+        s = Strategy.model_validate(fields, strict=True)  # a JSON true or "8" is not a size
     except ValidationError as err:
         raise from_validation_error(err, f"{path} layout {rank}") from None
-    if s.world_size != p.world_size or raw.get("gbs", p.train.global_batch_size) != p.train.global_batch_size:
+    gbs = raw.get("gbs", p.train.global_batch_size)
+    if isinstance(gbs, bool) or not isinstance(gbs, int):
+        raise AutoparError(f"--from={path!r}: layout {rank} gbs={gbs!r}: expected an integer")
+    if s.world_size != p.world_size or gbs != p.train.global_batch_size:
         raise AutoparError(f"--from={path!r}: layout {rank} is for {s.world_size} devices and gbs {raw.get('gbs')}, "
                            f"the problem has {p.world_size} and gbs {p.train.global_batch_size}; pass the same "
                            "--nodes/--gbs as the search")

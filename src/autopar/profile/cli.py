@@ -45,6 +45,7 @@ def open_times(path: str, device: str | None, dtype: str):
         device = devices[0]
     elif device not in devices:
         raise AutoparError(f"--profile-device={device!r}: not in the database; it holds {devices}")
+    db.check(device)
     return ProfileTimes(db, device, dtype)
 
 
@@ -54,6 +55,8 @@ def profiled(p, path: str | None, device: str | None):
     block; yields a function that maps the shown layouts to :func:`coverage_doc`, or None
     without a database."""
     if path is None:
+        if device is not None:
+            raise AutoparError(f"--profile-device={device!r} needs --profile-db (the database it names a device of)")
         yield None
         return
     from autopar.cost.comm import use_link_fits

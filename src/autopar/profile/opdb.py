@@ -26,6 +26,7 @@ from autopar.errors import AutoparError
 
 SCHEMA_VERSION = 2
 NEIGHBOURHOOD = 2.0  # interpolate only between shapes whose every dimension is within 2x
+MAX_OP_S = 3600.0  # one operator or layer call: an hour is no measurement, a corrupt row
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS op (
@@ -42,6 +43,15 @@ CREATE TABLE IF NOT EXISTS comm_fit (
   bus_bandwidth_bytes_per_s REAL NOT NULL, points INTEGER NOT NULL, ranks_per_node INTEGER NOT NULL,
   versions TEXT NOT NULL, created REAL NOT NULL, PRIMARY KEY (device, collective, link, versions));
 """
+
+# Column names per table, in order, as _SCHEMA creates them (a file with other columns is refused).
+_COLUMNS = {
+    "op": ("device", "op", "shape", "dtype", "versions", "fwd_s", "fwd_spread_s", "bwd_s", "bwd_spread_s", "bytes",
+           "repeats", "saved_bytes", "peak_bytes", "created"),
+    "comm": ("device", "collective", "link", "group_size", "bytes", "time_s", "versions", "created"),
+    "comm_fit": ("device", "collective", "link", "alpha_s", "bus_bandwidth_bytes_per_s", "points", "ranks_per_node",
+                 "versions", "created"),
+}
 
 # Work of one call, for interpolating between shapes (FLOPs up to a constant, or elements).
 WORK = {
@@ -91,13 +101,51 @@ class OpDB:
         if tables and version != SCHEMA_VERSION:
             raise AutoparError(f"--profile-db={str(path)!r}: schema version {version}, this autopar reads "
                                f"{SCHEMA_VERSION}; profile again into a new file")
-        self.conn.executescript(_SCHEMA)
-        self.conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-        self.conn.commit()
+        try:
+            self.conn.executescript(_SCHEMA)
+            for table, columns in _COLUMNS.items():
+                have = [r[1] for r in self.conn.execute(f"PRAGMA table_info({table})")]
+                if have != list(columns):
+                    raise AutoparError(f"--profile-db={str(path)!r}: table {table} has columns {have}, schema "
+                                       f"version {SCHEMA_VERSION} needs {list(columns)}; profile again into a new file")
+            self.conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            self.conn.commit()
+        except sqlite3.DatabaseError as err:
+            raise AutoparError(f"--profile-db={str(path)!r}: cannot use it ({err})") from None
         self._cache: dict[tuple[str, str, str], list[tuple[dict, float, float]]] = {}
 
     def close(self) -> None:
         self.conn.close()
+
+    def check(self, device: str) -> None:
+        """Refuse rows of ``device`` that no measurement can produce, before they reach the cost
+        model: times outside (0, :data:`MAX_OP_S`) (``log`` interpolation), shapes that are not a JSON object
+        of dimensions, collective fits with latency < 0 or bus bandwidth <= 0.
+
+        Raises:
+            AutoparError: names the first bad row (op, shape, value) and what is allowed.
+        """
+        where = f"--profile-db={str(self.path)!r}"
+        for op, shape, fwd, bwd in self.conn.execute(
+                "SELECT op, shape, fwd_s, bwd_s FROM op WHERE device=?", (device,)):
+            try:
+                dims = json.loads(shape)
+            except ValueError:
+                dims = None
+            if not isinstance(dims, dict) or not all(isinstance(v, (int, float)) and v > 0 for v in dims.values()):
+                raise AutoparError(f"{where}: op {op} shape={shape!r}: expected a JSON object of positive dimensions")
+            for name, value in (("fwd_s", fwd), ("bwd_s", bwd)):
+                if not isinstance(value, (int, float)) or not 0 < value < MAX_OP_S:
+                    raise AutoparError(f"{where}: op {op} {shape} {name}={value!r}: a measured time must be in "
+                                       f"(0, {MAX_OP_S:g}) s")
+        for coll, link, alpha, bw, ranks in self.conn.execute(
+                "SELECT collective, link, alpha_s, bus_bandwidth_bytes_per_s, ranks_per_node FROM comm_fit "
+                "WHERE device=?", (device,)):
+            if not (isinstance(alpha, (int, float)) and 0 <= alpha < math.inf and isinstance(bw, (int, float))
+                    and 0 < bw < math.inf and isinstance(ranks, int) and ranks >= 1):
+                raise AutoparError(f"{where}: comm_fit {coll} {link} alpha_s={alpha!r} bus_bandwidth_bytes_per_s="
+                                   f"{bw!r} ranks_per_node={ranks!r}: needs latency >= 0 s, bandwidth > 0 B/s and "
+                                   ">= 1 rank per node, all finite")
 
     def devices(self) -> list[str]:
         """Device names with at least one operator, layer or collective-fit row."""

@@ -103,7 +103,7 @@ def _llama_like(cfg: _Config) -> dict[str, Any]:
         head_dim=cfg.integer("head_dim", default=hidden // max(heads, 1)),
         ffn_hidden_size=cfg.integer("intermediate_size", what="MLP width"),
         vocab_size=cfg.integer("vocab_size"),
-        max_position_embeddings=cfg.get("max_position_embeddings"),
+        max_position_embeddings=cfg.integer("max_position_embeddings", default=None),
         tie_word_embeddings=cfg.boolean("tie_word_embeddings", False),
         gated_mlp=act in {"silu", "swish", "gelu_pytorch_tanh", "gelu", "gelu_new"},
         norm=_norm_kind(cfg, "rmsnorm"),
@@ -128,9 +128,13 @@ def _gemma(cfg: _Config) -> dict[str, Any]:
 def _mixtral(cfg: _Config) -> dict[str, Any]:
     spec = _llama_like(cfg)
     ffn = spec["ffn_hidden_size"]  # per expert in Mixtral
+    experts = cfg.integer("num_local_experts", "num_experts")
+    if experts < 1:
+        raise AutoparError(f"{cfg.source}: field 'num_local_experts'={experts} must be >= 1 (model_type mixtral is "
+                           "a MoE model)")
     return {
         **spec,
-        "num_experts": cfg.integer("num_local_experts", "num_experts"),
+        "num_experts": experts,
         "num_experts_per_tok": cfg.integer("num_experts_per_tok"),
         "moe_ffn_hidden_size": ffn,
         "moe_layers": tuple(range(spec["num_layers"])),
@@ -143,6 +147,10 @@ def _qwen3_moe(cfg: _Config) -> dict[str, Any]:
     if step < 1:
         raise AutoparError(f"{cfg.source}: field 'decoder_sparse_step'={step} must be >= 1")
     dense_only = set(cfg.int_list("mlp_only_layers"))
+    outside = sorted(i for i in dense_only if not 0 <= i < spec["num_layers"])
+    if outside:
+        raise AutoparError(f"{cfg.source}: field 'mlp_only_layers' has {outside}: layer indices must be in "
+                           f"0..{spec['num_layers'] - 1}")
     moe = tuple(i for i in range(spec["num_layers"]) if i not in dense_only and (i + 1) % step == 0)
     return {
         **spec,
@@ -237,6 +245,9 @@ def model_from_hf_dict(raw: dict[str, Any], name: str, source: str | None = None
     source = source or name
     if not isinstance(raw, dict):
         raise AutoparError(f"{source}: a config.json must hold a JSON object, got {type(raw).__name__}")
+    if raw.get("text_config") is not None and not isinstance(raw["text_config"], dict):
+        raise AutoparError(f"{source}: field 'text_config'={raw['text_config']!r} must be an object of text-model "
+                           "fields")
     if isinstance(raw.get("text_config"), dict):  # multimodal wrappers (Gemma 3, Llama 4 ...)
         raw = {**raw["text_config"], "model_type": raw["text_config"].get("model_type", raw.get("model_type"))}
     cfg = _Config(raw, source)
@@ -281,6 +292,8 @@ def load_model(name_or_path: str) -> ModelSpec:
             raise AutoparError(f"--model: cannot read {name_or_path!r}: {err}") from None
         except json.JSONDecodeError as err:
             raise AutoparError(f"--model: {name_or_path!r} is not valid JSON ({err})") from None
+        except ValueError as err:  # e.g. an integer of more than 4300 digits
+            raise AutoparError(f"--model: {name_or_path!r}: a value cannot be read ({err})") from None
         return model_from_hf_dict(raw, name=path.stem, source=str(path))
     if name_or_path not in preset_names():
         raise AutoparError(

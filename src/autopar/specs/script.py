@@ -274,8 +274,11 @@ def precision(a: Args) -> str:
     """``fp8`` with ``--fp8-format``, else ``bf16``/``fp16``.
 
     Raises:
-        AutoparError: neither (Megatron then trains in fp32, which autopar does not plan).
+        AutoparError: neither (Megatron then trains in fp32, which autopar does not plan), or both
+            --bf16 and --fp16.
     """
+    if a.has("--bf16") and a.has("--fp16"):  # Megatron arguments.py: assert not (fp16 and bf16)
+        raise AutoparError(f"{a.source}: both --bf16 and --fp16: Megatron refuses the pair; keep one")
     if a.has("--fp8-format"):
         return "fp8"
     if a.has("--bf16"):
@@ -385,12 +388,18 @@ def layout_fields(a: Args, num_layers: int) -> dict[str, Any]:
     uneven first/last stages; full recompute ``block`` N = N layers per chunk, ``uniform`` = all).
 
     Raises:
-        AutoparError: a VPP layer count that does not divide the stage, or an unknown
-            sharding strategy.
+        AutoparError: a size flag below 1, a VPP layer count that does not divide the stage, an
+            unknown sharding strategy or recompute method.
     """
-    tp, pp = a.integer("--tensor-model-parallel-size", 1), a.integer("--pipeline-model-parallel-size", 1)
-    vpp = a.integer("--num-virtual-stages-per-pipeline-rank")
-    per_vstage = a.integer("--num-layers-per-virtual-pipeline-stage")
+    def size(flag: str, default: int | None) -> int | None:
+        value = a.integer(flag, default)
+        if value is not None and value < 1:
+            raise AutoparError(f"{a.source}: {flag}={value}: must be an integer >= 1")
+        return value
+
+    tp, pp = size("--tensor-model-parallel-size", 1), size("--pipeline-model-parallel-size", 1)
+    vpp = size("--num-virtual-stages-per-pipeline-rank", None)
+    per_vstage = size("--num-layers-per-virtual-pipeline-stage", None)
     if vpp is None and per_vstage:
         if num_layers % (pp * per_vstage):
             raise AutoparError(f"{a.source}: --num-layers-per-virtual-pipeline-stage={per_vstage} does not divide "
@@ -405,13 +414,19 @@ def layout_fields(a: Args, num_layers: int) -> dict[str, Any]:
     elif a.has("--use-torch-fsdp2"):
         zero = 3
     granularity = a.text("--recompute-granularity", "selective" if a.has("--recompute-activations") else "none")
+    if granularity not in ("none", "selective", "full"):  # Megatron's argparse choices: full, selective
+        raise AutoparError(f"{a.source}: --recompute-granularity={granularity!r}: allowed full, selective")
     layers = None
-    if granularity == "full" and a.text("--recompute-method", "uniform") == "block":
-        layers = a.integer("--recompute-num-layers", 1)
-    ep = a.integer("--expert-model-parallel-size", 1)
-    etp = a.integer("--expert-tensor-parallel-size", tp)
-    return dict(tp=tp, pp=pp, vpp=vpp or 1, cp=a.integer("--context-parallel-size", 1), ep=ep, etp=etp,
-                mbs=a.integer("--micro-batch-size", 1), sp=a.has("--sequence-parallel") and tp > 1, zero=zero,
+    method = a.text("--recompute-method", "uniform")
+    if method not in ("uniform", "block"):  # Megatron's argparse choices
+        raise AutoparError(f"{a.source}: --recompute-method={method!r}: allowed uniform, block")
+    chunk = size("--recompute-num-layers", 1)
+    if granularity == "full" and method == "block":
+        layers = chunk
+    ep = size("--expert-model-parallel-size", 1)
+    etp = size("--expert-tensor-parallel-size", tp)
+    return dict(tp=tp, pp=pp, vpp=vpp or 1, cp=size("--context-parallel-size", 1), ep=ep, etp=etp,
+                mbs=size("--micro-batch-size", 1), sp=a.has("--sequence-parallel") and tp > 1, zero=zero,
                 recompute=granularity, recompute_layers=layers, layers_per_stage=stage_split(a, num_layers, pp))
 
 
