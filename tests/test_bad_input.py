@@ -152,7 +152,7 @@ def _wrong_columns(tmp_path):
     (lambda t: _db_with(t, 0.0), "fwd_s=0.0: a measured time must be in (0, 3600) s"),
     (lambda t: _db_with(t, -1.0), "fwd_s=-1.0"),
     (lambda t: _db_with(t, 1e300), "fwd_s=1e+300"),
-    (lambda t: _db_with(t, 1e-3, "not json"), "shape='not json': expected a JSON object of positive dimensions"),
+    (lambda t: _db_with(t, 1e-3, "not json"), "shape='not json': expected a JSON object of dimensions"),
 ])
 def test_corrupt_profile_db(tmp_path, make, needle):
     path = make(tmp_path)
@@ -162,3 +162,123 @@ def test_corrupt_profile_db(tmp_path, make, needle):
 def test_profile_device_without_profile_db():
     assert "--profile-device='h100' needs --profile-db" in one_line_error(
         ["search", *LLAMA, "--profile-device", "h100"])
+
+
+# ----- device overrides (--device-set, --device-file) ------------------------------------------
+@pytest.mark.parametrize("override, needle", [
+    ("memory_gb=80", "device.memory_gb: unknown field; allowed: name, description"),
+    ("memory_bytes=true", "memory_bytes=True: expected a number, not true/false"),
+    ("peak_flops.bf16=yes", "peak_flops.bf16=True: expected a number, not true/false"),
+    ("gemm_efficiency=1e-300", "device.gemm_efficiency='1e-300': Input should be greater than or equal to 0.01"),
+    ("hbm_bandwidth_bytes_per_s=1e-30", "greater than or equal to 1000000"),
+    ("inter_node_bandwidth_bytes_per_s=1e-300", "greater than or equal to 1000000"),
+    ("intra_node_latency_s=1e30", "device.intra_node_latency_s='1e30': Input should be less than or equal to 1"),
+    ("peak_flops.bf16=1", "peak_flops.bf16=1.0: needs a dtype name and a finite value >= 1e+09 FLOP/s"),
+])
+def test_absurd_or_mistyped_device_override(override, needle):
+    assert needle in one_line_error(["search", *LLAMA, "--nodes", "2", "--top", "1", "--device-set", override])
+
+
+def test_device_file_with_an_unknown_field(tmp_path):
+    path = tmp_path / "dev.yaml"
+    path.write_text("base: h100-80gb\nhbm_bw: 3e12\n")
+    assert "device.hbm_bw: unknown field" in one_line_error(["search", "-m", "llama3-8b", "--device-file", str(path)])
+
+
+# ----- balance --layers FILE, and micro-batch counts the simulation cannot reach -----------------
+LAYER = {"forward_s": 0.01, "backward_s": 0.02, "static_bytes": 1e9, "activation_bytes": {"none": 2e9, "full": 1e8}}
+LAYERS_DOC = {"pp": 4, "num_microbatches": 16, "memory_limit_bytes": 80e9, "layers": [LAYER] * 16}
+
+
+def _layer_edit(key, value, index=3):
+    def edit(doc):
+        doc["layers"][index] = {**LAYER, key: value}
+    return edit
+
+
+@pytest.mark.parametrize("edit, needle", [
+    (lambda d: d.update(pp=10**9), "pp=1000000000 x vpp=1 exceeds the 16 layers"),
+    (lambda d: d.update(pp=4, vpp=8), "pp=4 x vpp=8 exceeds the 16 layers"),
+    (lambda d: d.update(num_microbatches=10**9), "num_microbatches=1000000000: balancing simulates every "
+     "micro-batch, at most 100000"),
+    (_layer_edit("recompute_s", [1, 2]), "layers[3].recompute_s=[1, 2]: expected a mapping from recompute options"),
+    (_layer_edit("recompute_s", {"bogus": 1.0}), "layers[3].recompute_s={'bogus': 1.0}"),
+    (_layer_edit("forward_s", True), "layers[3].forward_s=True: expected a number"),
+])
+def test_malformed_layers_file(tmp_path, edit, needle):
+    doc = copy.deepcopy(LAYERS_DOC)
+    doc["layers"] = list(doc["layers"])
+    edit(doc)
+    path = tmp_path / "layers.json"
+    path.write_text(json.dumps(doc))
+    assert needle in one_line_error(["balance", "--layers", str(path)])
+
+
+def test_balance_refuses_model_options_with_layers_and_unreachable_microbatches(tmp_path):
+    path = tmp_path / "layers.json"
+    path.write_text(json.dumps(LAYERS_DOC))
+    err = one_line_error(["balance", "--layers", str(path), "-m", "llama3-8b", "--pp", "2"])
+    assert "--layers with --model, --pp" in err
+    err = one_line_error(["balance", *LLAMA, "--pp", "4", "--dp", "2", "--gbs", str(2**30)])
+    assert "num_microbatches=536870912" in err  # 2^30 / (mbs 1 x dp 2), not a hang
+
+
+# ----- validate --csv -------------------------------------------------------------------------
+CSV_TEXT = (SHARED / "validation" / "measurements.csv").read_text().splitlines()
+
+
+def _csv(tmp_path, header: str, rows: list[str]) -> str:
+    path = tmp_path / "m.csv"
+    path.write_text("\n".join([header, *rows]) + "\n")
+    return str(path)
+
+
+def _drop_column(name):
+    def make(tmp_path):
+        import csv
+        import io
+
+        table = list(csv.reader(io.StringIO("\n".join(CSV_TEXT[:4]))))
+        i = table[0].index(name)
+        out = io.StringIO()
+        csv.writer(out).writerows([r[:i] + r[i + 1:] for r in table])
+        return _csv(tmp_path, *(lambda lines: (lines[0], lines[1:]))(out.getvalue().splitlines()))
+    return make
+
+
+def _set_cell(name, value):
+    def make(tmp_path):
+        import csv
+        import io
+
+        table = list(csv.reader(io.StringIO("\n".join(CSV_TEXT[:4]))))
+        table[1][table[0].index(name)] = value
+        out = io.StringIO()
+        csv.writer(out).writerows(table)
+        lines = out.getvalue().splitlines()
+        return _csv(tmp_path, lines[0], lines[1:])
+    return make
+
+
+@pytest.mark.parametrize("make, needle", [
+    (lambda t: _csv(t, "", []), "empty file (no header row)"),
+    (lambda t: _csv(t, CSV_TEXT[0], []), "no measurement rows below the header"),
+    (lambda t: _csv(t, CSV_TEXT[0], ["A,b,c"]), "line 2: fewer cells than the 30 columns"),
+    (_drop_column("measured_value"), "missing column(s) measured_value"),
+    (_drop_column("tp"), "none of the 3 rows can be scored (first: NAR21-T1-02: parallel layout"),
+    (_set_cell("tp", "0"), "line 2 (NAR21-T1-02): tp='0': expected a whole number >= 1"),
+    (_set_cell("layers", "x"), "layers='x': expected a whole number >= 1"),
+    (_set_cell("measured_value", "0"), "measured_value='0': expected a finite number > 0"),
+    (_set_cell("measured_value", "nan"), "measured_value='nan'"),
+])
+def test_malformed_measurements_csv(tmp_path, make, needle):
+    path = make(tmp_path)
+    assert needle in one_line_error(["validate", "--csv", path, "--out", str(tmp_path / "out")])
+
+
+def test_binary_csv_and_unwritable_report(tmp_path):
+    path = tmp_path / "m.csv"
+    path.write_bytes(b"\xff\xfe\x00")
+    assert "not a readable CSV" in one_line_error(["validate", "--csv", str(path)])
+    good = _csv(tmp_path, CSV_TEXT[0], CSV_TEXT[1:3])
+    assert "cannot write the report" in one_line_error(["validate", "--csv", good, "--out", "/dev/null/x"])

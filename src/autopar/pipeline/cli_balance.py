@@ -121,6 +121,15 @@ def balance_command(
     if layers:
         from autopar.pipeline.layers_file import load_layers_file
 
+        given = {"model": model, "script": script, "device": device, "device-file": device_file, "tp": tp, "pp": pp,
+                 "dp": dp, "cp": cp, "vpp": vpp, "ep": ep, "etp": etp, "mbs": mbs, "zero": zero, "sp": sp,
+                 "recompute": recompute, "recompute-layers": recompute_layers, "gbs": gbs, "seq-len": seq_len,
+                 "nodes": nodes}
+        clash = [f"--{k}" for k, v in given.items() if v is not None]
+        if clash:
+            raise AutoparError(f"--layers with {', '.join(clash)}: the layer file gives the costs, sizes and "
+                               "memory limit; drop those options or --layers")
+
         loaded = load_layers_file(layers)
         table, num_vpp, m, sched = loaded.table, loaded.vpp, loaded.num_microbatches, schedule or loaded.schedule
         if limit is not None:

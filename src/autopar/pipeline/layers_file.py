@@ -43,6 +43,8 @@ class LayersFile:
 
 
 def _number(path: str, where: str, value: Any, positive: bool = False) -> float:
+    if isinstance(value, bool):  # JSON true is not a time or a size
+        raise AutoparError(f"{path}: {where}={value!r}: expected a number")
     try:
         x = float(value)
     except (TypeError, ValueError):
@@ -88,6 +90,8 @@ def load_layers_file(path: str) -> LayersFile:
     layers = doc.get("layers")
     if not isinstance(layers, list) or not layers:
         raise AutoparError(f"{path}: 'layers' must be a non-empty list of per-layer entries")
+    if pp * vpp > len(layers):
+        raise AutoparError(f"{path}: pp={pp} x vpp={vpp} exceeds the {len(layers)} layers: some stage would be empty")
     first = layers[0].get("activation_bytes") if isinstance(layers[0], dict) else None
     if not isinstance(first, dict) or not first:
         raise AutoparError(f"{path}: layers[0].activation_bytes must map recompute option -> bytes")
@@ -102,6 +106,9 @@ def load_layers_file(path: str) -> LayersFile:
         fwd = _number(path, f"layers[{i}].forward_s", layer.get("forward_s"))
         bwd = _number(path, f"layers[{i}].backward_s", layer.get("backward_s"))
         rec_given = layer.get("recompute_s") or {}
+        if not isinstance(rec_given, dict) or not set(map(str, rec_given)) <= set(options):
+            raise AutoparError(f"{path}: layers[{i}].recompute_s={rec_given!r}: expected a mapping from recompute "
+                               f"options ({', '.join(options)}) to seconds")
         rec = []
         for name in options:
             default = 0.0 if name == "none" else fwd if name == "full" else None

@@ -120,7 +120,8 @@ class OpDB:
     def check(self, device: str) -> None:
         """Refuse rows of ``device`` that no measurement can produce, before they reach the cost
         model: times outside (0, :data:`MAX_OP_S`) (``log`` interpolation), shapes that are not a JSON object
-        of dimensions, collective fits with latency < 0 or bus bandwidth <= 0.
+        of dimensions (positive for the operators of :data:`WORK`), collective fits with latency
+        < 0 or bus bandwidth <= 0.
 
         Raises:
             AutoparError: names the first bad row (op, shape, value) and what is allowed.
@@ -132,8 +133,11 @@ class OpDB:
                 dims = json.loads(shape)
             except ValueError:
                 dims = None
-            if not isinstance(dims, dict) or not all(isinstance(v, (int, float)) and v > 0 for v in dims.values()):
-                raise AutoparError(f"{where}: op {op} shape={shape!r}: expected a JSON object of positive dimensions")
+            positive = op not in WORK or all(isinstance(v, (int, float)) and v > 0 for v in dims.values()) \
+                if isinstance(dims, dict) else False
+            if not positive:
+                raise AutoparError(f"{where}: op {op} shape={shape!r}: expected a JSON object of dimensions (> 0 for "
+                                   "the interpolated operators)")
             for name, value in (("fwd_s", fwd), ("bwd_s", bwd)):
                 if not isinstance(value, (int, float)) or not 0 < value < MAX_OP_S:
                     raise AutoparError(f"{where}: op {op} {shape} {name}={value!r}: a measured time must be in "

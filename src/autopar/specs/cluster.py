@@ -48,6 +48,13 @@ from autopar.errors import AutoparError, from_validation_error
 Precision = Literal["bf16", "fp16", "fp8"]
 GIB = 2**30
 MAX_NODES = 100_000  # far beyond any cluster; keeps the layout enumeration finite and fast
+# Input bounds (what a user may set, not calibration): below 1% of a peak, 1 MB/s of bandwidth or
+# 1 GFLOP/s no accelerator runs training, and a per-step latency or per-op host time of a second
+# is a typo (1 s for 1e-6 s); such values would overflow the step time rather than describe a device.
+MIN_EFFICIENCY = 0.01
+MIN_BANDWIDTH_BYTES_PER_S = 1e6
+MIN_PEAK_FLOPS = 1e9
+MAX_LATENCY_S = 1.0
 
 
 class DeviceSpec(BaseModel):
@@ -60,28 +67,41 @@ class DeviceSpec(BaseModel):
     source: str = ""
     peak_flops: dict[str, float] = Field(description="dense peak FLOP/s by dtype (bf16, fp16, fp8, fp32)")
     memory_bytes: float = Field(gt=0)
-    hbm_bandwidth_bytes_per_s: float = Field(gt=0)
-    intra_node_bandwidth_bytes_per_s: float = Field(gt=0, description="NVLink/HCCS, per direction")
-    inter_node_bandwidth_bytes_per_s: float = Field(gt=0, description="network (NIC) per device, per direction")
-    intra_node_latency_s: float = Field(default=8e-6, ge=0, description="per ring step")
-    inter_node_latency_s: float = Field(default=20e-6, ge=0, description="per ring step")
+    hbm_bandwidth_bytes_per_s: float = Field(ge=MIN_BANDWIDTH_BYTES_PER_S)
+    intra_node_bandwidth_bytes_per_s: float = Field(ge=MIN_BANDWIDTH_BYTES_PER_S, description="NVLink/HCCS, per direction")
+    inter_node_bandwidth_bytes_per_s: float = Field(ge=MIN_BANDWIDTH_BYTES_PER_S, description="network (NIC) per device, per direction")
+    intra_node_latency_s: float = Field(default=8e-6, ge=0, le=MAX_LATENCY_S, description="per ring step")
+    inter_node_latency_s: float = Field(default=20e-6, ge=0, le=MAX_LATENCY_S, description="per ring step")
     default_devices_per_node: int = Field(default=8, gt=0)
     nvlink_domain_size: int | None = Field(default=None, gt=0, description="devices sharing the fast link, if more than one node (GB200 NVL72)")
-    gemm_efficiency: float = Field(default=0.75, gt=0, le=1)
-    fp8_gemm_efficiency: float | None = Field(default=None, gt=0, le=1, description="fraction of the fp8 peak; None: as gemm_efficiency")
-    attention_efficiency: float = Field(default=0.45, gt=0, le=1)
-    memory_efficiency: float = Field(default=0.7, gt=0, le=1)
-    intra_node_comm_efficiency: float = Field(default=0.8, gt=0, le=1)
-    inter_node_comm_efficiency: float = Field(default=0.85, gt=0, le=1)
+    gemm_efficiency: float = Field(default=0.75, ge=MIN_EFFICIENCY, le=1)
+    fp8_gemm_efficiency: float | None = Field(default=None, ge=MIN_EFFICIENCY, le=1, description="fraction of the fp8 peak; None: as gemm_efficiency")
+    attention_efficiency: float = Field(default=0.45, ge=MIN_EFFICIENCY, le=1)
+    memory_efficiency: float = Field(default=0.7, ge=MIN_EFFICIENCY, le=1)
+    intra_node_comm_efficiency: float = Field(default=0.8, ge=MIN_EFFICIENCY, le=1)
+    inter_node_comm_efficiency: float = Field(default=0.85, ge=MIN_EFFICIENCY, le=1)
     framework_overhead_bytes: float = Field(default=2.0 * GIB, ge=0)
-    host_op_s: float = Field(default=13.5e-6, ge=0, description="host (CPU) seconds per eager framework op: "
+    host_op_s: float = Field(default=13.5e-6, ge=0, le=MAX_LATENCY_S, description="host (CPU) seconds per eager framework op: "
                              "Python + PyTorch dispatch + kernel launch (autopar.cost.host)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_booleans(cls, data: Any) -> Any:
+        """YAML ``true`` is not a number: refuse it instead of reading it as 1."""
+        if isinstance(data, dict):
+            values = [*data.items(), *((f"peak_flops.{k}", v) for k, v in
+                                       (data.get("peak_flops") if isinstance(data.get("peak_flops"), dict) else {}).items())]
+            for key, value in values:
+                if isinstance(value, bool):
+                    raise ValueError(f"{key}={value}: expected a number, not true/false")
+        return data
 
     @model_validator(mode="after")
     def _check_peaks(self) -> "DeviceSpec":
         for key, value in self.peak_flops.items():
-            if not key or "." in key or not math.isfinite(value) or value <= 0:
-                raise ValueError(f"peak_flops.{key}={value}: needs a dtype name and a finite value > 0")
+            if not key or "." in key or not math.isfinite(value) or value < MIN_PEAK_FLOPS:
+                raise ValueError(f"peak_flops.{key}={value}: needs a dtype name and a finite value >= "
+                                 f"{MIN_PEAK_FLOPS:g} FLOP/s")
         if "bf16" not in self.peak_flops:
             raise ValueError("peak_flops needs a 'bf16' entry")
         return self
@@ -189,6 +209,9 @@ def load_device(
             fields["peak_flops"] = {**fields.get("peak_flops", {}), **value}
         else:
             fields[key] = value
+    unknown = sorted(set(fields) - set(DeviceSpec.model_fields))
+    if unknown:
+        raise AutoparError(f"device.{unknown[0]}: unknown field; allowed: {', '.join(DeviceSpec.model_fields)}")
     fields.setdefault("name", Path(device_file).stem if device_file else "custom")
     try:
         return DeviceSpec(**fields)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from autopar.errors import AutoparError
 from autopar.validate.report import write_report
 from autopar.validate.rows import read_rows
 from autopar.validate.score import Result, score_rows
@@ -19,9 +20,13 @@ def run_validation(csv_path: str | Path, out_dir: str | Path) -> tuple[list[Resu
     """Score every row of ``csv_path`` and write the report into ``out_dir``.
 
     Raises:
-        AutoparError: the CSV does not exist.
+        AutoparError: the CSV does not exist or is malformed (see :func:`read_rows`), or no row
+            of it can be scored (the message gives the first row's reason).
     """
     results = score_rows(read_rows(csv_path))
+    if all(r.predicted is None for r in results):
+        raise AutoparError(f"--csv={str(csv_path)!r}: none of the {len(results)} rows can be scored "
+                           f"(first: {results[0].row.id}: {results[0].reason})")
     return results, write_report(results, Path(out_dir))
 
 
