@@ -27,7 +27,7 @@ SWITCHES = frozenset({
     "--use-megatron-fsdp", "--overlap-grad-reduce", "--overlap-param-gather", "--recompute-activations",
     "--distribute-saved-activations", "--use-torch-fsdp2", "--overlap-param-gather-with-optimizer-step",
     "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split",
-    "--recompute-activation-function", "--recompute-norm",
+    "--recompute-activation-function", "--recompute-norm", "--no-gradient-accumulation-fusion",
 })
 # Flags written on the line of their partner (the first/last stage pair reads as one setting).
 _SAME_LINE_AS_PREVIOUS = {"--decoder-last-pipeline-num-layers": "--decoder-first-pipeline-num-layers"}
@@ -91,11 +91,16 @@ def _zero_flags(s: Strategy, dialect: Dialect) -> dict[str, FlagValue]:
     if s.zero >= 2 and dialect == "mindspeed":
         raise AutoparError(f"MindSpeed-LLM: zero={s.zero} needs Megatron FSDP, which MindSpeed-LLM does not offer; "
                            "use zero 0 or 1 (--use-distributed-optimizer)")
-    sharded = s.zero >= 1
+    sharded, fsdp = s.zero >= 1, s.zero >= 2
     return {
-        "--use-distributed-optimizer": s.zero == 1 or None,
-        "--use-megatron-fsdp": s.zero >= 2 or None,
+        # Megatron FSDP's required flags (Megatron-LM docs/discussions/megatron-fsdp-user-guide,
+        # "Required Configurations"; ecosystem.md 1.3 rule 31): the distributed optimizer, the
+        # fsdp_dtensor checkpoint format and no gradient-accumulation fusion.
+        "--use-distributed-optimizer": sharded or None,
+        "--use-megatron-fsdp": fsdp or None,
         "--data-parallel-sharding-strategy": FSDP_STRATEGY.get(s.zero),
+        "--no-gradient-accumulation-fusion": True if fsdp else KEEP,
+        "--ckpt-format": "fsdp_dtensor" if fsdp else KEEP,
         "--overlap-grad-reduce": sharded or None,
         "--overlap-param-gather": sharded or None,
     }
