@@ -282,3 +282,16 @@ def test_binary_csv_and_unwritable_report(tmp_path):
     assert "not a readable CSV" in one_line_error(["validate", "--csv", str(path)])
     good = _csv(tmp_path, CSV_TEXT[0], CSV_TEXT[1:3])
     assert "cannot write the report" in one_line_error(["validate", "--csv", good, "--out", "/dev/null/x"])
+
+
+# ----- layouts Megatron refuses must not get a number ---------------------------------------------
+def test_tp_not_dividing_the_dense_ffn_is_rejected(tmp_path):
+    """14337 = 3 x 4779 is odd: Megatron's divide(ffn, tp) asserts for tp=8, so no estimate and
+    no search row may use tp > 1 with it (tp=1 still fits on 8 H100s)."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**LLAMA_CFG, "intermediate_size": 14337}))
+    err = one_line_error(["estimate", "-m", str(path), "--device", "h100-80gb", "--tp", "8"])
+    assert "tp_divides_ffn: tp=8 must divide ffn_hidden_size=14337" in err
+    out = runner.invoke(app, ["search", "-m", str(path), "--device", "h100-80gb", "--top", "50", "--json"])
+    assert out.exit_code == 0
+    assert {row["strategy"]["tp"] for row in json.loads(out.stdout)["layouts"]} == {1}

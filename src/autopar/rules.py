@@ -65,6 +65,12 @@ RULES: tuple[Rule, ...] = (
         "(autopar does not replicate KV heads across TP ranks)",
     ),
     Rule(
+        "tp_divides_ffn",
+        lambda p, b: (p.model.num_moe_layers == p.model.num_layers) | (p.model.ffn_hidden_size % b.tp == 0),
+        lambda p, s: f"tp={s.tp} must divide ffn_hidden_size={p.model.ffn_hidden_size} (Megatron-Core "
+        "ColumnParallelLinear/RowParallelLinear: divide(ffn, tp) asserts it; dense MLP layers)",
+    ),
+    Rule(
         "sp_needs_tp",
         lambda p, b: ~b.sp | (b.tp > 1),
         lambda p, s: "sequence parallelism (--sp) needs tp > 1 (Megatron switches it off at tp=1)",
