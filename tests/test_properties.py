@@ -81,5 +81,25 @@ def test_every_ranked_layout_passes_every_rule_and_fits(model, nodes, gbs, seq):
         assert e.fits and e.peak_memory_bytes <= p.cluster.device.memory_bytes
     marginal = [e.marginal for e in result.layouts]
     assert marginal == sorted(marginal)  # comfortable layouts first
-    times = [e.step_time_s for e in result.layouts if not e.marginal]
+    times = [round(e.step_time_s, 6) for e in result.layouts if not e.marginal]
     assert times == sorted(times)
+
+
+@settings(max_examples=6, deadline=None)
+@given(st.sampled_from(DENSE), st.sampled_from([1, 4]), st.sampled_from([64, 256]))
+def test_ranking_breaks_ties_to_the_simpler_layout_and_drops_dominated_recompute(model, nodes, gbs):
+    """Equal step times rank by simplicity_key; a layout that only adds recompute to a ranked
+    one without being faster or >= 1% lighter is not listed (autopar.search.grid._undominated)."""
+    from autopar.strategy import simplicity_key
+
+    result = search(make_problem(model, nodes=nodes, gbs=gbs, seq=4096), top_k=25)
+    ranked = [e for e in result.layouts if not e.marginal]
+    for a, b in zip(ranked, ranked[1:]):
+        if round(a.step_time_s, 6) == round(b.step_time_s, 6):
+            assert simplicity_key(a.strategy) <= simplicity_key(b.strategy)
+    strip = lambda s: s.model_copy(update={"recompute": "none", "recompute_layers": None})  # noqa: E731
+    for i, heavy in enumerate(result.layouts):
+        for light in result.layouts[:i]:
+            if strip(light.strategy) == strip(heavy.strategy):
+                assert (heavy.step_time_s < light.step_time_s - 1e-6
+                        or heavy.peak_memory_bytes < 0.99 * light.peak_memory_bytes)

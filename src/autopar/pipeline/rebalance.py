@@ -38,7 +38,7 @@ from autopar.pipeline.layers import LayerTable, layer_table
 from autopar.pipeline.schedules import in_flight_chunks
 from autopar.pipeline.split import dp_split, megatron_split, min_max_split
 from autopar.problem import Problem
-from autopar.strategy import Strategy
+from autopar.strategy import Strategy, simplicity_key
 
 TARGETS: tuple[str, ...] = ("megatron", "mindspeed", "torchtitan", "deepspeed", "galvatron", "sapp")
 ILP_TIME_LIMIT_S = 0.25  # per layout; HiGHS keeps its best answer when the limit cuts the search (machine-dependent)
@@ -160,8 +160,10 @@ def per_stage_candidates(p: Problem, s: Strategy, memory_limit_bytes: float, opt
     return out
 
 
-def _rank_key(e: Estimate) -> tuple[bool, bool, float]:
-    return (not e.fits, e.marginal, e.step_time_s)
+def _rank_key(e: Estimate) -> tuple:
+    """Fits first, comfortable before marginal, then step time (to the microsecond), then the
+    simpler layout (:func:`autopar.strategy.simplicity_key`)."""
+    return (not e.fits, e.marginal, round(e.step_time_s, 6), simplicity_key(e.strategy))
 
 
 def rebalance_estimate(p: Problem, e: Estimate, memory_margin: float, target: str = "megatron",
@@ -193,5 +195,6 @@ def rebalance_estimate(p: Problem, e: Estimate, memory_margin: float, target: st
 
 
 def rank(layouts: list[Estimate]) -> list[Estimate]:
-    """Layouts that fit first, comfortable before marginal, each by step time."""
+    """Layouts that fit first, comfortable before marginal, each by step time, ties to the
+    simpler layout."""
     return sorted(layouts, key=_rank_key)

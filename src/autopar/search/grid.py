@@ -14,7 +14,7 @@ then refines #1). Two layouts that re-balance to the same one are listed once.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -28,7 +28,7 @@ from autopar.pipeline.rebalance import TARGETS, TableCache, rank, rebalance_esti
 from autopar.problem import Problem
 from autopar.rules import RULES, first_failure
 from autopar.space import SpaceOptions, enumerate_layouts
-from autopar.strategy import LayoutBatch
+from autopar.strategy import SIMPLICITY_ORDER, LayoutBatch
 
 GIB = 2**30
 
@@ -69,6 +69,33 @@ def _counts(batch: LayoutBatch) -> list[np.ndarray]:
 def _unique(layouts: list[Estimate]) -> list[Estimate]:
     """``layouts`` without repeats (two layouts can re-balance to the same one), order kept."""
     return [e for i, e in enumerate(layouts) if all(e.strategy != o.strategy for o in layouts[:i])]
+
+
+LIGHTER_FRACTION = 0.01  # a recompute variant saving < 1% of the peak is no alternative plan
+
+
+def _undominated(batch: LayoutBatch, step_s: np.ndarray, peak_bytes: np.ndarray, order: np.ndarray,
+                 top_k: int) -> list[int]:
+    """The first ``top_k`` indices of ``order``, skipping a layout that differs from one already
+    taken only in its recompute setting and is neither faster (to the microsecond) nor lighter
+    by at least :data:`LIGHTER_FRACTION` of its peak: e.g. selective recompute that saves almost
+    no memory under flash attention and costs no time on a communication-bound step is not a
+    second plan."""
+    layout_columns = [getattr(batch, f.name) for f in fields(LayoutBatch)
+                      if f.name not in ("recompute", "recompute_layers")]
+    taken: dict[tuple, list[int]] = {}
+    out: list[int] = []
+    for i in order:
+        i = int(i)
+        same = taken.setdefault(tuple(int(c[i]) for c in layout_columns), [])
+        if any(step_s[i] >= step_s[j] - 1e-6 and peak_bytes[i] >= (1 - LIGHTER_FRACTION) * peak_bytes[j]
+               for j in same):
+            continue
+        same.append(i)
+        out.append(i)
+        if len(out) == top_k:
+            break
+    return out
 
 
 def _nothing_valid(p: Problem, rejected: dict[str, int]) -> AutoparError:
@@ -119,8 +146,9 @@ def search(
             f"dp={layout.dp} zero={layout.zero} recompute={layout.recompute}); add devices or memory"
         )
     marginal = fits & (costs.peak_memory_bytes > (1 - memory_margin) * capacity)
-    order = np.lexsort((costs.step_time_s, marginal, ~fits))
-    order = order[fits[order]][:top_k]
+    ties = tuple(getattr(valid, name) for name in reversed(SIMPLICITY_ORDER))  # last key sorts first
+    order = np.lexsort(ties + (np.round(costs.step_time_s, 6), marginal, ~fits))
+    order = _undominated(valid, costs.step_time_s, costs.peak_memory_bytes, order[fits[order]], top_k)
     layouts = [estimate(p, valid.strategy(int(i), p.model.num_layers), memory_margin) for i in order]
     cache = TableCache()  # one layer table per shard shape across the top k
     layouts = _unique(rank([rebalance_estimate(p, e, memory_margin, target, cache, use_ilp=False) for e in layouts]))
