@@ -295,3 +295,29 @@ def test_tp_not_dividing_the_dense_ffn_is_rejected(tmp_path):
     out = runner.invoke(app, ["search", "-m", str(path), "--device", "h100-80gb", "--top", "50", "--json"])
     assert out.exit_code == 0
     assert {row["strategy"]["tp"] for row in json.loads(out.stdout)["layouts"]} == {1}
+
+
+MIXTRAL_SCRIPT = (SHARED / "scripts" / "pretrain_mixtral_8x7b.sh").read_text()
+
+
+@pytest.mark.parametrize("base, old, new, needle", [
+    (BASE_SCRIPT, "TP=2", "TP=$(( 10**10**10 ))", "10**10000000000 is beyond 64-bit shell arithmetic"),  # hung
+    (BASE_SCRIPT, "TP=2", "TP=$(( 2**200 ))", "2**200 is beyond 64-bit shell arithmetic"),
+    (MIXTRAL_SCRIPT, "--moe-router-topk 2", "--moe-router-topk 2 --moe-layer-freq '[1]*10**10'",
+     "a list of 1 x 10000000000 entries is longer than 100000"),  # MemoryError
+    (MIXTRAL_SCRIPT, "--moe-router-topk 2", "--moe-router-topk 2 --moe-layer-freq 0",
+     "--moe-layer-freq=0: must be >= 1"),  # ZeroDivisionError
+    (MIXTRAL_SCRIPT, "--moe-router-topk 2", "--moe-router-topk 2 --moe-layer-freq abc",
+     "--moe-layer-freq='abc': cannot evaluate 'abc'"),
+    (BASE_SCRIPT, "--bf16", "--bf16 \\\n    --attention-backend banana",
+     "--attention-backend='banana': allowed flash, fused, unfused, local, auto"),
+    (BASE_SCRIPT, "--bf16", "--bf16 \\\n    --fp8-format e5m2", "--fp8-format='e5m2': allowed e4m3, hybrid"),
+    (BASE_SCRIPT, "--bf16", "--bf16 \\\n    --decoder-first-pipeline-num-layers -2",
+     "--decoder-first-pipeline-num-layers=-2: must be in 0..num_layers=32"),
+])
+def test_launch_script_values_beyond_what_megatron_accepts(tmp_path, base, old, new, needle):
+    assert old in base
+    path = tmp_path / "job.sh"
+    path.write_text(base.replace(old, new, 1))
+    err = one_line_error(["estimate", "--script", str(path), "--device", "h100-80gb", "--vocab-size", "32000"])
+    assert needle in err

@@ -280,6 +280,8 @@ def precision(a: Args) -> str:
     if a.has("--bf16") and a.has("--fp16"):  # Megatron arguments.py: assert not (fp16 and bf16)
         raise AutoparError(f"{a.source}: both --bf16 and --fp16: Megatron refuses the pair; keep one")
     if a.has("--fp8-format"):
+        if (fmt := a.text("--fp8-format")) not in ("e4m3", "hybrid"):  # Megatron's argparse choices
+            raise AutoparError(f"{a.source}: --fp8-format={fmt!r}: allowed e4m3, hybrid")
         return "fp8"
     if a.has("--bf16"):
         return "bf16"
@@ -292,7 +294,10 @@ def precision(a: Args) -> str:
 def flash_attention(a: Args) -> bool:
     """Fused attention unless ``--attention-backend unfused|local`` (Megatron's default ``auto``
     picks a fused kernel; ``--use-flash-attn`` is the older/MindSpeed switch)."""
-    return a.text("--attention-backend", "auto") not in ("unfused", "local")
+    backend = a.text("--attention-backend", "auto")
+    if backend not in ("flash", "fused", "unfused", "local", "auto"):  # Megatron's AttnBackend enum
+        raise AutoparError(f"{a.source}: --attention-backend={backend!r}: allowed flash, fused, unfused, local, auto")
+    return backend not in ("unfused", "local")
 
 
 def model_fields(a: Args, path: Path) -> tuple[dict[str, Any], str | None]:
@@ -348,11 +353,17 @@ def moe_layers(a: Args, num_layers: int) -> tuple[int, ...]:
     ``--first-k-dense-replace K`` (first K layers dense).
 
     Raises:
-        AutoparError: a pattern whose length is not num_layers, or an unreadable expression.
+        AutoparError: a pattern whose length is not num_layers, a frequency below 1, or an
+            unreadable expression.
     """
     freq = a.text("--moe-layer-freq", "1")
-    pattern = evaluate(freq)
+    try:
+        pattern = evaluate(freq)
+    except AutoparError as err:
+        raise AutoparError(f"{a.source}: --moe-layer-freq={freq!r}: {err}") from None
     if isinstance(pattern, int):
+        if pattern < 1:
+            raise AutoparError(f"{a.source}: --moe-layer-freq={pattern}: must be >= 1 or a list such as ([0]*3+[1]*58)")
         pattern = [1 if i % pattern == 0 else 0 for i in range(num_layers)]
     if len(pattern) != num_layers:
         raise AutoparError(f"{a.source}: --moe-layer-freq={freq!r} gives {len(pattern)} layers, "
@@ -446,6 +457,9 @@ def stage_split(a: Args, num_layers: int, pp: int) -> tuple[int, ...] | None:
             raise AutoparError(f"{a.source}: --num-layer-list={text!r}: expected integers like 7,9,8,8") from None
     first = a.integer("--decoder-first-pipeline-num-layers")
     last = a.integer("--decoder-last-pipeline-num-layers")
+    for flag, value in (("--decoder-first-pipeline-num-layers", first), ("--decoder-last-pipeline-num-layers", last)):
+        if value is not None and not 0 <= value <= num_layers:
+            raise AutoparError(f"{a.source}: {flag}={value}: must be in 0..num_layers={num_layers}")
     if (first is None and last is None) or pp == 1:
         return None
     middle_stages = pp - (first is not None) - (last is not None)
