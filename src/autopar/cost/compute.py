@@ -18,6 +18,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from autopar.cost import attention as attn
 from autopar.cost import flops as F
 from autopar.cost import fp8
 from autopar.cost import moe as moe_cost
@@ -54,10 +55,12 @@ def memory_time_s(p: Problem, num_bytes: np.ndarray) -> np.ndarray:
     return num_bytes / (dev.hbm_bandwidth_bytes_per_s * dev.memory_efficiency)
 
 
-def attention_time_s(p: Problem, flops: np.ndarray) -> np.ndarray:
-    """Seconds for fused attention of ``flops`` (bf16 even under fp8 training)."""
+def attention_time_s(p: Problem, flops: np.ndarray, block_efficiency: np.ndarray | float = 1.0) -> np.ndarray:
+    """Seconds for fused attention of ``flops`` (bf16 even under fp8 training), at the device's
+    long-sequence ``attention_efficiency`` times ``block_efficiency`` (short query/key blocks,
+    :func:`autopar.cost.attention.block_efficiency`)."""
     dev = p.cluster.device
-    return flops / (dev.peak("bf16") * dev.attention_efficiency) + KERNEL_OVERHEAD_S
+    return flops / (dev.peak("bf16") * dev.attention_efficiency * block_efficiency) + KERNEL_OVERHEAD_S
 
 
 # Measured operator and layer times (``autopar.profile.provider.ProfileTimes``) override the
@@ -100,7 +103,7 @@ def layer_forward_times(p: Problem, batch: LayoutBatch, moe: bool) -> LayerTimes
     router_s = moe_cost.MOE_EXTRA_KERNELS * KERNEL_OVERHEAD_S if moe else 0.0  # routing, permutation
     times = LayerTimes(
         gemm_s=gemm_s,
-        attention_s=attention_time_s(p, F.attention_core_flops(p, batch)),
+        attention_s=attention_time_s(p, F.attention_core_flops(p, batch), attn.block_efficiency(p, batch)),
         elementwise_s=memory_time_s(p, F.elementwise_bytes(p, batch, moe)) + router_s,
     )
     provider = _OP_TIMES.get()

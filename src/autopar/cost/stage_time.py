@@ -9,9 +9,11 @@ collectives of its parallel groups:
   volume as all-gather + reduce-scatter pairs; recomputed layers repeat the forward ones; the
   vocab-parallel embedding and output layer add one each. Not overlapped by default; with
   ``TrainSpec.tp_comm_overlap`` (TE userbuffers) only the first of tp pipelined chunks is exposed.
-* CP (ring attention, Liu et al. 2023; Megatron ``cp_comm_type=p2p``): ``cp-1`` K/V block
-  exchanges forward and twice that backward (K/V and their gradients), overlapped with the
-  attention kernels; only the excess is exposed.
+* CP (ring attention, Liu et al. 2023; Megatron ``cp_comm_type=p2p``; PyTorch/torchtitan
+  ``context_parallel``): ``cp-1`` K/V block exchanges forward, K/V plus dK/dV backward, each
+  overlapped with one ring step's attention kernel (only a step's excess is exposed), the final
+  dK/dV hand-back exposed, and the per-step softmax-correction / gradient-accumulation passes
+  (:mod:`autopar.cost.attention`).
 * EP: all-to-all dispatch and combine of the top-k token copies per MoE layer, forward and
   backward, placed by the expert rank order (:mod:`autopar.cost.moe`); MTP layers on the last
   stage (:mod:`autopar.cost.mtp`).
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autopar.cost import attention as attn
 from autopar.cost import comm
 from autopar.cost import compute as C
 from autopar.cost import flops as F
@@ -93,16 +96,22 @@ def stage_time(p: Problem, batch: LayoutBatch, stages: Stages) -> StageTime:
         gemm = (3 * n_dense + recomputed) * dense.gemm_s + 3 * n_moe * moe.gemm_s
         tp = np.maximum(tp - gemm, 0.0) + tp / batch.tp
 
-    # Context parallel: ring K/V exchange overlapped with attention (fwd x1, bwd x2).
+    # Context parallel (autopar.cost.attention): per ring step the next K/V block (backward: K/V
+    # and the running dK/dV) travels while the step's attention kernel runs; the excess of a step
+    # is exposed, and so is the last dK/dV hand-back to its owner after backward's final step.
+    # The per-step merge / gradient-accumulation passes run on the compute stream.
     m = p.model
-    kv_width = m.num_attention_heads * (m.attention_head_dim + m.v_head_dim) if m.mla else 2 * m.kv_width
-    block = F.BF16 * n_tokens * kv_width / batch.tp
-    ring_step = comm.send_recv_s(p, block, batch.cp, batch.tp)
-    ring = (batch.cp - 1) * ring_step
-    attn_fwd = dense.attention_s
-    exposed_fwd = np.maximum(ring - attn_fwd, 0.0)
-    exposed_bwd = np.maximum(2 * ring - 2 * attn_fwd, 0.0)
-    cp = np.where(batch.cp > 1, stages.layers * (exposed_fwd + exposed_bwd) + recomputed * exposed_fwd, 0.0)
+    kv_elements = n_tokens * attn.ring_kv_width(p) / batch.tp
+    kv_step = comm.send_recv_s(p, F.BF16 * kv_elements, batch.cp, batch.tp)
+    dkv_step = comm.send_recv_s(p, attn.ring_grad_bytes_per_element(p) * kv_elements, batch.cp, batch.tp)
+    attn_step = dense.attention_s / batch.cp
+    exposed_fwd = (batch.cp - 1) * np.maximum(kv_step - attn_step, 0.0)
+    exposed_bwd = (batch.cp - 1) * np.maximum(kv_step + dkv_step - 2 * attn_step, 0.0) + dkv_step
+    merge_fwd_bytes, merge_bwd_bytes = attn.ring_merge_bytes(p, batch)
+    fwd_passes = stages.layers + recomputed  # + the core attention Megatron's selective recompute reruns
+    fwd_passes = fwd_passes + np.where((batch.recompute == 1) & (p.train.framework != "torchtitan"), stages.layers, 0)
+    cp = np.where(batch.cp > 1, fwd_passes * (exposed_fwd + C.memory_time_s(p, merge_fwd_bytes))
+                  + stages.layers * (exposed_bwd + C.memory_time_s(p, merge_bwd_bytes)), 0.0)
 
     # Expert parallel (autopar.cost.moe): dispatch + combine forward and backward per MoE layer
     # (+ the etp gathers), the forward half again for recomputed MoE layers, the MTP layers.

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from autopar.cost import attention as attn
 from autopar.cost import compute as C
 from autopar.cost import flops as F
 from autopar.cost import fp8
@@ -152,7 +153,8 @@ class ProfileTimes:
     def _attention(self, p: Problem, batch: LayoutBatch, r: OpRows) -> Timed:
         """The attention core per row: ``cp`` measured blocks, or the analytic fused kernel."""
         n = len(batch)
-        analytic = np.broadcast_to(C.attention_time_s(p, F.attention_core_flops(p, batch)), (n,))
+        analytic = np.broadcast_to(C.attention_time_s(p, F.attention_core_flops(p, batch),
+                                                      attn.block_efficiency(p, batch)), (n,))
         fwd, bwd, hit = self._rows(r.name, r.dims, n)
         return Timed(r, np.where(hit, fwd * batch.cp, analytic), np.where(hit, bwd * batch.cp, 2 * analytic), hit)
 

@@ -21,7 +21,8 @@ physical meaning that holds for a whole device or interconnect (never per model 
   counting backward as 2.5x forward, i.e. x 3/3.5 on autopar's count: A100 0.62, H100 0.29).
   Default 0.45 (between A100's FA2 and the unfused bmm + softmax path of the 2021-22 Megatron
   runs); Hopper presets 0.28 (FA2 and NeMo 2024's TE/cuDNN kernels stay far below the GEMM
-  fraction on H100; see ``devices.json``).
+  fraction on H100; see ``devices.json``). This is the long-block rate: short query/key blocks
+  (short sequences, CP ring steps) run slower by :func:`autopar.cost.attention.block_efficiency`.
 * ``memory_efficiency``: fraction of HBM bandwidth that element-wise kernels (norms,
   activations, Adam) reach (STREAM-like kernels reach 80-90%; fused Megatron kernels less).
 * ``intra_node_comm_efficiency`` / ``inter_node_comm_efficiency``: NCCL bus bandwidth over the
