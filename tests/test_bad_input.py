@@ -321,3 +321,27 @@ def test_launch_script_values_beyond_what_megatron_accepts(tmp_path, base, old, 
     path.write_text(base.replace(old, new, 1))
     err = one_line_error(["estimate", "--script", str(path), "--device", "h100-80gb", "--vocab-size", "32000"])
     assert needle in err
+
+
+# ----- autopar profile: options checked before anything is measured ------------------------------
+@pytest.mark.parametrize("extra, needle", [
+    (["--repeats", "0"], "--repeats=0: must be an integer in 1..1000"),  # was: no median for empty data
+    (["--top", "0"], "--top=0: must be an integer in 1..1000"),  # was: profiled for minutes
+    (["--tp", "0"], "--tp=0: must be an integer"),  # was: ZeroDivisionError
+    (["--tp", "3"], "tp_divides_heads: tp=3 must divide num_attention_heads=32"),  # was: measured anyway
+])
+def test_profile_ops_options(tmp_path, extra, needle):
+    err = one_line_error(["profile", "ops", "--db", str(tmp_path / "p.db"), *LLAMA, *extra])
+    assert needle in err
+
+
+def test_profile_db_in_an_impossible_folder():
+    err = one_line_error(["profile", "ops", "--db", "/dev/null/p.db", *LLAMA, "--top", "1"])
+    assert "cannot create its folder" in err
+
+
+def test_profile_comm_sizes():
+    pytest.importorskip("torch")
+    assert "--sizes='abc': expected byte counts" in one_line_error(["profile", "comm", "--db", "x.db", "--sizes",
+                                                                      "abc"])
+    assert "--sizes=-1: must be an integer" in one_line_error(["profile", "comm", "--db", "x.db", "--sizes", "-1"])

@@ -17,7 +17,7 @@ import typer
 from rich.progress import Progress
 
 from autopar.cli import (Device, DeviceFile, DeviceSet, Flash, Gbs, Model, Nodes, PerNode, Precision, SeqLen,
-                         VocabPad, _problem, _user_errors, console)
+                         VocabPad, _positive, _problem, _user_errors, console)
 from autopar.errors import AutoparError
 from autopar.profile.opdb import OpDB
 
@@ -146,6 +146,7 @@ def ops(
     repeats: int = 5,
 ) -> None:
     """Measure the operator shapes a search needs (only those missing from the database)."""
+    _positive("--repeats", repeats, upper=1000)
     if missing_from:
         try:
             doc = json.loads(Path(missing_from).read_text())
@@ -163,10 +164,15 @@ def ops(
         p = _problem(model, device, nodes, devices_per_node, gbs, seq_len, precision, device_file, device_set,
                      flash_attention, vocab_pad)
         if tp is not None:
+            from autopar.rules import check_strategy
+
+            for name, value in (("--tp", tp), ("--cp", cp), ("--ep", ep), ("--etp", etp or 1), ("--mbs", mbs)):
+                _positive(name, value)
             dp = p.world_size // (tp * cp)
             layouts = [Strategy(dp=max(dp, 1), tp=tp, cp=cp, ep=ep, etp=etp, mbs=mbs, sp=sp)]
+            check_strategy(p, layouts[0])  # a layout Megatron refuses has no shapes worth measuring
         else:
-            layouts = [e.strategy for e in run_search(p, top).layouts]
+            layouts = [e.strategy for e in run_search(p, _positive("--top", top, upper=1000)).layouts]
         wanted = unique([op for s in layouts for op in strategy_ops(p, s)])
         dtype = "bf16" if p.train.precision == "fp8" else p.train.precision
     _measure_all(OpDB(db), wanted, dtype, repeats)
@@ -194,6 +200,10 @@ def layer(
 
     if not model:
         raise AutoparError("--model: required")
+    for flag, value in (("--tp", tp), ("--cp", cp), ("--ep", ep), ("--etp", etp or 1), ("--mbs", mbs),
+                        ("--repeats", repeats)):
+        _positive(flag, value, upper=1000)
+    _positive("--seq-len", seq_len, upper=2**24)
     raw = raw_config(model)
     shard = Shard(tp=tp, cp=cp, ep=ep, etp=etp or tp, mbs=mbs, seq=seq_len)
     device, name = O.local_device()
@@ -225,6 +235,13 @@ def comm(
     from autopar.profile import ops as O
     from autopar.profile.comm import COLLECTIVES, fit, sweep
 
+    try:
+        message_bytes = [int(s) for s in sizes.split(",")]
+    except ValueError:
+        raise AutoparError(f"--sizes={sizes!r}: expected byte counts like 65536,1048576") from None
+    for size in message_bytes:
+        _positive("--sizes", size, upper=2**34)
+    _positive("--repeats", repeats, upper=1000)
     if "RANK" not in os.environ:
         raise AutoparError("profile comm: launch it with torchrun, e.g. 'torchrun --nproc-per-node 8 "
                            "-m autopar.profile comm --db FILE'")
@@ -233,7 +250,7 @@ def comm(
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
     dist.init_process_group(backend)
     try:
-        samples = sweep([int(s) for s in sizes.split(",")], repeats)
+        samples = sweep(message_bytes, repeats)
     finally:
         dist.destroy_process_group()
     if not samples:

@@ -91,13 +91,15 @@ class OpDB:
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
             self.conn = sqlite3.connect(self.path)
             version = self.conn.execute("PRAGMA user_version").fetchone()[0]
             tables = self.conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
         except sqlite3.DatabaseError as err:
             raise AutoparError(f"--profile-db={str(path)!r}: not an autopar profile database ({err})") from None
+        except OSError as err:
+            raise AutoparError(f"--profile-db={str(path)!r}: cannot create its folder ({err.strerror})") from None
         if tables and version != SCHEMA_VERSION:
             raise AutoparError(f"--profile-db={str(path)!r}: schema version {version}, this autopar reads "
                                f"{SCHEMA_VERSION}; profile again into a new file")
