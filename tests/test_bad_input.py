@@ -345,3 +345,16 @@ def test_profile_comm_sizes():
     assert "--sizes='abc': expected byte counts" in one_line_error(["profile", "comm", "--db", "x.db", "--sizes",
                                                                       "abc"])
     assert "--sizes=-1: must be an integer" in one_line_error(["profile", "comm", "--db", "x.db", "--sizes", "-1"])
+
+
+def test_balance_refuses_layer_counts_its_exact_split_cannot_finish(tmp_path):
+    """10,000 layers (ModelSpec's limit) took ~15 min in the quadratic split DP; now one line."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**LLAMA_CFG, "num_hidden_layers": 10_000}))
+    err = one_line_error(["balance", "-m", str(path), "--device", "h100-80gb", "--nodes", "8", "--pp", "64",
+                          "--dp", "1", "--tp", "1"])
+    assert "num_layers=10000: balancing splits at most 1024 layers" in err
+
+
+def test_empty_model_name():
+    assert "--model='': empty" in one_line_error(["search", "-m", "", "--device", "h100-80gb"])

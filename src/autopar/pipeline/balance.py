@@ -39,6 +39,9 @@ FORMS = ("explicit", "megatron")
 # The event simulation costs about 0.15 ms per micro-batch (pp 4, 16 layers): 100k keeps a
 # balance run under ~20 s; real jobs run tens to a few thousand micro-batches per step.
 MAX_MICROBATCHES = 100_000
+# The exact split is a dynamic program quadratic in the layer count: 1,000 layers take ~10 s at
+# pp 64, 10,000 would take ~15 min; the deepest published models have about 130 layers.
+MAX_LAYERS = 1024
 GIB = 2.0**30
 
 
@@ -173,12 +176,15 @@ def balance(table: LayerTable, vpp: int, num_microbatches: int, schedule: str,
 
     Raises:
         AutoparError: unknown form/option/schedule, sizes the schedule cannot run, more than
-            :data:`MAX_MICROBATCHES` micro-batches, vpp not dividing the layers, or no split
-            fitting in memory (with what an even split needs).
+            :data:`MAX_MICROBATCHES` micro-batches or :data:`MAX_LAYERS` layers, vpp not dividing
+            the layers, or no split fitting in memory (with what an even split needs).
     """
     start = time.perf_counter()
     pp = table.pp
     check_schedule(schedule, pp, vpp, num_microbatches)
+    if table.num_layers > MAX_LAYERS:
+        raise AutoparError(f"num_layers={table.num_layers}: balancing splits at most {MAX_LAYERS} layers "
+                           "(the exact split is quadratic in the layer count)")
     if num_microbatches > MAX_MICROBATCHES:
         raise AutoparError(f"num_microbatches={num_microbatches}: balancing simulates every micro-batch, at most "
                            f"{MAX_MICROBATCHES}; lower --gbs or raise --mbs/--dp")

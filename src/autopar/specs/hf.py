@@ -280,6 +280,8 @@ def load_model(name_or_path: str) -> ModelSpec:
     Raises:
         AutoparError: unreadable file, invalid JSON, unknown preset, or an invalid config.
     """
+    if not name_or_path.strip():
+        raise AutoparError(f"--model={name_or_path!r}: empty; give a config.json path or a preset name")
     path = Path(name_or_path)
     if path.suffix == ".json" or path.exists():
         if path.is_dir():
