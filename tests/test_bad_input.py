@@ -204,6 +204,8 @@ def _layer_edit(key, value, index=3):
     (_layer_edit("recompute_s", [1, 2]), "layers[3].recompute_s=[1, 2]: expected a mapping from recompute options"),
     (_layer_edit("recompute_s", {"bogus": 1.0}), "layers[3].recompute_s={'bogus': 1.0}"),
     (_layer_edit("forward_s", True), "layers[3].forward_s=True: expected a number"),
+    (_layer_edit("forward_s", 1e308), "layers[3].forward_s=1e+308: at most 3600 s"),  # was: overflow warnings
+    (_layer_edit("recompute_s", {"full": 1e9}), "layers[3].recompute_s.full=1000000000.0: at most 3600 s"),
 ])
 def test_malformed_layers_file(tmp_path, edit, needle):
     doc = copy.deepcopy(LAYERS_DOC)

@@ -32,6 +32,9 @@ from autopar.errors import AutoparError
 from autopar.pipeline.layers import LayerTable
 
 
+MAX_LAYER_S = 3600.0  # one layer's forward/backward/recompute or one send: an hour is a typo, not a time
+
+
 @dataclass(frozen=True)
 class LayersFile:
     """A parsed ``--layers`` file: the table plus the pipeline sizes it asks for."""
@@ -51,6 +54,9 @@ def _number(path: str, where: str, value: Any, positive: bool = False) -> float:
         raise AutoparError(f"{path}: {where}={value!r}: expected a number") from None
     if not np.isfinite(x) or x < 0 or (positive and x == 0):
         raise AutoparError(f"{path}: {where}={value!r}: must be {'> 0' if positive else '>= 0'}")
+    seconds = where.endswith("_s") or ".recompute_s." in where
+    if seconds and x > MAX_LAYER_S:
+        raise AutoparError(f"{path}: {where}={value!r}: at most {MAX_LAYER_S:g} s (one layer's pass or send)")
     return x
 
 
