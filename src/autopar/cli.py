@@ -72,6 +72,15 @@ def _user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+def for_target(p: Problem, target: str) -> Problem:
+    """``p`` costed and checked as the ``target`` export format runs it: ``torchtitan`` sets
+    ``TrainSpec.framework='torchtitan'`` (fp32 FSDP2 shards, per-op SAC, fp32 loss, and FSDP2 with
+    pp > 1 allowed by rule ``zero_with_pp``); other targets leave ``p`` unchanged."""
+    if target != "torchtitan":
+        return p
+    return Problem(p.model, p.cluster, p.train.model_copy(update={"framework": "torchtitan"}))
+
+
 def target_warning(p: Problem, layouts: list, target: str) -> str | None:
     """One line when ``--target``'s writer refuses the #1 layout, else None.
 
@@ -173,6 +182,7 @@ def search(
 
     p = _problem(model, device, nodes, devices_per_node, gbs, seq_len, precision, device_file, device_set,
                  flash_attention, vocab_pad, script, vocab_size, moe_token_imbalance, fp8_param_storage)
+    p = for_target(p, target)
     if not 0 <= memory_margin < 1:
         raise AutoparError(f"--memory-margin={memory_margin}: must be in [0, 1)")
     if write_script and not script:
@@ -374,8 +384,8 @@ def export(
 
     if fmt not in WRITERS:
         raise AutoparError(f"--format={fmt!r}: allowed {', '.join(WRITERS)}")
-    p = _problem(model, device, nodes, devices_per_node, gbs, seq_len, precision, device_file, device_set,
-                 flash_attention, vocab_pad, script, vocab_size, moe_token_imbalance, fp8_param_storage)
+    p = for_target(_problem(model, device, nodes, devices_per_node, gbs, seq_len, precision, device_file, device_set,
+                            flash_attention, vocab_pad, script, vocab_size, moe_token_imbalance, fp8_param_storage), fmt)
     layout = dict(tp=tp, pp=pp, cp=cp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, zero=zero, sp=sp, recompute=recompute,
                   recompute_layers=recompute_layers, layers_per_stage=layers_per_stage,
                   recompute_per_stage=recompute_per_stage)

@@ -63,6 +63,7 @@ class Estimate:
             "zero": s.zero, "sp": s.sp, "recompute": s.recompute, "recompute_layers": s.recompute_layers,
             "schedule": s.schedule, "layers_per_stage": list(s.layers_per_stage or ()),
             "recompute_per_stage": list(s.recompute_per_stage) if s.recompute_per_stage else None,
+            "account_for_embedding": s.account_for_embedding, "account_for_loss": s.account_for_loss,
         }
         return {
             "strategy": strategy,
@@ -91,7 +92,9 @@ def estimate(p: Problem, s: Strategy, memory_margin: float = DEFAULT_MEMORY_MARG
     """
     check_strategy(p, s)
     if s.layers_per_stage is None:
-        s = s.model_copy(update={"layers_per_stage": default_layers_per_stage(p.model.num_layers, s.pp)})
+        s = s.model_copy(update={"layers_per_stage": default_layers_per_stage(p.model.num_layers, s.pp,
+                                                                          s.account_for_embedding,
+                                                                          s.account_for_loss)})
     batch, stages = all_stages(p, s)
     rows = [batch.take(np.array([i])) for i in range(s.pp)]  # stage i with its own recompute option
     views = [Stages(index=stages.index[i:i + 1], start=stages.start[i:i + 1], layers=stages.layers[i:i + 1])

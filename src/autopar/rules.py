@@ -18,7 +18,7 @@ import numpy as np
 
 from autopar.errors import LayoutError
 from autopar.problem import Problem
-from autopar.strategy import LayoutBatch, Strategy, split_first_middle_last
+from autopar.strategy import LayoutBatch, Strategy, default_layers_per_stage, split_first_middle_last
 
 Check = Callable[[Problem, LayoutBatch], np.ndarray]
 Reason = Callable[[Problem, Strategy], str]
@@ -38,8 +38,32 @@ def _layers(p: Problem) -> int:
 
 
 def _uneven_split_ok(p: Problem, b: LayoutBatch) -> np.ndarray:
-    first, _, last = split_first_middle_last(np.full(len(b), _layers(p)), b.pp)
+    first, _, last = split_first_middle_last(np.full(len(b), _layers(p)), b.pp, b.account_embedding, b.account_loss)
     return (b.pp <= _layers(p)) & (first >= 1) & (last >= 1)
+
+
+def _accounted_layers(p: Problem, b: LayoutBatch) -> np.ndarray:
+    """``L' = L + e + l``: decoder layers plus the embedding / loss counted as layers."""
+    return _layers(p) + b.account_embedding.astype(np.int64) + b.account_loss.astype(np.int64)
+
+
+def _embedding_loss_split_ok(p: Problem, b: LayoutBatch) -> np.ndarray:
+    """Megatron-Core ``TransformerConfig.__post_init__``: ``L' % pp == 0`` and
+    ``(L' / pp) % vpp == 0``; autopar also wants >= 1 decoder layer in the chunk that holds
+    the embedding (loss), i.e. ``L' / (pp * vpp) >= 2`` unless one chunk holds everything."""
+    total, pp, vpp = _accounted_layers(p, b), np.maximum(b.pp, 1), np.maximum(b.vpp, 1)
+    whole = (total % pp == 0) & ((total // pp) % vpp == 0)
+    per_chunk = total // (pp * vpp)
+    return ~b.accounted | (whole & ((pp * vpp == 1) | (per_chunk >= 2)))
+
+
+def _embedding_loss_reason(p: Problem, s: Strategy) -> str:
+    e, l = int(s.account_for_embedding), int(s.account_for_loss)
+    total = _layers(p) + e + l
+    return (f"with the embedding/loss counted as layers (--account-for-embedding/loss-in-pipeline-split) "
+            f"num_layers + {e} + {l} = {total} must be a multiple of pp*vpp = {s.pp}*{s.vpp} = {s.pp * s.vpp}, "
+            f"with >= 2 per model chunk so the embedding and loss chunks keep a decoder layer (Megatron-Core "
+            f"TransformerConfig: 'num_layers ... must be divisible by pipeline_model_parallel_size')")
 
 
 def _gbs(p: Problem) -> int:
@@ -99,10 +123,13 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "interleaved_layer_split",
-        lambda p, b: (b.vpp == 1) | ((_layers(p) % b.pp == 0) & ((_layers(p) // np.maximum(b.pp, 1)) % b.vpp == 0)),
+        lambda p, b: (b.vpp == 1) | b.accounted
+        | ((_layers(p) % b.pp == 0) & ((_layers(p) // np.maximum(b.pp, 1)) % b.vpp == 0)),
         lambda p, s: f"interleaving needs num_layers/pp = {_layers(p)}/{s.pp} = {_layers(p) / s.pp:g} to be "
-        f"a whole number divisible by vpp={s.vpp} (Megatron: layers per virtual stage must be an integer)",
+        f"a whole number divisible by vpp={s.vpp} (Megatron: layers per virtual stage must be an integer; "
+        f"or count the embedding and loss as layers if (num_layers + 2)/(pp*vpp) is whole)",
     ),
+    Rule("embedding_loss_split", _embedding_loss_split_ok, _embedding_loss_reason),
     Rule(
         "uneven_layer_split",
         _uneven_split_ok,
@@ -129,10 +156,11 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "zero_with_pp",
-        lambda p, b: (b.zero <= 1) | (b.pp == 1),
+        lambda p, b: (b.zero <= 1) | (b.pp == 1) | ((b.zero == 3) & (p.train.framework == "torchtitan")),
         lambda p, s: f"ZeRO stage {s.zero} shards gradients/parameters per micro-batch and autopar does "
         "not combine it with pipeline parallelism (DeepSpeed's pipeline engine and Megatron's "
-        "--use-torch-fsdp2 refuse it; torchtitan's FSDP2 + PP is not modelled); use zero <= 1 with pp > 1",
+        "--use-torch-fsdp2 refuse it); use zero <= 1 with pp > 1, or zero 3 on torchtitan (--target/--format "
+        "torchtitan: FSDP2 + PP keeps each stage gathered and reduce-scatters its gradients once per step)",
     ),
     Rule(
         "recompute_layers",
@@ -193,6 +221,13 @@ def _explicit_split_reasons(p: Problem, s: Strategy) -> list[str]:
     if s.layers_per_stage is None:
         return []
     stages = s.layers_per_stage
+    if s.account_for_embedding or s.account_for_loss:  # the flags fix the split (ecosystem.md 1.3 rule 22)
+        derived = default_layers_per_stage(_layers(p), s.pp, s.account_for_embedding, s.account_for_loss)
+        if derived is not None and tuple(stages) != derived:
+            return [f"layers_per_stage {','.join(map(str, stages))} with the embedding/loss counted as layers: "
+                    f"Megatron derives the split itself ({','.join(map(str, derived))}) and cannot combine "
+                    "--account-for-embedding/loss-in-pipeline-split with --decoder-first/last-pipeline-num-layers"]
+        return []
     reasons = []
     if len(stages) != s.pp:
         reasons.append(f"layers_per_stage has {len(stages)} entries but pp={s.pp}")
@@ -212,7 +247,8 @@ def check_strategy(p: Problem, s: Strategy) -> None:
     """
     batch = LayoutBatch.from_strategy(s, p.train.global_batch_size)
     failing = [r for r in RULES if not bool(np.asarray(r.check(p, batch))[0])]
-    if s.layers_per_stage is not None:  # an explicit split replaces the default-split rules
+    if s.layers_per_stage is not None and not (s.account_for_embedding or s.account_for_loss):
+        # an explicit split replaces the default-split rules (with the flags it must equal the default)
         failing = [r for r in failing if r.name not in {"uneven_layer_split", "interleaved_layer_split"}]
     messages = [f"{r.name}: {r.reason(p, s)}" for r in failing]
     split = _explicit_split_reasons(p, s)

@@ -4,6 +4,14 @@ Every combination of: ``tp``, ``cp``, ``pp`` whose product divides the world (``
 rest), ``vpp`` (1, or a divisor >= 2 of the layers per stage), ``mbs``, ZeRO stage, SP on/off,
 activation recompute (none, selective, full on every layer, or full on 1/4, 1/2, 3/4 of each
 chunk's layers), and for MoE models ``ep`` (divisors of the expert count) with ``etp`` = tp or 1.
+
+Embedding/loss-aware splits (Megatron's ``--account-for-embedding-in-pipeline-split`` and
+``--account-for-loss-in-pipeline-split``, both on) are offered for a ``(pp, vpp > 1)`` exactly
+when they make interleaving possible: ``L / pp`` is not a whole multiple of vpp but
+``(L + 2) / (pp * vpp)`` is a whole number >= 2 (Llama-3.1-405B: 126 layers, pp 8, vpp 8,
+NVIDIA's recipe). With vpp 1 they are not offered: whenever ``(L + 2) % pp == 0`` and
+``L % pp != 0`` they give the same split as the default uneven one (first and last stage one
+layer lighter), so they would only duplicate layouts.
 The rules (:mod:`autopar.rules`) then reject what Megatron-LM would reject, by name.
 """
 
@@ -38,8 +46,9 @@ class SpaceOptions:
     cp: tuple[int, ...] | None = None
 
 
-def _grid(p: Problem, opt: SpaceOptions) -> list[tuple[int, int, int, int]]:
-    """(tp, cp, pp, vpp) combinations whose tp*cp*pp divides the world."""
+def _grid(p: Problem, opt: SpaceOptions) -> list[tuple[int, int, int, int, int]]:
+    """(tp, cp, pp, vpp, accounted) combinations whose tp*cp*pp divides the world; accounted
+    1 = the embedding and loss count as layers (see the module docstring)."""
     world, layers = p.world_size, p.model.num_layers
     out = []
     for tp in opt.tp or divisors(world):
@@ -52,7 +61,10 @@ def _grid(p: Problem, opt: SpaceOptions) -> list[tuple[int, int, int, int]]:
                 vpps = [1]
                 if pp > 1 and layers % pp == 0:
                     vpps += [v for v in divisors(layers // pp) if 2 <= v <= opt.max_vpp]
-                out.extend((tp, cp, pp, v) for v in vpps)
+                out.extend((tp, cp, pp, v, 0) for v in vpps)
+                if pp > 1 and (layers + 2) % pp == 0:
+                    out.extend((tp, cp, pp, v, 1) for v in divisors((layers + 2) // pp)
+                               if 2 <= v <= opt.max_vpp and v not in vpps and (layers + 2) // (pp * v) >= 2)
     return out
 
 
@@ -85,21 +97,23 @@ def enumerate_layouts(p: Problem, opt: SpaceOptions | None = None) -> LayoutBatc
     opt = opt or SpaceOptions()
     blocks = []
     mbs, zero, sp = np.asarray(opt.mbs), np.asarray(opt.zero), np.asarray([0, 1])
-    for tp, cp, pp, vpp in _grid(p, opt):
+    for tp, cp, pp, vpp, accounted in _grid(p, opt):
         dp = p.world_size // (tp * cp * pp)
         experts = np.asarray(_expert_options(p, tp), dtype=np.int64)
         recompute = np.asarray(_recompute_options(p, pp, vpp, opt), dtype=np.int64)
         ie, ir, m, z, s = _product(np.arange(len(experts)), np.arange(len(recompute)), mbs, zero, sp)
-        block = np.empty((len(ie), 12), dtype=np.int64)
+        block = np.empty((len(ie), 13), dtype=np.int64)
         block[:, :5] = (dp, tp, pp, vpp, cp)
         block[:, 5:7] = experts[ie]
         block[:, 7], block[:, 8], block[:, 9] = m, s, z
         block[:, 10:12] = recompute[ir]
+        block[:, 12] = accounted
         blocks.append(block)
-    a = np.concatenate(blocks) if blocks else np.zeros((0, 12), dtype=np.int64)
+    a = np.concatenate(blocks) if blocks else np.zeros((0, 13), dtype=np.int64)
     gbs = p.train.global_batch_size
     return LayoutBatch(
         dp=a[:, 0], tp=a[:, 1], pp=a[:, 2], vpp=a[:, 3], cp=a[:, 4], ep=a[:, 5], etp=a[:, 6],
         mbs=a[:, 7], sp=a[:, 8].astype(bool), zero=a[:, 9], recompute=a[:, 10],
         recompute_layers=a[:, 11], num_microbatches=gbs // (a[:, 7] * a[:, 0]),
+        account_embedding=a[:, 12].astype(bool), account_loss=a[:, 12].astype(bool),
     )

@@ -42,6 +42,15 @@ class Strategy(BaseModel):
     must be None, and a tuple with one distinct value is stored as ``None`` with that
     ``recompute``. Megatron-LM, MindSpeed-LLM, torchtitan and DeepSpeed have one setting for
     all stages, so their writers refuse such a layout (:mod:`autopar.export.per_stage`).
+
+    ``account_for_embedding`` / ``account_for_loss``: Megatron-LM's
+    ``--account-for-embedding-in-pipeline-split`` / ``--account-for-loss-in-pipeline-split``
+    (two flags, as there: either can be set alone). Each counts the input embedding (output
+    layer + loss) as one more layer, ``L' = L + e + l``; every model chunk gets
+    ``L' / (pp * vpp)`` slots and the first chunk of stage 0 (last chunk of stage pp-1) gives
+    one slot to the embedding (loss). Source: Megatron-Core ``TransformerConfig.__post_init__``
+    and ``transformer_block.get_num_layers_to_build``; ecosystem.md 1.3 rules 21-22 (not
+    combinable with an uneven ``layers_per_stage``).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -61,6 +70,8 @@ class Strategy(BaseModel):
     schedule: Schedule = "1f1b"
     layers_per_stage: tuple[int, ...] | None = None
     recompute_per_stage: tuple[Recompute, ...] | None = None
+    account_for_embedding: bool = False
+    account_for_loss: bool = False
 
     @model_validator(mode="before")
     @classmethod
@@ -121,16 +132,25 @@ def simplicity_key(s: Strategy) -> tuple[int, ...]:
                  for name in SIMPLICITY_ORDER)
 
 
-def default_layers_per_stage(num_layers: int, pp: int) -> tuple[int, ...] | None:
-    """Megatron-style split of ``num_layers`` over ``pp`` stages, or ``None`` if none exists.
+def default_layers_per_stage(num_layers: int, pp: int, embedding: bool = False,
+                             loss: bool = False) -> tuple[int, ...] | None:
+    """Megatron-style split of ``num_layers`` decoder layers over ``pp`` stages, or ``None``.
 
-    Even when ``pp`` divides the layers. Otherwise middle stages get ``ceil(L/pp)`` layers and
-    the remainder goes to the first and last stages (the last one lighter, since it also runs
-    the output layer and loss), i.e. ``--decoder-first-pipeline-num-layers`` /
-    ``--decoder-last-pipeline-num-layers``. Returns ``None`` when that leaves the first or last
-    stage empty.
+    Without ``embedding``/``loss``: even when ``pp`` divides the layers. Otherwise middle
+    stages get ``ceil(L/pp)`` layers and the remainder goes to the first and last stages (the
+    last one lighter, since it also runs the output layer and loss), i.e.
+    ``--decoder-first-pipeline-num-layers`` / ``--decoder-last-pipeline-num-layers``.
+
+    With ``embedding`` (``loss``), Megatron's ``--account-for-embedding-in-pipeline-split``
+    (``--account-for-loss-in-pipeline-split``): every stage gets ``(L + e + l) / pp`` slots and
+    stage 0 (pp-1) one decoder layer fewer; e.g. 126 layers, pp 8, both: 15, 16 x 6, 15
+    (Megatron-Core ``get_num_layers_to_build``). Divisibility is the rules' job
+    (:mod:`autopar.rules`); this floors.
+
+    Returns ``None`` when the split leaves the first or last stage without a decoder layer.
     """
-    first, middle, last = split_first_middle_last(np.asarray(num_layers), np.asarray(pp))
+    first, middle, last = split_first_middle_last(np.asarray(num_layers), np.asarray(pp),
+                                                  np.asarray(embedding), np.asarray(loss))
     if first < 1 or last < 1:
         return None
     if pp == 1:
@@ -138,10 +158,14 @@ def default_layers_per_stage(num_layers: int, pp: int) -> tuple[int, ...] | None
     return (int(first),) + (int(middle),) * (pp - 2) + (int(last),)
 
 
-def split_first_middle_last(num_layers: np.ndarray, pp: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Vectorised :func:`default_layers_per_stage`: layers on stage 0, each middle stage, and
-    the last stage. Invalid splits show up as first or last < 1."""
+def split_first_middle_last(num_layers: np.ndarray, pp: np.ndarray, embedding: np.ndarray | bool = False,
+                            loss: np.ndarray | bool = False) -> tuple[np.ndarray, ...]:
+    """Vectorised :func:`default_layers_per_stage`: decoder layers on stage 0, each middle
+    stage, and the last stage (arrays broadcast to one shape). Invalid splits show up as first
+    or last < 1. Where ``embedding`` or ``loss`` is set, stage ``i`` holds
+    ``(L + e + l) // pp`` slots less the embedding on stage 0 and the loss on stage pp-1."""
     num_layers, pp = np.asarray(num_layers), np.asarray(pp)
+    e, l = np.asarray(embedding, dtype=np.int64), np.asarray(loss, dtype=np.int64)
     even = num_layers % pp == 0
     middle = -(-num_layers // pp)  # ceil
     rest = num_layers - (pp - 2) * middle  # what first + last share (pp >= 2)
@@ -150,7 +174,36 @@ def split_first_middle_last(num_layers: np.ndarray, pp: np.ndarray) -> tuple[np.
     first = np.where(even, num_layers // pp, first)
     last = np.where(even, num_layers // pp, last)
     middle = np.where(even, num_layers // pp, middle)
+    accounted = (e + l) > 0
+    slots = (num_layers + e + l) // pp
+    first = np.where(accounted, np.where(pp == 1, num_layers, slots - e), first)
+    last = np.where(accounted, np.where(pp == 1, num_layers, slots - l), last)
+    middle = np.where(accounted, slots, middle)
     return first, middle, last
+
+
+def layers_per_chunk(num_layers: int, pp: int, vpp: int, embedding: bool = False,
+                     loss: bool = False) -> np.ndarray:
+    """Decoder layers of each model chunk under Megatron's default interleaved split, shape
+    ``(pp, vpp)`` (``[rank, chunk]``; with vpp 1 one column).
+
+    Each chunk holds ``(L + e + l) / (pp * vpp)`` slots; the embedding takes one on chunk 0 of
+    rank 0 and the loss one on chunk vpp-1 of rank pp-1 (Megatron-Core
+    ``get_num_layers_to_build``: first / last virtual stage builds one layer fewer). E.g. 126
+    layers, pp 8, vpp 8, both: chunk [0, 0] and [7, 7] hold 1 layer, every other chunk 2.
+
+    Raises:
+        ValueError: ``L + e + l`` is not a multiple of ``pp * vpp`` (the rules reject such a
+            layout first: ``interleaved_layer_split`` / ``embedding_loss_split``).
+    """
+    total = num_layers + int(embedding) + int(loss)
+    if total % (pp * vpp):
+        raise ValueError(f"num_layers={num_layers} (+{int(embedding)} embedding +{int(loss)} loss) = {total} "
+                         f"is not a multiple of pp*vpp = {pp * vpp}")
+    chunks = np.full((pp, vpp), total // (pp * vpp), dtype=np.int64)
+    chunks[0, 0] -= int(embedding)
+    chunks[-1, -1] -= int(loss)
+    return chunks
 
 
 @dataclass
@@ -159,6 +212,8 @@ class LayoutBatch:
 
     ``recompute`` holds :data:`RECOMPUTE_CODES`; ``recompute_layers`` 0 means "all layers";
     ``etp`` is already resolved (never None). ``num_microbatches`` is gbs / (mbs * dp).
+    ``account_embedding`` / ``account_loss`` (bool) are :attr:`Strategy.account_for_embedding`
+    / ``account_for_loss``; omitted, they are all False.
     """
 
     dp: np.ndarray
@@ -174,6 +229,18 @@ class LayoutBatch:
     recompute: np.ndarray
     recompute_layers: np.ndarray
     num_microbatches: np.ndarray
+    account_embedding: np.ndarray | None = None
+    account_loss: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("account_embedding", "account_loss"):
+            if getattr(self, name) is None:
+                setattr(self, name, np.zeros(self.dp.shape[0], dtype=bool))
+
+    @property
+    def accounted(self) -> np.ndarray:
+        """Where the split counts the embedding or the loss as a layer (bool, ``(n,)``)."""
+        return self.account_embedding | self.account_loss
 
     def __len__(self) -> int:
         return int(self.dp.shape[0])
@@ -203,17 +270,20 @@ class LayoutBatch:
             recompute=col(RECOMPUTE_CODES[s.recompute]),
             recompute_layers=col(s.recompute_layers or 0),
             num_microbatches=col(global_batch_size // (s.mbs * s.dp)),
+            account_embedding=col(s.account_for_embedding, bool), account_loss=col(s.account_for_loss, bool),
         )
 
     def strategy(self, i: int, num_layers: int) -> Strategy:
         """Row ``i`` as a :class:`Strategy` with its default stage split written out."""
         pp = int(self.pp[i])
         recompute = RECOMPUTE_NAMES[int(self.recompute[i])]
+        embedding, loss = bool(self.account_embedding[i]), bool(self.account_loss[i])
         return Strategy(
             dp=int(self.dp[i]), tp=int(self.tp[i]), pp=pp, vpp=int(self.vpp[i]), cp=int(self.cp[i]),
             ep=int(self.ep[i]), etp=int(self.etp[i]), mbs=int(self.mbs[i]), sp=bool(self.sp[i]),
             zero=int(self.zero[i]), recompute=recompute,
             recompute_layers=int(self.recompute_layers[i]) or None,
             schedule="interleaved" if self.vpp[i] > 1 else "1f1b",
-            layers_per_stage=default_layers_per_stage(num_layers, pp),
+            layers_per_stage=default_layers_per_stage(num_layers, pp, embedding, loss),
+            account_for_embedding=embedding, account_for_loss=loss,
         )

@@ -31,6 +31,16 @@ torchtitan  FSDP2, fp32 params, bf16 compute        4          4              8
   (4/N), its sharded gradient is fp32 (4/N) and AdamW's m, v are 8/N; bf16 copies exist only for
   the gathered modules (:func:`unsharded_param_bytes`).
 
+**torchtitan FSDP2 + pipeline parallelism** (``parallelize_llama.py`` ``apply_fsdp`` of 2024-12:
+"For PP, do not reshard after forward to avoid per-microbatch all-gathers", every block and the
+root get ``reshard_after_forward=False``; PyTorch ``pipelining/stage.py``
+``backward_maybe_with_nosync``: every backward but the last runs with
+``set_reshard_after_backward(False)`` and ``set_requires_gradient_sync(False)``, and FSDP2's
+``FSDPParam.to_accumulated_grad_if_needed`` keeps the unsharded gradient in ``reduce_dtype``
+fp32): from a stage's first forward to its last backward the whole stage is held gathered in bf16
+(2 B/param) and its gradients accumulate unsharded in fp32 (4 B/param); the sharded fp32 states
+(4 + 4 + 8)/N stay as without PP (:func:`pipeline_fsdp_bytes`).
+
 **torchtitan selective recompute** is per-op SAC (``selective_ac_option = 'op'``, torchtitan
 ``parallelize_llama.py`` ``_save_list`` and ``_custom_policy``), not Megatron's core-attention
 recompute: inside each decoder layer the outputs of every *odd* ``aten.mm`` (1st, 3rd, ...), of
@@ -129,20 +139,35 @@ def output_bytes(p: Problem, batch: LayoutBatch) -> np.ndarray:
     return inputs + TORCHTITAN_LOSS_BYTES_PER_LOGIT * n * p.model.vocab_size / batch.tp
 
 
-def unsharded_param_bytes(p: Problem, batch: LayoutBatch, layer_max, first, last) -> np.ndarray:
+def pipeline_fsdp_bytes(p: Problem, batch: LayoutBatch, stage_params) -> np.ndarray:
+    """torchtitan FSDP2 with pp > 1: the stage's parameters held gathered in bf16 plus their
+    unsharded fp32 gradient accumulation, ``(2 + 4) * stage_params`` bytes (module docstring).
+
+    ``stage_params``: parameters on one device of the stage (elements, embedding/output included
+    on the first/last stage). Zero unless ``framework == 'torchtitan'``, ``zero >= 3`` and pp > 1.
+    Example: a 1e9-parameter stage -> 6e9 bytes, on top of the (4 + 4 + 8)/N sharded states.
+    """
+    held = (BF16 + FP32) * np.asarray(stage_params, dtype=np.float64)
+    on = (p.train.framework == "torchtitan") & (batch.zero >= 3) & (batch.pp > 1)
+    return np.where(on, held, 0.0)
+
+
+def unsharded_param_bytes(p: Problem, batch: LayoutBatch, layer_max, first, last, stage_params=0.0) -> np.ndarray:
     """ZeRO-3 / FSDP parameters gathered in the compute dtype at the peak (bytes).
 
     Megatron/DeepSpeed: the current and the prefetched layer, ``2 * 2 * layer_max``.
     torchtitan (``apply_fsdp``): the same two blocks, plus the root module (token embedding,
     final norm, output layer), re-gathered when backward starts, i.e. at the loss peak: ``2 *
-    V*h/tp`` each for the embedding and the output layer. Zero where ``zero < 3``.
+    V*h/tp`` each for the embedding and the output layer; with pp > 1 instead the whole stage and
+    its fp32 gradient accumulation (:func:`pipeline_fsdp_bytes` of ``stage_params``, elements).
+    Zero where ``zero < 3``.
     """
     layers = 2 * BF16 * np.asarray(layer_max, dtype=np.float64)
     if p.train.framework == "torchtitan":
         m = p.model
         vocab = m.vocab_size * m.hidden_size / batch.tp
         root = np.where(first, vocab, 0.0) + np.where(last & ~(first & m.tie_word_embeddings), vocab, 0.0)
-        layers = layers + BF16 * root
+        layers = np.where(batch.pp > 1, pipeline_fsdp_bytes(p, batch, stage_params), layers + BF16 * root)
     return np.where(batch.zero >= 3, layers, 0.0)
 
 

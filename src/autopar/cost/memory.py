@@ -105,7 +105,8 @@ def stage_activation_bytes(p: Problem, batch: LayoutBatch, stages: Stages) -> np
     stored = n_dense * dense_layer + n_moe * moe_layer  # per micro-batch, no full recompute
 
     full = batch.recompute == 2
-    per_chunk = np.where(batch.recompute_layers > 0, batch.recompute_layers, stages.layers // batch.vpp)
+    per_chunk = np.where(batch.recompute_layers > 0, batch.recompute_layers,
+                         -(-stages.layers // batch.vpp))  # ceil: the embedding/loss chunks hold one layer fewer
     recomputed = np.where(full, np.minimum(stages.layers, per_chunk * batch.vpp), 0)
     mean_layer = stored / np.maximum(stages.layers, 1)
     kept = (stages.layers - recomputed) * mean_layer + recomputed * act.layer_input_bytes(p, batch)
@@ -129,7 +130,8 @@ def stage_memory(p: Problem, batch: LayoutBatch, stages: Stages) -> MemoryBreakd
     expert_group = p.world_size / (batch.etp * batch.ep * batch.pp)
     dw, dg, do = model_state_bytes(params.dense, dense_group, batch.zero, state[0], state[1], state[3], state[2])
     ew, eg, eo = model_state_bytes(params.experts, expert_group, batch.zero, state[0], state[1], state[3], state[2])
-    gathered = fw_mem.unsharded_param_bytes(p, batch, params.layer_max, stages.is_first(), stages.is_last(batch))
+    gathered = fw_mem.unsharded_param_bytes(p, batch, params.layer_max, stages.is_first(), stages.is_last(batch),
+                                            params.total)
     weights = dw + ew + fp8.extra_memory_bytes(p, batch, stages)
     activations = stage_activation_bytes(p, batch, stages)
     tensors = weights + dg + eg + do + eo + activations + gathered

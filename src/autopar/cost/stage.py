@@ -41,11 +41,13 @@ class Stages:
 
 def bounding_stages(p: Problem, batch: LayoutBatch) -> list[Stages]:
     """Stages 0, 1 and pp-1 of each layout under the default split (for ``pp`` of 1 or 2 some
-    coincide). For 1F1B and interleaved schedules every other stage holds no more memory and no
+    coincide; the embedding/loss-aware split when the layout counts them as layers). For 1F1B
+    and interleaved schedules every other stage holds no more memory and no
     more time than one of these: middle stages have equal layers and fewer micro-batches in
     flight than stage 1."""
     num_layers = p.model.num_layers
-    first, middle, last = split_first_middle_last(np.full(len(batch), num_layers), batch.pp)
+    first, middle, last = split_first_middle_last(np.full(len(batch), num_layers), batch.pp,
+                                                  batch.account_embedding, batch.account_loss)
     second_index = np.minimum(1, batch.pp - 1)
     second_layers = np.where(batch.pp == 2, last, middle)
     second_layers = np.where(batch.pp == 1, first, second_layers)
@@ -63,7 +65,8 @@ def all_stages(p: Problem, s: Strategy) -> tuple[LayoutBatch, Stages]:
     Raises:
         ValueError: the layout has no default split (callers check the rules first).
     """
-    split = s.layers_per_stage or default_layers_per_stage(p.model.num_layers, s.pp)
+    split = s.layers_per_stage or default_layers_per_stage(p.model.num_layers, s.pp, s.account_for_embedding,
+                                                           s.account_for_loss)
     if split is None:
         raise ValueError(f"no layer split for pp={s.pp}")
     batch = LayoutBatch.from_strategy(s, p.train.global_batch_size).take(np.zeros(s.pp, dtype=np.int64))

@@ -76,7 +76,8 @@ def stage_time(p: Problem, batch: LayoutBatch, stages: Stages) -> StageTime:
     forward = layers_fwd + extra_fwd
 
     full = batch.recompute == 2
-    per_chunk = np.where(batch.recompute_layers > 0, batch.recompute_layers, stages.layers // batch.vpp)
+    per_chunk = np.where(batch.recompute_layers > 0, batch.recompute_layers,
+                         -(-stages.layers // batch.vpp))  # ceil: the embedding/loss chunks hold one layer fewer
     recomputed = np.where(full, np.minimum(stages.layers, per_chunk * batch.vpp), 0)
     mean_layer_fwd = layers_fwd / np.maximum(stages.layers, 1)
     recompute = np.where(full, recomputed * mean_layer_fwd, 0.0)
@@ -209,7 +210,8 @@ def dp_exposed_s(p: Problem, batch: LayoutBatch, params: StageParams, t: StageTi
     reduction overlaps the last micro-batch's backward, the weight all-gather the first
     micro-batch's forward of the next step. ZeRO-2 reduce-scatters every micro-batch; ZeRO-3
     also gathers weights every forward and backward (one collective per layer as Megatron/torch
-    FSDP; with ``TrainSpec.framework='deepspeed'`` one per submodule, whose latencies
+    FSDP; torchtitan with pp > 1 gathers once per step and reduce-scatters once, after the
+    stage's last backward, exposed beyond ``slack_s``; with ``TrainSpec.framework='deepspeed'`` one per submodule, whose latencies
     :func:`autopar.cost.framework.zero3_latency_s` adds, exposed: the gathers are issued
     on the critical path before each submodule runs); one layer's gather per forward and one
     layer's reduce-scatter per backward are never hidden. ``slack_s`` is time the stage waits for
@@ -227,7 +229,7 @@ def dp_exposed_s(p: Problem, batch: LayoutBatch, params: StageParams, t: StageTi
         p, params.experts * 2, expert_group, batch.etp * batch.ep)
     fwd, bwd = t.forward_s, t.backward_s + t.recompute_s
     m = batch.num_microbatches
-    # DeepSpeed ZeRO-3 gathers module by module (autopar.cost.framework); ZeRO-3 implies pp == 1.
+    # DeepSpeed ZeRO-3 gathers module by module (autopar.cost.framework); only torchtitan pipelines ZeRO-3.
     layers = p.model.num_layers // batch.pp
     per_chunk = np.where(batch.recompute_layers > 0, batch.recompute_layers * batch.vpp, layers)
     recomputed = np.where(batch.recompute == 2, np.minimum(per_chunk, layers), 0)
@@ -242,11 +244,17 @@ def dp_exposed_s(p: Problem, batch: LayoutBatch, params: StageParams, t: StageTi
         # Megatron-LM before --overlap-grad-reduce (2021-22, Narayanan et al. SC'21 sec. 4; Korthikanti
         # et al. sec. 6.3) and DeepSpeed's ZeRO-1 engine reduce gradients after the last backward.
         fwd, bwd, slack_s = 0.0 * fwd, 0.0 * bwd, 0.0 * slack_s
+    # torchtitan FSDP2 + PP (autopar.cost.framework_memory): the stage is gathered once per step,
+    # prefetched layer by layer under the first micro-batch's forward, and reduce-scattered once,
+    # after its last backward (pipelining/stage.py runs FSDP's post_backward by hand then), so only
+    # the pipeline-drain slack hides it.
+    titan_pp = (p.train.framework == "torchtitan") & (batch.pp > 1) & (batch.zero == 3)
     exposed = np.select(
-        [batch.zero == 0, batch.zero == 1, batch.zero == 2],
+        [batch.zero == 0, batch.zero == 1, batch.zero == 2, titan_pp],
         [np.maximum(ar - bwd - slack_s, 0.0),
          np.maximum(rs - bwd - slack_s, 0.0) + np.maximum(ag - fwd, 0.0),
-         m * np.maximum(rs - bwd, 0.0) + np.maximum(ag - fwd, 0.0)],
+         m * np.maximum(rs - bwd, 0.0) + np.maximum(ag - fwd, 0.0),
+         np.maximum(ag - fwd, ag / per_layer) + np.maximum(rs - slack_s, 0.0)],
         default=m * (np.maximum(ag - fwd, ag / per_layer) + np.maximum(ag + rs - bwd, rs / per_layer) + z3_latency),
     )
     return exposed

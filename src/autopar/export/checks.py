@@ -90,8 +90,15 @@ def interleave_needs_pp(p: ScriptPlan) -> str | None:
 
 def stage_split(p: ScriptPlan) -> str | None:
     """Rules 20, 21 (and MindSpeed's ``--num-layer-list``): every stage and chunk gets whole,
-    non-empty layer counts that sum to num_layers."""
+    non-empty layer counts that sum to num_layers. With the embedding/loss counted as layers
+    (rule 21) ``L' = L + e + l`` must split into whole model chunks of >= 2 slots."""
     lay, layers = p.layout, p.model_fields["num_layers"]
+    extra = int(lay.get("account_for_embedding", False)) + int(lay.get("account_for_loss", False))
+    if extra:
+        chunks = lay["pp"] * lay["vpp"]
+        ok = (layers + extra) % chunks == 0 and ((layers + extra) // chunks >= 2 or chunks == 1)
+        return None if ok else (f"num_layers {layers} + {extra} (embedding/loss) is not a multiple of "
+                                f"pp*vpp = {chunks} with >= 2 per chunk")
     split = lay["layers_per_stage"] or ((layers // lay["pp"],) * lay["pp"] if layers % lay["pp"] == 0 else None)
     if split is None:
         return f"num_layers {layers} is not divisible by pp {lay['pp']}"

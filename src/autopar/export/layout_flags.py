@@ -35,31 +35,47 @@ _SAME_LINE_AS_PREVIOUS = {"--decoder-last-pipeline-num-layers": "--decoder-first
 FSDP_STRATEGY = {2: "optim_grads", 3: "optim_grads_params"}
 # Recompute flags autopar does not model; MindSpeed-LLM's partial recompute (ecosystem.md 2).
 _ALWAYS_ABSENT = ("--recompute-activations", "--distribute-saved-activations", "--use-torch-fsdp2",
-                  "--overlap-param-gather-with-optimizer-step", "--pipeline-model-parallel-layout",
-                  "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split")
+                  "--overlap-param-gather-with-optimizer-step", "--pipeline-model-parallel-layout")
 _MINDSPEED_RECOMPUTE = ("--recompute-activation-function", "--recompute-activation-function-num-layers",
                         "--recompute-norm", "--recompute-norm-num-layers")
 
 
 def stage_layers(p: Problem, s: Strategy) -> tuple[int, ...]:
     """The layout's layers per pipeline stage (its explicit split or the default one)."""
-    split = s.layers_per_stage or default_layers_per_stage(p.model.num_layers, s.pp)
+    split = s.layers_per_stage or default_layers_per_stage(p.model.num_layers, s.pp, s.account_for_embedding,
+                                                           s.account_for_loss)
     return tuple(split or (p.model.num_layers,))
 
 
 def _split_flags(p: Problem, s: Strategy, dialect: Dialect) -> dict[str, FlagValue]:
-    """Pipeline split: Megatron first/last stage counts (ecosystem.md 1.3 rules 18, 21) or
-    MindSpeed ``--num-layer-list`` (section 2), and the VPP flag each accepts.
+    """Pipeline split: Megatron first/last stage counts (ecosystem.md 1.3 rules 18, 21), or its
+    embedding/loss switches (rules 21-22: instead of first/last), or MindSpeed
+    ``--num-layer-list`` (section 2), and the VPP flag each accepts. MindSpeed-LLM gets an
+    embedding/loss-aware split without vpp as the same ``--num-layer-list``.
 
     Raises:
-        AutoparError: a split the dialect cannot express.
+        AutoparError: a split the dialect cannot express (MindSpeed-LLM: the embedding/loss
+            switches with vpp > 1).
     """
     split = stage_layers(p, s)
     uneven = len(set(split)) > 1
+    accounted = s.account_for_embedding or s.account_for_loss
     flags: dict[str, FlagValue] = {"--decoder-first-pipeline-num-layers": None,
                                    "--decoder-last-pipeline-num-layers": None, "--num-layer-list": None,
                                    "--num-virtual-stages-per-pipeline-rank": None,
-                                   "--num-layers-per-virtual-pipeline-stage": None}
+                                   "--num-layers-per-virtual-pipeline-stage": None,
+                                   "--account-for-embedding-in-pipeline-split": None,
+                                   "--account-for-loss-in-pipeline-split": None}
+    if dialect == "mindspeed" and accounted and s.vpp > 1:
+        raise AutoparError(f"MindSpeed-LLM: the embedding/loss-aware split (vpp={s.vpp}) has no flag there "
+                           "(--num-layer-list cannot be combined with virtual pipeline stages); use vpp=1 or "
+                           "a layer count divisible by pp*vpp")
+    if dialect == "megatron" and accounted:
+        flags["--account-for-embedding-in-pipeline-split"] = s.account_for_embedding or None
+        flags["--account-for-loss-in-pipeline-split"] = s.account_for_loss or None
+        if s.vpp > 1:
+            flags["--num-virtual-stages-per-pipeline-rank"] = str(s.vpp)
+        return flags
     if dialect == "mindspeed":
         if uneven and s.vpp > 1:
             raise AutoparError(f"MindSpeed-LLM: --num-layer-list cannot be combined with virtual pipeline stages "

@@ -12,7 +12,7 @@ from autopar.problem import Problem
 from autopar.strategy import Strategy
 
 _FIELDS = ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "zero", "sp", "recompute", "recompute_layers",
-           "schedule", "layers_per_stage", "recompute_per_stage")
+           "schedule", "layers_per_stage", "recompute_per_stage", "account_for_embedding", "account_for_loss")
 
 
 def strategy_from_result(path: str, rank: int, p: Problem) -> Strategy:

@@ -31,7 +31,11 @@ def _refuse(why: str) -> AutoparError:
 
 
 def _dp_degrees(s: Strategy, other: int) -> tuple[int, int, str]:
-    """(dp_replicate, dp_shard, fsdp_reshard_after_forward) for our ZeRO stage."""
+    """(dp_replicate, dp_shard, fsdp_reshard_after_forward) for our ZeRO stage.
+
+    ZeRO-3 with pp > 1 writes ``"default"``: torchtitan then keeps every block gathered from the
+    first forward to the last backward of a step (``not pp_enabled``; the layout autopar costs,
+    :mod:`autopar.cost.framework_memory`); ``"always"`` would re-gather per micro-batch."""
     if s.zero == 1:
         raise _refuse("zero=1 (optimizer-only sharding); FSDP2 is ZeRO-2/3, DDP is ZeRO-0")
     if s.zero == 0:
@@ -39,6 +43,8 @@ def _dp_degrees(s: Strategy, other: int) -> tuple[int, int, str]:
             raise _refuse("zero=0 is DDP, which torchtitan does not combine with tp/pp/cp ('DDP has not "
                           "supported > 1D parallelism'); use zero 2 or 3")
         return s.dp, 1, "default"
+    if s.zero == 3 and s.pp > 1:
+        return 1, s.dp, "default"
     return 1, s.dp, "never" if s.zero == 2 else "always"
 
 

@@ -80,7 +80,9 @@ def _with(s: Strategy, bounds: np.ndarray, options: tuple[str, ...]) -> Strategy
     """``s`` with the split ``bounds`` (over folded positions) and per-stage ``options``."""
     split = tuple(int(n) * s.vpp for n in np.diff(bounds))
     fields = s.model_dump()
-    fields.update(layers_per_stage=split, recompute=None, recompute_layers=None, recompute_per_stage=options)
+    # A balanced split is a --decoder-first/last one: it replaces an embedding/loss-aware split.
+    fields.update(layers_per_stage=split, recompute=None, recompute_layers=None, recompute_per_stage=options,
+                  account_for_embedding=False, account_for_loss=False)
     return Strategy.model_validate(fields)
 
 
@@ -99,7 +101,10 @@ def balanced_strategy(p: Problem, s: Strategy, memory_limit_bytes: float, cache:
     if bounds is None:
         return None
     split = tuple(int(n) * s.vpp for n in np.diff(bounds))
-    return None if split == s.layers_per_stage else s.model_copy(update={"layers_per_stage": split})
+    if split == s.layers_per_stage:
+        return None
+    # A balanced split is a --decoder-first/last one: it replaces an embedding/loss-aware split.
+    return s.model_copy(update={"layers_per_stage": split, "account_for_embedding": False, "account_for_loss": False})
 
 
 def per_stage_candidates(p: Problem, s: Strategy, memory_limit_bytes: float, options: tuple[str, ...],

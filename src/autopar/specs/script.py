@@ -396,11 +396,14 @@ def layout_fields(a: Args, num_layers: int) -> dict[str, Any]:
     """Strategy fields (all but dp) from the parallel, batch and recompute flags.
 
     Rules: ecosystem.md 1.3 (SP is switched off at tp=1; VPP from layers per virtual stage;
-    uneven first/last stages; full recompute ``block`` N = N layers per chunk, ``uniform`` = all).
+    uneven first/last stages; full recompute ``block`` N = N layers per chunk, ``uniform`` = all;
+    ``--account-for-embedding/loss-in-pipeline-split`` add one layer each to the count VPP is
+    derived from, and cannot be combined with the first/last stage counts, rule 22).
 
     Raises:
         AutoparError: a size flag below 1, a VPP layer count that does not divide the stage, an
-            unknown sharding strategy or recompute method.
+            unknown sharding strategy or recompute method, the embedding/loss flags with
+            first/last stage counts.
     """
     def size(flag: str, default: int | None) -> int | None:
         value = a.integer(flag, default)
@@ -411,11 +414,19 @@ def layout_fields(a: Args, num_layers: int) -> dict[str, Any]:
     tp, pp = size("--tensor-model-parallel-size", 1), size("--pipeline-model-parallel-size", 1)
     vpp = size("--num-virtual-stages-per-pipeline-rank", None)
     per_vstage = size("--num-layers-per-virtual-pipeline-stage", None)
+    embedding = a.has("--account-for-embedding-in-pipeline-split")
+    loss = a.has("--account-for-loss-in-pipeline-split")
+    accounted = num_layers + embedding + loss  # ecosystem.md 1.3 rule 21: L' = L (+1) (+1)
     if vpp is None and per_vstage:
-        if num_layers % (pp * per_vstage):
+        if accounted % (pp * per_vstage):
             raise AutoparError(f"{a.source}: --num-layers-per-virtual-pipeline-stage={per_vstage} does not divide "
-                               f"num_layers/pp = {num_layers}/{pp}")
-        vpp = num_layers // (pp * per_vstage)
+                               f"num_layers/pp = {accounted}/{pp}"
+                               + (" (embedding/loss counted as layers)" if accounted != num_layers else ""))
+        vpp = accounted // (pp * per_vstage)
+    if (embedding or loss) and (a.has("--decoder-first-pipeline-num-layers")
+                                or a.has("--decoder-last-pipeline-num-layers")):
+        raise AutoparError(f"{a.source}: --account-for-embedding/loss-in-pipeline-split cannot be combined with "
+                           "--decoder-first/last-pipeline-num-layers (Megatron-LM: one or the other)")
     zero = 1 if a.has("--use-distributed-optimizer") else 0
     if a.has("--use-megatron-fsdp"):
         name = a.text("--data-parallel-sharding-strategy", "optim_grads_params")
@@ -438,7 +449,8 @@ def layout_fields(a: Args, num_layers: int) -> dict[str, Any]:
     etp = size("--expert-tensor-parallel-size", tp)
     return dict(tp=tp, pp=pp, vpp=vpp or 1, cp=size("--context-parallel-size", 1), ep=ep, etp=etp,
                 mbs=size("--micro-batch-size", 1), sp=a.has("--sequence-parallel") and tp > 1, zero=zero,
-                recompute=granularity, recompute_layers=layers, layers_per_stage=stage_split(a, num_layers, pp))
+                recompute=granularity, recompute_layers=layers, layers_per_stage=stage_split(a, num_layers, pp),
+                account_for_embedding=embedding, account_for_loss=loss)
 
 
 def stage_split(a: Args, num_layers: int, pp: int) -> tuple[int, ...] | None:

@@ -13,7 +13,10 @@ from autopar.specs.script import ScriptPlan
 CLI_FALLBACKS: dict[str, Any] = dict(nodes=1, devices_per_node=None, gbs=1024, seq_len=4096, precision="bf16",
                                      flash=True, vocab_pad=128)
 LAYOUT_FALLBACKS: dict[str, Any] = dict(tp=1, pp=1, cp=1, vpp=1, ep=1, etp=None, mbs=1, zero=1, sp=False,
-                                        recompute="none", recompute_layers=None, layers_per_stage=None)
+                                        recompute="none", recompute_layers=None, layers_per_stage=None,
+                                        account_for_embedding=False, account_for_loss=False)
+# Layout fields with no command-line option: taken from the script (or the fallback) as they are.
+_SCRIPT_ONLY = ("account_for_embedding", "account_for_loss")
 
 
 def cli_defaults(plan: ScriptPlan | None, values: dict[str, Any]) -> dict[str, Any]:
@@ -29,9 +32,13 @@ def cli_defaults(plan: ScriptPlan | None, values: dict[str, Any]) -> dict[str, A
 
 
 def layout_defaults(plan: ScriptPlan | None, values: dict[str, Any]) -> dict[str, Any]:
-    """Fill the layout options left None from the script's layout, else :data:`LAYOUT_FALLBACKS`."""
+    """Fill the layout options left None from the script's layout, else :data:`LAYOUT_FALLBACKS`;
+    the embedding/loss split switches (no command-line option) always come from the script."""
     script = plan.layout if plan is not None else {}
-    return {k: v if v is not None else script.get(k, LAYOUT_FALLBACKS.get(k)) for k, v in values.items()}
+    filled = {k: v if v is not None else script.get(k, LAYOUT_FALLBACKS.get(k)) for k, v in values.items()}
+    if plan is not None and filled.get("layers_per_stage") is None:  # an explicit split replaces them
+        filled.update({k: script.get(k, LAYOUT_FALLBACKS[k]) for k in _SCRIPT_ONLY if k not in values})
+    return filled
 
 
 def model_for(model: str | None, plan: ScriptPlan | None, vocab_size: int | None) -> ModelSpec:

@@ -311,6 +311,9 @@ def strategy_of(row: Row, family: Family, assumed: list[str]) -> Strategy:
         mbs = mbs or script_mbs
         vpp = vpp or (row.int("layers") // (pp * per_virtual) if per_virtual else 1)
         assumed.append(f"mbs={mbs}, vpp={vpp} (run_table_1.sh)")
+    split: dict = {}
+    if family.name == "torchtitan" and pp > 1:
+        mbs, vpp, split = torchtitan_pipeline(row, gbs // dp, pp, mbs, vpp, assumed)
     if mbs is None:
         mbs = gbs // dp if family.name in ("megatron-2020", "torchtitan") else 1
         assumed.append(f"mbs={mbs}")
@@ -318,6 +321,8 @@ def strategy_of(row: Row, family: Family, assumed: list[str]) -> Strategy:
         vpp = 1
         if pp > 1:
             assumed.append("vpp=1")
+    if family.name != "torchtitan":
+        split = split or embedding_loss_split(row.int("layers"), pp, vpp, assumed)
     sp_cell = row["sp"]
     if sp_cell:
         sp = sp_cell == "1"
@@ -328,8 +333,67 @@ def strategy_of(row: Row, family: Family, assumed: list[str]) -> Strategy:
     return Strategy(
         dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=row.int("ep") or 1, etp=expert_tp_of(row), mbs=mbs, sp=sp,
         zero=_zero(row, family, assumed), recompute=_recompute(row, family, assumed),
-        schedule="interleaved" if vpp > 1 else "1f1b",
+        schedule="interleaved" if vpp > 1 else "1f1b", **split,
     )
+
+
+def embedding_loss_split(num_layers: int, pp: int, vpp: int, assumed: list[str]) -> dict:
+    """Megatron's embedding/loss-accounted split for an interleaved row whose layers do not
+    split into whole chunks but ``L + 2`` does (Llama-3.1-405B: 126 layers, pp 8, vpp 8).
+    NVIDIA's recipes for that layout set both switches: NeMo
+    ``scripts/performance/llm/pretrain_llama31_405b.py`` (``account_for_embedding_in_pipeline_split``
+    and ``account_for_loss_in_pipeline_split`` = True), which the dgxc-benchmarking 25.05 llama3.1
+    and Megatron-LM examples/llama FP8 rows follow; Megatron would refuse the layout otherwise.
+    Recorded in ``assumed`` (the rows do not state it). Empty when not needed."""
+    if vpp == 1 or (num_layers % pp == 0 and (num_layers // pp) % vpp == 0) or (num_layers + 2) % (pp * vpp):
+        return {}
+    assumed.append("embedding and loss counted as pipeline layers (NeMo llama31_405b recipe)")
+    return {"account_for_embedding": True, "account_for_loss": True}
+
+
+def torchtitan_split(num_layers: int, stages: int) -> tuple[int, ...]:
+    """Decoder layers per pipeline stage (model chunk) of torchtitan's default split, used when
+    no ``pipeline_parallel_split_points`` are given (``parallelisms/pipelining_utils.py``
+    ``generate_split_points``, 2024-12): the first and last stage get ``L // S`` layers, the
+    middle stages one more while ``L % S`` lasts. Example: 126 layers, 8 stages: 15, 16 x 6, 15."""
+    base, extra = divmod(num_layers, stages)
+    middle = [base + 1 if i < extra else base for i in range(stages - 2)]
+    return (base, *middle, num_layers - base - sum(middle))
+
+
+def torchtitan_pipeline(row: Row, local_batch: int, pp: int, mbs: int | None, vpp: int | None,
+                        assumed: list[str]) -> tuple[int, int, dict]:
+    """(mbs, vpp, split fields) of a torchtitan run with pp > 1 whose row leaves them unstated.
+
+    torchtitan 2024-12 (the TT2412 benchmark commit; ``pipelining_utils.py``): a multi-stage
+    schedule (Interleaved 1F1B, named in the notes) gets 2 stages per rank
+    (``generate_split_points``), and ``pipeline_parallel_microbatches`` defaults to the total
+    number of stages, so ``num_microbatches = pp * vpp`` and ``mbs = local_batch / (pp * vpp)``.
+    The split is :func:`torchtitan_split`; with vpp 1 it is passed as ``layers_per_stage``, with
+    vpp > 1 as Megatron's embedding/loss-accounted split where that is the same split.
+
+    Raises:
+        Unscorable: the local batch is not a multiple of pp*vpp, or the interleaved split cannot
+            be expressed.
+    """
+    if vpp is None:
+        vpp = 2 if "interleaved" in row["notes"].lower() else 1
+        assumed.append(f"vpp={vpp} (torchtitan default stages per rank)")
+    if mbs is None:
+        if local_batch % (pp * vpp):
+            raise Unscorable(f"local batch {local_batch} is not a multiple of pp*vpp = {pp * vpp} "
+                             "(torchtitan's default micro-batch count)")
+        mbs = local_batch // (pp * vpp)
+        assumed.append(f"mbs={mbs} (torchtitan default: pp*vpp micro-batches)")
+    layers = row.int("layers")
+    chunks = torchtitan_split(layers, pp * vpp)
+    if vpp == 1:
+        return mbs, vpp, {"layers_per_stage": chunks} if len(set(chunks)) > 1 else {}
+    slots = (layers + 2) // (pp * vpp)
+    accounted = (slots - 1,) + (slots,) * (pp * vpp - 2) + (slots - 1,)
+    if (layers + 2) % (pp * vpp) or chunks != accounted or "account_for_loss" not in Strategy.model_fields:
+        raise Unscorable(f"torchtitan's interleaved split {chunks} has no autopar form")
+    return mbs, vpp, {"account_for_embedding": True, "account_for_loss": True}
 
 
 def expert_tp_of(row: Row) -> int | None:
