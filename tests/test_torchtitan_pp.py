@@ -126,8 +126,9 @@ def test_interleaved_row_uses_two_stages_per_rank():
         with pytest.raises(Unscorable, match="no autopar form"):
             torchtitan_pipeline(row, 32, 8, None, None, assumed)
         return
-    # 16 stages of 7, 8 x 14, 7 = Megatron's split with embedding and loss counted as layers
+    # 16 stages of 7, 8 x 14, 7 = Megatron's split with embedding and loss counted as layers;
+    # 8 micro-batches (= pp, torchtitan's default before pytorch/torchtitan#781) of 32 / 8 = 4
     mbs, vpp, split = torchtitan_pipeline(row, 32, 8, None, None, assumed)
-    assert (mbs, vpp) == (2, 2) and split == {"account_for_embedding": True, "account_for_loss": True}
+    assert (mbs, vpp) == (4, 2) and split == {"account_for_embedding": True, "account_for_loss": True}
     with pytest.raises(Unscorable, match="local batch 12"):
         torchtitan_pipeline(row, 12, 8, None, None, [])

@@ -365,26 +365,28 @@ def torchtitan_pipeline(row: Row, local_batch: int, pp: int, mbs: int | None, vp
                         assumed: list[str]) -> tuple[int, int, dict]:
     """(mbs, vpp, split fields) of a torchtitan run with pp > 1 whose row leaves them unstated.
 
-    torchtitan 2024-12 (the TT2412 benchmark commit; ``pipelining_utils.py``): a multi-stage
-    schedule (Interleaved 1F1B, named in the notes) gets 2 stages per rank
-    (``generate_split_points``), and ``pipeline_parallel_microbatches`` defaults to the total
-    number of stages, so ``num_microbatches = pp * vpp`` and ``mbs = local_batch / (pp * vpp)``.
+    torchtitan 2024-12 (the TT2412 benchmark commit 9dec370; ``pipelining_utils.py``): a
+    multi-stage schedule (Interleaved 1F1B, named in the notes) gets 2 stages per rank
+    (``generate_split_points``), and ``pipeline_parallel_microbatches`` defaults to
+    ``pipeline_parallel_degree`` (``build_pipeline_schedule``; pytorch/torchtitan#781 changed it to
+    pp * stages per rank only on 2025-01-07), so ``num_microbatches = pp`` and
+    ``mbs = local_batch / pp``.
     The split is :func:`torchtitan_split`; with vpp 1 it is passed as ``layers_per_stage``, with
     vpp > 1 as Megatron's embedding/loss-accounted split where that is the same split.
 
     Raises:
-        Unscorable: the local batch is not a multiple of pp*vpp, or the interleaved split cannot
+        Unscorable: the local batch is not a multiple of pp, or the interleaved split cannot
             be expressed.
     """
     if vpp is None:
         vpp = 2 if "interleaved" in row["notes"].lower() else 1
         assumed.append(f"vpp={vpp} (torchtitan default stages per rank)")
     if mbs is None:
-        if local_batch % (pp * vpp):
-            raise Unscorable(f"local batch {local_batch} is not a multiple of pp*vpp = {pp * vpp} "
+        if local_batch % pp:
+            raise Unscorable(f"local batch {local_batch} is not a multiple of pp = {pp} "
                              "(torchtitan's default micro-batch count)")
-        mbs = local_batch // (pp * vpp)
-        assumed.append(f"mbs={mbs} (torchtitan default: pp*vpp micro-batches)")
+        mbs = local_batch // pp
+        assumed.append(f"mbs={mbs} (torchtitan 2024-12 default: pp micro-batches)")
     layers = row.int("layers")
     chunks = torchtitan_split(layers, pp * vpp)
     if vpp == 1:
