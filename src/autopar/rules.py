@@ -165,9 +165,10 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "recompute_layers",
         lambda p, b: (b.recompute_layers == 0)
-        | ((b.recompute == 2) & (b.recompute_layers * b.vpp * b.pp <= _layers(p))),
+        | ((b.recompute == 2) & (b.recompute_layers * b.vpp * b.pp <= _accounted_layers(p, b))),
         lambda p, s: f"recompute_layers={s.recompute_layers} needs --recompute full and at most "
-        f"num_layers/(pp*vpp) = {_layers(p) // (s.pp * s.vpp)} layers per model chunk",
+        f"num_layers/(pp*vpp) = {(_layers(p) + s.account_for_embedding + s.account_for_loss) // (s.pp * s.vpp)} "
+        "layers per model chunk (the embedding/loss counted as layers where the split does)",
     ),
     Rule(
         "ep_needs_experts",

@@ -210,7 +210,7 @@ def rewrite_script(plan: ScriptPlan, p: Problem, s: Strategy) -> str:
 def _layout_key(p: Problem, s: Strategy) -> dict[str, object]:
     return dict(tp=s.tp, pp=s.pp, vpp=s.vpp, cp=s.cp, ep=s.ep, etp=s.expert_tp if p.model.is_moe else None,
                 sp=s.sp, zero=s.zero, recompute=s.recompute, recompute_layers=s.recompute_layers, mbs=s.mbs,
-                split=stage_layers(p, s))
+                split=stage_layers(p, s), accounted=(s.account_for_embedding, s.account_for_loss))
 
 
 def _verify(plan: ScriptPlan, new: str, p: Problem, s: Strategy) -> None:
