@@ -10,10 +10,12 @@ import numpy as np
 import pytest
 
 from autopar.errors import AutoparError, LayoutError
+from autopar.cost.stage import Stages, all_stages
 from autopar.estimate import estimate
 from autopar.export import megatron, mindspeed
 from autopar.export.checks import violations
 from autopar.export.rewrite import rewrite_script
+from autopar.pipeline.layers import chunk_op_times_s, op_times_s
 from autopar.rules import RULE_NAMES, check_strategy, first_failure
 from autopar.space import enumerate_layouts
 from autopar.specs.script import read_script
@@ -173,3 +175,17 @@ def test_405b_pp8_vpp8_validate_rows_are_mapped_with_the_switches():
         check_strategy(case.problem, case.strategy)
     # 126 / 9 / 7 = 2 per chunk: no switches needed, none assumed.
     assert not to_case(rows["DGXC2411-L405B-BF16-576"]).strategy.account_for_embedding
+
+
+def test_simulator_chunks_hold_the_embedding_and_loss_where_megatron_puts_them():
+    s = estimate(P126, PP8_VPP8).strategy  # with its split written out
+    batch, stages = all_stages(P126, s)
+    chunks = chunk_op_times_s(P126, s, batch, stages).sum(axis=0)  # (pp, vpp) seconds per micro-batch
+    assert np.allclose(chunks.sum(axis=1), op_times_s(P126, batch, stages).sum(axis=0))  # stage totals kept
+    fixed = op_times_s(P126, batch, Stages(index=stages.index, start=stages.start,
+                                            layers=np.zeros(8, dtype=np.int64))).sum(axis=0)
+    # Per rank: chunks other than the one holding the fixed part have 2 layers and nothing else.
+    assert chunks[0, 0] == pytest.approx(chunks[0, 1] / 2 + fixed[0])  # 1 layer + embedding
+    assert chunks[7, 7] == pytest.approx(chunks[7, 0] / 2 + fixed[7])  # 1 layer + output layer and loss
+    assert np.allclose(chunks[0, 1:], chunks[0, 1]) and np.allclose(chunks[7, :7], chunks[7, 0])
+    assert chunks[3, 0] == pytest.approx(chunks[3, 1] + fixed[3])  # middle rank: 2 layers per chunk

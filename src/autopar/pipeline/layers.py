@@ -24,7 +24,7 @@ from autopar.cost.stage import Stages
 from autopar.cost.stage_time import p2p_time_s, stage_time
 from autopar.errors import AutoparError
 from autopar.problem import Problem
-from autopar.strategy import RECOMPUTE_NAMES, LayoutBatch, Strategy
+from autopar.strategy import RECOMPUTE_NAMES, LayoutBatch, Strategy, layers_per_chunk
 
 
 @dataclass(frozen=True)
@@ -95,6 +95,31 @@ def op_times_s(p: Problem, batch: LayoutBatch, stages: Stages) -> np.ndarray:
     share = np.divide(compute, total_compute, out=np.zeros_like(compute), where=total_compute > 0)
     share[0] = np.where(total_compute > 0, share[0], 1.0)  # no compute: collectives count as forward
     return compute + share * comm
+
+
+def chunk_op_times_s(p: Problem, s: Strategy, batch: LayoutBatch, stages: Stages) -> np.ndarray:
+    """``(3, pp, vpp)`` forward, backward, recompute seconds per micro-batch of each model chunk.
+
+    ``batch``/``stages``: every stage of ``s`` (:func:`autopar.cost.stage.all_stages`). A
+    stage's time is its fixed part (the stage with no layer: embedding, output layer and loss)
+    plus its layers' share, linear in the layers (module docstring). The layers' share goes to
+    the chunks in proportion to their layers (equal, or :func:`autopar.strategy.layers_per_chunk`
+    with the embedding/loss counted as layers); the fixed part to the chunk that holds it:
+    chunk 0 of each rank, chunk vpp-1 of the last rank (output layer and loss), as in
+    :mod:`autopar.pipeline.balance`.
+    """
+    op = op_times_s(p, batch, stages)
+    fixed = op_times_s(p, batch, Stages(index=stages.index, start=stages.start, layers=np.zeros_like(stages.layers)))
+    per_layer = (op - fixed) / np.maximum(stages.layers, 1)
+    if s.account_for_embedding or s.account_for_loss:
+        counts = layers_per_chunk(p.model.num_layers, s.pp, s.vpp, s.account_for_embedding, s.account_for_loss)
+    else:
+        counts = np.repeat(stages.layers[:, None] / s.vpp, s.vpp, axis=1)
+    out = per_layer[:, :, None] * counts[None]
+    holder = np.zeros(s.pp, dtype=np.int64)
+    holder[-1] = s.vpp - 1 if s.pp > 1 else 0
+    out[:, np.arange(s.pp), holder] += fixed
+    return out
 
 
 def layer_table(p: Problem, s: Strategy, memory_limit_bytes: float | None = None) -> LayerTable:

@@ -19,7 +19,7 @@ from autopar.cost.stage import Stages
 from autopar.cost.stage_time import p2p_time_s
 from autopar.cost.step import StepCosts
 from autopar.errors import AutoparError
-from autopar.pipeline.layers import op_times_s
+from autopar.pipeline.layers import chunk_op_times_s
 from autopar.pipeline.schedules import check_schedule
 from autopar.pipeline.simulate import PipelineTimes
 from autopar.problem import Problem
@@ -200,13 +200,13 @@ def simulated_costs(p: Problem, s: Strategy, batch: LayoutBatch, stages: Stages,
 
     ``batch``/``stages``: the layout repeated per stage and its stages
     (:func:`autopar.cost.stage.all_stages`). A stage's per-micro-batch time (communication shared
-    out as in :mod:`autopar.pipeline.layers`) is split evenly over its ``vpp`` chunks. The time
+    out as in :mod:`autopar.pipeline.layers`) goes to its ``vpp`` chunks by their layers, the
+    embedding/output-layer part to the chunk holding it (:func:`chunk_op_times_s`). The time
     breakdown keeps its compute/communication terms; ``pp_bubble`` becomes the simulated
     makespan without p2p minus ``m`` times the slowest stage and ``pp_comm`` what p2p adds to
     the makespan, so the breakdown still sums to the step time.
     """
-    op = op_times_s(p, batch, stages) / s.vpp  # (3, pp) per chunk
-    chunks = [np.repeat(x[:, None], s.vpp, axis=1) for x in op]
+    chunks = list(chunk_op_times_s(p, s, batch, stages))  # 3 x (pp, vpp)
     schedule = "interleaved" if s.vpp > 1 else "1f1b"
     m = s.num_microbatches(p.train.global_batch_size)
     p2p = float(p2p_time_s(p, batch.take(np.zeros(1, dtype=np.int64)))[0])
