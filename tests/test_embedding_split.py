@@ -4,12 +4,15 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 import pytest
+from typer.testing import CliRunner
 
 from autopar.errors import AutoparError, LayoutError
+from autopar.cli import app
 from autopar.cost.stage import Stages, all_stages
 from autopar.estimate import estimate
 from autopar.export import megatron, mindspeed
@@ -19,6 +22,7 @@ from autopar.pipeline.layers import chunk_op_times_s, op_times_s
 from autopar.rules import RULE_NAMES, check_strategy, first_failure
 from autopar.space import enumerate_layouts
 from autopar.specs.script import read_script
+from autopar.specs.script_cli import layout_defaults
 from autopar.strategy import Strategy, default_layers_per_stage, layers_per_chunk
 from autopar.validate.rows import read_rows, to_case
 from conftest import make_problem, toy_model
@@ -189,3 +193,29 @@ def test_simulator_chunks_hold_the_embedding_and_loss_where_megatron_puts_them()
     assert chunks[7, 7] == pytest.approx(chunks[7, 0] / 2 + fixed[7])  # 1 layer + output layer and loss
     assert np.allclose(chunks[0, 1:], chunks[0, 1]) and np.allclose(chunks[7, :7], chunks[7, 0])
     assert chunks[3, 0] == pytest.approx(chunks[3, 1] + fixed[3])  # middle rank: 2 layers per chunk
+
+
+def test_cli_estimate_takes_the_switch_and_names_it_when_missing():
+    args = ["estimate", "--model", "llama3.1-405b", "--device", "h100-80gb", "--nodes", "64", "--gbs", "256",
+            "--seq-len", "8192", "--tp", "8", "--pp", "8", "--vpp", "8", "--cp", "2"]
+    out = CliRunner().invoke(app, args + ["--embedding-loss-split", "--json"])
+    assert out.exit_code == 0, out.output
+    strategy = json.loads(out.output)["strategy"]
+    assert strategy["account_for_embedding"] and strategy["account_for_loss"]
+    assert strategy["layers_per_stage"] == [15] + [16] * 6 + [15]
+    refused = CliRunner().invoke(app, args)
+    assert refused.exit_code == 2 and "--embedding-loss-split" in refused.output
+    assert "Traceback" not in refused.output
+
+
+def test_script_switches_fill_the_command_line_layout_unless_a_split_is_given(tmp_path):
+    path = tmp_path / "run.sh"
+    path.write_text(megatron.write(P126, PP8_VPP8))
+    plan = read_script(path)
+    keys = dict(pp=None, layers_per_stage=None, account_for_embedding=None, account_for_loss=None)
+    assert layout_defaults(plan, keys) == dict(pp=8, layers_per_stage=None, account_for_embedding=True,
+                                               account_for_loss=True)
+    assert layout_defaults(plan, dict(keys, account_for_embedding=False))["account_for_embedding"] is False
+    split = dict(keys, layers_per_stage=(16,) * 7 + (14,))
+    assert layout_defaults(plan, split)["account_for_loss"] is False  # an explicit split replaces them
+    assert layout_defaults(None, keys)["account_for_loss"] is False

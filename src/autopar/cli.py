@@ -247,6 +247,10 @@ ScheduleOpt = Annotated[Optional[str], typer.Option("--schedule", help="1f1b | i
 LayersPerStage = Annotated[Optional[str], typer.Option("--layers-per-stage", help="explicit split, e.g. 7,8,8,7")]
 RecomputePerStage = Annotated[Optional[str], typer.Option(
     "--recompute-per-stage", help="recompute option of each stage, e.g. full,selective,none,none")]
+EmbeddingLoss = Annotated[Optional[bool], typer.Option(
+    "--embedding-loss-split/--no-embedding-loss-split",
+    help="count the embedding and the loss as one layer each in the pipeline split (Megatron "
+    "--account-for-embedding/loss-in-pipeline-split; e.g. 126 layers pp 8 vpp 8) \\[default: off]")]
 
 
 def _strategy(p: Problem, script: str | None, layout: dict[str, Any], dp: int | None, schedule: str | None):
@@ -293,7 +297,7 @@ def estimate(
     tp: Tp = None, pp: Pp = None, dp: Dp = None, cp: Cp = None, vpp: Vpp = None, ep: Ep = None, etp: Etp = None,
     mbs: Mbs = None, zero: Zero = None, sp: Sp = None, recompute: RecomputeOpt = None,
     recompute_layers: RecomputeLayers = None, schedule: ScheduleOpt = None, layers_per_stage: LayersPerStage = None,
-    recompute_per_stage: RecomputePerStage = None,
+    recompute_per_stage: RecomputePerStage = None, embedding_loss_split: EmbeddingLoss = None,
     memory_margin: Margin = 0.10, as_json: Json = False, script: Script = None, vocab_size: VocabSize = None,
     profile_db: ProfileDb = None, profile_device: ProfileDevice = None,
     moe_token_imbalance: MoeImbalance = None, fp8_param_storage: Fp8ParamStorage = None,
@@ -306,7 +310,8 @@ def estimate(
                  flash_attention, vocab_pad, script, vocab_size, moe_token_imbalance, fp8_param_storage)
     layout = dict(tp=tp, pp=pp, cp=cp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, zero=zero, sp=sp, recompute=recompute,
                   recompute_layers=recompute_layers, layers_per_stage=layers_per_stage,
-                  recompute_per_stage=recompute_per_stage)
+                  recompute_per_stage=recompute_per_stage, account_for_embedding=embedding_loss_split,
+                  account_for_loss=embedding_loss_split)
     from autopar.profile.cli import print_coverage, profiled
 
     with profiled(p, profile_db, profile_device) as coverage:
@@ -371,7 +376,7 @@ def export(
     tp: Tp = None, pp: Pp = None, dp: Dp = None, cp: Cp = None, vpp: Vpp = None, ep: Ep = None, etp: Etp = None,
     mbs: Mbs = None, zero: Zero = None, sp: Sp = None, recompute: RecomputeOpt = None,
     recompute_layers: RecomputeLayers = None, schedule: ScheduleOpt = None, layers_per_stage: LayersPerStage = None,
-    recompute_per_stage: RecomputePerStage = None,
+    recompute_per_stage: RecomputePerStage = None, embedding_loss_split: EmbeddingLoss = None,
     script: Script = None, vocab_size: VocabSize = None,
     moe_token_imbalance: MoeImbalance = None, fp8_param_storage: Fp8ParamStorage = None,
 ) -> None:
@@ -388,7 +393,8 @@ def export(
                             flash_attention, vocab_pad, script, vocab_size, moe_token_imbalance, fp8_param_storage), fmt)
     layout = dict(tp=tp, pp=pp, cp=cp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, zero=zero, sp=sp, recompute=recompute,
                   recompute_layers=recompute_layers, layers_per_stage=layers_per_stage,
-                  recompute_per_stage=recompute_per_stage)
+                  recompute_per_stage=recompute_per_stage, account_for_embedding=embedding_loss_split,
+                  account_for_loss=embedding_loss_split)
     if from_result:
         given = sorted(k for k, v in {**layout, "dp": dp, "schedule": schedule}.items() if v is not None)
         if given:

@@ -127,7 +127,7 @@ RULES: tuple[Rule, ...] = (
         | ((_layers(p) % b.pp == 0) & ((_layers(p) // np.maximum(b.pp, 1)) % b.vpp == 0)),
         lambda p, s: f"interleaving needs num_layers/pp = {_layers(p)}/{s.pp} = {_layers(p) / s.pp:g} to be "
         f"a whole number divisible by vpp={s.vpp} (Megatron: layers per virtual stage must be an integer; "
-        f"or count the embedding and loss as layers if (num_layers + 2)/(pp*vpp) is whole)",
+        f"or count the embedding and loss as layers, --embedding-loss-split, if (num_layers + 2)/(pp*vpp) is whole)",
     ),
     Rule("embedding_loss_split", _embedding_loss_split_ok, _embedding_loss_reason),
     Rule(

@@ -15,7 +15,7 @@ CLI_FALLBACKS: dict[str, Any] = dict(nodes=1, devices_per_node=None, gbs=1024, s
 LAYOUT_FALLBACKS: dict[str, Any] = dict(tp=1, pp=1, cp=1, vpp=1, ep=1, etp=None, mbs=1, zero=1, sp=False,
                                         recompute="none", recompute_layers=None, layers_per_stage=None,
                                         account_for_embedding=False, account_for_loss=False)
-# Layout fields with no command-line option: taken from the script (or the fallback) as they are.
+# Embedding/loss split switches: from the script unless an explicit split replaces them.
 _SCRIPT_ONLY = ("account_for_embedding", "account_for_loss")
 
 
@@ -32,12 +32,15 @@ def cli_defaults(plan: ScriptPlan | None, values: dict[str, Any]) -> dict[str, A
 
 
 def layout_defaults(plan: ScriptPlan | None, values: dict[str, Any]) -> dict[str, Any]:
-    """Fill the layout options left None from the script's layout, else :data:`LAYOUT_FALLBACKS`;
-    the embedding/loss split switches (no command-line option) always come from the script."""
+    """Fill the layout options left None from the script's layout, else :data:`LAYOUT_FALLBACKS`.
+    The embedding/loss split switches come from the script too (also when ``values`` has no
+    such option), except with an explicit ``layers_per_stage``, which replaces them."""
     script = plan.layout if plan is not None else {}
     filled = {k: v if v is not None else script.get(k, LAYOUT_FALLBACKS.get(k)) for k, v in values.items()}
-    if plan is not None and filled.get("layers_per_stage") is None:  # an explicit split replaces them
-        filled.update({k: script.get(k, LAYOUT_FALLBACKS[k]) for k in _SCRIPT_ONLY if k not in values})
+    explicit_split = values.get("layers_per_stage") is not None
+    for k in _SCRIPT_ONLY:
+        if values.get(k) is None and (k in values or plan is not None):
+            filled[k] = False if explicit_split else script.get(k, LAYOUT_FALLBACKS[k])
     return filled
 
 
