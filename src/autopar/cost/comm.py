@@ -21,25 +21,21 @@ come from the device spec, or from measured fits per collective while
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from contextvars import ContextVar
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
+from autopar.cost.hooks import installed
 from autopar.problem import Problem
 
 _LINK_FITS: ContextVar[Any] = ContextVar("autopar_link_fits", default=None)
 
 
-@contextmanager
-def use_link_fits(fits: Any) -> Iterator[None]:
+def use_link_fits(fits: Any) -> AbstractContextManager[None]:
     """Cost collectives with ``fits.link_params`` inside the ``with`` block."""
-    token = _LINK_FITS.set(fits)
-    try:
-        yield
-    finally:
-        _LINK_FITS.reset(token)
+    return installed(_LINK_FITS, fits)
 
 
 def link_params(p: Problem, collective: str) -> tuple[float, float, float, float]:

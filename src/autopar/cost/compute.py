@@ -11,10 +11,10 @@ device's ``attention_efficiency`` (fused kernels), element-wise ops the memory r
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -22,6 +22,7 @@ from autopar.cost import attention as attn
 from autopar.cost import flops as F
 from autopar.cost import fp8
 from autopar.cost import moe as moe_cost
+from autopar.cost.hooks import installed
 from autopar.problem import Problem
 from autopar.strategy import LayoutBatch
 
@@ -68,14 +69,9 @@ def attention_time_s(p: Problem, flops: np.ndarray, block_efficiency: np.ndarray
 _OP_TIMES: ContextVar[Any] = ContextVar("autopar_op_times", default=None)
 
 
-@contextmanager
-def use_op_times(provider: Any) -> Iterator[None]:
+def use_op_times(provider: Any) -> AbstractContextManager[None]:
     """Cost with ``provider``'s measured operator times inside the ``with`` block."""
-    token = _OP_TIMES.set(provider)
-    try:
-        yield
-    finally:
-        _OP_TIMES.reset(token)
+    return installed(_OP_TIMES, provider)
 
 
 @dataclass
