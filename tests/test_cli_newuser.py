@@ -3,6 +3,7 @@ the --target warning when the chosen writer cannot run #1, and a one-line search
 
 from __future__ import annotations
 
+import json
 import re
 from types import SimpleNamespace
 
@@ -113,3 +114,28 @@ def test_megatron_fsdp_export_has_the_required_flags():
     zero1 = megatron_args(p, Strategy(dp=8, zero=1)).split()
     assert "--use-distributed-optimizer" in zero1
     assert not {"--use-megatron-fsdp", "--ckpt-format", "--no-gradient-accumulation-fusion"} & set(zero1)
+
+
+def test_search_names_why_megatron_cannot_run_a_free_split(monkeypatch):
+    """--target sapp/galvatron may choose a split with unequal middle stages and one recompute
+    option (e.g. llama3-70b on 32 A100-80GB: 20,20,21,19). The table used to end with "#1 sets
+    recompute per stage", which was false; it now gives Megatron's own refusal."""
+    from autopar.estimate import estimate
+    from autopar.search.grid import SearchResult
+
+    p = make_problem("llama3-8b", gbs=8, seq=4096)
+    free = Strategy(dp=2, pp=4, zero=1, layers_per_stage=(7, 8, 9, 8))
+    assert free.recompute_per_stage is None
+
+    def fake(p, top_k, memory_margin, target):
+        return SearchResult([estimate(p, free)], 1, {}, 0, 0, 0.0, p.train.global_batch_size, target)
+
+    monkeypatch.setattr("autopar.search.search", fake)
+    out = runner.invoke(app, ["search", *TOY, "--top", "1", "--target", "sapp"])
+    assert out.exit_code == 0, out.output
+    tail = " ".join(out.stdout.split())
+    assert "sets recompute per stage" not in tail
+    assert "Megatron-LM cannot run #1 (Megatron-LM: split 7,8,9,8 has unequal middle stages" in tail
+    assert tail.endswith("write it with autopar export --format sapp")
+    doc = runner.invoke(app, ["search", *TOY, "--top", "1", "--target", "sapp", "--json"]).stdout
+    assert json.loads(doc)["megatron_args"] is None

@@ -89,7 +89,8 @@ def test_every_ranked_layout_passes_every_rule_and_fits(model, nodes, gbs, seq):
 @given(st.sampled_from(DENSE), st.sampled_from([1, 4]), st.sampled_from([64, 256]))
 def test_ranking_breaks_ties_to_the_simpler_layout_and_drops_dominated_recompute(model, nodes, gbs):
     """Equal step times rank by simplicity_key; a layout that only adds recompute to a ranked
-    one without being faster or >= 1% lighter is not listed (autopar.search.grid._undominated)."""
+    one (or only a higher ZeRO stage) without being faster or >= 1% lighter is not listed
+    (autopar.search.grid._undominated)."""
     from autopar.strategy import simplicity_key
 
     result = search(make_problem(model, nodes=nodes, gbs=gbs, seq=4096), top_k=25)
@@ -97,9 +98,24 @@ def test_ranking_breaks_ties_to_the_simpler_layout_and_drops_dominated_recompute
     for a, b in zip(ranked, ranked[1:]):
         if round(a.step_time_s, 6) == round(b.step_time_s, 6):
             assert simplicity_key(a.strategy) <= simplicity_key(b.strategy)
-    strip = lambda s: s.model_copy(update={"recompute": "none", "recompute_layers": None})  # noqa: E731
+    strip = lambda s: s.model_copy(update={"recompute": "none", "recompute_layers": None, "zero": 0})  # noqa: E731
     for i, heavy in enumerate(result.layouts):
         for light in result.layouts[:i]:
             if strip(light.strategy) == strip(heavy.strategy):
                 assert (heavy.step_time_s < light.step_time_s - 1e-6
                         or heavy.peak_memory_bytes < 0.99 * light.peak_memory_bytes)
+
+
+def test_zero_without_a_group_to_shard_is_not_a_second_row():
+    """tp 8 on 8 GPUs leaves dp x cp = 1: Megatron's distributed optimizer (ZeRO-1) shards over
+    one rank, so zero 1 is zero 0 (same step time and peak); the search used to list both as
+    rows #1 and #2. Only zero 0, the simpler one, is listed."""
+    from autopar.space import SpaceOptions
+
+    p = make_problem("llama3-8b", gbs=64, seq=4096)
+    result = search(p, top_k=10, options=SpaceOptions(tp=(8,), pp=(1,), cp=(1,), mbs=(1,), zero=(0, 1)))
+    zeros = [e.strategy.zero for e in result.layouts]
+    assert zeros and set(zeros) == {0}
+    one = estimate(p, result.layouts[0].strategy.model_copy(update={"zero": 1}))
+    assert one.step_time_s == pytest.approx(result.layouts[0].step_time_s, rel=1e-9)
+    assert one.peak_memory_bytes == pytest.approx(result.layouts[0].peak_memory_bytes, rel=1e-9)

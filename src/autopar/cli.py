@@ -145,6 +145,9 @@ def _problem(model: str | None, device: str | None, nodes: int | None, devices_p
     if not (math.isfinite(imbalance) and 1.0 <= imbalance <= 1e3):
         raise AutoparError(f"--moe-token-imbalance={imbalance}: must be a number in 1..1000 "
                            "(1 = balanced routing; the capacity factor with token dropping/padding)")
+    if imbalance != 1.0 and spec.num_experts == 0:  # would be ignored: no routed tokens to imbalance
+        raise AutoparError(f"--moe-token-imbalance={imbalance}: model {spec.name} has no routed experts; the "
+                           "option applies to MoE models only")
     if fp8_param_storage and precision != "fp8":
         raise AutoparError(f"--fp8-param-storage with --precision={precision}: fp8 parameter storage needs "
                            "--precision fp8")
@@ -193,10 +196,11 @@ def search(
         result = run_search(p, _positive("--top", top, upper=1000), memory_margin, target=target)
         measured = coverage and coverage([e.strategy for e in result.layouts])
     best = result.layouts[0]
+    best_args_refused = ""
     try:
         best_args = megatron_args(p, best.strategy)
-    except AutoparError:  # recompute per stage (--target sapp/galvatron): Megatron cannot run it
-        best_args = None
+    except AutoparError as e:  # --target sapp/galvatron: recompute per stage or a free split
+        best_args, best_args_refused = None, str(e)
     unwritable = target_warning(p, result.layouts, target)
     if unwritable:
         err_console.print(f"[yellow]warning:[/] {escape(unwritable)}", highlight=False, soft_wrap=True)
@@ -222,7 +226,8 @@ def search(
     console.print(search_table(result))
     console.print(search_summary(result), highlight=False, soft_wrap=True)
     if best_args is None:
-        console.print(f"\n#1 sets recompute per stage: write it with autopar export --format {target}")
+        console.print(f"\nMegatron-LM cannot run #1 ({escape(best_args_refused)}): write it with autopar export "
+                      f"--format {target}", highlight=False, soft_wrap=True)
     else:
         console.print("\n[bold]Megatron-LM arguments for #1:[/]")
         console.print(best_args, highlight=False, soft_wrap=True)

@@ -77,12 +77,12 @@ LIGHTER_FRACTION = 0.01  # a recompute variant saving < 1% of the peak is no alt
 def _undominated(batch: LayoutBatch, step_s: np.ndarray, peak_bytes: np.ndarray, order: np.ndarray,
                  top_k: int) -> list[int]:
     """The first ``top_k`` indices of ``order``, skipping a layout that differs from one already
-    taken only in its recompute setting and is neither faster (to the microsecond) nor lighter
-    by at least :data:`LIGHTER_FRACTION` of its peak: e.g. selective recompute that saves almost
-    no memory under flash attention and costs no time on a communication-bound step is not a
-    second plan."""
+    taken only in its recompute setting or ZeRO stage and is neither faster (to the microsecond)
+    nor lighter by at least :data:`LIGHTER_FRACTION` of its peak: e.g. selective recompute that
+    saves almost no memory under flash attention and costs no time on a communication-bound step
+    is not a second plan, nor is ZeRO-1 with dp x cp = 1 (nothing to shard: the same layout)."""
     layout_columns = [getattr(batch, f.name) for f in fields(LayoutBatch)
-                      if f.name not in ("recompute", "recompute_layers")]
+                      if f.name not in ("recompute", "recompute_layers", "zero")]
     taken: dict[tuple, list[int]] = {}
     out: list[int] = []
     for i in order:
