@@ -360,3 +360,68 @@ def test_balance_refuses_layer_counts_its_exact_split_cannot_finish(tmp_path):
 
 def test_empty_model_name():
     assert "--model='': empty" in one_line_error(["search", "-m", "", "--device", "h100-80gb"])
+
+
+# ----- second pass: the embedding/loss split, VPP forms, MoE-only options ------------------------
+@pytest.mark.parametrize("old, new, needle", [
+    # Megatron-LM rule 17 (ecosystem.md 1.3): at most one VPP form; autopar used the stage count silently
+    ("--bf16", "--bf16 \\\n    --num-virtual-stages-per-pipeline-rank 2 --num-layers-per-virtual-pipeline-stage 2",
+     "--num-virtual-stages-per-pipeline-rank=2 with --num-layers-per-virtual-pipeline-stage=2: Megatron-LM accepts "
+     "at most one"),
+    # rule 18: uneven first/last stages need the stage-count form; 8,8,8,8 was estimated as vpp 2
+    ("--bf16", "--bf16 \\\n    --num-layers-per-virtual-pipeline-stage 4 --decoder-first-pipeline-num-layers 8",
+     "--num-layers-per-virtual-pipeline-stage=4 with --decoder-first/last-pipeline-num-layers"),
+    # an explicit layout string was ignored: the estimate used the default split instead
+    ("--bf16", "--bf16 \\\n    --pipeline-model-parallel-layout 'Et*8|t*8|t*8|t*8L'",
+     "--pipeline-model-parallel-layout is not read by autopar"),
+])
+def test_launch_script_pipeline_forms_megatron_refuses(tmp_path, old, new, needle):
+    path = tmp_path / "job.sh"
+    path.write_text(BASE_SCRIPT.replace(old, new, 1))
+    assert needle in one_line_error(["estimate", "--script", str(path), "--device", "h100-80gb", "--vocab-size", "32000"])
+
+
+def test_moe_token_imbalance_on_a_dense_model_is_refused():
+    """It was accepted and ignored (llama3-8b has no routed experts)."""
+    err = one_line_error(["estimate", *LLAMA, "--moe-token-imbalance", "2"])
+    assert "--moe-token-imbalance=2.0: model llama3-8b has no routed experts" in err
+
+
+def test_torchtitan_export_writes_the_embedding_loss_split_it_was_costed_with(tmp_path):
+    """30 layers, pp 2, vpp 4, embedding/loss counted: Megatron's chunks are (30 + 2) / 8 = 4 slots,
+    the embedding and loss chunks 3 layers. torchtitan builds ceil((L + first_less + last_less) / k)
+    stages (ecosystem.md 3.3 rule 7): k = 4 with weights 1/1 gives the same 8 chunks. The export
+    wrote k = 15 // 4 = 3 with weights 0: ceil(30 / 3) = 10 stages, a different layout."""
+    from autopar.export import torchtitan
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**LLAMA_CFG, "num_hidden_layers": 30}))
+    out = runner.invoke(app, ["export", "--format", "torchtitan", "-m", str(path), "--device", "h100-80gb",
+                              "--pp", "2", "--vpp", "4", "--zero", "3", "--embedding-loss-split"])
+    assert out.exit_code == 0, out.output
+    doc = torchtitan.read(out.stdout)
+    par = doc["parallelism"]
+    assert (par["pipeline_parallel_layers_per_stage"], par["pipeline_parallel_first_stage_less_layers"],
+            par["pipeline_parallel_last_stage_less_layers"]) == (4, 1, 1)
+    assert torchtitan.check(doc, 8, 30) == []
+
+
+def _balance_rows(text: str) -> list[list[str]]:
+    return [[c.strip() for c in line.split("│")[1:-1]] for line in text.splitlines() if line.startswith("│")]
+
+
+def test_balance_compares_with_the_split_the_script_runs(tmp_path):
+    """31 layers, pp 2, --account-for-embedding-in-pipeline-split: Megatron runs (31 + 1) / 2 = 16
+    slots per stage, i.e. 15 layers + embedding, 16 layers. balance's 'even' column showed 16, 15
+    (Megatron's default split without the switch)."""
+    script = (BASE_SCRIPT.replace("PP=4", "PP=2", 1).replace("--num-layers 32", "--num-layers 31", 1)
+              .replace("--bf16", "--bf16 \\\n    --account-for-embedding-in-pipeline-split", 1))
+    path = tmp_path / "job.sh"
+    path.write_text(script)
+    args = ["balance", "--script", str(path), "--device", "h100-80gb", "--vocab-size", "32000", "--options", "none"]
+    out = runner.invoke(app, args, env={"COLUMNS": "200"})
+    assert out.exit_code == 0, out.output
+    assert [row[4] for row in _balance_rows(out.stdout)] == ["15", "16"]
+    assert "instead of --account-for-embedding/loss-in-pipeline-split" in out.stdout
+    err = one_line_error([*args, "--vpp", "2"])  # (31 + 1) / 4 = 8 slots: chunks of 7 and 8 layers
+    assert "vpp=2 with the script's --account-for-embedding/loss-in-pipeline-split: balance models equal" in err

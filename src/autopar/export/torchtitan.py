@@ -49,12 +49,22 @@ def _dp_degrees(s: Strategy, other: int) -> tuple[int, int, str]:
 
 
 def _pipeline(p: Problem, s: Strategy) -> dict[str, Any]:
+    """``[parallelism]`` pipeline fields. torchtitan builds ``ceil((L + first_less + last_less) / k)``
+    stages of ``k = pipeline_parallel_layers_per_stage`` weighted slots, the embedding (output) counting
+    ``first_less`` (``last_less``) slots (ecosystem.md 3.3 rule 7, ``generate_llm_fqn_per_model_part``):
+    with Megatron's embedding/loss-aware split that is ``k = (L+e+l)/(pp*vpp)``, weights ``e``, ``l``;
+    otherwise weights 0 for an even split, or explicit module names for an uneven one without vpp."""
     if s.pp == 1:
         return {}
     split = stage_layers(p, s)
     section: dict[str, Any] = {"pipeline_parallel_degree": s.pp,
                                "pipeline_parallel_schedule": "Interleaved1F1B" if s.vpp > 1 else "1F1B",
                                "pipeline_parallel_microbatch_size": s.mbs}
+    e, l = int(s.account_for_embedding), int(s.account_for_loss)
+    if e or l:  # Megatron's embedding/loss-aware split is torchtitan's weighted one (ecosystem.md 3.3 rule 7)
+        section.update(pipeline_parallel_layers_per_stage=(p.model.num_layers + e + l) // (s.pp * s.vpp),
+                       pipeline_parallel_first_stage_less_layers=e, pipeline_parallel_last_stage_less_layers=l)
+        return section
     if len(set(split)) == 1:
         section.update(pipeline_parallel_layers_per_stage=split[0] // s.vpp,
                        pipeline_parallel_first_stage_less_layers=0, pipeline_parallel_last_stage_less_layers=0)
@@ -158,7 +168,9 @@ def check(doc: dict[str, Any], world_size: int, num_layers: int) -> list[str]:
         if tr["local_batch_size"] % par["pipeline_parallel_microbatch_size"]:
             bad.append("6: local batch % pp microbatch")
         k = par.get("pipeline_parallel_layers_per_stage")
-        stages = -(-num_layers // k) if k else len(par["module_fqns_per_model_part"])
+        weights = par.get("pipeline_parallel_first_stage_less_layers", 1) + par.get(
+            "pipeline_parallel_last_stage_less_layers", 1)
+        stages = -(-(num_layers + weights) // k) if k else len(par["module_fqns_per_model_part"])
         per_rank = stages // pp
         multi = par["pipeline_parallel_schedule"] != "1F1B"
         if stages % pp or (per_rank >= 2) != multi:

@@ -145,8 +145,8 @@ def _cost(table: LayerTable, folded: FoldedTable, bounds: np.ndarray, options: n
     return PlanCost(counts, tuple(table.options[r] for r in options), memory, sim)
 
 
-def _even_bounds(num_layers: int, pp: int, vpp: int) -> np.ndarray | None:
-    split = default_layers_per_stage(num_layers, pp)
+def _even_bounds(num_layers: int, pp: int, vpp: int, split: tuple[int, ...] | None = None) -> np.ndarray | None:
+    split = split or default_layers_per_stage(num_layers, pp)
     if split is None or any(n % vpp for n in split):
         return None
     return np.concatenate([[0], np.cumsum(split) // vpp]).astype(np.int64)
@@ -164,7 +164,7 @@ def _no_fit(table: LayerTable, folded: FoldedTable, names: tuple[str, ...]) -> A
 
 def balance(table: LayerTable, vpp: int, num_microbatches: int, schedule: str,
             options: tuple[str, ...] | None = None, form: str = "explicit", baseline: str | None = None,
-            time_limit_s: float = 0.8) -> BalancePlan:
+            time_limit_s: float = 0.8, even_split: tuple[int, ...] | None = None) -> BalancePlan:
     """Balance ``table.pp`` stages (``vpp`` chunks each) for ``num_microbatches`` under ``schedule``.
 
     Args:
@@ -173,6 +173,8 @@ def balance(table: LayerTable, vpp: int, num_microbatches: int, schedule: str,
         form: ``explicit`` (any split, per-stage recompute) or ``megatron`` (see module doc).
         baseline: recompute option of the even split compared against (default: ``options[0]``).
         time_limit_s: wall-clock limit of the integer program.
+        even_split: layers per stage of the split compared against (default: Megatron's default
+            split; the layout's own one where it counts the embedding/loss as layers).
 
     Raises:
         AutoparError: unknown form/option/schedule, sizes the schedule cannot run, more than
@@ -219,7 +221,7 @@ def balance(table: LayerTable, vpp: int, num_microbatches: int, schedule: str,
         if result.bounds is not None and score(result.bounds, result.options) < best_score:
             bounds, chosen = result.bounds, result.options
     best = _cost(table, folded, bounds, chosen, vpp, num_microbatches, schedule)
-    even_bounds = _even_bounds(table.num_layers, pp, vpp)
+    even_bounds = _even_bounds(table.num_layers, pp, vpp, even_split)
     even = None if even_bounds is None else _cost(table, folded, even_bounds, np.full(pp, base), vpp,
                                                    num_microbatches, schedule)
     if (even is not None and base in indices and even.makespan_s < best.makespan_s

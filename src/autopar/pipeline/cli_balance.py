@@ -18,6 +18,7 @@ from autopar.cli import (Cp, Device, DeviceFile, DeviceSet, Dp, Ep, Etp, Flash, 
                          VocabSize, Vpp, Zero, _problem, _strategy, _user_errors, app, console, err_console)
 from autopar.errors import AutoparError
 from autopar.pipeline.balance import FORMS, BalancePlan
+from autopar.strategy import default_layers_per_stage
 
 GIB = 2.0**30
 
@@ -47,9 +48,10 @@ def balance_table(plan: BalancePlan) -> Table:
     return table
 
 
-def megatron_flags(plan: BalancePlan) -> str:
+def megatron_flags(plan: BalancePlan, accounted: bool = False) -> str:
     """Megatron-LM arguments for the balanced split (first/last stage layers, recompute), or a
-    note when the split or the per-stage recompute is not expressible."""
+    note when the split or the per-stage recompute is not expressible. ``accounted``: the layout
+    counts the embedding/loss as layers, which Megatron does not combine with first/last counts."""
     first_last = plan.megatron_first_last
     split = plan.best.layers_per_stage
     if first_last is None:
@@ -58,6 +60,8 @@ def megatron_flags(plan: BalancePlan) -> str:
     if len(split) > 1 and len(set(split)) > 1:
         flags += [f"--decoder-first-pipeline-num-layers {first_last[0]}",
                   f"--decoder-last-pipeline-num-layers {first_last[1]}"]
+        if accounted:
+            flags.append("(instead of --account-for-embedding/loss-in-pipeline-split: Megatron-LM takes one or the other)")
     names = set(plan.best.recompute)
     if len(names) > 1:
         flags.append(f"(recompute differs per stage {list(plan.best.recompute)}: Megatron has one setting; "
@@ -69,12 +73,13 @@ def megatron_flags(plan: BalancePlan) -> str:
     return " ".join(flags) if flags else "(even split, no extra flags)"
 
 
-def print_plan(plan: BalancePlan) -> None:
-    """Print the balanced plan: table, SAPP arrays, Megatron flags, step time vs even split."""
+def print_plan(plan: BalancePlan, accounted: bool = False) -> None:
+    """Print the balanced plan: table, SAPP arrays, Megatron flags, step time vs even split
+    (``accounted``: see :func:`megatron_flags`)."""
     console.print(balance_table(plan))
     console.print(f"SAPP offset:    {plan.offset}", highlight=False)
     console.print(f"SAPP recompute: {plan.recompute_per_chunk}", highlight=False)
-    console.print(f"Megatron-LM:    {megatron_flags(plan)}", highlight=False, soft_wrap=True)
+    console.print(f"Megatron-LM:    {megatron_flags(plan, accounted)}", highlight=False, soft_wrap=True)
     best, even = plan.best, plan.even
     line = f"Pipeline step time (simulated): balanced {_fmt_time(best.makespan_s)}"
     if even is not None:
@@ -118,6 +123,7 @@ def balance_command(
         raise AutoparError(f"--memory-limit-gib={memory_limit_gib}: must be positive")
     limit = None if memory_limit_gib is None else memory_limit_gib * GIB
     names = tuple(o.strip() for o in options.split(",") if o.strip()) if options else None
+    even_split, accounted = None, False
     if layers:
         from autopar.pipeline.layers_file import load_layers_file
 
@@ -151,6 +157,13 @@ def balance_command(
         check_strategy(p, s)
         if s.pp == 1:
             raise AutoparError("--pp=1: nothing to balance (give --pp 2 or more)")
+        accounted = s.account_for_embedding or s.account_for_loss
+        if accounted and s.vpp > 1:  # its chunks differ (the embedding/loss chunk has a layer fewer)
+            raise AutoparError(f"vpp={s.vpp} with the script's --account-for-embedding/loss-in-pipeline-split: "
+                               "balance models equal model chunks; use vpp 1 or a script without those switches")
+        if accounted:  # compare against the split the layout runs, not Megatron's default one
+            even_split = default_layers_per_stage(p.model.num_layers, s.pp, s.account_for_embedding,
+                                                  s.account_for_loss)
         table, num_vpp, sched = layer_table(p, s, limit), s.vpp, s.schedule
         m = s.num_microbatches(p.train.global_batch_size)
         baseline = s.recompute if names is None or s.recompute in names else names[0]
@@ -158,8 +171,8 @@ def balance_command(
         console.print(f"[bold]{p.model.name}[/] ({p.model.num_layers} layers) on {p.world_size} "
                       f"{p.cluster.device.name}: tp {s.tp}, pp {s.pp}, vpp {s.vpp}, dp {s.dp}, "
                       f"{m} micro-batches, limit {table.memory_limit_bytes / GIB:.1f} GiB")
-    plan = balance(table, num_vpp, m, sched, options=names, form=form, baseline=baseline)
-    print_plan(plan)
+    plan = balance(table, num_vpp, m, sched, options=names, form=form, baseline=baseline, even_split=even_split)
+    print_plan(plan, accounted)
     if plot:
         from autopar.pipeline.plot import plot_plan
 

@@ -403,7 +403,8 @@ def layout_fields(a: Args, num_layers: int) -> dict[str, Any]:
     Raises:
         AutoparError: a size flag below 1, a VPP layer count that does not divide the stage, an
             unknown sharding strategy or recompute method, the embedding/loss flags with
-            first/last stage counts.
+            first/last stage counts, both VPP flags (rule 17), layers per virtual stage with
+            first/last stage counts (rule 18), ``--pipeline-model-parallel-layout`` (not read).
     """
     def size(flag: str, default: int | None) -> int | None:
         value = a.integer(flag, default)
@@ -417,6 +418,12 @@ def layout_fields(a: Args, num_layers: int) -> dict[str, Any]:
     embedding = a.has("--account-for-embedding-in-pipeline-split")
     loss = a.has("--account-for-loss-in-pipeline-split")
     accounted = num_layers + embedding + loss  # ecosystem.md 1.3 rule 21: L' = L (+1) (+1)
+    if a.has("--pipeline-model-parallel-layout"):  # its split would silently be replaced by the default one
+        raise AutoparError(f"{a.source}: --pipeline-model-parallel-layout is not read by autopar; give the split "
+                           "as --decoder-first/last-pipeline-num-layers or --layers-per-stage instead")
+    if vpp is not None and per_vstage is not None:
+        raise AutoparError(f"{a.source}: --num-virtual-stages-per-pipeline-rank={vpp} with "
+                           f"--num-layers-per-virtual-pipeline-stage={per_vstage}: Megatron-LM accepts at most one")
     if vpp is None and per_vstage:
         if accounted % (pp * per_vstage):
             raise AutoparError(f"{a.source}: --num-layers-per-virtual-pipeline-stage={per_vstage} does not divide "
@@ -427,6 +434,11 @@ def layout_fields(a: Args, num_layers: int) -> dict[str, Any]:
                                 or a.has("--decoder-last-pipeline-num-layers")):
         raise AutoparError(f"{a.source}: --account-for-embedding/loss-in-pipeline-split cannot be combined with "
                            "--decoder-first/last-pipeline-num-layers (Megatron-LM: one or the other)")
+    if per_vstage is not None and (a.has("--decoder-first-pipeline-num-layers")
+                                   or a.has("--decoder-last-pipeline-num-layers")):
+        raise AutoparError(f"{a.source}: --num-layers-per-virtual-pipeline-stage={per_vstage} with "
+                           "--decoder-first/last-pipeline-num-layers: Megatron-LM needs "
+                           "--num-virtual-stages-per-pipeline-rank for an uneven split")
     zero = 1 if a.has("--use-distributed-optimizer") else 0
     if a.has("--use-megatron-fsdp"):
         name = a.text("--data-parallel-sharding-strategy", "optim_grads_params")
