@@ -42,7 +42,7 @@ def test_balance_layers_file(tmp_path):
                    f'"layers": [{heavy}, {layer}, {layer}, {layer}, {layer}, {layer}]}}')
     result = runner.invoke(app, ["balance", "--layers", str(doc)])
     assert result.exit_code == 0, result.output
-    assert "SAPP offset:    [[-1], [1]]" in result.output  # the heavy first layer gets fewer neighbours
+    assert "SAPP offset:    [-1, 1]" in result.output  # the heavy first layer gets fewer neighbours
 
 
 def test_balance_layers_file_missing_field_is_one_line(tmp_path):
@@ -51,3 +51,32 @@ def test_balance_layers_file_missing_field_is_one_line(tmp_path):
     result = runner.invoke(app, ["balance", "--layers", str(doc)])
     assert result.exit_code == 2
     assert len(result.output.strip().splitlines()) == 1 and "num_microbatches" in result.output
+
+
+def test_balance_sapp_arrays_match_the_sapp_export():
+    """balance printed offset[stage][chunk] and option names ([['full', 'full'], ...]); MindFormers
+    (and autopar export --format sapp) take offset/recompute/select_recompute as [chunk][stage]
+    layer counts (flat per stage without interleaving). Llama-3-8B, 32 layers, pp 2 vpp 2, stages
+    14 + 18 (chunks 7+7, 9+9), full recompute on stage 0 and selective on stage 1: by hand offset
+    7-8 = -1 and 9-8 = +1 per chunk, recompute [7, 0], select_recompute [0, 9]."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from autopar.export import sapp
+    from autopar.pipeline.cli_balance import sapp_arrays
+    from autopar.strategy import Strategy
+    from conftest import make_problem
+
+    plan = SimpleNamespace(best=SimpleNamespace(layers_per_chunk=np.array([[7, 7], [9, 9]]),
+                                                recompute=("full", "selective")))
+    arrays = sapp_arrays(plan)
+    assert arrays == {"offset": [[-1, 1], [-1, 1]], "recompute": [[7, 0], [7, 0]],
+                      "select_recompute": [[0, 9], [0, 9]]}
+    s = Strategy(dp=4, pp=2, vpp=2, schedule="interleaved", layers_per_stage=(14, 18),
+                 recompute="full", recompute_per_stage=("full", "selective"))
+    written = sapp.config(make_problem("llama3-8b", gbs=64, seq=4096), s)
+    assert {k: written[k] for k in arrays} == arrays
+    flat = sapp_arrays(SimpleNamespace(best=SimpleNamespace(layers_per_chunk=np.array([[3], [5]]),
+                                                            recompute=("none", "full"))))
+    assert flat == {"offset": [-1, 1], "recompute": [0, 5], "select_recompute": [0, 0]}

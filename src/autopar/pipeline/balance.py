@@ -86,12 +86,6 @@ class BalancePlan:
         return (counts - base).tolist()
 
     @property
-    def recompute_per_chunk(self) -> list[list[str]]:
-        """SAPP-style ``recompute[stage][chunk]`` (a stage's chunks share its option)."""
-        vpp = self.best.layers_per_chunk.shape[1]
-        return [[name] * vpp for name in self.best.recompute]
-
-    @property
     def megatron_first_last(self) -> tuple[int, int] | None:
         """``(first, last)`` layer counts if the middle stages are equal (Megatron-expressible)."""
         split = self.best.layers_per_stage

@@ -73,12 +73,30 @@ def megatron_flags(plan: BalancePlan, accounted: bool = False) -> str:
     return " ".join(flags) if flags else "(even split, no extra flags)"
 
 
+def sapp_arrays(plan: BalancePlan) -> dict[str, list]:
+    """The plan as MindFormers' ``offset`` / ``recompute`` / ``select_recompute``, in the shape
+    ``autopar export --format sapp`` writes (:mod:`autopar.export.sapp`): one entry per stage, or
+    ``[chunk][stage]`` with ``pp_interleave_num`` (vpp) > 1; ``recompute`` / ``select_recompute``
+    count the layers of each stage (chunk) with full / selective recompute. ``offset`` is the
+    layers minus ``L // (pp * vpp)`` (MindFormers ``docs/feature_cards/Offset_Recompute.md``)."""
+    chunks = plan.best.layers_per_chunk  # shape (pp, vpp)
+    by_chunk = chunks.T.tolist()  # [chunk][stage]
+    base = int(chunks.sum()) // chunks.size
+    names = plan.best.recompute  # one option per stage
+    arrays = {"offset": [[n - base for n in row] for row in by_chunk],
+              "recompute": [[n if r == "full" else 0 for n, r in zip(row, names)] for row in by_chunk],
+              "select_recompute": [[n if r == "selective" else 0 for n, r in zip(row, names)] for row in by_chunk]}
+    return {k: v[0] if len(by_chunk) == 1 else v for k, v in arrays.items()}
+
+
 def print_plan(plan: BalancePlan, accounted: bool = False) -> None:
     """Print the balanced plan: table, SAPP arrays, Megatron flags, step time vs even split
     (``accounted``: see :func:`megatron_flags`)."""
     console.print(balance_table(plan))
-    console.print(f"SAPP offset:    {plan.offset}", highlight=False)
-    console.print(f"SAPP recompute: {plan.recompute_per_chunk}", highlight=False)
+    arrays = sapp_arrays(plan)
+    console.print(f"SAPP offset:    {arrays['offset']}", highlight=False)
+    console.print(f"SAPP recompute: {arrays['recompute']}, select_recompute: {arrays['select_recompute']}",
+                  highlight=False, soft_wrap=True)
     console.print(f"Megatron-LM:    {megatron_flags(plan, accounted)}", highlight=False, soft_wrap=True)
     best, even = plan.best, plan.even
     line = f"Pipeline step time (simulated): balanced {_fmt_time(best.makespan_s)}"
