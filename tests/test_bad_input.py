@@ -425,3 +425,26 @@ def test_balance_compares_with_the_split_the_script_runs(tmp_path):
     assert "instead of --account-for-embedding/loss-in-pipeline-split" in out.stdout
     err = one_line_error([*args, "--vpp", "2"])  # (31 + 1) / 4 = 8 slots: chunks of 7 and 8 layers
     assert "vpp=2 with the script's --account-for-embedding/loss-in-pipeline-split: balance models equal" in err
+
+
+@pytest.mark.parametrize("extra, needle", [
+    # 2^63 - 1 layers x pp 2 wrapped negative in the int64 recompute_layers rule: an estimate came back
+    (["--pp", "2", "--recompute", "full", "--recompute-layers", str(2**63 - 1)],
+     f"--recompute-layers={2**63 - 1}: must be an integer in 1..2147483648"),
+    (["--dp", str(10**20)], f"--dp={10**20}: must be an integer in 1..2147483648"),  # OverflowError
+    (["--etp", str(10**20)], f"--etp={10**20}: must be an integer in 1..2147483648"),  # OverflowError
+    (["--vocab-size", str(10**20)], f"--vocab-size={10**20}: must be an integer in 1..2147483648"),
+])
+def test_layout_and_size_options_beyond_int64_arithmetic(extra, needle):
+    assert needle in one_line_error(["estimate", *LLAMA, *extra])
+
+
+@pytest.mark.parametrize("changes, needle", [
+    ({"vocab_size": 10**20}, f"vocab_size={10**20}: Input should be less than or equal to 2147483648"),
+    ({"intermediate_size": 10**19}, f"ffn_hidden_size={10**19}: Input should be less than or equal to 2147483648"),
+])
+def test_hf_config_sizes_beyond_int64_arithmetic(tmp_path, changes, needle):
+    """Both crashed with OverflowError (padded vocabulary; the tp_divides_ffn rule)."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**LLAMA_CFG, **changes}))
+    assert needle in one_line_error(["search", "-m", str(path), "--device", "h100-80gb"])

@@ -282,6 +282,9 @@ def _strategy(p: Problem, script: str | None, layout: dict[str, Any], dp: int | 
         lay["recompute"] = layout.get("recompute")  # None: the heaviest per-stage option
     for name in ("tp", "pp", "cp", "vpp", "ep", "mbs"):
         _positive(f"--{name}", lay[name])
+    for name, value in (("--dp", dp), ("--etp", lay["etp"]), ("--recompute-layers", lay["recompute_layers"])):
+        if value is not None:  # 2^63 - 1 wrapped negative in the int64 rule arithmetic (or overflowed)
+            _positive(name, value)
     model_size = lay["tp"] * lay["pp"] * lay["cp"]
     if dp is None:
         if p.world_size % model_size:

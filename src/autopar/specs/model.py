@@ -32,6 +32,11 @@ class LayerParams(NamedTuple):
         return self.tp + self.replicated + self.experts
 
 
+# Largest width/count a model field may hold: beyond 2^31 the int64 layout arithmetic of the rules
+# and the padded vocabulary (vocab x tp x padding unit) overflows (a config with vocab_size 1e20 crashed).
+MAX_SIZE = 2**31
+
+
 class ModelSpec(BaseModel):
     """A decoder-only transformer, as the planner sees it.
 
@@ -43,13 +48,13 @@ class ModelSpec(BaseModel):
 
     name: str
     num_layers: int = Field(gt=0, le=10_000, description="decoder layers (HF num_hidden_layers)")
-    hidden_size: int = Field(gt=0)
-    num_attention_heads: int = Field(gt=0)
-    num_kv_heads: int = Field(gt=0, description="key/value heads (GQA groups); = heads for MHA")
-    head_dim: int = Field(gt=0, description="per-head width of q/k/v (MHA/GQA)")
-    ffn_hidden_size: int = Field(gt=0, description="dense MLP intermediate width")
-    vocab_size: int = Field(gt=0)
-    max_position_embeddings: int | None = Field(default=None, gt=0)
+    hidden_size: int = Field(gt=0, le=MAX_SIZE)
+    num_attention_heads: int = Field(gt=0, le=MAX_SIZE)
+    num_kv_heads: int = Field(gt=0, le=MAX_SIZE, description="key/value heads (GQA groups); = heads for MHA")
+    head_dim: int = Field(gt=0, le=MAX_SIZE, description="per-head width of q/k/v (MHA/GQA)")
+    ffn_hidden_size: int = Field(gt=0, le=MAX_SIZE, description="dense MLP intermediate width")
+    vocab_size: int = Field(gt=0, le=MAX_SIZE)
+    max_position_embeddings: int | None = Field(default=None, gt=0, le=MAX_SIZE)
     tie_word_embeddings: bool
     gated_mlp: bool = Field(description="SwiGLU/GeGLU (3 matrices) instead of a 2-matrix MLP")
     norm: Literal["rmsnorm", "layernorm"]
@@ -61,20 +66,20 @@ class ModelSpec(BaseModel):
     dropout: bool = Field(default=False, description="hidden/attention dropout > 0 (masks kept)")
 
     # Mixture of experts (0 experts = dense).
-    num_experts: int = Field(default=0, ge=0)
-    num_experts_per_tok: int = Field(default=0, ge=0)
-    moe_ffn_hidden_size: int = Field(default=0, ge=0, description="per routed expert")
-    shared_expert_ffn_hidden_size: int = Field(default=0, ge=0, description="all shared experts")
+    num_experts: int = Field(default=0, ge=0, le=MAX_SIZE)
+    num_experts_per_tok: int = Field(default=0, ge=0, le=MAX_SIZE)
+    moe_ffn_hidden_size: int = Field(default=0, ge=0, le=MAX_SIZE, description="per routed expert")
+    shared_expert_ffn_hidden_size: int = Field(default=0, ge=0, le=MAX_SIZE, description="all shared experts")
     moe_layers: tuple[int, ...] = Field(default=(), description="indices of MoE layers")
     router_bias: bool = Field(default=False, description="DeepSeek-V3 expert score bias")
 
     # Multi-head latent attention (DeepSeek-V2/V3); q_lora_rank 0 = no q compression.
     mla: bool = False
-    q_lora_rank: int = Field(default=0, ge=0)
-    kv_lora_rank: int = Field(default=0, ge=0)
-    qk_nope_head_dim: int = Field(default=0, ge=0)
-    qk_rope_head_dim: int = Field(default=0, ge=0)
-    v_head_dim: int = Field(default=0, ge=0)
+    q_lora_rank: int = Field(default=0, ge=0, le=MAX_SIZE)
+    kv_lora_rank: int = Field(default=0, ge=0, le=MAX_SIZE)
+    qk_nope_head_dim: int = Field(default=0, ge=0, le=MAX_SIZE)
+    qk_rope_head_dim: int = Field(default=0, ge=0, le=MAX_SIZE)
+    v_head_dim: int = Field(default=0, ge=0, le=MAX_SIZE)
     mtp_num_layers: int = Field(default=0, ge=0, description="multi-token-prediction layers")
 
     @model_validator(mode="after")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from autopar.errors import AutoparError
-from autopar.specs.model import ModelSpec
+from autopar.specs.model import MAX_SIZE, ModelSpec
 from autopar.specs.script import ScriptPlan
 
 # autopar's own defaults for options neither the command line nor a script sets.
@@ -49,12 +49,13 @@ def model_for(model: str | None, plan: ScriptPlan | None, vocab_size: int | None
     ``vocab_size`` (``--vocab-size``) replaces the vocabulary of either.
 
     Raises:
-        AutoparError: neither given, the script's vocabulary is unknown, or ``vocab_size`` < 1.
+        AutoparError: neither given, the script's vocabulary is unknown, or ``vocab_size`` outside
+            1..:data:`~autopar.specs.model.MAX_SIZE`.
     """
     from autopar.specs.hf import load_model
 
-    if vocab_size is not None and vocab_size < 1:
-        raise AutoparError(f"--vocab-size={vocab_size}: must be a positive integer")
+    if vocab_size is not None and not 1 <= vocab_size <= MAX_SIZE:
+        raise AutoparError(f"--vocab-size={vocab_size}: must be an integer in 1..{MAX_SIZE}")
     if model is not None:
         spec = load_model(model)
         return spec if vocab_size is None else type(spec).model_validate({**spec.model_dump(), "vocab_size": vocab_size})
