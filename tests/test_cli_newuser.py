@@ -139,3 +139,13 @@ def test_search_names_why_megatron_cannot_run_a_free_split(monkeypatch):
     assert tail.endswith("write it with autopar export --format sapp")
     doc = runner.invoke(app, ["search", *TOY, "--top", "1", "--target", "sapp", "--json"]).stdout
     assert json.loads(doc)["megatron_args"] is None
+
+
+def test_search_with_another_target_points_to_its_export():
+    """--target torchtitan costs the layouts as torchtitan runs them, yet the table ends with
+    Megatron-LM arguments; it now also names the writer of the target's own config."""
+    out = runner.invoke(app, ["search", *TOY, "--top", "1", "--target", "torchtitan"])
+    assert out.exit_code == 0, out.output
+    assert "autopar export --format torchtitan --from RESULT.json" in " ".join(out.stdout.split())
+    plain = runner.invoke(app, ["search", *TOY, "--top", "1"]).stdout
+    assert "--target" not in plain and "Megatron-LM arguments for #1" in plain

@@ -80,3 +80,11 @@ def test_balance_sapp_arrays_match_the_sapp_export():
     flat = sapp_arrays(SimpleNamespace(best=SimpleNamespace(layers_per_chunk=np.array([[3], [5]]),
                                                             recompute=("none", "full"))))
     assert flat == {"offset": [-1, 1], "recompute": [0, 5], "select_recompute": [0, 0]}
+
+
+def test_balance_plot_into_a_missing_directory_is_one_line_before_any_output(tmp_path):
+    """The table used to be printed first and the error after it."""
+    result = runner.invoke(app, LLAMA8B_PP4 + ["--plot", str(tmp_path / "no" / "pipe.png")])
+    assert result.exit_code == 2
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: --plot=") and "no directory" in lines[0]

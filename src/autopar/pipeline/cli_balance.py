@@ -7,6 +7,7 @@ or the per-layer costs from ``--layers FILE`` (see :mod:`autopar.pipeline.layers
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Optional
 
 import numpy as np
@@ -140,6 +141,8 @@ def balance_command(
     if memory_limit_gib is not None and not memory_limit_gib > 0:
         raise AutoparError(f"--memory-limit-gib={memory_limit_gib}: must be positive")
     limit = None if memory_limit_gib is None else memory_limit_gib * GIB
+    if plot and not Path(plot).resolve().parent.is_dir():  # before the work, not after the table
+        raise AutoparError(f"--plot={plot!r}: cannot write (no directory {str(Path(plot).resolve().parent)!r})")
     names = tuple(o.strip() for o in options.split(",") if o.strip()) if options else None
     even_split, accounted = None, False
     if layers:
