@@ -233,7 +233,8 @@ def search(
         console.print(best_args, highlight=False, soft_wrap=True)
         if target != "megatron":  # the Megatron flags above are not the target's config
             console.print(f"\n--target {target}: write #1's own config with autopar export --format {target} "
-                          "--from RESULT.json (this search's --json output) and the same model/cluster options", highlight=False, soft_wrap=True)
+                          "--from RESULT.json (this search's --json output) and the same model/cluster options",
+                          highlight=False, soft_wrap=True)
     if measured:
         print_coverage(measured)
 
