@@ -87,8 +87,13 @@ def test_search_ranks_per_stage_recompute_only_for_targets_that_can_write_it(p):
     assert best.peak_memory_bytes <= 0.9 * p.cluster.device.memory_bytes
     again = estimate(p, best.strategy)
     assert again.step_time_s == pytest.approx(best.step_time_s, rel=1e-12)
-    galvatron = search(p, top_k=5, options=PIPELINED, target="galvatron")
-    assert set(galvatron.layouts[0].strategy.stage_recompute) <= {"none", "full"}
+    # Galvatron has no distributed optimizer (zero=1) and no selective recompute: the search
+    # skips what it cannot write and keeps per-stage none/full.
+    ddp_or_zero1 = SpaceOptions(tp=(2,), pp=(2,), cp=(1,), mbs=(1,), zero=(0, 1), max_vpp=1)
+    galvatron = search(p, top_k=5, options=ddp_or_zero1, target="galvatron")
+    assert galvatron.not_writable > 0
+    assert all(e.strategy.zero == 0 and set(e.strategy.stage_recompute) <= {"none", "full"}
+               for e in galvatron.layouts)
 
 
 def test_min_max_split_with_per_stage_options_matches_the_integer_program(p):

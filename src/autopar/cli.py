@@ -84,9 +84,8 @@ def for_target(p: Problem, target: str) -> Problem:
 def target_warning(p: Problem, layouts: list, target: str) -> str | None:
     """One line when ``--target``'s writer refuses the #1 layout, else None.
 
-    The search constrains only what the target cannot do per stage (recompute per stage); other
-    limits of a writer (torchtitan has no ZeRO-1, DeepSpeed no context parallelism, ...) are checked
-    here by running the writer (:data:`autopar.export.WRITERS`) on the ranked layouts.
+    The search skips layouts the target cannot write (:func:`autopar.search.grid.refusal`), but
+    re-balancing the top k can still change #1 (e.g. an uneven split); this checks the final list.
 
     Args:
         p: the problem searched.
@@ -96,19 +95,12 @@ def target_warning(p: Problem, layouts: list, target: str) -> str | None:
         The refusal reason of #1 and the best rank the target can write (or that none can), or
         None when the target writes #1.
     """
-    from autopar.export import WRITERS
+    from autopar.search.grid import refusal
 
-    def reason(strategy: Any) -> str | None:
-        try:
-            WRITERS[target](p, strategy)
-        except AutoparError as err:
-            return str(err)
-        return None
-
-    first = reason(layouts[0].strategy)
+    first = refusal(p, target, layouts[0].strategy)
     if first is None:
         return None
-    ok = next((i for i, e in enumerate(layouts[1:], 2) if reason(e.strategy) is None), None)
+    ok = next((i for i, e in enumerate(layouts[1:], 2) if refusal(p, target, e.strategy) is None), None)
     where = f"the best layout it can write is #{ok}" if ok else f"none of the top {len(layouts)} can be written"
     return f"--target {target} cannot run #1 unchanged ({first}); {where}"
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -28,7 +28,7 @@ from autopar.pipeline.rebalance import TARGETS, TableCache, rank, rebalance_esti
 from autopar.problem import Problem
 from autopar.rules import RULES, first_failure
 from autopar.space import SpaceOptions, enumerate_layouts
-from autopar.strategy import SIMPLICITY_ORDER, LayoutBatch
+from autopar.strategy import SIMPLICITY_ORDER, LayoutBatch, Strategy
 
 GIB = 2**30
 
@@ -45,6 +45,7 @@ class SearchResult:
     search_time_s: float
     global_batch_size: int
     target: str = "megatron"
+    not_writable: int = 0  # fitting layouts skipped because the target's writer refuses them
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -57,6 +58,7 @@ class SearchResult:
             "marginal": self.marginal,
             "search_time_s": self.search_time_s,
             "target": self.target,
+            "not_writable": self.not_writable,
         }
 
 
@@ -74,19 +76,35 @@ def _unique(layouts: list[Estimate]) -> list[Estimate]:
 LIGHTER_FRACTION = 0.01  # a recompute variant saving < 1% of the peak is no alternative plan
 
 
+def refusal(p: Problem, target: str, strategy: Strategy) -> str | None:
+    """Why ``target``'s writer (:data:`autopar.export.WRITERS`) cannot write ``strategy``
+    unchanged (torchtitan has no distributed optimizer, DeepSpeed no context parallelism, ...),
+    or None when it can."""
+    from autopar.export import WRITERS  # the writers import the search's result types
+
+    try:
+        WRITERS[target](p, strategy)
+    except AutoparError as err:
+        return str(err)
+    return None
+
+
 def _undominated(batch: LayoutBatch, step_s: np.ndarray, peak_bytes: np.ndarray, order: np.ndarray,
-                 top_k: int) -> list[int]:
+                 top_k: int, keep: Callable[[int], bool] = lambda i: True) -> list[int]:
     """The first ``top_k`` indices of ``order``, skipping a layout that differs from one already
     taken only in its recompute setting or ZeRO stage and is neither faster (to the microsecond)
     nor lighter by at least :data:`LIGHTER_FRACTION` of its peak: e.g. selective recompute that
     saves almost no memory under flash attention and costs no time on a communication-bound step
-    is not a second plan, nor is ZeRO-1 with dp x cp = 1 (nothing to shard: the same layout)."""
+    is not a second plan, nor is ZeRO-1 with dp x cp = 1 (nothing to shard: the same layout).
+    ``keep(i)`` False skips row ``i`` too (a layout the target cannot write)."""
     layout_columns = [getattr(batch, f.name) for f in fields(LayoutBatch)
                       if f.name not in ("recompute", "recompute_layers", "zero")]
     taken: dict[tuple, list[int]] = {}
     out: list[int] = []
     for i in order:
         i = int(i)
+        if not keep(i):
+            continue
         same = taken.setdefault(tuple(int(c[i]) for c in layout_columns), [])
         if any(step_s[i] >= step_s[j] - 1e-6 and peak_bytes[i] >= (1 - LIGHTER_FRACTION) * peak_bytes[j]
                for j in same):
@@ -148,7 +166,18 @@ def search(
     marginal = fits & (costs.peak_memory_bytes > (1 - memory_margin) * capacity)
     ties = tuple(getattr(valid, name) for name in reversed(SIMPLICITY_ORDER))  # last key sorts first
     order = np.lexsort(ties + (np.round(costs.step_time_s, 6), marginal, ~fits))
-    order = _undominated(valid, costs.step_time_s, costs.peak_memory_bytes, order[fits[order]], top_k)
+    refused: list[str] = []
+
+    def writable(i: int) -> bool:
+        reason = refusal(p, target, valid.strategy(i, p.model.num_layers))
+        if reason is not None:
+            refused.append(reason)
+        return reason is None
+
+    order = _undominated(valid, costs.step_time_s, costs.peak_memory_bytes, order[fits[order]], top_k, writable)
+    if not order:
+        raise AutoparError(f"no fitting layout can be written for --target {target}: "
+                           f"{len(refused):,} refused, e.g. {refused[0]}")
     layouts = [estimate(p, valid.strategy(int(i), p.model.num_layers), memory_margin) for i in order]
     cache = TableCache()  # one layer table per shard shape across the top k
     layouts = _unique(rank([rebalance_estimate(p, e, memory_margin, target, cache, use_ilp=False) for e in layouts]))
@@ -163,4 +192,5 @@ def search(
         search_time_s=time.perf_counter() - start,
         global_batch_size=p.train.global_batch_size,
         target=target,
+        not_writable=len(refused),
     )
