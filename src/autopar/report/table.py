@@ -8,14 +8,36 @@ from rich.table import Table
 from autopar.estimate import Estimate
 from autopar.search import SearchResult
 from autopar.specs import DeviceSpec
+from autopar.strategy import default_layers_per_stage
 
 GIB = 2**30
 
 
-def layout_label(e: Estimate) -> str:
-    """Compact one-line description of a layout, e.g. ``tp8+sp pp4x5 cp1 dp2`` (x5 = vpp)."""
+SPLIT_MARKS = {"+": "+el (+e, +l): embedding and loss counted as pipeline layers (Megatron "
+                    "--account-for-embedding/loss-in-pipeline-split)",
+               "~": "~: a balanced split, not Megatron's default (layers_per_stage in --json)"}
+
+
+def split_mark(e: Estimate) -> str:
+    """``+el`` (``+e``, ``+l``) when the split counts the embedding (loss) as a layer, ``~`` when
+    ``layers_per_stage`` differs from :func:`~autopar.strategy.default_layers_per_stage` for the
+    layout's pp and switches (the balancer's split), else ``""``."""
     s = e.strategy
-    parts = [f"tp{s.tp}" + ("+sp" if s.sp else ""), f"pp{s.pp}" + (f"x{s.vpp}" if s.vpp > 1 else "")]
+    mark = ("+" + "e" * s.account_for_embedding + "l" * s.account_for_loss
+            if s.account_for_embedding or s.account_for_loss else "")
+    if s.pp > 1 and s.layers_per_stage:
+        default = default_layers_per_stage(sum(s.layers_per_stage), s.pp, s.account_for_embedding,
+                                           s.account_for_loss)
+        mark += "~" if tuple(s.layers_per_stage) != default else ""
+    return mark
+
+
+def layout_label(e: Estimate) -> str:
+    """Compact one-line description of a layout, e.g. ``tp8+sp pp4x5 cp1 dp2`` (x5 = vpp), with
+    :func:`split_mark` after the pipeline part (``pp32x2+el``, ``pp4~``)."""
+    s = e.strategy
+    parts = [f"tp{s.tp}" + ("+sp" if s.sp else ""),
+             f"pp{s.pp}" + (f"x{s.vpp}" if s.vpp > 1 else "") + split_mark(e)]
     parts += [f"cp{s.cp}", f"dp{s.dp}"]
     if s.ep > 1:
         parts.append(f"ep{s.ep}/etp{s.expert_tp}")
@@ -49,6 +71,8 @@ def search_table(result: SearchResult) -> Table:
                           ("recompute", "left"), ("GiB", "right"), ("step s", "right"),
                           ("tok/s/dev", "right"), ("MFU", "right"), ("bubble", "right"), ("note", "left")]:
         table.add_column(name, justify=justify, no_wrap=True)
+    marks = "".join(split_mark(e) for e in result.layouts)
+    table.caption = "; ".join(text for mark, text in SPLIT_MARKS.items() if mark in marks) or None
     for rank, e in enumerate(result.layouts, 1):
         bubble = e.time_breakdown_s["pp_bubble"] / e.step_time_s
         table.add_row(
