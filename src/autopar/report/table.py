@@ -90,6 +90,8 @@ def search_summary(result: SearchResult) -> str:
         f"{result.enumerated:,} layouts enumerated in {result.search_time_s:.2f} s; "
         f"rejected by rule: {rejected or 'none'}; out of memory: {result.out_of_memory:,}; "
         f"marginal (near the memory limit): {result.marginal:,}"
+        + (f"; skipped, --target {result.target} cannot write them: {result.not_writable:,}"
+           if result.not_writable else "")
     )
 
 
