@@ -373,7 +373,8 @@ def export(
     from_result: Annotated[Optional[str], typer.Option("--from", help="search result JSON (autopar search --json "
                                                        "or --report's result.json)")] = None,
     rank: Annotated[int, typer.Option("--rank", help="which layout of --from, 1 = best")] = 1,
-    out: Annotated[Optional[str], typer.Option("--out", help="write here instead of stdout")] = None,
+    out: Annotated[Optional[str], typer.Option("--out", help="write here instead of stdout (deepspeed: a directory or "
+                                               "FILE.json; megatron_deepspeed_args.sh goes next to it)")] = None,
     model: Model = None, device: Device = None, nodes: Nodes = None, devices_per_node: PerNode = None,
     gbs: Gbs = None, seq_len: SeqLen = None, precision: Precision = None, device_file: DeviceFile = None,
     device_set: DeviceSet = None, flash_attention: Flash = None, vocab_pad: VocabPad = None,
@@ -387,7 +388,7 @@ def export(
     """Write one layout as a framework config: a search result's (--from, --rank) or an explicit one."""
     from pathlib import Path
 
-    from autopar.export import WRITERS
+    from autopar.export import FILE_WRITERS, WRITERS
     from autopar.export.result import strategy_from_result
     from autopar.rules import check_strategy
 
@@ -409,7 +410,10 @@ def export(
         strategy = _strategy(p, script, layout, dp, schedule)
     check_strategy(p, strategy)
     text = WRITERS[fmt](p, strategy)
-    if out:
+    if out and fmt in FILE_WRITERS:  # several files (deepspeed: the JSON and the script that reads it)
+        written = FILE_WRITERS[fmt](p, strategy, Path(out))
+        err_console.print(f"wrote {', '.join(map(str, written))}", highlight=False)
+    elif out:
         try:
             Path(out).write_text(text)
         except OSError as err:

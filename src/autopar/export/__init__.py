@@ -2,14 +2,16 @@
 
 :data:`WRITERS` maps each ``autopar export --format`` name to its ``write(problem, strategy)``;
 every writer raises :class:`~autopar.errors.AutoparError` with the reason when the target
-cannot express the layout.
+cannot express the layout. :data:`FILE_WRITERS` holds the formats that are more than one file
+with ``--out`` (``deepspeed``: the JSON and the Megatron-DeepSpeed script that reads it).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Callable
 
-from autopar.export import deepspeed, galvatron, megatron, mindspeed, sapp, torchtitan
+from autopar.export import galvatron, megatron, megatron_deepspeed, mindspeed, sapp, torchtitan
 from autopar.problem import Problem
 from autopar.strategy import Strategy
 
@@ -17,7 +19,11 @@ WRITERS: dict[str, Callable[[Problem, Strategy], str]] = {
     "megatron": megatron.write,
     "mindspeed": mindspeed.write,
     "torchtitan": torchtitan.write,
-    "deepspeed": deepspeed.write,
+    "deepspeed": megatron_deepspeed.write,
     "galvatron": galvatron.write,
     "sapp": sapp.write,
+}
+# Format -> write(problem, strategy, out) for ``--out``, returning the paths written.
+FILE_WRITERS: dict[str, Callable[[Problem, Strategy, Path], list[Path]]] = {
+    "deepspeed": megatron_deepspeed.write_files,
 }

@@ -3,18 +3,20 @@
 Keys and rules: ``shared/reference/ecosystem.md`` 4.1 (``deepspeed/runtime/config.py``):
 ``train_batch_size == train_micro_batch_size_per_gpu * gradient_accumulation_steps * dp`` where
 dp is the data-parallel size Megatron's ``mpu`` reports. The tensor/pipeline sizes are
-Megatron-DeepSpeed flags, not JSON keys. Refused: ZeRO-2/3 with pipeline parallelism ("ZeRO-2
-and ZeRO-3 are incompatible with pipeline parallelism"), interleaved pipelines (the DeepSpeed
-pipeline engine has none), context parallelism (not in DeepSpeed; Ulysses is a different
-scheme), fp8.
+Megatron-DeepSpeed flags, not JSON keys: :mod:`autopar.export.megatron_deepspeed` writes them
+next to this JSON (the ``deepspeed`` export format). Refused (:func:`refusal_reason`): ZeRO-2/3
+with pipeline parallelism ("ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"),
+interleaved pipelines (the DeepSpeed pipeline engine has none), context parallelism (not in
+DeepSpeed; Ulysses is a different scheme), fp8, and what the Megatron-DeepSpeed arguments
+cannot say (an uneven pipeline split, block recompute, model features without a flag there).
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from autopar.errors import AutoparError
+from autopar.export.layout_flags import stage_layers
 from autopar.export.per_stage import require_uniform_recompute
 from autopar.problem import Problem
 from autopar.strategy import Strategy
@@ -24,23 +26,50 @@ KEYS = {"gbs": "train_batch_size", "mbs": "train_micro_batch_size_per_gpu", "gas
         "zero": "zero_optimization", "stage": "stage"}
 
 
+def refusal_reason(p: Problem, s: Strategy) -> str | None:
+    """Why DeepSpeed plus the Megatron-DeepSpeed arguments cannot run layout ``s`` of ``p``
+    unchanged, or None.
+
+    Sources: ecosystem.md 4.1-4.2; Megatron-DeepSpeed ``megatron/model/gpt_model.py``
+    (``GPTModelPipe``: the pipeline engine partitions by transformer-layer count,
+    ``partition_method='type:transformer'``, and recomputes in chunks of
+    ``--checkpoint-num-layers``: "deepspeed's pipeline doesn't support the block recompute
+    method"); ``megatron/arguments.py`` (model flags: no MoE router of Megatron-core's kind, no
+    MLA, no QK-norm, no bias on QKV only, no multi-token prediction).
+    """
+    m = p.model
+    split = stage_layers(p, s)
+    if s.zero >= 2 and s.pp > 1:
+        return f"zero={s.zero} with pp={s.pp}: ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"
+    if s.vpp > 1:
+        return f"vpp={s.vpp}: the DeepSpeed pipeline engine has no interleaved schedule"
+    if s.cp > 1:
+        return f"cp={s.cp}: DeepSpeed has no ring context parallelism"
+    if p.train.precision == "fp8":
+        return "fp8: DeepSpeed's config has no fp8 training section"
+    if len(set(split)) > 1:
+        return (f"split {','.join(map(str, split))}: Megatron-DeepSpeed's pipeline partitions by transformer-layer "
+                "count (partition_method type:transformer); use a layer count divisible by pp")
+    if s.recompute == "full" and s.recompute_layers:
+        return (f"recompute_layers={s.recompute_layers} (block recompute): DeepSpeed's pipeline recomputes every "
+                "layer in chunks (--checkpoint-num-layers); use full recompute of all layers")
+    missing = [name for name, on in (("MoE", m.is_moe), ("MLA", m.mla), ("QK-norm", m.qk_norm),
+                                     ("QKV-only bias", m.qkv_bias and not m.linear_bias),
+                                     ("multi-token prediction", m.mtp_num_layers > 0)) if on]
+    if missing:
+        return f"{m.name}: {', '.join(missing)} has no Megatron-DeepSpeed pretrain_gpt.py flag autopar can write"
+    return None
+
+
 def config(p: Problem, s: Strategy) -> dict[str, Any]:
-    """The DeepSpeed config dict.
+    """The DeepSpeed config dict (``--deepspeed_config`` of Megatron-DeepSpeed).
 
     Raises:
-        AutoparError: a layout DeepSpeed cannot run (see the module docstring), or recompute per
+        AutoparError: a layout DeepSpeed cannot run (:func:`refusal_reason`), or recompute per
             stage (one ``activation_checkpointing`` section for all stages).
     """
     require_uniform_recompute("DeepSpeed", s)
-    why = None
-    if s.zero >= 2 and s.pp > 1:
-        why = f"zero={s.zero} with pp={s.pp}: ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"
-    elif s.vpp > 1:
-        why = f"vpp={s.vpp}: the DeepSpeed pipeline engine has no interleaved schedule"
-    elif s.cp > 1:
-        why = f"cp={s.cp}: DeepSpeed has no ring context parallelism"
-    elif p.train.precision == "fp8":
-        why = "fp8: DeepSpeed's config has no fp8 training section"
+    why = refusal_reason(p, s)
     if why:
         raise AutoparError(f"DeepSpeed cannot express this layout: {why}")
     doc: dict[str, Any] = {
@@ -56,11 +85,6 @@ def config(p: Problem, s: Strategy) -> dict[str, Any]:
         doc["activation_checkpointing"] = {"partition_activations": False, "contiguous_memory_optimization": False,
                                            "cpu_checkpointing": False}
     return doc
-
-
-def write(p: Problem, s: Strategy) -> str:
-    """The ``deepspeed`` export format (JSON text)."""
-    return json.dumps(config(p, s), indent=2) + "\n"
 
 
 def check(doc: dict[str, Any], dp: int, pp: int) -> list[str]:

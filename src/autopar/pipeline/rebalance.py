@@ -6,7 +6,9 @@ split under the memory limit, re-estimates it (uneven stages are simulated) and 
 is better. What "better split" may mean depends on the framework the result must run on
 unchanged (``target``, an ``autopar export`` format):
 
-* ``megatron``, ``mindspeed``, ``torchtitan``, ``deepspeed`` (one recompute setting for all
+* ``deepspeed``: no re-balancing; Megatron-DeepSpeed's pipeline splits by transformer-layer
+  count only (:data:`EVEN_SPLIT_TARGETS`, :func:`autopar.export.deepspeed.refusal_reason`).
+* ``megatron``, ``mindspeed``, ``torchtitan`` (one recompute setting for all
   stages): the best split Megatron-LM can express (``--decoder-first/last-pipeline-num-layers``,
   equal middle stages) with the layout's own recompute option
   (:func:`autopar.pipeline.split.megatron_split`).
@@ -41,6 +43,7 @@ from autopar.problem import Problem
 from autopar.strategy import Strategy, simplicity_key
 
 TARGETS: tuple[str, ...] = ("megatron", "mindspeed", "torchtitan", "deepspeed", "galvatron", "sapp")
+EVEN_SPLIT_TARGETS: tuple[str, ...] = ("deepspeed",)  # formats that cannot write an uneven split
 ILP_TIME_LIMIT_S = 0.25  # per layout; HiGHS keeps its best answer when the limit cuts the search (machine-dependent)
 # Run the ILP only if it could gain more than 1% of the surrogate step time: the min-max split is
 # exact for the (m - 1) * slowest term, so the ILP can only trade the smaller sum term, and 1% is
@@ -187,7 +190,9 @@ def rebalance_estimate(p: Problem, e: Estimate, memory_margin: float, target: st
     capacity = p.cluster.device.memory_bytes
     limit = capacity if e.marginal else (1 - memory_margin) * capacity
     cache = cache or TableCache()
-    if target in PER_STAGE_OPTIONS:
+    if target in EVEN_SPLIT_TARGETS:
+        candidates = []
+    elif target in PER_STAGE_OPTIONS:
         candidates = per_stage_candidates(p, e.strategy, limit, PER_STAGE_OPTIONS[target], cache, use_ilp)
     else:
         candidates = [c for c in [balanced_strategy(p, e.strategy, limit, cache)] if c is not None]
