@@ -20,3 +20,23 @@ def test_layout_label_marks_the_embedding_loss_and_balanced_splits():
     for split in ((8, 8, 8, 8), (7, 8, 8, 7)):
         assert split_mark(SimpleNamespace(strategy=Strategy(dp=2, pp=4, layers_per_stage=split))) == ""
     assert set(SPLIT_MARKS) == {"+", "~"}
+
+
+def test_html_table_explains_the_marks_it_uses():
+    """The HTML report showed '+el' / '~' without saying what they mean; the legend is the
+    terminal table's caption (split_legend), and absent when no row is marked."""
+    import html
+
+    from autopar.report.html import _table
+    from autopar.report.table import SPLIT_MARKS, split_legend
+
+    def result(*strategies):
+        return SimpleNamespace(layouts=[SimpleNamespace(strategy=s, mbs=s.mbs, marginal=False, peak_memory_bytes=1.0,
+                                                        step_time_s=1.0, tokens_per_s_per_device=1.0, mfu=0.5,
+                                                        time_breakdown_s={"pp_bubble": 0.0}) for s in strategies])
+
+    balanced = Strategy(dp=2, pp=4, layers_per_stage=(7, 8, 9, 8))
+    assert split_legend(result(balanced).layouts) == SPLIT_MARKS["~"]
+    assert html.escape(SPLIT_MARKS["~"]) in _table(result(balanced))
+    plain = Strategy(dp=2, pp=4, layers_per_stage=(8, 8, 8, 8))
+    assert split_legend(result(plain).layouts) is None and "class=note" not in _table(result(plain))

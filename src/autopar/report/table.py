@@ -32,6 +32,12 @@ def split_mark(e: Estimate) -> str:
     return mark
 
 
+def split_legend(layouts: list[Estimate]) -> str | None:
+    """What the :func:`split_mark` marks used by ``layouts`` mean (one line), or None if none is."""
+    marks = "".join(split_mark(e) for e in layouts)
+    return "; ".join(text for mark, text in SPLIT_MARKS.items() if mark in marks) or None
+
+
 def layout_label(e: Estimate) -> str:
     """Compact one-line description of a layout, e.g. ``tp8+sp pp4x5 cp1 dp2`` (x5 = vpp), with
     :func:`split_mark` after the pipeline part (``pp32x2+el``, ``pp4~``)."""
@@ -71,8 +77,7 @@ def search_table(result: SearchResult) -> Table:
                           ("recompute", "left"), ("GiB", "right"), ("step s", "right"),
                           ("tok/s/dev", "right"), ("MFU", "right"), ("bubble", "right"), ("note", "left")]:
         table.add_column(name, justify=justify, no_wrap=True)
-    marks = "".join(split_mark(e) for e in result.layouts)
-    table.caption = "; ".join(text for mark, text in SPLIT_MARKS.items() if mark in marks) or None
+    table.caption = split_legend(result.layouts)
     for rank, e in enumerate(result.layouts, 1):
         bubble = e.time_breakdown_s["pp_bubble"] / e.step_time_s
         table.add_row(
