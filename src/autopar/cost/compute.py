@@ -5,8 +5,10 @@
 The roofline (Williams et al., CACM 2009) makes small or skinny GEMMs memory-bound; ``t0``
 (:data:`KERNEL_OVERHEAD_S`) models launch latency and wave/tile quantisation tails, so the
 achieved efficiency falls for small shapes as measured in NVIDIA's "GPU Performance
-Background" guide (a 1024^3 bf16 GEMM reaches about half of a 8192^3 one). Attention uses the
-device's ``attention_efficiency`` (fused kernels), element-wise ops the memory roofline only.
+Background" guide (a 1024^3 bf16 GEMM reaches about half of a 8192^3 one). Flash attention uses
+the device's ``attention_efficiency`` (fused kernels); unfused attention its batched GEMMs on the
+roofline plus the softmax/dropout passes (:func:`core_attention_times_s`); element-wise ops the
+memory roofline only.
 """
 
 from __future__ import annotations
@@ -64,6 +66,26 @@ def attention_time_s(p: Problem, flops: np.ndarray, block_efficiency: np.ndarray
     return flops / (dev.peak("bf16") * dev.attention_efficiency * block_efficiency) + KERNEL_OVERHEAD_S
 
 
+def core_attention_times_s(p: Problem, batch: LayoutBatch) -> tuple[np.ndarray, np.ndarray | float]:
+    """(forward seconds, backward seconds beyond 2x forward) of one layer's core attention.
+
+    Flash attention: :func:`attention_time_s` of the causal FLOPs; its backward is 2x forward.
+    Unfused attention (Megatron ``dot_product_attention.py``): the two batched GEMMs over the full
+    score matrix on the GEMM roofline (:func:`autopar.cost.flops.unfused_attention_gemms`; with a
+    ``head_dim`` inner dimension they are near the memory ridge), plus the softmax and dropout
+    passes over the scores (:func:`autopar.cost.flops.unfused_softmax_bytes`, one kernel each).
+    Backward: the GEMMs twice (dgrad of both operands), the softmax/dropout backward passes
+    instead of twice the forward ones. The forward part is what selective recompute repeats.
+    """
+    if p.train.flash_attention:
+        return attention_time_s(p, F.attention_core_flops(p, batch), attn.block_efficiency(p, batch)), 0.0
+    fwd_bytes, bwd_bytes = F.unfused_softmax_bytes(p, batch)
+    kernels = 2 if p.model.dropout else 1
+    bmm_s = sum(gemm_time_s(p, g) for g in F.unfused_attention_gemms(p, batch))
+    forward_s = bmm_s + memory_time_s(p, fwd_bytes) + kernels * KERNEL_OVERHEAD_S
+    return forward_s, memory_time_s(p, bwd_bytes) - 2 * memory_time_s(p, fwd_bytes)
+
+
 # Measured operator and layer times (``autopar.profile.provider.ProfileTimes``) override the
 # roofline while installed with :func:`use_op_times`; None (the default) is the analytic model.
 _OP_TIMES: ContextVar[Any] = ContextVar("autopar_op_times", default=None)
@@ -77,19 +99,22 @@ def use_op_times(provider: Any) -> AbstractContextManager[None]:
 @dataclass
 class LayerTimes:
     """Forward seconds of one layer for one micro-batch, split for recompute accounting;
-    ``backward_s``: measured backward seconds, None for the analytic 2x forward."""
+    ``backward_s``: measured backward seconds, None for the analytic 2x forward plus
+    ``backward_extra_s`` (unfused attention: its softmax/dropout backward passes less twice
+    their forward ones, :func:`autopar.cost.flops.unfused_softmax_bytes`)."""
 
     gemm_s: np.ndarray
     attention_s: np.ndarray
     elementwise_s: np.ndarray
     backward_s: np.ndarray | None = None
+    backward_extra_s: np.ndarray | float = 0.0
 
     @property
     def forward_s(self) -> np.ndarray:
         return self.gemm_s + self.attention_s + self.elementwise_s
 
     def backward(self) -> np.ndarray:
-        return 2 * self.forward_s if self.backward_s is None else self.backward_s
+        return 2 * self.forward_s + self.backward_extra_s if self.backward_s is None else self.backward_s
 
 
 def layer_forward_times(p: Problem, batch: LayoutBatch, moe: bool) -> LayerTimes:
@@ -97,10 +122,12 @@ def layer_forward_times(p: Problem, batch: LayoutBatch, moe: bool) -> LayerTimes
     gemms = F.attention_gemms(p, batch) + F.mlp_gemms(p, batch, moe)
     gemm_s = sum(gemm_time_s(p, g) for g in gemms)
     router_s = moe_cost.MOE_EXTRA_KERNELS * KERNEL_OVERHEAD_S if moe else 0.0  # routing, permutation
+    attention_s, backward_extra_s = core_attention_times_s(p, batch)
     times = LayerTimes(
         gemm_s=gemm_s,
-        attention_s=attention_time_s(p, F.attention_core_flops(p, batch), attn.block_efficiency(p, batch)),
+        attention_s=attention_s,
         elementwise_s=memory_time_s(p, F.elementwise_bytes(p, batch, moe)) + router_s,
+        backward_extra_s=backward_extra_s,
     )
     provider = _OP_TIMES.get()
     return times if provider is None else provider.layer(p, batch, moe, times)

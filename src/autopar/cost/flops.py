@@ -8,6 +8,13 @@ tokens divided by ``cp``, expert GEMMs per local expert.
 Causal attention does half the work of the full ``s x s`` score matrix (flash attention skips
 masked tiles; the load-balanced CP split keeps that per rank). The backward pass is twice the
 forward (two GEMMs per forward GEMM); recompute adds the recomputed forward.
+
+Unfused attention (``TrainSpec.flash_attention=False``; Megatron-LM "local" core attention,
+``megatron/core/transformer/dot_product_attention.py`` and the older ``CoreAttention`` of
+``megatron/model/transformer.py``) runs ``baddbmm`` (Q K^T) over the FULL ``s x s`` scores,
+the fused scale-mask-softmax kernel (``megatron/core/fusions/fused_softmax.py``), the attention
+dropout and ``bmm`` with V: no causal skipping, and the scores go through HBM
+(:func:`unfused_attention_gemms`, :func:`unfused_softmax_bytes`).
 """
 
 from __future__ import annotations
@@ -37,7 +44,7 @@ class Gemm:
     k: np.ndarray
     count: np.ndarray | float = 1.0
     fp8: bool = True  # a linear layer: runs in fp8 under --precision fp8 (router, output layer: no)
-    grouped: bool = False  # the ``count`` GEMMs are one grouped-GEMM kernel (MoE experts)
+    grouped: bool = False  # the ``count`` GEMMs are one kernel (MoE grouped GEMM; unfused attention's bmm)
 
     @property
     def flops(self) -> np.ndarray:
@@ -107,13 +114,58 @@ def attention_core_flops(p: Problem, batch: LayoutBatch) -> np.ndarray:
     return 2.0 * n * p.train.seq_len * m.num_attention_heads * per_key / batch.tp * 0.5
 
 
+def unfused_attention_gemms(p: Problem, batch: LayoutBatch) -> list[Gemm]:
+    """The two batched GEMMs of unfused attention (forward), one kernel each, per rank.
+
+    Megatron-LM core attention (``dot_product_attention.py``): ``baddbmm`` of Q (``[b*np, sq, d]``)
+    by K^T into the full ``[b*np, sq, sk]`` score tensor (beta 0, alpha ``1/sqrt(d)``), then
+    ``bmm`` of the probabilities by V. ``np = heads / tp`` per rank, ``sq = s / cp`` local queries,
+    ``sk = s`` keys, ``d`` the query/key head width (MLA: nope + rope) and the value head width.
+    Every score is computed (no causal tile skipping): ``2 * mbs * np * sq * s * (d_qk + d_v)``
+    FLOPs, twice :func:`attention_core_flops`. bf16 even under fp8 training (not a linear layer).
+    """
+    m = p.model
+    count = batch.mbs * m.num_attention_heads / batch.tp
+    sq = p.train.seq_len / batch.cp
+    d_v = m.v_head_dim if m.mla else m.head_dim
+    return [Gemm(sq, p.train.seq_len, m.attention_head_dim, count, fp8=False, grouped=True),
+            Gemm(sq, d_v, p.train.seq_len, count, fp8=False, grouped=True)]
+
+
+SOFTMAX_FWD_BYTES = 4  # fused scale-mask-softmax: read the bf16 scores, write the bf16 probabilities
+SOFTMAX_BWD_BYTES = 6  # its backward: read the probabilities and their gradient, write the gradient
+DROPOUT_FWD_BYTES = 5  # attention dropout: read probabilities, write output (bf16) and the 1-byte mask
+DROPOUT_BWD_BYTES = 5  # its backward: read the gradient and the mask, write the gradient
+
+
+def unfused_softmax_bytes(p: Problem, batch: LayoutBatch) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) HBM bytes of unfused attention's softmax and dropout, per rank.
+
+    Per element of the ``mbs * heads/tp * s/cp * s`` score tensor: Megatron's fused
+    scale-mask-softmax (``FusedScaleMaskSoftmax``, ``scaled_upper_triang_masked_softmax`` /
+    ``scaled_masked_softmax`` CUDA kernels) reads the scores and writes the probabilities
+    (:data:`SOFTMAX_FWD_BYTES`); its backward reads the probabilities and the incoming gradient
+    and writes the gradient (:data:`SOFTMAX_BWD_BYTES`). With dropout (``ModelSpec.dropout``)
+    ``attention_dropout`` adds a pass that writes the dropped probabilities and a 1-byte mask
+    (:data:`DROPOUT_FWD_BYTES`), and a backward pass (:data:`DROPOUT_BWD_BYTES`). Zero under
+    flash attention (the softmax runs inside the fused kernel).
+    """
+    if p.train.flash_attention:
+        zero = np.zeros(np.shape(batch.tp))
+        return zero, zero
+    scores = tokens(p, batch) * p.train.seq_len * p.model.num_attention_heads / batch.tp
+    drop = 1.0 if p.model.dropout else 0.0
+    return (scores * (SOFTMAX_FWD_BYTES + drop * DROPOUT_FWD_BYTES),
+            scores * (SOFTMAX_BWD_BYTES + drop * DROPOUT_BWD_BYTES))
+
+
 def elementwise_bytes(p: Problem, batch: LayoutBatch, moe: bool) -> np.ndarray:
     """Forward HBM traffic of the memory-bound ops of one layer (bytes).
 
     Norms (read + write), two residual adds (2 reads + 1 write), rotary embedding on q and k,
     the MLP activation (gated: read 2f, write f; GeLU: read f, write f), MoE permutation
-    (tokens copied to and from expert order, top-k copies each way), and the softmax of
-    non-fused attention. Norms and residuals run on the SP shard when SP is on.
+    (tokens copied to and from expert order, top-k copies each way). Norms and residuals run on
+    the SP shard when SP is on. Unfused attention's softmax/dropout: :func:`unfused_softmax_bytes`.
     """
     m, n, t = p.model, tokens(p, batch), batch.tp
     h = m.hidden_size
@@ -130,8 +182,7 @@ def elementwise_bytes(p: Problem, batch: LayoutBatch, moe: bool) -> np.ndarray:
         ffn = ffn + 2 * 2 * n_shard * k * h + 6 * n_shard * m.num_experts
     else:
         ffn = act_rw * n * m.ffn_hidden_size / t
-    softmax = 0.0 if p.train.flash_attention else 2 * 0.5 * n * p.train.seq_len * m.num_attention_heads / t
-    return BF16 * (norms_and_residual + rope + ffn + softmax)
+    return BF16 * (norms_and_residual + rope + ffn)
 
 
 def logits_gemm(p: Problem, batch: LayoutBatch) -> Gemm:
