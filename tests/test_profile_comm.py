@@ -77,8 +77,17 @@ def test_estimate_with_comm_fits_only(tmp_path):
     doc = json.loads(res.output)
     assert doc["profile"]["collectives"] == {"intra": ["all_reduce"], "inter": ["all_reduce", "send_recv"]}
     assert doc["profile"]["sources"][0] == {"dense layer": "operators (0 of 9 measured)", "output": "analytic"}
-    # TP: 4 all-reduces per layer x 32 layers + embedding + output, of the 4096 x 4096 bf16 activation,
-    # per micro-batch (64 of them: dp = 1, mbs = 1)
+    # TP: 2 forward all-reduces per layer x 32 layers + embedding + output of the 4096 x 4096 bf16
+    # activation, plus per layer the 2 backward ones less the QKV / FC1 weight-gradient GEMMs they
+    # run under (autopar.cost.tp_overlap; both GEMMs are shorter), per micro-batch (64: dp = 1, mbs = 1)
+    from autopar.cost import compute as C
+    from autopar.cost import flops as F
+    from autopar.strategy import LayoutBatch, Strategy
     act = 2 * 4096 * 4096
-    per_mb = 130 * (2 * 7 / 8 * act / 100e9 + 14 * 10e-6)
+    ar = 2 * 7 / 8 * act / 100e9 + 14 * 10e-6
+    p, batch = make_problem("llama3-8b", gbs=64, seq=4096), LayoutBatch.from_strategy(Strategy(dp=1, tp=8), 64)
+    qkv = C.gemm_time_s(p, F.attention_gemms(p, batch)[0])[0]
+    fc1 = C.gemm_time_s(p, F.mlp_gemms(p, batch, moe=False)[0])[0]
+    assert qkv < fc1 < ar
+    per_mb = 66 * ar + 32 * ((ar - qkv) + (ar - fc1))
     assert doc["time_breakdown_s"]["tp_comm"] == pytest.approx(64 * per_mb, rel=1e-9)

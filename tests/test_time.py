@@ -191,3 +191,51 @@ def test_launch_blocking_adds_host_time_per_layer_pass():
 
     assert step(True, "full") - step(False, "full") == pytest.approx(4 * 32 * 4 * 2.6e-3, rel=1e-9)
     assert step(True, "none") - step(False, "none") == pytest.approx(4 * 32 * 3 * 2.6e-3, rel=1e-9)
+
+
+def test_backward_tp_collectives_hide_behind_their_gemms():
+    # Megatron's async TP all-reduce (autopar.cost.tp_overlap), tp 8 in one H100 node: one
+    # all-reduce of the activation = 1 ms, its latency 2*7 steps of alpha (an AG/RS: half of each).
+    # QKV's weight-gradient GEMM 0.4 ms (shorter than the collective), FC1's 5 ms (longer).
+    from autopar.cost import tp_overlap
+    p = make_problem("llama3-8b", gbs=8, seq=4096)
+    alpha = p.cluster.device.intra_node_latency_s
+    one, gemms = np.array([1e-3]), [np.array([0.4e-3]), np.array([5e-3])]
+    no_sp = LayoutBatch.from_strategy(Strategy(dp=1, tp=8, sp=False), 8)
+    # no SP: (1 - 0.4) ms + one latency (14 alpha) for the FC1 all-reduce hidden by its 5 ms GEMM
+    assert tp_overlap.layer_backward_tp_s(p, no_sp, one, gemms)[0] == pytest.approx(0.6e-3 + 14 * alpha)
+    # SP, per linear: the dY all-gather (0.5 ms) exposed, the dX reduce-scatter under dW and the input
+    # re-gather under dX: QKV 0.5 + 2 * (0.5 - 0.4) ms, FC1 0.5 ms + 2 * 7 alpha
+    sp = LayoutBatch.from_strategy(Strategy(dp=1, tp=8, sp=True), 8)
+    assert tp_overlap.layer_backward_tp_s(p, sp, one, gemms)[0] == pytest.approx(0.7e-3 + 0.5e-3 + 14 * alpha)
+    # no GEMM to hide behind (MoE MLP, MLA attention): the whole collective, as with the flag off
+    assert tp_overlap.layer_backward_tp_s(p, no_sp, one, [None, None])[0] == pytest.approx(2e-3)
+    off = make_problem("llama3-8b", gbs=8, seq=4096, tp_backward_overlap=False)
+    assert tp_overlap.layer_backward_tp_s(off, sp, one, gemms)[0] == pytest.approx(2e-3)
+
+
+def test_tp_backward_overlap_off_reproduces_four_exposed_collectives_per_layer():
+    # Flag off: (4 per layer + embedding + output) all-reduces of the 2*s*h activation per micro-batch,
+    # the model before the async TP all-reduce; on (the default, as `autopar search` plans): less.
+    from autopar.cost.stage import Stages
+    from autopar.cost.stage_time import stage_time
+    from autopar.specs import TrainSpec
+    assert TrainSpec(global_batch_size=8, seq_len=4096).tp_backward_overlap is True
+    batch = LayoutBatch.from_strategy(Strategy(dp=1, tp=8, sp=False), 8)
+    stages = Stages(index=np.array([0]), start=np.array([0]), layers=np.array([32]))
+    ar = comm.all_reduce_s(make_problem("llama3-8b"), 2 * 4096 * 4096, 8, 1)
+    off = make_problem("llama3-8b", gbs=8, seq=4096, tp_backward_overlap=False)
+    assert stage_time(off, batch, stages).tp_s[0] == pytest.approx(130 * ar)
+    on = stage_time(make_problem("llama3-8b", gbs=8, seq=4096), batch, stages).tp_s[0]
+    assert 66 * ar < on < 130 * ar
+
+
+def test_validate_families_set_the_tp_backward_overlap_by_code_date():
+    # Async TP all-reduce: Megatron-LM from 2021-09 (Korthikanti 2022, NeMo); not the 2020/SC'21 code,
+    # DeepSpeed's Megatron fork or torchtitan's synchronous DTensor collectives.
+    from autopar.validate.rows import FAMILIES, Row, tp_backward_overlap_of
+    row = Row({"zero_or_distopt": ""})
+    on = {name for name, f in FAMILIES.items() if tp_backward_overlap_of(row, f)}
+    assert on == {"megatron-2022", "megatron-2024", "nemo"}
+    assert all(f.tp_backward_why for f in FAMILIES.values())
+    assert not tp_backward_overlap_of(Row({"zero_or_distopt": "DeepSpeed ZeRO-3"}), FAMILIES["megatron-2022"])

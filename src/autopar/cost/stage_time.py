@@ -7,7 +7,9 @@ collectives of its parallel groups:
 * TP (Megatron, Shoeybi et al. 2019 / Korthikanti et al. 2023 sec. 4.2.2): per layer two
   all-reduces forward and two backward of the ``s/cp * b * h`` activation, or with SP the same
   volume as all-gather + reduce-scatter pairs; recomputed layers repeat the forward ones; the
-  vocab-parallel embedding and output layer add one each. Not overlapped by default; with
+  vocab-parallel embedding and output layer add one each. Forward ones exposed; the backward ones of
+  the column-parallel linears run under their weight-/data-gradient GEMMs
+  (``TrainSpec.tp_backward_overlap``, :mod:`autopar.cost.tp_overlap`); with
   ``TrainSpec.tp_comm_overlap`` (TE userbuffers) only the first of tp pipelined chunks is exposed.
 * CP (ring attention, Liu et al. 2023; Megatron ``cp_comm_type=p2p``; PyTorch/torchtitan
   ``context_parallel``): ``cp-1`` K/V block exchanges forward, K/V plus dK/dV backward, each
@@ -36,6 +38,7 @@ from autopar.cost import framework
 from autopar.cost import host
 from autopar.cost import moe as moe_cost
 from autopar.cost import mtp
+from autopar.cost import tp_overlap
 from autopar.cost.params import StageParams, layer_kinds
 from autopar.cost.stage import Stages
 from autopar.problem import Problem
@@ -89,7 +92,15 @@ def stage_time(p: Problem, batch: LayoutBatch, stages: Stages) -> StageTime:
     one_collective = comm.all_reduce_s(p, act_bytes, batch.tp, 1)
     tp_collectives = 4 * stages.layers + 2 * recomputed + first + last
     tp = tp_collectives * one_collective
-    if p.train.tp_comm_overlap:
+    if not p.train.tp_comm_overlap:
+        # Backward collectives of the column-parallel linears under their own GEMMs (autopar.cost.tp_overlap).
+        bwd_dense = tp_overlap.layer_backward_tp_s(p, batch, one_collective,
+                                                   tp_overlap.overlap_gemms_s(p, batch, moe=False))
+        bwd_moe = tp_overlap.layer_backward_tp_s(p, batch, one_collective,
+                                                 tp_overlap.overlap_gemms_s(p, batch, moe=True))
+        tp = (2 * stages.layers + 2 * recomputed + first + last) * one_collective \
+            + n_dense * bwd_dense + n_moe * bwd_moe
+    else:
         # Transformer Engine userbuffers (Megatron --tp-comm-overlap; Wang et al., ASPLOS'23,
         # "Overlap communication with dependent computation via decomposition"): each AG/RS is cut
         # into tp chunks pipelined with the chunks of its GEMM, so only the first chunk and any

@@ -39,6 +39,14 @@ class TrainSpec(BaseModel):
                                       "gather overlapped with backward/forward (Megatron --overlap-grad-reduce)")
     tp_comm_overlap: bool = Field(default=False, description="TP collectives overlapped with GEMMs "
                                   "(Megatron --tp-comm-overlap, Transformer Engine userbuffers)")
+    tp_backward_overlap: bool = Field(
+        default=True,
+        description="backward TP collectives of column-parallel linears overlapped with their own "
+        "GEMMs without userbuffers (Megatron-LM since 2021-09, on by default: "
+        "--no-async-tensor-model-parallel-allreduce turns it off; LinearWithGradAccumulationAndAsyncCommunication): "
+        "the input-gradient all-reduce / reduce-scatter runs under the weight-gradient GEMM, the SP input "
+        "re-gather under the data-gradient GEMM (autopar.cost.tp_overlap); off for DeepSpeed's Megatron fork "
+        "and torchtitan without AsyncTP")
     launch_blocking: bool = Field(
         default=False,
         description="CUDA_LAUNCH_BLOCKING=1: every kernel launch waits for the kernel, so the host's "

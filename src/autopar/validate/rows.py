@@ -37,6 +37,9 @@ class Family:
     ``framework``: ``TrainSpec.framework`` of the code base (a row whose ``zero_or_distopt`` names
     DeepSpeed, e.g. SC'21's ZeRO-3 baseline, runs on DeepSpeed whatever its source).
     ``launch_blocking``: the source's launch scripts set ``CUDA_LAUNCH_BLOCKING=1``.
+    ``tp_backward_overlap``: backward TP collectives under the linears' own GEMMs
+    (``TrainSpec.tp_backward_overlap``, Megatron-LM's async TP all-reduce, on by default since 2021-09);
+    ``tp_backward_why``: why the family has it or not (code date).
     """
 
     name: str
@@ -50,15 +53,20 @@ class Family:
     why: str
     framework: str = "megatron"
     launch_blocking: bool = False
+    tp_backward_overlap: bool = True
+    tp_backward_why: str = "Megatron-LM after 2021-09: LinearWithGradAccumulationAndAsyncCommunication, on by default"
 
 
 FAMILIES: dict[str, Family] = {f.name: f for f in (
     Family("megatron-2020", zero=0, recompute="full", sp=False, flash=False, dropout=True, tp_overlap=False,
            dp_overlap=False, why="Megatron-LM 2020 GPT-2 scripts: --checkpoint-activations, DDP all-reduce "
-           "after backward, one micro-batch per replica (mbs = gbs/dp)"),
+           "after backward, one micro-batch per replica (mbs = gbs/dp)", tp_backward_overlap=False,
+           tp_backward_why="2020 code: synchronous TP all-reduce (async TP all-reduce came 2021-09)"),
     Family("megatron-2021", zero=0, recompute="full", sp=False, flash=False, dropout=True, tp_overlap=False,
            dp_overlap=False, why="Narayanan et al. SC'21: full recompute (eq. 3), DDP without optimizer "
-           "sharding or overlap; Table 1 mbs/vpp from Megatron-LM examples/sc21/run_table_1.sh"),
+           "sharding or overlap; Table 1 mbs/vpp from Megatron-LM examples/sc21/run_table_1.sh",
+           tp_backward_overlap=False, tp_backward_why="SC'21 runs (paper of 2021-04) predate the async TP "
+           "all-reduce (2021-09)"),
     Family("megatron-2022", zero=0, recompute="full", sp=False, flash=False, dropout=True, tp_overlap=False,
            dp_overlap=False, why="Korthikanti et al. 2022: layouts as stated in Tables 3-5; no DP overlap (sec. 6.3)"),
     Family("megatron-2024", zero=1, recompute="none", sp=None, flash=True, dropout=False, tp_overlap=True,
@@ -69,12 +77,16 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
            "gather, SP when tp > 1, TP comm overlap, no recompute; mbs 1 and no interleaving when not stated"),
     Family("torchtitan", zero=3, recompute="selective", sp=None, flash=True, dropout=False, tp_overlap=False,
            dp_overlap=True, framework="torchtitan", why="torchtitan 2024-12 benchmarks: FSDP2 (ZeRO-3, "
-           "prefetching, fp32 sharded parameters), per-op selective AC, SDPA flash attention, local batch 2"),
+           "prefetching, fp32 sharded parameters), per-op selective AC, SDPA flash attention, local batch 2",
+           tp_backward_overlap=False, tp_backward_why="DTensor TP collectives are synchronous; AsyncTP rows "
+           "map to tp_comm_overlap (tp_overlap_of)"),
     Family("megatron-deepspeed", zero=1, recompute="full", sp=False, flash=False, dropout=False, tp_overlap=False,
            dp_overlap=False, framework="deepspeed", launch_blocking=True, why="BLOOM (Megatron-DeepSpeed): ZeRO-1 "
            "(BF16_Optimizer) reducing after the last backward, full activation checkpointing, no SP, no flash "
            "attention, dropout 0; CUDA_LAUNCH_BLOCKING=1 (tr11-176B-ml.slurm: the hang workaround, also used "
-           "for the prequel sweeps, chronicles-prequel.md 'Hanging Issue')"),
+           "for the prequel sweeps, chronicles-prequel.md 'Hanging Issue')", tp_backward_overlap=False,
+           tp_backward_why="Megatron-DeepSpeed forked Megatron-LM before the async TP all-reduce; its later "
+           "port keeps async_tensor_model_parallel_allreduce off by default (Megatron-DeepSpeed issue #447)"),
 )}
 
 # Narayanan et al. Table 1 does not state mbs or interleaving; the paper's own launch script
@@ -422,6 +434,13 @@ def tp_overlap_of(row: Row, family: Family) -> bool:
     return family.tp_overlap or "asynctp" in row["notes"].lower()
 
 
+def tp_backward_overlap_of(row: Row, family: Family) -> bool:
+    """Backward TP collectives under their GEMMs (``TrainSpec.tp_backward_overlap``): the family's
+    (:attr:`Family.tp_backward_why`), off for a row run on DeepSpeed (its Megatron fork, e.g.
+    SC'21's ZeRO-3 baseline)."""
+    return family.tp_backward_overlap and framework_of(row, family) != "deepspeed"
+
+
 def framework_of(row: Row, family: Family) -> str:
     """``TrainSpec.framework`` of the run: DeepSpeed when the row says so, else the family's."""
     return "deepspeed" if "deepspeed" in row["zero_or_distopt"].lower() else family.framework
@@ -447,5 +466,6 @@ def to_case(row: Row) -> Case:
     train = TrainSpec(global_batch_size=row.int("gbs"), seq_len=row.int("seq_len"), precision=precision_of(row),
                       flash_attention=flash_of(row, family), tp_comm_overlap=tp_overlap_of(row, family),
                       overlap_grad_reduce=family.dp_overlap, framework=framework_of(row, family),
+                      tp_backward_overlap=tp_backward_overlap_of(row, family),
                       launch_blocking=family.launch_blocking)
     return Case(row, family, Problem(model_of(row, family), cluster, train), strategy, assumed)
