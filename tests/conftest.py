@@ -20,6 +20,14 @@ def make_problem(model: str | ModelSpec, device: str = "h100-80gb", nodes: int =
     return Problem(spec, cluster, TrainSpec(global_batch_size=gbs, seq_len=seq, **train))
 
 
+def link_bandwidths(p: Problem) -> tuple[float, float]:
+    """(intra-node bus bandwidth, per-rank NIC bandwidth) in bytes/s: the device's datasheet
+    numbers times its efficiency constants, as the hand derivations of the comm tests use them."""
+    dev = p.cluster.device
+    return (dev.intra_node_bandwidth_bytes_per_s * dev.intra_node_comm_efficiency,
+            dev.inter_node_bandwidth_bytes_per_s * dev.inter_node_comm_efficiency)
+
+
 def toy_model(**over) -> ModelSpec:
     """The small model of shared/cases C-03 and C-10: L=4, h=16, 4 heads, FFN 64, vocab 32."""
     fields = dict(name="toy", num_layers=4, hidden_size=16, num_attention_heads=4, num_kv_heads=4, head_dim=4,

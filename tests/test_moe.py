@@ -18,7 +18,7 @@ from autopar.estimate import estimate
 from autopar.export.megatron import megatron_args
 from autopar.rules import check_strategy
 from autopar.strategy import LayoutBatch, Strategy
-from conftest import SHARED, make_problem, toy_model
+from conftest import SHARED, link_bandwidths, make_problem, toy_model
 
 MIXTRAL = str(SHARED / "models" / "mixtral-8x7b.json")
 QWEN3_MOE = str(SHARED / "models" / "qwen3-30b-a3b.json")
@@ -155,8 +155,7 @@ def test_c08_emitted_args_state_expert_tp():
 def test_all_to_all_across_nodes_is_nic_bound():
     p = make_problem("deepseek-v3", nodes=8, gbs=1024, seq=4096)
     dev = p.cluster.device
-    nic = dev.inter_node_bandwidth_bytes_per_s * dev.inter_node_comm_efficiency
-    intra = dev.intra_node_bandwidth_bytes_per_s * dev.intra_node_comm_efficiency
+    intra, nic = link_bandwidths(p)
     size = 64e6
     # ep=8 inside a node: 7/8 of the data over NVLink.
     inside = comm.all_to_all_s(p, size, 8, 1)

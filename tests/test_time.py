@@ -9,7 +9,7 @@ from autopar.cost import comm
 from autopar.cost import flops as F
 from autopar.estimate import estimate
 from autopar.strategy import LayoutBatch, Strategy
-from conftest import make_problem, toy_model
+from conftest import link_bandwidths, make_problem, toy_model
 
 
 def test_model_flops_match_the_narayanan_formula():
@@ -37,8 +37,7 @@ def test_gemm_shapes_are_sharded():
 def test_ring_collectives_closed_forms():
     p = make_problem("llama3-8b", nodes=2, gbs=8, seq=4096)
     dev = p.cluster.device
-    intra = dev.intra_node_bandwidth_bytes_per_s * dev.intra_node_comm_efficiency
-    nic = dev.inter_node_bandwidth_bytes_per_s * dev.inter_node_comm_efficiency
+    intra, nic = link_bandwidths(p)
     size = 1e9
     ar = comm.all_reduce_s(p, size, 8, 1)
     assert ar == pytest.approx(2 * 7 / 8 * size / intra + 14 * dev.intra_node_latency_s)
@@ -165,8 +164,7 @@ def test_pipeline_send_is_one_tp_slice_plus_an_nvlink_gather():
     from autopar.cost.stage_time import p2p_time_s
     p = make_problem("llama3-70b", nodes=2, gbs=8, seq=4096)
     dev = p.cluster.device
-    intra = dev.intra_node_bandwidth_bytes_per_s * dev.intra_node_comm_efficiency
-    nic = dev.inter_node_bandwidth_bytes_per_s * dev.inter_node_comm_efficiency
+    intra, nic = link_bandwidths(p)
     slice_bytes = 2 * 4096 * 8192 / 8
     no_sp = LayoutBatch.from_strategy(Strategy(dp=1, tp=8, pp=2, sp=False), 8)
     send = slice_bytes / nic + dev.inter_node_latency_s
