@@ -15,6 +15,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from autopar.errors import AutoparError
 from autopar.problem import Problem
@@ -277,9 +278,37 @@ def model_of(row: Row, family: Family) -> ModelSpec:
         raise Unscorable(f"model dimensions invalid: {err}") from None
 
 
-def _dgxc_deepseek_gb200(row: Row) -> bool:
-    """A NVIDIA dgxc-benchmarking DeepSeek-V3 run on GB200 (NeMo 25.04 container)."""
-    return row.id.startswith("DGXC") and row["model"].lower().startswith("deepseek") and row["gpu"].startswith("GB200")
+@dataclass(frozen=True)
+class Recipe:
+    """Knobs a benchmark's own launch recipe sets for some of its rows, where the rows leave them
+    unstated and they differ from the source family's default (more specific than a
+    :class:`Family`). ``None`` keeps the family's value."""
+
+    name: str
+    applies: Callable[[Row], bool]
+    recompute: str | None = None
+    flash: bool | None = None
+
+
+RECIPES: tuple[Recipe, ...] = (
+    # dgxc-benchmarking deepseek_v3/pretraining/launch.sh (v25.05.04), NeMo 25.04 on GB200:
+    # --recompute_modules core_attn (Megatron's selective recompute of the core attention), and
+    # no fused attention for MLA: head_dim_qk 192 differs from head_dim_v 128, which
+    # FlashAttention-2 refuses (TransformerEngine's backend selection: "Supported: head_dim_qk =
+    # head_dim_v", TE issue #3006 log) and cuDNN fused attention serves on Blackwell only from
+    # cuDNN 9.11 (Megatron-LM DeepSeek-V3 GB200 guide, baseline item 2), newer than the 25.04
+    # container's, so TE falls back to its unfused attention - which is why the recipe recomputes
+    # core_attn.
+    Recipe("dgxc DeepSeek-V3 GB200 launch.sh: core_attn",
+           lambda row: row.id.startswith("DGXC") and row["model"].lower().startswith("deepseek")
+           and row["gpu"].startswith("GB200"),
+           recompute="selective", flash=False),
+)
+
+
+def recipe_of(row: Row) -> Recipe | None:
+    """The first :data:`RECIPES` entry that applies to ``row``, else None."""
+    return next((r for r in RECIPES if r.applies(row)), None)
 
 
 def _recompute(row: Row, family: Family, assumed: list[str]) -> str:
@@ -289,11 +318,10 @@ def _recompute(row: Row, family: Family, assumed: list[str]) -> str:
             if "assumed" in text:
                 assumed.append(f"recompute={kind} (source note)")
             return kind
-    if _dgxc_deepseek_gb200(row):
-        # dgxc-benchmarking deepseek_v3/pretraining/launch.sh (v25.05.04): GB200 runs pass
-        # --recompute_modules core_attn, Megatron's selective recompute of the core attention.
-        assumed.append("recompute=selective (core_attn, launch.sh)")
-        return "selective"
+    recipe = recipe_of(row)
+    if recipe is not None and recipe.recompute is not None:
+        assumed.append(f"recompute={recipe.recompute} ({recipe.name})")
+        return recipe.recompute
     assumed.append(f"recompute={family.recompute}")
     return family.recompute
 
@@ -418,13 +446,10 @@ def expert_tp_of(row: Row) -> int | None:
 
 
 def flash_of(row: Row, family: Family) -> bool:
-    """Fused (flash) attention: the family's default, except DeepSeek-V3's MLA on GB200 under
-    NeMo 25.04. MLA's ``head_dim_qk`` 192 differs from ``head_dim_v`` 128, which FlashAttention-2
-    refuses (TransformerEngine's backend selection: "Supported: head_dim_qk = head_dim_v", TE issue
-    #3006 log) and cuDNN fused attention serves on Blackwell only from cuDNN 9.11 (Megatron-LM
-    DeepSeek-V3 GB200 guide, baseline item 2), newer than the 25.04 container's, so TE falls back
-    to its unfused attention - which is why the GB200 recipe recomputes ``core_attn``."""
-    return family.flash and not _dgxc_deepseek_gb200(row)
+    """Fused (flash) attention: the row's :class:`Recipe` value where one sets it, else the
+    family's default."""
+    recipe = recipe_of(row)
+    return family.flash if recipe is None or recipe.flash is None else recipe.flash
 
 
 def tp_overlap_of(row: Row, family: Family) -> bool:
