@@ -299,7 +299,7 @@ RECIPES: tuple[Recipe, ...] = (
     # cuDNN 9.11 (Megatron-LM DeepSeek-V3 GB200 guide, baseline item 2), newer than the 25.04
     # container's, so TE falls back to its unfused attention - which is why the recipe recomputes
     # core_attn.
-    Recipe("dgxc DeepSeek-V3 GB200 launch.sh: core_attn",
+    Recipe("dgxc DeepSeek-V3 GB200 launch.sh: core_attn; no MLA kernel on Blackwell before cuDNN 9.11",
            lambda row: row.id.startswith("DGXC") and row["model"].lower().startswith("deepseek")
            and row["gpu"].startswith("GB200"),
            recompute="selective", flash=False),
@@ -486,10 +486,11 @@ def to_case(row: Row) -> Case:
     if gpus % per_node:
         raise Unscorable(f"{gpus} GPUs is not a whole number of {per_node}-GPU nodes")
     cluster = make_cluster(device, gpus // per_node, per_node)
-    if family.flash and not flash_of(row, family):
-        assumed.append("unfused attention (no MLA kernel on Blackwell before cuDNN 9.11)")
+    flash = flash_of(row, family)
+    if flash != family.flash:
+        assumed.append(f"{'fused' if flash else 'unfused'} attention ({recipe_of(row).name})")
     train = TrainSpec(global_batch_size=row.int("gbs"), seq_len=row.int("seq_len"), precision=precision_of(row),
-                      flash_attention=flash_of(row, family), tp_comm_overlap=tp_overlap_of(row, family),
+                      flash_attention=flash, tp_comm_overlap=tp_overlap_of(row, family),
                       overlap_grad_reduce=family.dp_overlap, framework=framework_of(row, family),
                       tp_backward_overlap=tp_backward_overlap_of(row, family),
                       launch_blocking=family.launch_blocking)
