@@ -106,6 +106,7 @@ def test_malformed_and_unsatisfiable_configs(tmp_path):
 
 @pytest.mark.parametrize("args, needle", [
     (["search", "--model", "llama3-8b", "--gbs", "1.5"], "Invalid value for '--gbs'"),
+    (["search", "--model", "llama3-8b", "--gbs", "abc"], "(got 'abc')"),
     (["search", "--modle", "llama3-8b"], "No such option: --modle"),
     (["estimate", "--model", "llama3-8b", "--tp"], "Option '--tp' requires an argument"),
 ])
@@ -192,3 +193,10 @@ def test_fp8_param_storage_refusals_are_one_line(extra, message):
     assert out.exit_code == 2
     lines = out.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(message)
+
+
+def test_tp_not_dividing_the_world_names_the_options_and_the_allowed_tp():
+    result = runner.invoke(app, ["estimate", "--model", "llama3-70b", "--device", "h100-80gb", "--tp", "3"])
+    assert result.exit_code == 2
+    assert "--tp=3 --pp=1 --cp=1: tp*pp*cp = 3 does not divide the world size 8" in result.output
+    assert "--tp may be 1, 2, 4, 8" in result.output

@@ -72,15 +72,6 @@ def _user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def for_target(p: Problem, target: str) -> Problem:
-    """``p`` costed and checked as the ``target`` export format runs it: ``torchtitan`` sets
-    ``TrainSpec.framework='torchtitan'`` (fp32 FSDP2 shards, per-op SAC, fp32 loss, and FSDP2 with
-    pp > 1 allowed by rule ``zero_with_pp``); other targets leave ``p`` unchanged."""
-    if target != "torchtitan":
-        return p
-    return Problem(p.model, p.cluster, p.train.model_copy(update={"framework": "torchtitan"}))
-
-
 def target_warning(p: Problem, layouts: list, target: str) -> str | None:
     """One line when ``--target``'s writer refuses the #1 layout, else None.
 
@@ -177,6 +168,8 @@ def search(
 
     p = _problem(model, device, nodes, devices_per_node, gbs, seq_len, precision, device_file, device_set,
                  flash_attention, vocab_pad, script, vocab_size, moe_token_imbalance, fp8_param_storage)
+    from autopar.search.grid import for_target
+
     p = for_target(p, target)
     if not 0 <= memory_margin < 1:
         raise AutoparError(f"--memory-margin={memory_margin}: must be in [0, 1)")
@@ -284,7 +277,11 @@ def _strategy(p: Problem, script: str | None, layout: dict[str, Any], dp: int | 
     model_size = lay["tp"] * lay["pp"] * lay["cp"]
     if dp is None:
         if p.world_size % model_size:
-            raise AutoparError(f"tp*pp*cp = {model_size} does not divide the world size {p.world_size}")
+            fit = [t for t in range(1, p.world_size + 1) if p.world_size % (t * lay["pp"] * lay["cp"]) == 0]
+            raise AutoparError(
+                f"--tp={lay['tp']} --pp={lay['pp']} --cp={lay['cp']}: tp*pp*cp = {model_size} does not divide the "
+                f"world size {p.world_size} (nodes x devices per node); with these pp and cp, --tp may be "
+                f"{', '.join(map(str, fit)) or 'nothing (reduce --pp/--cp)'}")
         dp = p.world_size // model_size
     try:
         return Strategy(dp=dp, schedule=schedule or ("interleaved" if lay["vpp"] > 1 else "1f1b"), **lay)
@@ -394,6 +391,8 @@ def export(
 
     if fmt not in WRITERS:
         raise AutoparError(f"--format={fmt!r}: allowed {', '.join(WRITERS)}")
+    from autopar.search.grid import for_target
+
     p = for_target(_problem(model, device, nodes, devices_per_node, gbs, seq_len, precision, device_file, device_set,
                             flash_attention, vocab_pad, script, vocab_size, moe_token_imbalance, fp8_param_storage), fmt)
     layout = dict(tp=tp, pp=pp, cp=cp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, zero=zero, sp=sp, recompute=recompute,
@@ -430,6 +429,8 @@ def main() -> None:
     Typer's standalone mode would print them in a multi-line box; a bare ``autopar`` (or a group
     without a command) still shows the help. Exit codes: 0 success, 1 abort, 2 user error.
     """
+    from pydantic import ValidationError
+
     try:
         code = app(standalone_mode=False)
     except typer.TyperException as err:  # typer's vendored click errors
@@ -437,7 +438,9 @@ def main() -> None:
             rich_format_error(err)  # the help text, as standalone typer shows it
             sys.exit(err.exit_code)
         where = f" (see '{err.ctx.command_path} --help')" if getattr(err, "ctx", None) else ""
-        err_console.print(f"[red]error:[/] {escape(err.format_message())}{escape(where)}", highlight=False,
+        cause = err.__cause__  # typer's value coercion: a pydantic error that holds the input
+        got = f" (got {cause.errors()[0]['input']!r})" if isinstance(cause, ValidationError) else ""
+        err_console.print(f"[red]error:[/] {escape(err.format_message())}{escape(got + where)}", highlight=False,
                           soft_wrap=True)
         sys.exit(err.exit_code)
     except typer.Abort:

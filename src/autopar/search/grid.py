@@ -76,6 +76,15 @@ def _unique(layouts: list[Estimate]) -> list[Estimate]:
 LIGHTER_FRACTION = 0.01  # a recompute variant saving < 1% of the peak is no alternative plan
 
 
+def for_target(p: Problem, target: str) -> Problem:
+    """``p`` costed and checked as the ``target`` export format runs it: ``torchtitan`` sets
+    ``TrainSpec.framework='torchtitan'`` (fp32 FSDP2 shards, per-op SAC, fp32 loss, and FSDP2 with
+    pp > 1 allowed by rule ``zero_with_pp``); other targets leave ``p`` unchanged."""
+    if target != "torchtitan":
+        return p
+    return Problem(p.model, p.cluster, p.train.model_copy(update={"framework": "torchtitan"}))
+
+
 def refusal(p: Problem, target: str, strategy: Strategy) -> str | None:
     """Why ``target``'s writer (:data:`autopar.export.WRITERS`) cannot write ``strategy``
     unchanged (torchtitan has no distributed optimizer, DeepSpeed no context parallelism, ...),
@@ -145,6 +154,7 @@ def search(
     start = time.perf_counter()
     if target not in TARGETS:
         raise AutoparError(f"target={target!r}: allowed {', '.join(TARGETS)}")
+    p = for_target(p, target)
     batch = enumerate_layouts(p, options)
     failed = first_failure(p, batch)
     rejected = {rule.name: int(np.sum(failed == i)) for i, rule in enumerate(RULES) if np.any(failed == i)}
