@@ -5,8 +5,8 @@ README's "Accuracy" section, from its ``Rows:`` line to the next ``## `` heading
 ``OUT_DIR/accuracy.md`` verbatim, so the table there is always the command's output.
 """
 
+import argparse
 import re
-import sys
 from pathlib import Path
 
 from autopar.validate import DEFAULT_CSV, run_validation
@@ -24,9 +24,12 @@ def update_readme(accuracy_md: str, readme: Path = README) -> None:
 
 
 if __name__ == "__main__":
-    args = [a for a in sys.argv[1:] if a != "--readme"]
-    _, paths = run_validation(DEFAULT_CSV.resolve(), args[0] if args else "out/validation")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[1].replace("``", ""))
+    parser.add_argument("out_dir", nargs="?", default="out/validation", help="report folder (default out/validation)")
+    parser.add_argument("--readme", action="store_true", help="also paste accuracy.md into README.md")
+    args = parser.parse_args()
+    _, paths = run_validation(DEFAULT_CSV.resolve(), args.out_dir)
     print("\n".join(str(p) for p in paths.values()))
-    if "--readme" in sys.argv[1:]:
+    if args.readme:
         update_readme(Path(paths["accuracy"]).read_text())
         print(f"updated {README}")

@@ -422,8 +422,8 @@ def export(
         sys.stdout.write(text)
 
 
-def main() -> None:
-    """Console entry point (``autopar``): :data:`app`, with click's usage errors (unknown option,
+def main(prog_name: str | None = None) -> None:
+    """Console entry point (``autopar``; ``prog_name`` names it in usage lines): :data:`app`, with click's usage errors (unknown option,
     ``--gbs 1.5``, missing value) printed as one ``error:`` line naming the option, exit code 2.
 
     Typer's standalone mode would print them in a multi-line box; a bare ``autopar`` (or a group
@@ -432,7 +432,7 @@ def main() -> None:
     from pydantic import ValidationError
 
     try:
-        code = app(standalone_mode=False)
+        code = app(standalone_mode=False, prog_name=prog_name)
     except typer.TyperException as err:  # typer's vendored click errors
         if type(err).__name__ == "NoArgsIsHelpError":
             rich_format_error(err)  # the help text, as standalone typer shows it

@@ -2,6 +2,7 @@
 
 import sys
 
-from autopar.cli import app
+from autopar.cli import main
 
-app(["profile", *sys.argv[1:]], prog_name="autopar")
+sys.argv[1:1] = ["profile"]
+main(prog_name="autopar")
