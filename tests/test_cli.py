@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 from typer.testing import CliRunner
@@ -120,6 +122,18 @@ def test_usage_errors_are_one_line_through_the_entry_point(monkeypatch, capsys, 
     err = capsys.readouterr().err.strip()
     assert exit_info.value.code == 2
     assert err.startswith("error: ") and needle in err and "\n" not in err and "╭" not in err
+
+
+@pytest.mark.parametrize("module, usage", [("autopar", "Usage: python -m autopar "),
+                                           ("autopar.profile", "Usage: autopar profile ")])
+def test_python_dash_m_runs_the_cli_with_one_line_errors(module, usage):
+    """``python -m autopar`` and ``python -m autopar.profile`` are the CLI: help prints the
+    usage, a missing required option is one ``error:`` line with exit code 2."""
+    run = [sys.executable, "-m", module]
+    shown = subprocess.run([*run, "--help"], capture_output=True, text=True)
+    assert shown.returncode == 0 and usage in shown.stdout
+    bad = subprocess.run([*run, *(["search"] if module == "autopar" else ["ops"])], capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.startswith("error: ") and bad.stderr.count("\n") == 1
 
 
 def test_vocab_size_replaces_the_models_vocabulary():
