@@ -166,3 +166,16 @@ def test_bloom_prequel_mbs_sweep_is_ranked_with_the_host_time():
     assert step(1, True) > step(4, True)
     assert step(1, False) < step(4, False)
     assert step(1, True) == pytest.approx(143.31, rel=0.05)
+
+
+def test_nemotron_rows_without_a_vocabulary_take_the_family_tokenizer():
+    # NEMO2407-08 leaves vocab blank; Nemotron-3 8B is 256000 with untied embeddings (HF config).
+    # NeMo's 653 model TFLOP/s at 12701 tokens/s is 51.41 GFLOP/token = 3 x (32 x 24 h^2 + 32 x
+    # 4 s h + 2 h V) at h = 4096, s = 4096: V = 256000 gives 51.38 (51200 would give 40.1).
+    from autopar.validate.rows import read_rows, to_case
+    rows = {r.id: r for r in read_rows(SOURCE)}
+    model = to_case(rows["NEMO2407-08"]).problem.model
+    assert (model.vocab_size, model.tie_word_embeddings, model.gated_mlp) == (256000, False, False)
+    h, s = 4096, 4096
+    assert 3 * (32 * 24 * h * h + 32 * 4 * s * h + 2 * h * model.vocab_size) / 1e9 == pytest.approx(653e12 / 12701 / 1e9, rel=0.002)
+    assert to_case(rows["NAR21-T2-07"]).problem.model.vocab_size == 51200  # GPT rows keep the default

@@ -102,6 +102,11 @@ _FAMILY_BY_PREFIX = (
 )
 
 _GATED = ("llama", "grok", "qwen", "deepseek", "mixtral")  # SwiGLU families; GPT/BLOOM/Nemotron are 2-matrix
+# Nemotron-3 (8B, 22B) and Nemotron-4 (15B, 340B) share one 256k SentencePiece tokenizer and untied
+# input/output embeddings (HF configs nemotron-3-8b / nemotron3-22b / Nemotron-4-340B:
+# vocab_size 256000, tie_word_embeddings false). Rows that leave the vocabulary blank take it from
+# here; NeMo's own model-TFLOP/s for NEMO2407-08/-09 (653, 554) imply V = 256000 with its formula.
+NEMOTRON_VOCAB = 256000
 
 
 @dataclass(frozen=True)
@@ -259,15 +264,16 @@ def model_of(row: Row, family: Family) -> ModelSpec:
             return load_model(preset)
     gated = any(k in name.lower() for k in _GATED)
     gpt = "gpt" in name.lower()
+    nemotron = "nemotron" in name.lower()
     heads, layers, hidden = row.int("heads"), row.int("layers"), row.int("hidden")
     experts = row.int("num_experts") or 0
     try:
         return ModelSpec(
             name=name, num_layers=layers, hidden_size=hidden, num_attention_heads=heads,
             num_kv_heads=row.int("kv_heads") or heads, head_dim=hidden // heads,
-            ffn_hidden_size=row.int("ffn") or 4 * hidden, vocab_size=row.int("vocab") or 51200,
-            tie_word_embeddings=not gated, gated_mlp=gated, norm="rmsnorm" if gated else "layernorm",
-            linear_bias=not gated and "nemotron" not in name.lower(),
+            ffn_hidden_size=row.int("ffn") or 4 * hidden, vocab_size=row.int("vocab") or (NEMOTRON_VOCAB if nemotron else 51200),
+            tie_word_embeddings=not gated and not nemotron, gated_mlp=gated, norm="rmsnorm" if gated else "layernorm",
+            linear_bias=not gated and not nemotron,
             position_embedding="learned" if gpt else "rope", max_position_embeddings=row.int("seq_len"),
             dropout=family.dropout,
             num_experts=experts, num_experts_per_tok=row.int("topk") or 0,
