@@ -174,6 +174,31 @@ def test_pipeline_send_is_one_tp_slice_plus_an_nvlink_gather():
     assert p2p_time_s(p, with_sp)[0] == pytest.approx(send)  # already sequence-sharded
 
 
+def test_tied_embedding_gradients_are_all_reduced_once_per_step_between_first_and_last_stage():
+    # BLOOM-like 250880-token vocabulary tied to h=14336 under DeepSpeed fp16 (2-byte grads), tp4 pp2
+    # on 2 nodes: each tp rank all-reduces its 62720 x 14336 shard with its peer on the other node
+    # (a 2-rank ring moves the whole shard once: 2*(2-1)/2 = 1) -- DeepSpeed ReduceTiedGrads.
+    from autopar.cost.stage_time import tied_embedding_grad_s
+    bloom = toy_model(num_layers=4, hidden_size=14336, num_attention_heads=64, num_kv_heads=64, head_dim=224,
+                      ffn_hidden_size=57344, vocab_size=250880, tie_word_embeddings=True)
+    p = make_problem(bloom, nodes=2, gbs=8, seq=2048, precision="fp16", framework="deepspeed")
+    dev = p.cluster.device
+    _, nic = link_bandwidths(p)
+    shard_bytes = 2 * 250880 / 4 * 14336
+    batch = LayoutBatch.from_strategy(Strategy(dp=2, tp=4, pp=2), 8)
+    assert tied_embedding_grad_s(p, batch)[0] == pytest.approx(shard_bytes / nic + 2 * dev.inter_node_latency_s)
+    assert tied_embedding_grad_s(p, LayoutBatch.from_strategy(Strategy(dp=4, tp=4, pp=1), 8))[0] == 0.0
+    untied = make_problem(bloom.model_copy(update={"tie_word_embeddings": False}), nodes=2, gbs=8, seq=2048)
+    assert tied_embedding_grad_s(untied, batch)[0] == 0.0
+    # It is part of pp_comm, and so of the step time.
+    untied_fp16 = make_problem(bloom.model_copy(update={"tie_word_embeddings": False}), nodes=2, gbs=8,
+                               seq=2048, precision="fp16", framework="deepspeed")
+    for split in (None, (3, 1)):  # closed-form 1F1B and the simulated pipeline of uneven stages
+        s = Strategy(dp=2, tp=4, pp=2, mbs=1, layers_per_stage=split)
+        extra = estimate(p, s).time_breakdown_s["pp_comm"] - estimate(untied_fp16, s).time_breakdown_s["pp_comm"]
+        assert extra == pytest.approx(tied_embedding_grad_s(p, batch)[0])
+
+
 def test_launch_blocking_adds_host_time_per_layer_pass():
     # One device (pp=1, dp=1, no DP traffic), 4 micro-batches of a 32-layer model. With synchronous
     # launches each layer pays the host time once per forward, once per recomputed forward and

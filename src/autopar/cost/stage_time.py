@@ -13,9 +13,9 @@ collectives of its parallel groups:
   ``TrainSpec.tp_comm_overlap`` (TE userbuffers) only the first of tp pipelined chunks is exposed.
 * CP (ring attention, Liu et al. 2023; Megatron ``cp_comm_type=p2p``; PyTorch/torchtitan
   ``context_parallel``): ``cp-1`` K/V block exchanges forward, K/V plus dK/dV backward, each
-  overlapped with one ring step's attention kernel (only a step's excess is exposed), the final
-  dK/dV hand-back exposed, and the per-step softmax-correction / gradient-accumulation passes
-  (:mod:`autopar.cost.attention`).
+  overlapped with one ring step's attention kernel (only a step's excess is exposed; PyTorch
+  gathers all K/V at step 0 instead), the final dK/dV hand-back exposed, and the per-step
+  softmax-correction / gradient-accumulation passes (:func:`autopar.cost.attention.ring_exposed_s`).
 * EP: all-to-all dispatch and combine of the top-k token copies per MoE layer, forward and
   backward, placed by the expert rank order (:mod:`autopar.cost.moe`); MTP layers on the last
   stage (:mod:`autopar.cost.mtp`).
@@ -113,12 +113,7 @@ def stage_time(p: Problem, batch: LayoutBatch, stages: Stages) -> StageTime:
     # is exposed, and so is the last dK/dV hand-back to its owner after backward's final step.
     # The per-step merge / gradient-accumulation passes run on the compute stream.
     m = p.model
-    kv_elements = n_tokens * attn.ring_kv_width(p) / batch.tp
-    kv_step = comm.send_recv_s(p, F.BF16 * kv_elements, batch.cp, batch.tp)
-    dkv_step = comm.send_recv_s(p, attn.ring_grad_bytes_per_element(p) * kv_elements, batch.cp, batch.tp)
-    attn_step = dense.attention_s / batch.cp
-    exposed_fwd = (batch.cp - 1) * np.maximum(kv_step - attn_step, 0.0)
-    exposed_bwd = (batch.cp - 1) * np.maximum(kv_step + dkv_step - 2 * attn_step, 0.0) + dkv_step
+    exposed_fwd, exposed_bwd = attn.ring_exposed_s(p, batch, dense.attention_s)
     merge_fwd_bytes, merge_bwd_bytes = attn.ring_merge_bytes(p, batch)
     fwd_passes = stages.layers + recomputed  # + the core attention Megatron's selective recompute reruns
     fwd_passes = fwd_passes + np.where((batch.recompute == 1) & (p.train.framework != "torchtitan"), stages.layers, 0)
@@ -197,6 +192,27 @@ def p2p_time_s(p: Problem, batch: LayoutBatch) -> np.ndarray:
     send = comm.send_recv_s(p, slice_bytes, batch.pp, batch.tp * batch.cp * batch.dp)
     gather = np.where(batch.sp, 0.0, comm.all_gather_s(p, slice_bytes * batch.tp, batch.tp, 1))
     return send + gather
+
+
+def tied_embedding_grad_s(p: Problem, batch: LayoutBatch) -> np.ndarray:
+    """Seconds per step of the all-reduce that keeps a tied embedding consistent across the
+    pipeline (0 without ``pp > 1`` or without a shared copy).
+
+    With tied input/output embeddings (or MTP modules, which reuse the input embedding on the
+    last stage; DeepSeek-V3 sec. 2.2) the first and the last stage each hold the
+    ``padded_vocab/tp x h`` shard, and after the backward passes of a step the two gradients
+    are summed over the two-rank embedding group: Megatron-LM ``_allreduce_word_embedding_grads``
+    (``core/distributed/finalize_model_grads.py``, after the data-parallel sync, not overlapped)
+    and DeepSpeed's pipeline ``ReduceTiedGrads`` instruction (``runtime/pipe/engine.py``, at
+    the end of the step). Every tp rank reduces its own shard over its own NIC, in the dtype of
+    :func:`grad_comm_bytes`. Returns shape ``(n,)``.
+    """
+    m = p.model
+    if not (m.tie_word_embeddings or m.mtp_num_layers > 0):
+        return np.zeros(len(batch))
+    shard_bytes = grad_comm_bytes(p) * p.padded_vocab(batch.tp) / batch.tp * m.hidden_size
+    stride = (batch.pp - 1) * batch.tp * batch.cp * batch.dp  # first to last stage, Megatron rank order
+    return np.where(batch.pp > 1, comm.all_reduce_s(p, shard_bytes, 2, np.maximum(stride, 1)), 0.0)
 
 
 def grad_comm_bytes(p: Problem) -> int:

@@ -99,7 +99,9 @@ def evaluate(p: Problem, batch: LayoutBatch, views: list[Stages], counts: list[n
 
     p2p = T.p2p_time_s(p, batch)
     handoffs = np.where(batch.vpp > 1, batch.pp * batch.vpp - 1, m + batch.pp - 2)
-    pp_comm = np.where(batch.pp > 1, 2 * handoffs * p2p, 0.0)
+    # Activation/gradient hand-offs on the critical path, plus the once-per-step all-reduce of a
+    # tied embedding between the first and the last stage.
+    pp_comm = np.where(batch.pp > 1, 2 * handoffs * p2p, 0.0) + T.tied_embedding_grad_s(p, batch)
     dp_comm = np.max(np.stack(dp), axis=0)
     optimizer = np.max(np.stack(opt), axis=0)
 

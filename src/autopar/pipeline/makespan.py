@@ -16,7 +16,7 @@ from functools import lru_cache
 import numpy as np
 
 from autopar.cost.stage import Stages
-from autopar.cost.stage_time import p2p_time_s
+from autopar.cost.stage_time import p2p_time_s, tied_embedding_grad_s
 from autopar.cost.step import StepCosts
 from autopar.errors import AutoparError
 from autopar.pipeline.layers import chunk_op_times_s
@@ -204,16 +204,19 @@ def simulated_costs(p: Problem, s: Strategy, batch: LayoutBatch, stages: Stages,
     embedding/output-layer part to the chunk holding it (:func:`chunk_op_times_s`). The time
     breakdown keeps its compute/communication terms; ``pp_bubble`` becomes the simulated
     makespan without p2p minus ``m`` times the slowest stage and ``pp_comm`` what p2p adds to
-    the makespan, so the breakdown still sums to the step time.
+    the makespan plus the tied-embedding gradient all-reduce
+    (:func:`autopar.cost.stage_time.tied_embedding_grad_s`), so the breakdown still sums to the
+    step time.
     """
     chunks = list(chunk_op_times_s(p, s, batch, stages))  # 3 x (pp, vpp)
     schedule = "interleaved" if s.vpp > 1 else "1f1b"
     m = s.num_microbatches(p.train.global_batch_size)
-    p2p = float(p2p_time_s(p, batch.take(np.zeros(1, dtype=np.int64)))[0])
+    one = batch.take(np.zeros(1, dtype=np.int64))
+    p2p = float(p2p_time_s(p, one)[0])
     without, with_p2p = static_makespans_s(PipelineTimes(*chunks), np.array([0.0, p2p]), m, schedule)
     b = costs.time_breakdown_s
     busy = b["compute"] + b["tp_comm"] + b["cp_comm"] + b["ep_comm"]
-    breakdown = dict(b, pp_bubble=np.maximum(without - busy, 0.0), pp_comm=np.asarray([with_p2p - without]))
+    breakdown = dict(b, pp_bubble=np.maximum(without - busy, 0.0), pp_comm=with_p2p - without + tied_embedding_grad_s(p, one))
     step = busy + breakdown["pp_bubble"] + breakdown["pp_comm"] + b["dp_comm"] + b["optimizer"]
     scale = costs.step_time_s / step
     return replace(costs, step_time_s=step, time_breakdown_s=breakdown,
