@@ -90,3 +90,31 @@ def test_cp_and_micro_batch_swaps_no_longer_tie():
     assert cp2.num_microbatches == cp4.num_microbatches
     assert cp4.step_time_s > cp2.step_time_s
     assert cp4.time_breakdown_s["cp_comm"] > cp2.time_breakdown_s["cp_comm"] > 0
+
+
+def test_torchtitan_gathers_all_kv_at_step_zero_and_hides_it_only_under_that_step():
+    # A 1 GB/s NVLink, Llama-3-8B, seq 8192, cp 4, tp 1: each rank holds 2048 tokens of K/V at the
+    # 32 repeated heads (2 x 4096 elements per token), 2 B each -> 33.55 MB per block.
+    # PyTorch's _AllGatherRotater: one all-gather of the 4 blocks, 3/4 x 134.2 MB over the ring,
+    # waited for after step 0 only; backward gathers again (hidden under 2x step 0) and sends the
+    # fp32 dK/dV (67.1 MB) step by step, the last one exposed.
+    device = load_device("h100-80gb").model_copy(update={"intra_node_bandwidth_bytes_per_s": 1e9})
+    cluster = make_cluster(device, 1, 8)
+    train = TrainSpec(global_batch_size=64, seq_len=8192, framework="torchtitan")
+    p = Problem(make_problem("llama3-8b").model, cluster, train)
+    batch, cp = _batch(dp=2, cp=4), 4
+    eff = device.intra_node_comm_efficiency
+    block = 2 * 2048 * 2 * 4096
+    gather = 3 / 4 * 4 * block / (1e9 * eff) + 3 * device.intra_node_latency_s
+    dkv = 2 * block / (1e9 * eff) + device.intra_node_latency_s
+    attention = np.array([0.040])  # 10 ms per ring step
+    fwd, bwd = A.ring_exposed_s(p, batch, attention)
+    assert fwd[0] == pytest.approx(gather - 0.010)
+    assert bwd[0] == pytest.approx(gather - 0.020 + (cp - 1) * (dkv - 0.020) + dkv)
+    # Megatron/TE on the same links: each block to the neighbour while its step runs.
+    te = Problem(p.model, cluster, TrainSpec(global_batch_size=64, seq_len=8192))
+    kv = (block / 4) / (1e9 * eff) + device.intra_node_latency_s  # GQA: 8 KV heads, a quarter of the block
+    fwd_te, _ = A.ring_exposed_s(te, batch, attention)
+    assert kv > 0.010
+    assert fwd_te[0] == pytest.approx((cp - 1) * (kv - 0.010))
+    assert A.ring_exposed_s(p, _batch(dp=8, cp=1), attention)[0][0] == 0.0

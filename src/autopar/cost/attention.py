@@ -22,12 +22,21 @@ rank every step has ``s/(2 cp)`` keys per query row, the same mean as causal att
 ``s/cp`` tokens. After each step the partial output is merged into the running output with
 the log-sum-exp correction (an element-wise pass), and in backward each step's dQ and dK/dV
 are accumulated; those passes are :func:`ring_merge_bytes`.
+
+**How K/V travel** (:func:`ring_exposed_s`). Megatron/TE send the next K/V block to the ring
+neighbour while the current step runs, so only a step's excess over its kernel is exposed.
+PyTorch's ring (``_ContextParallelOptions.rotate_method`` defaults to ``ALL_GATHER``,
+``_AllGatherRotater``, 2024-12 through 2025) gathers every rank's K/V in ONE all-gather issued
+at step 0 and waited for at step 1: only step 0's kernel (``1/cp`` of the attention) hides it,
+in forward and again in backward (a second all-gather); its dK/dV still travel step by step
+(``ALL_TO_ALL`` rotater, ``permute_tensor``), each hidden under one backward step.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from autopar.cost import comm
 from autopar.cost import flops as F
 from autopar.problem import Problem
 from autopar.strategy import LayoutBatch
@@ -123,3 +132,39 @@ def ring_grad_bytes_per_element(p: Problem) -> int:
     """Bytes per dK/dV element on the backward ring: bf16 in TE, fp32 in PyTorch's ring
     (``convert_to_f32``: the accumulators are sent as they are)."""
     return 4 if p.train.framework == "torchtitan" else 2
+
+
+def ring_exposed_s(p: Problem, batch: LayoutBatch, attention_fwd_s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) seconds of ring K/V traffic left exposed, per layer and micro-batch.
+
+    Args:
+        attention_fwd_s: forward seconds of the layer's whole core attention on one rank (all
+            ``cp`` steps); each step's kernel takes ``1/cp`` of it forward, ``2/cp`` backward.
+
+    ``kv`` = one rank's K/V block (``tokens * ring_kv_width / tp`` bf16 elements) sent to the
+    neighbour (:func:`autopar.cost.comm.send_recv_s`), ``dkv`` the same block's gradient
+    (:func:`ring_grad_bytes_per_element`), ``step`` = ``attention_fwd_s / cp``:
+
+    * Megatron/TE (p2p ring): forward ``(cp-1) * max(kv - step, 0)``, backward
+      ``(cp-1) * max(kv + dkv - 2 step, 0) + dkv`` (the last dK/dV hand-back to its owner).
+    * torchtitan (PyTorch ``_AllGatherRotater``): ``ag`` = all-gather of the ``cp`` blocks over the
+      cp group (:func:`autopar.cost.comm.all_gather_s`); forward ``max(ag - step, 0)``, backward
+      ``max(ag - 2 step, 0) + (cp-1) * max(dkv - 2 step, 0) + dkv``.
+
+    Zero for cp = 1. Example (test): 1 GB/s links, Llama-3-8B, seq 8192, cp 4: torchtitan's
+    forward exposes ``3/4 * 4 * kv - step``.
+    """
+    cp = np.asarray(batch.cp, dtype=float)
+    kv_elements = F.tokens(p, batch) * ring_kv_width(p) / batch.tp
+    kv = comm.send_recv_s(p, F.BF16 * kv_elements, batch.cp, batch.tp)
+    dkv = comm.send_recv_s(p, ring_grad_bytes_per_element(p) * kv_elements, batch.cp, batch.tp)
+    step = attention_fwd_s / cp
+    if p.train.framework == "torchtitan":
+        gather = comm.all_gather_s(p, F.BF16 * kv_elements * cp, batch.cp, batch.tp)
+        fwd = np.maximum(gather - step, 0.0)
+        bwd = np.maximum(gather - 2 * step, 0.0) + (cp - 1) * np.maximum(dkv - 2 * step, 0.0) + dkv
+    else:
+        fwd = (cp - 1) * np.maximum(kv - step, 0.0)
+        bwd = (cp - 1) * np.maximum(kv + dkv - 2 * step, 0.0) + dkv
+    on = cp > 1
+    return np.where(on, fwd, 0.0), np.where(on, bwd, 0.0)
