@@ -19,7 +19,6 @@ Hugging Face tokenizer folder's ``config.json``; otherwise it is an error asking
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,11 +29,14 @@ from pydantic import ValidationError
 from autopar.errors import AutoparError, from_validation_error
 from autopar.specs.bash import ShellScript, evaluate, unknown_reason
 from autopar.specs.model import ModelSpec
+from autopar.specs.script_vocab import vocab_size
 from autopar.specs.train import TrainSpec
 from autopar.strategy import Strategy
 
 _LAUNCH_MODULES = {"torch.distributed.run", "torch.distributed.launch"}
 _FSDP_ZERO = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
+# Megatron-LM's --position-embedding-type choices (arguments.py); only learned_absolute adds parameters.
+_POSITION_TYPES = ("learned_absolute", "rope", "mrope", "relative", "none")
 # Flags only MindSpeed / MindSpeed-LLM define (ecosystem.md section 2): their presence marks the script.
 MINDSPEED_FLAGS = frozenset({
     "--num-layer-list", "--noop-layers", "--context-parallel-algo", "--use-fused-rmsnorm", "--use-fused-swiglu",
@@ -105,6 +107,30 @@ class Args:
             return default if value is None else float(value)
         except ValueError:
             raise AutoparError(f"{self.source}: {flag}={value!r}: expected a number") from None
+
+    def probability(self, flag: str, default: float) -> float:
+        """A dropout rate: a number in [0, 1] (``nan`` or ``-1`` would silently mean "no dropout").
+
+        Raises:
+            AutoparError: not a number, or outside [0, 1].
+        """
+        value = self.number(flag, default)
+        if not 0 <= value <= 1:  # also false for nan
+            raise AutoparError(f"{self.source}: {flag}={value}: must be a probability in [0, 1]")
+        return value
+
+    def size(self, flag: str, default: int | None = None) -> int | None:
+        """A width or count that must be >= 1 when given (Megatron has no meaning for 0).
+
+        Raises:
+            AutoparError: not an integer, or below 1.
+        """
+        value = self.integer(flag)
+        if value is None:
+            return default
+        if value < 1:
+            raise AutoparError(f"{self.source}: {flag}={value}: must be an integer >= 1")
+        return value
 
     def require(self, flag: str) -> int:
         """An integer flag Megatron has no default for.
@@ -244,6 +270,8 @@ def read_script(path: str | Path, text: str | None = None) -> ScriptPlan:
             text = path.read_text()
         except OSError as err:
             raise AutoparError(f"--script={str(path)!r}: cannot read ({err.strerror})") from None
+        except UnicodeDecodeError:
+            raise AutoparError(f"--script={str(path)!r}: not a text file (a bash launch script is UTF-8 text)") from None
     sh = ShellScript(text)
     launch = find_launch(sh, path.name)
     a = launch.args
@@ -303,12 +331,20 @@ def flash_attention(a: Args) -> bool:
 def model_fields(a: Args, path: Path) -> tuple[dict[str, Any], str | None]:
     """ModelSpec fields from the shape flags, and the vocabulary error if it is unknown."""
     h, heads = a.require("--hidden-size"), a.require("--num-attention-heads")
+    for flag, value in (("--hidden-size", h), ("--num-attention-heads", heads)):
+        if value < 1:
+            raise AutoparError(f"{a.source}: {flag}={value}: must be an integer >= 1")
+    if not a.has("--kv-channels") and h % heads:  # Megatron arguments.py asserts it before kv_channels = h // heads
+        raise AutoparError(f"{a.source}: --hidden-size={h} is not divisible by --num-attention-heads={heads}; "
+                           "Megatron-LM asserts it unless --kv-channels is given")
     gated = a.has("--swiglu")
-    ffn = a.integer("--ffn-hidden-size") or (int(4 * h * 2 / 3 / 64) * 64 if gated else 4 * h)
+    ffn = a.size("--ffn-hidden-size") or (int(4 * h * 2 / 3 / 64) * 64 if gated else 4 * h)
     mla = a.has("--multi-latent-attention")
     kv = a.require("--num-query-groups") if a.has("--group-query-attention") and not mla else heads
     seq = a.require("--seq-length")
     pos = a.text("--position-embedding-type", "rope" if a.has("--use-rotary-position-embeddings") else "learned_absolute")
+    if pos not in _POSITION_TYPES:  # an unknown type was costed as rope
+        raise AutoparError(f"{a.source}: --position-embedding-type={pos!r}: allowed {', '.join(_POSITION_TYPES)}")
     norm = a.text("--normalization", "RMSNorm" if a.has("--use-fused-rmsnorm") else "LayerNorm")
     if norm not in ("RMSNorm", "LayerNorm"):
         raise AutoparError(f"{a.source}: --normalization={norm!r}: allowed RMSNorm, LayerNorm")
@@ -316,11 +352,11 @@ def model_fields(a: Args, path: Path) -> tuple[dict[str, Any], str | None]:
     fields: dict[str, Any] = dict(
         name=path.stem, num_layers=num_layers, hidden_size=h, num_attention_heads=heads, num_kv_heads=kv,
         head_dim=a.integer("--kv-channels", h // heads), ffn_hidden_size=ffn,
-        max_position_embeddings=max(a.integer("--max-position-embeddings", seq), 1),
+        max_position_embeddings=a.size("--max-position-embeddings", seq),
         tie_word_embeddings=not a.has("--untie-embeddings-and-output-weights"), gated_mlp=gated,
         norm=norm.lower(), qkv_bias=a.has("--add-qkv-bias"), linear_bias=not a.has("--disable-bias-linear"),
         qk_norm=a.has("--qk-layernorm"), position_embedding="learned" if pos == "learned_absolute" else "rope",
-        dropout=a.number("--attention-dropout", 0.1) > 0 or a.number("--hidden-dropout", 0.1) > 0,
+        dropout=a.probability("--attention-dropout", 0.1) > 0 or a.probability("--hidden-dropout", 0.1) > 0,
         mtp_num_layers=a.integer("--mtp-num-layers", 0),
     )
     fields.update(_moe_fields(a, num_layers, ffn))
@@ -338,7 +374,7 @@ def _moe_fields(a: Args, num_layers: int, ffn: int) -> dict[str, Any]:
     experts = a.integer("--num-experts", 0)
     if not experts:
         return {}
-    moe_ffn = a.integer("--moe-ffn-hidden-size") or a.integer("--moe-intermediate-size") or ffn
+    moe_ffn = a.size("--moe-ffn-hidden-size") or a.size("--moe-intermediate-size") or ffn
     shared = a.integer("--moe-shared-expert-intermediate-size")
     if shared is None:
         shared = a.integer("--n-shared-experts", 0) * moe_ffn
@@ -368,28 +404,10 @@ def moe_layers(a: Args, num_layers: int) -> tuple[int, ...]:
     if len(pattern) != num_layers:
         raise AutoparError(f"{a.source}: --moe-layer-freq={freq!r} gives {len(pattern)} layers, "
                            f"--num-layers is {num_layers}")
+    if any(flag not in (0, 1) or isinstance(flag, bool) for flag in pattern):  # Megatron: 1 = MoE, 0 = dense
+        raise AutoparError(f"{a.source}: --moe-layer-freq={freq!r}: a list's entries must be 0 (dense) or 1 (MoE)")
     dense = a.integer("--first-k-dense-replace", 0)
     return tuple(i for i, moe in enumerate(pattern) if moe and i >= dense)
-
-
-def vocab_size(a: Args, path: Path) -> tuple[int | None, str | None]:
-    """The vocabulary size and, when it cannot be determined, the error text asking for it."""
-    if a.has("--vocab-size"):
-        return a.integer("--vocab-size"), None
-    for flag in ("--tokenizer-name-or-path", "--tokenizer-model", "--vocab-file"):
-        where = a.values.get(flag)
-        if not where or unknown_reason(where[0]):
-            continue
-        for base in (Path.cwd(), path.parent):
-            file = base / where[0]
-            config = file / "config.json" if file.is_dir() else None
-            if config and config.is_file():
-                return int(json.loads(config.read_text())["vocab_size"]), None
-            if flag == "--vocab-file" and file.suffix == ".json" and file.is_file():
-                return len(json.loads(file.read_text())), None
-    kind = a.text("--tokenizer-type", "an unknown tokenizer")
-    return None, (f"{a.source}: the vocabulary size is unknown ({kind} reads it from a tokenizer file autopar "
-                  "does not open); add --vocab-size N to the script or pass --vocab-size N to autopar")
 
 
 def layout_fields(a: Args, num_layers: int) -> dict[str, Any]:
@@ -406,12 +424,7 @@ def layout_fields(a: Args, num_layers: int) -> dict[str, Any]:
             first/last stage counts, both VPP flags (rule 17), layers per virtual stage with
             first/last stage counts (rule 18), ``--pipeline-model-parallel-layout`` (not read).
     """
-    def size(flag: str, default: int | None) -> int | None:
-        value = a.integer(flag, default)
-        if value is not None and value < 1:
-            raise AutoparError(f"{a.source}: {flag}={value}: must be an integer >= 1")
-        return value
-
+    size = a.size
     tp, pp = size("--tensor-model-parallel-size", 1), size("--pipeline-model-parallel-size", 1)
     vpp = size("--num-virtual-stages-per-pipeline-rank", None)
     per_vstage = size("--num-layers-per-virtual-pipeline-stage", None)

@@ -1,0 +1,69 @@
+"""The vocabulary size a launch script trains with: ``--vocab-size``, else the tokenizer files it
+names that autopar can read (a Hugging Face tokenizer folder's ``config.json``, a GPT-2 BPE
+``vocab.json``). A SentencePiece model file is not read: the caller then asks for ``--vocab-size``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from autopar.errors import AutoparError
+from autopar.specs.bash import unknown_reason
+
+if TYPE_CHECKING:
+    from autopar.specs.script import Args
+
+
+def vocab_size(a: "Args", path: Path) -> tuple[int | None, str | None]:
+    """The vocabulary size and, when it cannot be determined, the error text asking for it.
+
+    Args:
+        a: the training script's arguments.
+        path: the launch script (tokenizer paths are tried from the working directory, then from
+            the script's folder).
+    Raises:
+        AutoparError: a named tokenizer file that cannot be read as a JSON object, a ``config.json``
+            without an integer ``vocab_size`` >= 1, or an empty ``vocab.json``.
+    """
+    if a.has("--vocab-size"):
+        return a.integer("--vocab-size"), None
+    for flag in ("--tokenizer-name-or-path", "--tokenizer-model", "--vocab-file"):
+        where = a.values.get(flag)
+        if not where or unknown_reason(where[0]):
+            continue
+        for base in (Path.cwd(), path.parent):
+            file = base / where[0]
+            config = file / "config.json" if file.is_dir() else None
+            if config and config.is_file():
+                vocab = _read_json(a, config, flag).get("vocab_size")
+                if isinstance(vocab, bool) or not isinstance(vocab, int) or vocab < 1:
+                    raise AutoparError(f"{a.source}: {flag} {where[0]}: {str(config)!r} has vocab_size={vocab!r}, "
+                                       "expected an integer >= 1; pass --vocab-size N")
+                return vocab, None
+            if flag == "--vocab-file" and file.suffix == ".json" and file.is_file():
+                tokens = len(_read_json(a, file, flag))
+                if not tokens:
+                    raise AutoparError(f"{a.source}: {flag} {str(file)!r} holds no tokens; pass --vocab-size N")
+                return tokens, None
+    kind = a.text("--tokenizer-type", "an unknown tokenizer")
+    return None, (f"{a.source}: the vocabulary size is unknown ({kind} reads it from a tokenizer file autopar "
+                  "does not open); add --vocab-size N to the script or pass --vocab-size N to autopar")
+
+
+def _read_json(a: "Args", file: Path, flag: str) -> dict[str, Any]:
+    """A tokenizer's ``config.json`` or GPT-2 ``vocab.json`` (token -> id): a JSON object.
+
+    Raises:
+        AutoparError: unreadable, not UTF-8, not JSON, or not an object.
+    """
+    try:
+        doc = json.loads(file.read_text())
+    except (OSError, ValueError) as err:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise AutoparError(f"{a.source}: {flag} {str(file)!r}: cannot read it as JSON "
+                           f"({' '.join(str(err).split())}); pass --vocab-size N") from None
+    if not isinstance(doc, dict):
+        raise AutoparError(f"{a.source}: {flag} {str(file)!r} holds a JSON {type(doc).__name__}, expected an "
+                           "object; pass --vocab-size N")
+    return doc
