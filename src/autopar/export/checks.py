@@ -69,6 +69,16 @@ def experts_divisible(p: ScriptPlan) -> str | None:
     return None if ep == 1 or (experts and experts % ep == 0) else f"{experts} experts over ep={ep}"
 
 
+def expert_bias_needs_sigmoid(p: ScriptPlan) -> str | None:
+    """Megatron-Core ``TransformerConfig.__post_init__``: ``--moe-router-enable-expert-bias``
+    (aux-loss-free routing) needs ``--moe-router-score-function sigmoid`` (the default is softmax);
+    ValueError "Expert bias for aux-loss-free routing only supports sigmoid score function"."""
+    if not p.args.has("--moe-router-enable-expert-bias"):
+        return None
+    score = p.args.text("--moe-router-score-function", "softmax")
+    return None if score == "sigmoid" else f"--moe-router-enable-expert-bias with score function {score}"
+
+
 def one_vpp_form(p: ScriptPlan) -> str | None:
     """Rules 17, 18, 22: one VPP form; no layers-per-vstage with uneven stages; no layout string."""
     forms = [f for f in ("--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank",
@@ -154,7 +164,7 @@ def layer_list_rules(p: ScriptPlan) -> str | None:
 
 MEGATRON_CHECKS: tuple[Check, ...] = (
     world_divisible, expert_grid, batch_divisible, heads_divisible, sp_needs_tp, cp_divides_seq,
-    experts_divisible, one_vpp_form, interleave_needs_pp, stage_split, interleaved_microbatches, recompute_args,
+    experts_divisible, expert_bias_needs_sigmoid, one_vpp_form, interleave_needs_pp, stage_split, interleaved_microbatches, recompute_args,
     overlap_param_gather, one_precision,
 )
 MINDSPEED_CHECKS: tuple[Check, ...] = MEGATRON_CHECKS + (layer_list_rules,)

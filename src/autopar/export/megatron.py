@@ -56,7 +56,10 @@ def model_args(p: Problem) -> list[str]:
         if m.shared_expert_ffn_hidden_size:
             args.append(f"--moe-shared-expert-intermediate-size {m.shared_expert_ffn_hidden_size}")
         if m.router_bias:
-            args.append("--moe-router-enable-expert-bias")
+            # Megatron-Core's TransformerConfig raises "Expert bias for aux-loss-free routing only
+            # supports sigmoid score function" unless the score function is sigmoid (its default is
+            # softmax); DeepSeek-V3 routes with scoring_func "sigmoid" (ecosystem.md 1.5).
+            args.append("--moe-router-score-function sigmoid --moe-router-enable-expert-bias")
     if m.mla:
         q_lora = f"--q-lora-rank {m.q_lora_rank} " if m.q_lora_rank else ""
         args.append(f"--multi-latent-attention {q_lora}--kv-lora-rank {m.kv_lora_rank} "
