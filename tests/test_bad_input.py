@@ -268,8 +268,8 @@ def _set_cell(name, value):
     (lambda t: _csv(t, CSV_TEXT[0], ["A,b,c"]), "line 2: fewer cells than the 30 columns"),
     (_drop_column("measured_value"), "missing column(s) measured_value"),
     (_drop_column("tp"), "none of the 3 rows can be scored (first: NAR21-T1-02: parallel layout"),
-    (_set_cell("tp", "0"), "line 2 (NAR21-T1-02): tp='0': expected a whole number >= 1"),
-    (_set_cell("layers", "x"), "layers='x': expected a whole number >= 1"),
+    (_set_cell("tp", "0"), "line 2 (NAR21-T1-02): tp='0': expected a whole number in 1..2147483648"),
+    (_set_cell("layers", "x"), "layers='x': expected a whole number in 1..2147483648"),
     (_set_cell("measured_value", "0"), "measured_value='0': expected a finite number > 0"),
     (_set_cell("measured_value", "nan"), "measured_value='nan'"),
 ])

@@ -23,6 +23,9 @@ Recompute = Literal["none", "selective", "full"]
 Schedule = Literal["1f1b", "interleaved"]
 RECOMPUTE_CODES: dict[str, int] = {"none": 0, "selective": 1, "full": 2}
 RECOMPUTE_NAMES: tuple[str, ...] = ("none", "selective", "full")
+# Largest size a layout field may hold (as autopar.specs.model.MAX_SIZE): the rules multiply them
+# in int64 (etp*ep*pp, recompute_layers*vpp*pp), and a search result edited to 2^63 overflowed.
+MAX_SIZE = 2**31
 
 
 class Strategy(BaseModel):
@@ -55,18 +58,18 @@ class Strategy(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    dp: int = Field(gt=0)
-    tp: int = Field(default=1, gt=0)
-    pp: int = Field(default=1, gt=0)
-    vpp: int = Field(default=1, gt=0)
-    cp: int = Field(default=1, gt=0)
-    ep: int = Field(default=1, gt=0)
-    etp: int | None = Field(default=None, gt=0)
-    mbs: int = Field(default=1, gt=0)
+    dp: int = Field(gt=0, le=MAX_SIZE)
+    tp: int = Field(default=1, gt=0, le=MAX_SIZE)
+    pp: int = Field(default=1, gt=0, le=MAX_SIZE)
+    vpp: int = Field(default=1, gt=0, le=MAX_SIZE)
+    cp: int = Field(default=1, gt=0, le=MAX_SIZE)
+    ep: int = Field(default=1, gt=0, le=MAX_SIZE)
+    etp: int | None = Field(default=None, gt=0, le=MAX_SIZE)
+    mbs: int = Field(default=1, gt=0, le=MAX_SIZE)
     sp: bool = False
     zero: int = Field(default=1, ge=0, le=3)
     recompute: Recompute = "none"
-    recompute_layers: int | None = Field(default=None, gt=0)
+    recompute_layers: int | None = Field(default=None, gt=0, le=MAX_SIZE)
     schedule: Schedule = "1f1b"
     layers_per_stage: tuple[int, ...] | None = None
     recompute_per_stage: tuple[Recompute, ...] | None = None

@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from autopar.errors import AutoparError
+from pydantic import ValidationError
+
+from autopar.errors import AutoparError, from_validation_error
 from autopar.problem import Problem
 from autopar.specs import ModelSpec, TrainSpec, load_device, load_model, make_cluster, preset_names
 from autopar.strategy import Strategy
@@ -197,8 +199,9 @@ def _check_numbers(row: Row, where: str) -> None:
         except ValueError:
             value = math.nan
         low = 0 if col in ("num_experts", "topk") else 1
-        if value is not None and not (math.isfinite(value) and value == int(value) and value >= low):
-            raise AutoparError(f"{where}: {col}={text!r}: expected a whole number >= {low} (or empty)")
+        # above 2^31 the layout and model sizes overflow the int64 rule arithmetic (ModelSpec/Strategy bound)
+        if value is not None and not (math.isfinite(value) and value == int(value) and low <= value <= 2**31):
+            raise AutoparError(f"{where}: {col}={text!r}: expected a whole number in {low}..{2**31} (or empty)")
     text = row["measured_value"]
     try:
         value = float(text)
@@ -280,8 +283,8 @@ def model_of(row: Row, family: Family) -> ModelSpec:
             moe_ffn_hidden_size=row.int("ffn") or 0 if experts else 0,
             moe_layers=tuple(range(layers)) if experts else (),
         )
-    except ValueError as err:
-        raise Unscorable(f"model dimensions invalid: {err}") from None
+    except ValidationError as err:  # one line (pydantic's own text spans several)
+        raise Unscorable(f"model dimensions invalid: {from_validation_error(err, 'model')}") from None
 
 
 @dataclass(frozen=True)
