@@ -39,9 +39,11 @@ def open_times(path: str, device: str | None, dtype: str):
         raise AutoparError(f"--profile-db={path!r}: no such file (fill it with 'autopar profile ops')")
     db = OpDB(path)
     devices = db.devices()
+    if not devices:
+        raise AutoparError(f"--profile-db={path!r}: holds no measurements yet (fill it with 'autopar profile ops')")
     if device is None:
         if len(devices) != 1:
-            raise AutoparError(f"--profile-device: the database holds {devices or 'no devices'}; name one")
+            raise AutoparError(f"--profile-device: the database holds {devices}; name one")
         device = devices[0]
     elif device not in devices:
         raise AutoparError(f"--profile-device={device!r}: not in the database; it holds {devices}")
@@ -146,6 +148,7 @@ def ops(
     repeats: int = 5,
 ) -> None:
     """Measure the operator shapes a search needs (only those missing from the database)."""
+    _require("torch")  # before the search, and before OpDB creates an empty --db file
     _positive("--repeats", repeats, upper=1000)
     if missing_from:
         try:
