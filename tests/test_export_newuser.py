@@ -69,3 +69,18 @@ def test_search_on_an_empty_profile_db_says_to_fill_it(tmp_path):
     assert res.exit_code == 2
     assert res.output.strip() == (f"error: --profile-db={str(db)!r}: holds no measurements yet "
                                   "(fill it with 'autopar profile ops')")
+
+
+def test_torchtitan_toml_says_it_is_sections_to_merge():
+    """torchtitan takes the model from ``[model] name/flavor`` (else its debug model), which the
+    export does not write: the file must say so, and still parse to the same sections."""
+    import tomllib
+
+    from autopar.export import torchtitan
+
+    p = make_problem("llama3-8b", gbs=64, seq=4096)
+    text = torchtitan.write(p, Strategy(dp=8, zero=3))
+    head = text.splitlines()[:3]
+    assert all(line.startswith("# ") for line in head) and "llama3-8b" in head[0] and "[model]" in head[1]
+    assert tomllib.loads(text) == torchtitan.config(p, Strategy(dp=8, zero=3))
+    assert set(tomllib.loads(text)) == {"training", "parallelism", "activation_checkpoint"}

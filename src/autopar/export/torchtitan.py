@@ -144,9 +144,20 @@ def to_toml(doc: dict[str, Any], prefix: str = "") -> str:
     return out
 
 
+# What the TOML leaves out: torchtitan reads the model from ``[model] name/flavor`` (defaulting to
+# its debug model), so the file is a set of sections to merge, not a whole job config.
+HEADER = ("# torchtitan v0.2 job config sections for {model}, written by autopar export --format torchtitan.\n"
+          "# Merge them into the model's own TOML (its [model] name and flavor, [job], [optimizer],\n"
+          "# [lr_scheduler], dataset, steps), or pass each field as --section.field on the command line.\n")
+
+
 def write(p: Problem, s: Strategy) -> str:
-    """The ``torchtitan`` export format (TOML text)."""
-    return to_toml(config(p, s))
+    """The ``torchtitan`` export format: TOML text, :data:`HEADER` (comments) then the sections.
+
+    Raises:
+        AutoparError: the layout cannot be expressed in torchtitan (:func:`config`).
+    """
+    return HEADER.format(model=p.model.name) + to_toml(config(p, s))
 
 
 def check(doc: dict[str, Any], world_size: int, num_layers: int) -> list[str]:
