@@ -71,8 +71,13 @@ class _Config:
 
 
 def _dropout(cfg: _Config) -> bool:
+    """Any dropout probability > 0 (each must lie in [0, 1]: -0.5 or 5 is a typo, not "no dropout")."""
     keys = ("attention_dropout", "hidden_dropout", "resid_pdrop", "attn_pdrop", "hidden_dropout_prob")
-    return any(cfg.number(k, 0.0) > 0 for k in keys)
+    rates = {k: cfg.number(k, 0.0) for k in keys}
+    for key, rate in rates.items():
+        if not 0 <= rate <= 1:
+            raise AutoparError(f"{cfg.source}: field '{key}'={rate} must be a probability in [0, 1]")
+    return any(rate > 0 for rate in rates.values())
 
 
 def _norm_kind(cfg: _Config, default: str) -> str:
@@ -105,7 +110,10 @@ def _llama_like(cfg: _Config) -> dict[str, Any]:
         vocab_size=cfg.integer("vocab_size"),
         max_position_embeddings=cfg.integer("max_position_embeddings", default=None),
         tie_word_embeddings=cfg.boolean("tie_word_embeddings", False),
-        gated_mlp=act in {"silu", "swish", "gelu_pytorch_tanh", "gelu", "gelu_new"},
+        # transformers' LlamaMLP/MistralMLP/Qwen2MLP/Gemma2MLP/MixtralBlockSparseTop2MLP/DeepseekV3MLP are always
+        # gated (gate_proj, up_proj, down_proj; hidden_act only picks the gate's function): a llama-type config with
+        # hidden_act "relu" still has 3 matrices. GPT-NeoX and GPT-2 override this.
+        gated_mlp=True,
         norm=_norm_kind(cfg, "rmsnorm"),
         qkv_bias=cfg.boolean("attention_bias", False),
         dropout=_dropout(cfg),
@@ -179,7 +187,7 @@ def _deepseek_v3(cfg: _Config) -> dict[str, Any]:
         "moe_ffn_hidden_size": moe_ffn,
         "shared_expert_ffn_hidden_size": cfg.integer("n_shared_experts", default=0) * moe_ffn,
         "moe_layers": tuple(i for i in range(first_dense, spec["num_layers"]) if i % freq == 0),
-        "router_bias": cfg.get("topk_method", "noaux_tc") == "noaux_tc",
+        "router_bias": _topk_method(cfg) == "noaux_tc",
         "mla": True,
         "q_lora_rank": cfg.integer("q_lora_rank", default=0),
         "kv_lora_rank": cfg.integer("kv_lora_rank"),
@@ -188,6 +196,16 @@ def _deepseek_v3(cfg: _Config) -> dict[str, Any]:
         "v_head_dim": cfg.integer("v_head_dim"),
         "mtp_num_layers": cfg.integer("num_nextn_predict_layers", default=0),
     }
+
+
+def _topk_method(cfg: _Config) -> str:
+    """DeepSeek's router: ``noaux_tc`` (V3, with the expert score bias) or ``greedy`` /
+    ``group_limited_greedy`` (V2); transformers ``configuration_deepseek_v3.py``."""
+    method = cfg.get("topk_method", "noaux_tc")
+    if method not in ("noaux_tc", "greedy", "group_limited_greedy"):
+        raise AutoparError(f"{cfg.source}: field 'topk_method'={method!r}: allowed noaux_tc, greedy, "
+                           "group_limited_greedy")
+    return method
 
 
 def _gpt2(cfg: _Config) -> dict[str, Any]:

@@ -80,7 +80,7 @@ class ModelSpec(BaseModel):
     qk_nope_head_dim: int = Field(default=0, ge=0, le=MAX_SIZE)
     qk_rope_head_dim: int = Field(default=0, ge=0, le=MAX_SIZE)
     v_head_dim: int = Field(default=0, ge=0, le=MAX_SIZE)
-    mtp_num_layers: int = Field(default=0, ge=0, description="multi-token-prediction layers")
+    mtp_num_layers: int = Field(default=0, ge=0, le=10_000, description="multi-token-prediction layers (DeepSeek-V3: 1)")
 
     @model_validator(mode="after")
     def _check(self) -> "ModelSpec":
@@ -103,6 +103,9 @@ class ModelSpec(BaseModel):
             raise ValueError("moe_layers given but num_experts is 0")
         if self.mla and not (self.kv_lora_rank and self.qk_nope_head_dim and self.v_head_dim):
             raise ValueError("MLA needs kv_lora_rank, qk_nope_head_dim and v_head_dim > 0")
+        if self.mtp_num_layers > self.num_layers:  # each MTP module is one more decoder layer (1e9 was costed)
+            raise ValueError(f"mtp_num_layers={self.mtp_num_layers} must be at most num_layers={self.num_layers} "
+                             "(DeepSeek-V3 uses 1)")
         return self
 
     # ----- derived widths -------------------------------------------------------------------
