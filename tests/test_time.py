@@ -115,7 +115,7 @@ def test_hopper_attention_runs_at_the_flashattention2_rate():
     flops = np.array([1e15])
     assert C.attention_time_s(p, flops)[0] == pytest.approx(1e15 / (989.4e12 * 0.28) + C.KERNEL_OVERHEAD_S)
     capped = make_problem("llama2-7b", device="h100-96gb-500w", seq=65536)
-    assert capped.cluster.device.attention_efficiency == pytest.approx(0.85 * 0.28, abs=0.005)
+    assert capped.cluster.device.attention_efficiency == pytest.approx(0.765 * 0.28, abs=0.005)  # sustained clock
 
 
 def test_torchtitan_selective_recompute_is_the_even_matmuls():
