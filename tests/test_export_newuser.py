@@ -84,3 +84,24 @@ def test_torchtitan_toml_says_it_is_sections_to_merge():
     assert all(line.startswith("# ") for line in head) and "llama3-8b" in head[0] and "[model]" in head[1]
     assert tomllib.loads(text) == torchtitan.config(p, Strategy(dp=8, zero=3))
     assert set(tomllib.loads(text)) == {"training", "parallelism", "activation_checkpoint"}
+
+
+def test_search_target_deepspeed_costs_as_deepspeed():
+    """--target deepspeed ranks layouts as DeepSpeed runs them (TrainSpec.framework='deepspeed',
+    no async TP all-reduce), like --target torchtitan. Llama-3-70B, 64 H100, gbs 512, seq 8192:
+    Megatron-costed, tp4+sp dp16 ZeRO-3 is the best writable layout at 64.2 GiB, but DeepSpeed
+    keeps 16-bit gradients and a 30% allocator reserve on top (cost.framework_memory), which puts it
+    above the 79.6 GiB device, so it must not be recommended for DeepSpeed."""
+    from autopar.estimate import estimate
+    from autopar.search import search
+    from autopar.search.grid import for_target
+
+    p = make_problem("llama3-70b", nodes=8, gbs=512, seq=8192)
+    z3 = Strategy(tp=4, sp=True, dp=16, zero=3)
+    assert estimate(p, z3).fits and not estimate(for_target(p, "deepspeed"), z3).fits
+    ds = for_target(p, "deepspeed")
+    assert (ds.train.framework, ds.train.tp_backward_overlap) == ("deepspeed", False)
+    for e in search(p, top_k=3, target="deepspeed").layouts:
+        s = e.strategy
+        assert (s.tp, s.pp, s.dp, s.zero, s.mbs, s.recompute) != (4, 1, 16, 3, 1, "none")
+        assert estimate(ds, e.strategy).peak_memory_bytes == e.peak_memory_bytes and e.fits

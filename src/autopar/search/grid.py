@@ -79,10 +79,16 @@ LIGHTER_FRACTION = 0.01  # a recompute variant saving < 1% of the peak is no alt
 def for_target(p: Problem, target: str) -> Problem:
     """``p`` costed and checked as the ``target`` export format runs it: ``torchtitan`` sets
     ``TrainSpec.framework='torchtitan'`` (fp32 FSDP2 shards, per-op SAC, fp32 loss, and FSDP2 with
-    pp > 1 allowed by rule ``zero_with_pp``); other targets leave ``p`` unchanged."""
-    if target != "torchtitan":
+    pp > 1 allowed by rule ``zero_with_pp``); ``deepspeed`` sets ``framework='deepspeed'`` (16-bit
+    gradients plus BF16_Optimizer's fp32 accumulation buffer, the allocator reserve, ZeRO-3 gathers
+    per submodule: :mod:`autopar.cost.framework_memory`, :mod:`autopar.cost.framework`) and
+    ``tp_backward_overlap=False`` (Megatron-DeepSpeed keeps the async TP all-reduce off: its issue
+    #447, as ``validate.rows`` family ``megatron-deepspeed``); other targets leave ``p`` unchanged."""
+    update = {"torchtitan": {"framework": "torchtitan"},
+              "deepspeed": {"framework": "deepspeed", "tp_backward_overlap": False}}.get(target)
+    if update is None:
         return p
-    return Problem(p.model, p.cluster, p.train.model_copy(update={"framework": "torchtitan"}))
+    return Problem(p.model, p.cluster, p.train.model_copy(update=update))
 
 
 def refusal(p: Problem, target: str, strategy: Strategy) -> str | None:
