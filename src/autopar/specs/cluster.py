@@ -56,6 +56,11 @@ MIN_EFFICIENCY = 0.01
 MIN_BANDWIDTH_BYTES_PER_S = 1e6
 MIN_PEAK_FLOPS = 1e9
 MAX_LATENCY_S = 1.0
+# Upper bounds, three orders of magnitude above the 2025 parts (B200: 192 GB HBM at 8 TB/s, ~1e16
+# FLOP/s fp4): 1e300 bytes or FLOP/s printed 300-digit "smallest predicted peak" lines instead of an error.
+MAX_MEMORY_BYTES = 1e15
+MAX_BANDWIDTH_BYTES_PER_S = 1e15
+MAX_PEAK_FLOPS = 1e18
 
 
 class DeviceSpec(BaseModel):
@@ -67,10 +72,10 @@ class DeviceSpec(BaseModel):
     description: str = ""
     source: str = ""
     peak_flops: dict[str, float] = Field(description="dense peak FLOP/s by dtype (bf16, fp16, fp8, fp32)")
-    memory_bytes: float = Field(gt=0)
-    hbm_bandwidth_bytes_per_s: float = Field(ge=MIN_BANDWIDTH_BYTES_PER_S)
-    intra_node_bandwidth_bytes_per_s: float = Field(ge=MIN_BANDWIDTH_BYTES_PER_S, description="NVLink/HCCS, per direction")
-    inter_node_bandwidth_bytes_per_s: float = Field(ge=MIN_BANDWIDTH_BYTES_PER_S, description="network (NIC) per device, per direction")
+    memory_bytes: float = Field(gt=0, le=MAX_MEMORY_BYTES)
+    hbm_bandwidth_bytes_per_s: float = Field(ge=MIN_BANDWIDTH_BYTES_PER_S, le=MAX_BANDWIDTH_BYTES_PER_S)
+    intra_node_bandwidth_bytes_per_s: float = Field(ge=MIN_BANDWIDTH_BYTES_PER_S, le=MAX_BANDWIDTH_BYTES_PER_S, description="NVLink/HCCS, per direction")
+    inter_node_bandwidth_bytes_per_s: float = Field(ge=MIN_BANDWIDTH_BYTES_PER_S, le=MAX_BANDWIDTH_BYTES_PER_S, description="network (NIC) per device, per direction")
     intra_node_latency_s: float = Field(default=8e-6, ge=0, le=MAX_LATENCY_S, description="per ring step")
     inter_node_latency_s: float = Field(default=20e-6, ge=0, le=MAX_LATENCY_S, description="per ring step")
     default_devices_per_node: int = Field(default=8, gt=0)
@@ -81,7 +86,7 @@ class DeviceSpec(BaseModel):
     memory_efficiency: float = Field(default=0.7, ge=MIN_EFFICIENCY, le=1)
     intra_node_comm_efficiency: float = Field(default=0.8, ge=MIN_EFFICIENCY, le=1)
     inter_node_comm_efficiency: float = Field(default=0.85, ge=MIN_EFFICIENCY, le=1)
-    framework_overhead_bytes: float = Field(default=2.0 * GIB, ge=0)
+    framework_overhead_bytes: float = Field(default=2.0 * GIB, ge=0, le=MAX_MEMORY_BYTES)
     host_op_s: float = Field(default=13.5e-6, ge=0, le=MAX_LATENCY_S, description="host (CPU) seconds per eager framework op: "
                              "Python + PyTorch dispatch + kernel launch (autopar.cost.host)")
 
@@ -100,9 +105,9 @@ class DeviceSpec(BaseModel):
     @model_validator(mode="after")
     def _check_peaks(self) -> "DeviceSpec":
         for key, value in self.peak_flops.items():
-            if not key or "." in key or not math.isfinite(value) or value < MIN_PEAK_FLOPS:
-                raise ValueError(f"peak_flops.{key}={value}: needs a dtype name and a finite value >= "
-                                 f"{MIN_PEAK_FLOPS:g} FLOP/s")
+            if not key or "." in key or not math.isfinite(value) or not MIN_PEAK_FLOPS <= value <= MAX_PEAK_FLOPS:
+                raise ValueError(f"peak_flops.{key}={value}: needs a dtype name and a finite value in "
+                                 f"{MIN_PEAK_FLOPS:g}..{MAX_PEAK_FLOPS:g} FLOP/s")
         if "bf16" not in self.peak_flops:
             raise ValueError("peak_flops needs a 'bf16' entry")
         return self
