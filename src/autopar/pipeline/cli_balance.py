@@ -18,10 +18,12 @@ from autopar.cli import (Cp, Device, DeviceFile, DeviceSet, Dp, Ep, Etp, Flash, 
                          Precision, RecomputeLayers, RecomputeOpt, ScheduleOpt, Script, SeqLen, Sp, Tp, VocabPad,
                          VocabSize, Vpp, Zero, _problem, _strategy, _user_errors, app, console, err_console)
 from autopar.errors import AutoparError
+from autopar.specs.cluster import MAX_MEMORY_BYTES
 from autopar.pipeline.balance import FORMS, BalancePlan
 from autopar.strategy import default_layers_per_stage
 
 GIB = 2.0**30
+PLOT_SUFFIXES = (".png", ".svg", ".pdf")  # figure formats matplotlib writes (plot_plan's savefig)
 
 
 def _fmt_time(seconds: float) -> str:
@@ -138,12 +140,16 @@ def balance_command(
 
     if form not in FORMS:
         raise AutoparError(f"--form={form!r}: allowed {', '.join(FORMS)}")
-    if memory_limit_gib is not None and not memory_limit_gib > 0:
-        raise AutoparError(f"--memory-limit-gib={memory_limit_gib}: must be positive")
+    if memory_limit_gib is not None and not 0 < memory_limit_gib <= MAX_MEMORY_BYTES / GIB:  # also nan, inf
+        raise AutoparError(f"--memory-limit-gib={memory_limit_gib}: must be a number in (0, {MAX_MEMORY_BYTES / GIB:.0f}]")
     limit = None if memory_limit_gib is None else memory_limit_gib * GIB
     if plot and not Path(plot).resolve().parent.is_dir():  # before the work, not after the table
         raise AutoparError(f"--plot={plot!r}: cannot write (no directory {str(Path(plot).resolve().parent)!r})")
+    if plot and Path(plot).suffix.lower() not in PLOT_SUFFIXES:  # matplotlib appended .png to a directory
+        raise AutoparError(f"--plot={plot!r}: give a file name ending in {', '.join(PLOT_SUFFIXES)}")
     names = tuple(o.strip() for o in options.split(",") if o.strip()) if options else None
+    if options is not None and not names:  # ",,," crashed with an IndexError
+        raise AutoparError(f"--options={options!r}: name one or more recompute options, e.g. none,selective")
     even_split, accounted = None, False
     if layers:
         from autopar.pipeline.layers_file import load_layers_file

@@ -33,6 +33,7 @@ from autopar.pipeline.layers import LayerTable
 
 
 MAX_LAYER_S = 3600.0  # one layer's forward/backward/recompute or one send: an hour is a typo, not a time
+MAX_BYTES = 1e15  # one layer's or one device's bytes (as autopar.specs.cluster.MAX_MEMORY_BYTES): 1e308 summed to inf
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,8 @@ def _number(path: str, where: str, value: Any, positive: bool = False) -> float:
     seconds = where.endswith("_s") or ".recompute_s." in where
     if seconds and x > MAX_LAYER_S:
         raise AutoparError(f"{path}: {where}={value!r}: at most {MAX_LAYER_S:g} s (one layer's pass or send)")
+    if not seconds and x > MAX_BYTES:
+        raise AutoparError(f"{path}: {where}={value!r}: at most {MAX_BYTES:g} bytes")
     return x
 
 
@@ -79,6 +82,8 @@ def load_layers_file(path: str) -> LayersFile:
         text = Path(path).read_text()
     except OSError as err:
         raise AutoparError(f"--layers {path}: {err.strerror or err}") from None
+    except UnicodeDecodeError:
+        raise AutoparError(f"--layers {path}: not a text file (expected JSON or YAML)") from None
     try:
         doc = json.loads(text)
     except json.JSONDecodeError:
@@ -109,8 +114,9 @@ def load_layers_file(path: str) -> LayersFile:
         act = layer.get("activation_bytes")
         if not isinstance(act, dict) or tuple(str(k) for k in act) != options:
             raise AutoparError(f"{path}: layers[{i}].activation_bytes must have the keys {', '.join(options)}")
-        fwd = _number(path, f"layers[{i}].forward_s", layer.get("forward_s"))
-        bwd = _number(path, f"layers[{i}].backward_s", layer.get("backward_s"))
+        # a pass takes time: all-zero layers made the speed-up a 0/0 (numpy warnings on stderr)
+        fwd = _number(path, f"layers[{i}].forward_s", layer.get("forward_s"), positive=True)
+        bwd = _number(path, f"layers[{i}].backward_s", layer.get("backward_s"), positive=True)
         rec_given = layer.get("recompute_s") or {}
         if not isinstance(rec_given, dict) or not set(map(str, rec_given)) <= set(options):
             raise AutoparError(f"{path}: layers[{i}].recompute_s={rec_given!r}: expected a mapping from recompute "
