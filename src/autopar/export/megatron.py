@@ -18,7 +18,10 @@ from autopar.strategy import Strategy
 
 
 def model_args(p: Problem) -> list[str]:
-    """Shape flags of the model (always explicit: Megatron's FFN/kv-channels defaults differ)."""
+    """Shape flags of the model (always explicit: Megatron's FFN/kv-channels defaults differ), with
+    the RoPE base and norm epsilon of the config where it states them (ecosystem.md 1.5). Not
+    written: rope scaling (Llama 3.1 ``--use-rope-scaling``, DeepSeek-V3 YaRN) and DeepSeek-V3's
+    group-limited routing (``--moe-router-num-groups/-group-topk/-topk-scaling-factor``)."""
     m = p.model
     args = [
         f"--num-layers {m.num_layers}",
@@ -32,6 +35,8 @@ def model_args(p: Problem) -> list[str]:
     if m.gated_mlp:
         args.append("--swiglu")
     args.append("--normalization " + ("RMSNorm" if m.norm == "rmsnorm" else "LayerNorm"))
+    if m.norm_eps is not None:
+        args.append(f"--norm-epsilon {m.norm_eps:g}")
     if not m.tie_word_embeddings:
         args.append("--untie-embeddings-and-output-weights")
     if not m.linear_bias:
@@ -41,6 +46,9 @@ def model_args(p: Problem) -> list[str]:
     if m.qk_norm:
         args.append("--qk-layernorm")
     args.append("--position-embedding-type " + ("rope" if m.position_embedding == "rope" else "learned_absolute"))
+    if m.position_embedding == "rope" and m.rope_theta is not None and m.rope_theta.is_integer():
+        # Megatron's --rotary-base is an int (default 10000; Llama 3 needs 500000, Qwen 1000000).
+        args.append(f"--rotary-base {int(m.rope_theta)}")
     if m.max_position_embeddings:
         args.append(f"--max-position-embeddings {max(m.max_position_embeddings, p.train.seq_len)}")
     args.append(f"--vocab-size {m.vocab_size} --make-vocab-size-divisible-by {p.train.make_vocab_size_divisible_by}")

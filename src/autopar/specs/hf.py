@@ -238,6 +238,36 @@ def _gpt_neox(cfg: _Config) -> dict[str, Any]:
     return {**spec, "gated_mlp": False, "norm": "layernorm", "linear_bias": True}
 
 
+def _rope_theta_and_eps(cfg: _Config, fields: dict[str, Any]) -> dict[str, Any]:
+    """``rope_theta`` (RoPE models only: HF ``rope_theta``, GPT-NeoX ``rotary_emb_base``, or the
+    transformers 5.x ``rope_parameters`` dict, possibly keyed by layer type, whose
+    ``full_attention`` entry is taken) and ``norm_eps`` (``rms_norm_eps`` / ``layer_norm_eps`` /
+    ``layer_norm_epsilon``); None where the config does not say. Exported as Megatron's
+    ``--rotary-base`` and ``--norm-epsilon`` (ecosystem.md 1.5); the cost model does not use them.
+
+    Raises:
+        AutoparError: a present value is not a finite number.
+    """
+    def number(key: str, value: Any) -> float | None:
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise AutoparError(f"{cfg.source}: field '{key}'={value!r} must be a finite number")
+        return float(value)
+
+    rope = cfg.get("rope_parameters")
+    if isinstance(rope, dict) and isinstance(rope.get("full_attention"), dict):
+        rope = rope["full_attention"]
+    theta = cfg.get("rope_theta", cfg.get("rotary_emb_base"))
+    if theta is None and isinstance(rope, dict):
+        theta = rope.get("rope_theta")
+    eps_key = next((k for k in ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon") if cfg.get(k) is not None),
+                   "rms_norm_eps")
+    rope_model = fields.get("position_embedding", "rope") == "rope"
+    return {"rope_theta": number("rope_theta", theta) if rope_model else None,
+            "norm_eps": number(eps_key, cfg.get(eps_key))}
+
+
 _READERS: dict[str, Callable[[_Config], dict[str, Any]]] = {
     "llama": _llama_like,
     "mistral": _llama_like,
@@ -280,6 +310,7 @@ def model_from_hf_dict(raw: dict[str, Any], name: str, source: str | None = None
             f"{source}: model_type={model_type!r} is not supported; supported: {', '.join(sorted(_READERS))}"
         )
     fields = reader(cfg)
+    fields.update(_rope_theta_and_eps(cfg, fields))
     try:
         return ModelSpec(name=name, **fields)
     except ValidationError as err:

@@ -63,6 +63,10 @@ class ModelSpec(BaseModel):
     linear_bias: bool = Field(default=False, description="every linear has a bias (GPT-2)")
     qk_norm: bool = False
     position_embedding: Literal["rope", "learned"] = "rope"
+    rope_theta: float | None = Field(default=None, gt=0, le=1e15, description="RoPE base (HF rope_theta); "
+                                     "None = the config does not say (Megatron's default is 10000)")
+    norm_eps: float | None = Field(default=None, gt=0, lt=1, description="norm epsilon (HF rms_norm_eps / "
+                                   "layer_norm_eps); None = the config does not say (Megatron's default 1e-5)")
     dropout: bool = Field(default=False, description="hidden/attention dropout > 0 (masks kept)")
 
     # Mixture of experts (0 experts = dense).
