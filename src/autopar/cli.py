@@ -274,6 +274,9 @@ def _strategy(p: Problem, script: str | None, layout: dict[str, Any], dp: int | 
     for name, value in (("--dp", dp), ("--etp", lay["etp"]), ("--recompute-layers", lay["recompute_layers"])):
         if value is not None:  # 2^63 - 1 wrapped negative in the int64 rule arithmetic (or overflowed)
             _positive(name, value)
+    if layout["etp"] is not None and p.model.num_experts == 0 and layout["etp"] != lay["tp"]:  # was ignored
+        raise AutoparError(f"--etp={layout['etp']}: model {p.model.name} has no routed experts; expert tensor "
+                           "parallelism applies to MoE models only (leave --etp unset)")
     model_size = lay["tp"] * lay["pp"] * lay["cp"]
     if dp is None:
         if p.world_size % model_size:
