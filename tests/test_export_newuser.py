@@ -150,3 +150,14 @@ def test_balance_default_limit_is_the_whole_device():
     runner = CliRunner(env={"COLUMNS": "200"})
     assert "limit 79.6 GiB" in runner.invoke(app, args).output
     assert "limit 60.0 GiB" in runner.invoke(app, [*args, "--memory-limit-gib", "60"]).output
+
+
+def test_unknown_search_target_names_the_option():
+    from typer.testing import CliRunner
+
+    from autopar.cli import app
+
+    res = CliRunner().invoke(app, ["search", "--model", "llama3-8b", "--device", "h100-80gb", "--target", "megatronn"])
+    assert res.exit_code == 2
+    assert res.output.strip() == ("error: --target='megatronn': allowed megatron, mindspeed, torchtitan, deepspeed, "
+                                  "galvatron, sapp")

@@ -159,7 +159,7 @@ def search(
     """
     start = time.perf_counter()
     if target not in TARGETS:
-        raise AutoparError(f"target={target!r}: allowed {', '.join(TARGETS)}")
+        raise AutoparError(f"--target={target!r}: allowed {', '.join(TARGETS)}")
     p = for_target(p, target)
     batch = enumerate_layouts(p, options)
     failed = first_failure(p, batch)
