@@ -49,6 +49,20 @@ def test_launch_script_shapes_megatron_refuses(tmp_path, base, old, new, needle)
     assert needle in one_line_error(["estimate", "--script", str(path), *SCRIPT_ARGS])
 
 
+@pytest.mark.parametrize("growth, needle", [
+    ('A=x\n' + 'A="$A$A"\n' * 40, "variable A expands to 131,074 characters, beyond the 100,000"),  # hung
+    ("A=(x)\n" + "A=(${A[@]} ${A[@]})\n" * 40, "variable A expands to 131,071 characters"),
+    ('A=x\n' + 'A="$A$A"\n' * 16 + "echo $A $A $A $A\n", "a command expands to 262,152 characters"),
+])
+def test_launch_script_expansion_that_would_not_finish(tmp_path, growth, needle):
+    """Each doubling is one statement; 2^17 characters is the first past the limit, so the error
+    comes after ~17 cheap steps instead of 2^40 characters (shlex is quadratic in the length)."""
+    path = tmp_path / "job.sh"
+    path.write_text(BASE_SCRIPT.replace("TP=2", growth + "TP=2", 1))
+    err = one_line_error(["estimate", "--script", str(path), *SCRIPT_ARGS])
+    assert err.startswith("error: job.sh: ") and needle in err
+
+
 def test_binary_launch_script(tmp_path):
     path = tmp_path / "job.sh"
     path.write_bytes(b"\xff\xfe\x00")  # UnicodeDecodeError

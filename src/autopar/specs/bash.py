@@ -82,19 +82,19 @@ class ShellScript:
     def _run(self, st: Statement) -> None:
         m = _ASSIGN.match(st.clean)
         if not m:
-            argv = [w for w in split_words(self.expand(st.clean)) if w]
+            argv = [w for w in split_words(_checked("a command", self.expand(st.clean))) if w]
             if argv:
                 self.commands.append((st, argv))
             return
         name, append, rest = m.group(1), m.group(2), st.clean[m.end():]
         if rest.startswith("("):
             close = _matching(rest, 0)
-            words = [w for w in split_words(self.expand(rest[1:close])) if w]
+            words = [w for w in split_words(_checked(f"variable {name}", self.expand(rest[1:close]))) if w]
             old = self.variables.get(name, [])
             self.variables[name] = (list(old) if append and isinstance(old, list) else []) + words
             return
         word_end = _word_end(rest)
-        words = split_words(self.expand(rest[:word_end]))
+        words = split_words(_checked(f"variable {name}", self.expand(rest[:word_end])))
         value = words[0] if words else ""
         old = self.variables.get(name, "")
         self.variables[name] = (_scalar(old) + value) if append else value
@@ -227,6 +227,21 @@ _BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
 
 MAX_MAGNITUDE = 2**63  # bash arithmetic is 64-bit: a larger value is a typo, and 10**10**10 would never finish
 MAX_LIST_LENGTH = 100_000  # a layer pattern longer than any model (num_layers <= 10,000)
+# One expanded statement (a variable's value or a command line): launch scripts hold a few KB, and
+# A="$A$A" forty times grew to 2^40 characters (a hang; shlex's tokeniser is quadratic in the length).
+MAX_EXPANDED_CHARS = 100_000
+
+
+def _checked(what: str, expanded: str) -> str:
+    """``expanded`` if it is at most :data:`MAX_EXPANDED_CHARS` long.
+
+    Raises:
+        AutoparError: names the variable (or "a command") and the limit.
+    """
+    if len(expanded) > MAX_EXPANDED_CHARS:
+        raise AutoparError(f"{what} expands to {len(expanded):,} characters, beyond the {MAX_EXPANDED_CHARS:,} "
+                           "a launch script needs")
+    return expanded
 
 
 def _check_operands(op: ast.operator, left, right) -> None:

@@ -272,7 +272,10 @@ def read_script(path: str | Path, text: str | None = None) -> ScriptPlan:
             raise AutoparError(f"--script={str(path)!r}: cannot read ({err.strerror})") from None
         except UnicodeDecodeError:
             raise AutoparError(f"--script={str(path)!r}: not a text file (a bash launch script is UTF-8 text)") from None
-    sh = ShellScript(text)
+    try:
+        sh = ShellScript(text)
+    except AutoparError as err:  # the reader does not know the file's name
+        raise AutoparError(f"{path.name}: {err}") from None
     launch = find_launch(sh, path.name)
     a = launch.args
     framework = "mindspeed" if any(a.has(f) for f in MINDSPEED_FLAGS) else "megatron"
