@@ -210,3 +210,35 @@ def test_expert_tp_on_a_dense_model(command):
     err = one_line_error([command, *LLAMA, *extra, "--etp", "2"])
     assert "--etp=2: model llama3-8b has no routed experts" in err
     assert runner.invoke(app, [command, *LLAMA, *extra, "--etp", "1"]).exit_code == 0  # = tp: allowed
+
+
+# ----- JSON/YAML nested beyond Python's recursion limit, wherever a file is parsed ----------------
+@pytest.mark.parametrize("args, needle", [
+    (["estimate", "-m", "{f}", "--device", "h100-80gb"], "--model: '{f}': a value cannot be read"),
+    (["export", "--format", "megatron", "--from", "{f}", *LLAMA], "--from='{f}': not a readable search result"),
+    (["balance", "--layers", "{f}"], "--layers {f}: nested too deeply to be a layer table"),
+    (["search", "-m", "llama3-8b", "--device-file", "{f}"], "--device-file: '{f}' is nested too deeply"),
+    (["profile", "ops", "--db", "{f}.db", "--missing-from", "{f}"], "--missing-from='{f}': not a result"),
+])
+def test_deeply_nested_files(tmp_path, args, needle):
+    """Each crashed with RecursionError (json and PyYAML parse recursively)."""
+    if args[0] == "profile":
+        pytest.importorskip("torch")  # profile ops checks for torch first
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    err = one_line_error([a.replace("{f}", str(path)) for a in args])
+    assert needle.replace("{f}", str(path)) in err
+
+
+@pytest.mark.parametrize("content, needle", [
+    (b"not json", "cannot read '{f}' as a config.json (Expecting value"),  # JSONDecodeError
+    (b"\xff\xfe", "cannot read '{f}' as a config.json ('utf-8' codec"),  # UnicodeDecodeError
+    (b"null", "'{f}' must hold a JSON object, got NoneType"),  # AttributeError
+])
+def test_profile_layer_malformed_config(tmp_path, content, needle):
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")  # profile layer checks for both first
+    path = tmp_path / "config.json"
+    path.write_bytes(content)
+    err = one_line_error(["profile", "layer", "--db", str(tmp_path / "p.db"), "-m", str(path)])
+    assert needle.replace("{f}", str(path)) in err

@@ -25,7 +25,7 @@ def strategy_from_result(path: str, rank: int, p: Problem) -> Strategy:
     try:
         doc = json.loads(Path(path).read_text())
         layouts = doc["layouts"]
-    except (OSError, ValueError, KeyError, TypeError) as err:
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as err:  # RecursionError: [[[...]]]
         raise AutoparError(f"--from={path!r}: not a readable search result ({err})") from None
     if not isinstance(layouts, list):
         raise AutoparError(f"--from={path!r}: 'layouts' is a {type(layouts).__name__}, expected the list a search "

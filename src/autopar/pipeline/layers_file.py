@@ -72,6 +72,24 @@ def _integer(path: str, doc: dict, key: str, default: int | None = None) -> int:
     return value
 
 
+def _parse(text: str) -> Any:
+    """JSON, else YAML (JSON's other errors, e.g. a 5,000-digit integer, fall through to YAML).
+
+    Raises:
+        ValueError: neither parses (a ``yaml.YAMLError`` re-raised with its first line).
+        RecursionError: nested beyond Python's recursion limit.
+    """
+    try:
+        return json.loads(text)
+    except ValueError:
+        import yaml
+
+        try:
+            return yaml.safe_load(text)
+        except yaml.YAMLError as err:
+            raise ValueError(str(err)) from None
+
+
 def load_layers_file(path: str) -> LayersFile:
     """Parse ``path`` (JSON, or YAML if it is not JSON) into a :class:`LayersFile`.
 
@@ -85,14 +103,11 @@ def load_layers_file(path: str) -> LayersFile:
     except UnicodeDecodeError:
         raise AutoparError(f"--layers {path}: not a text file (expected JSON or YAML)") from None
     try:
-        doc = json.loads(text)
-    except json.JSONDecodeError:
-        import yaml
-
-        try:
-            doc = yaml.safe_load(text)
-        except yaml.YAMLError as err:
-            raise AutoparError(f"--layers {path}: neither JSON nor YAML ({str(err).splitlines()[0]})") from None
+        doc = _parse(text)
+    except RecursionError:  # [[[...]]] beyond Python's recursion limit
+        raise AutoparError(f"--layers {path}: nested too deeply to be a layer table") from None
+    except ValueError as err:
+        raise AutoparError(f"--layers {path}: neither JSON nor YAML ({str(err).splitlines()[0]})") from None
     if not isinstance(doc, dict):
         raise AutoparError(f"--layers {path}: expected a mapping with pp, num_microbatches, memory_limit_bytes, layers")
     pp, vpp = _integer(path, doc, "pp"), _integer(path, doc, "vpp", 1)

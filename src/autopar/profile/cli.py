@@ -154,7 +154,7 @@ def ops(
         try:
             doc = json.loads(Path(missing_from).read_text())
             wanted = [(m["op"], m["dims"]) for m in doc["profile"]["missing"]]
-        except (OSError, ValueError, KeyError, TypeError) as err:
+        except (OSError, ValueError, KeyError, TypeError, RecursionError) as err:  # RecursionError: [[[...]]]
             raise AutoparError(f"--missing-from={missing_from!r}: not a result with profile.missing ({err})") from None
         dtype = doc["profile"]["dtype"]
     else:

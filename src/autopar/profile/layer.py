@@ -75,7 +75,14 @@ def raw_config(model: str) -> dict[str, Any]:
     """
     path = Path(model)
     if path.is_file():
-        return json.loads(path.read_text())
+        try:
+            raw = json.loads(path.read_text())
+        except (OSError, ValueError, RecursionError) as err:  # not JSON, not UTF-8, [[[...]]]
+            raise AutoparError(f"--model: cannot read {model!r} as a config.json "
+                               f"({' '.join(str(err).split())})") from None
+        if not isinstance(raw, dict):
+            raise AutoparError(f"--model: {model!r} must hold a JSON object, got {type(raw).__name__}")
+        return raw
     preset = resources.files("autopar") / "data" / "models" / f"{model}.json"
     if not preset.is_file():
         raise AutoparError(f"--model={model!r}: not a file and not a preset")

@@ -167,6 +167,8 @@ def _read_mapping(path: str) -> dict[str, Any]:
     except yaml.YAMLError as err:
         first = " ".join(str(err).split())
         raise AutoparError(f"--device-file: {path!r} is not valid YAML/JSON ({first})") from None
+    except RecursionError:  # [[[...]]] nested beyond Python's recursion limit
+        raise AutoparError(f"--device-file: {path!r} is nested too deeply to be a device file") from None
     if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):
         raise AutoparError(f"--device-file: {path!r} must hold a mapping of device field names to values")
     if "base" in data and not isinstance(data["base"], str):

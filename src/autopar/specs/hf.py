@@ -343,7 +343,7 @@ def load_model(name_or_path: str) -> ModelSpec:
             raise AutoparError(f"--model: cannot read {name_or_path!r}: {err}") from None
         except json.JSONDecodeError as err:
             raise AutoparError(f"--model: {name_or_path!r} is not valid JSON ({err})") from None
-        except ValueError as err:  # e.g. an integer of more than 4300 digits
+        except (ValueError, RecursionError) as err:  # an integer of more than 4300 digits; [[[...]]]
             raise AutoparError(f"--model: {name_or_path!r}: a value cannot be read ({err})") from None
         return model_from_hf_dict(raw, name=path.stem, source=str(path))
     if name_or_path not in preset_names():

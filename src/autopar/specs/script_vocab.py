@@ -60,7 +60,7 @@ def _read_json(a: "Args", file: Path, flag: str) -> dict[str, Any]:
     """
     try:
         doc = json.loads(file.read_text())
-    except (OSError, ValueError) as err:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+    except (OSError, ValueError, RecursionError) as err:  # JSONDecode/UnicodeDecodeError are ValueErrors
         raise AutoparError(f"{a.source}: {flag} {str(file)!r}: cannot read it as JSON "
                            f"({' '.join(str(err).split())}); pass --vocab-size N") from None
     if not isinstance(doc, dict):
