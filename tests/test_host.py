@@ -27,7 +27,8 @@ def test_op_counts_by_hand_mixtral_tp1():
     p = make_problem(MIXTRAL, gbs=64)
     b = _batch(p, Strategy(dp=8, ep=8, zero=1))
     assert host.layer_forward_ops(p, b, False)[0] == 8 + 5  # attention + dense MLP, no TP collectives
-    # MoE: attention 8, norm + residual 2, router 24, dispatch 12, experts 2 splits + 2 GEMMs + act.
+    # MoE: attention 8, norm + residual 2, router 24, dispatch 12, experts 2 splits + 2 grouped
+    # GEMM calls + act.
     assert host.layer_forward_ops(p, b, True)[0] == 8 + 2 + 24 + 12 + 5
     # Backward: one node per forward op plus a weight-gradient GEMM per forward GEMM (QKV, out,
     # router, fc1, fc2).
@@ -36,14 +37,33 @@ def test_op_counts_by_hand_mixtral_tp1():
 
 def test_op_counts_by_hand_deepseek_v3_tp2_ep32():
     # MLA (+11), TP collectives 2 per block, DeepSeek router 72 (Megatron-LM GB200 guide 2.1.4),
-    # 8 local experts (256/32) -> 16 grouped GEMMs, shared expert fc1/act/fc2/add + 2 collectives.
+    # grouped experts: 2 splits + 2 GroupedLinear calls + activation (the 8 local experts' GEMMs
+    # come from one C++ call each), shared expert fc1/act/fc2/add + 2 collectives.
     p = make_problem("deepseek-v3", nodes=16, gbs=1024)
     b = _batch(p, Strategy(dp=64, tp=2, ep=32, etp=1, sp=True, zero=1))
     attention = 8 + 11 + 2
-    moe = 2 + 72 + 12 + (2 + 16 + 1) + (3 + 1 + 2)
-    assert host.layer_forward_ops(p, b, True)[0] == attention + moe == 132
-    gemms = 5 + 1 + 16 + 2  # MLA q/kv down/up + out, router, 8 experts x 2, shared fc1/fc2
-    assert host.layer_backward_ops(p, b, True)[0] == 132 + gemms
+    moe = 2 + 72 + 12 + (2 + 2 + 1) + (3 + 1 + 2)
+    assert host.layer_forward_ops(p, b, True)[0] == attention + moe == 118
+    gemms = 5 + 1 + 2 + 2  # MLA q/kv down/up + out, router, 2 grouped calls, shared fc1/fc2
+    assert host.layer_backward_ops(p, b, True)[0] == 118 + gemms
+
+
+def test_host_ops_do_not_grow_with_local_experts():
+    # dgxc DeepSeek-V3 GB200: 34.17 s per step at ep 32 (8 local experts), 34.19 s at ep 64 (4):
+    # the per-expert GEMMs are launched from C++ inside one GroupedLinear call.
+    p = make_problem("deepseek-v3", nodes=32, gbs=1024)
+    ep32 = _batch(p, Strategy(dp=128, tp=2, ep=32, etp=1, sp=True, zero=1))
+    ep64 = _batch(p, Strategy(dp=128, tp=2, ep=64, etp=1, sp=True, zero=1))
+    for ops in (host.layer_forward_ops, host.layer_backward_ops):
+        assert ops(p, ep32, True)[0] == ops(p, ep64, True)[0]
+
+
+def test_megatron_pays_transformer_engine_host_cost_per_op():
+    # TransformerEngine #2053 on GB200: te.Linear forward 99.66 us of CPU, torch.nn.Linear 37.08 us.
+    p = make_problem("llama3-8b", device="gb200", nodes=1, per_node=4, gbs=8)
+    assert host.host_op_s(p) == pytest.approx(37.1e-6 * 99.66 / 37.08)
+    titan = dataclasses.replace(p, train=p.train.model_copy(update={"framework": "torchtitan"}))
+    assert host.host_op_s(titan) == pytest.approx(37.1e-6)
 
 
 def test_grace_host_costs_more_per_op_than_x86():
@@ -61,7 +81,8 @@ def test_tiny_layers_are_host_bound_and_take_the_host_time():
     t = stage_time(p, batch, stages)
     ops = 4 * (host.layer_forward_ops(p, batch, False) + host.layer_backward_ops(p, batch, False))
     assert ops[0] == 4 * (13 + 13 + 4)  # 4 layers; backward adds QKV, out, fc1, fc2 weight GEMMs
-    assert t.total_s[0] == pytest.approx(ops[0] * 37.1e-6, rel=1e-9)
+    # Megatron (the default framework) issues them through Transformer Engine: 99.66 / 37.08 x.
+    assert t.total_s[0] == pytest.approx(ops[0] * 37.1e-6 * 99.66 / 37.08, rel=1e-9)
     # Without host cost the same stage is far faster: the bound is what sets the time.
     free = dataclasses.replace(p, cluster=p.cluster.model_copy(
         update={"device": p.cluster.device.model_copy(update={"host_op_s": 0.0})}))

@@ -13,7 +13,14 @@ counts per expert to the host (a device-to-host synchronisation, ``token_dispatc
 
 ``host_op_s`` per device class (TransformerEngine issue #2053, CPU time of one eager
 ``torch.nn.Linear`` forward): 13.5 us on a DGX H100 (Xeon Platinum 8480C, the x86 default),
-37.1 us on the Grace CPU of GB200 (33.2 us on GH200).
+37.1 us on the Grace CPU of GB200 (33.2 us on GH200). Megatron-LM / NeMo issue the layer's ops
+through Transformer Engine modules and fused functions and Megatron-Core's Python autograd
+functions (``--transformer-impl transformer_engine``, the default), whose Python prologue costs
+more: the same bf16 Linear forward through ``transformer_engine.pytorch.Linear`` took 99.66 us
+on GB200 and 90.53 us on GH200 in that issue, 2.69x and 2.73x the ``torch.nn`` path - the same
+ratio on two CPUs, a property of the software stack. With ``TrainSpec.framework='megatron'``
+every counted op costs ``host_op_s *`` :data:`TE_OP_HOST_FACTOR` (99.66 / 37.08); torchtitan and
+DeepSpeed call PyTorch modules directly and pay ``host_op_s``.
 
 Forward ops per decoder layer, counted from Megatron-Core's modules (one kernel each unless
 noted); the backward runs one autograd node per forward op and a second GEMM (weight gradient)
@@ -33,16 +40,20 @@ per forward GEMM:
   aux-loss scaler and tracker); the alltoall dispatcher (token counts, their exchange and
   device-to-host copy, fused permute, all-to-all, local chunk sort, and back:
   :data:`DISPATCH_OPS`, + all-gather / reduce-scatter with ``etp > 1``); the experts as TE
-  ``GroupedLinear`` (one input split per GEMM group, one cuBLAS GEMM per local expert on
-  multiple streams, the activation); shared experts: fc1, activation, fc2 and the add to the
+  ``GroupedLinear`` (per GEMM group one input split and one module call, whose per-expert
+  cuBLAS GEMMs are launched by one C++ call, ``te_general_grouped_gemm``, on multiple streams:
+  a few microseconds each, left out; then the activation) - so the host time does not grow with
+  the local experts, as the dgxc DeepSeek-V3 GB200 runs show (34.17 s at ep 32 with 8 local
+  experts, 34.19 s at ep 64 with 4); shared experts: fc1, activation, fc2 and the add to the
   routed output (:data:`SHARED_EXPERT_OPS`) plus the TP collectives.
 
-Scope: ``host_op_s`` is a bare op in a hot loop. Framework Python between ops (``getattr``,
-config branches, ``torch.empty`` calls without a kernel; Megatron-LM GB200 guide sec. 2) is not
-counted, so the host time here is a lower bound. The dgxc-benchmarking DeepSeek-V3 GB200 runs
-(NeMo 25.04: 34 s per step, about 33 ms per layer and micro-batch, 10% MFU) and the guide's own
-eager MXFP8 baseline (494 TFLOP/s: about 34 ms per layer and micro-batch) take about 3x the
-~11 ms this count gives for that layer; that gap is not modelled.
+Scope: framework Python between ops (``getattr``, config branches, ``torch.empty`` calls
+without a kernel; Megatron-LM GB200 guide sec. 2) is not counted, so the host time is a lower
+bound. Check against measured eager runs on Grace, where the host sets the pace: DeepSeek-V3 in
+NeMo 25.04 (dgxc-benchmarking, 34.2 s per step: about 32 ms per layer and micro-batch) and the
+GB200 guide's MXFP8 baseline (494 TFLOP/s: about 34 ms) against about 25 ms counted here; Grok-1
+fp8 on GB200 (5.2 s per step: 10.2 ms per layer and micro-batch, an upper bound on its host
+time) against 11.5 ms counted - within about 25% either way.
 """
 
 from __future__ import annotations
@@ -62,19 +73,21 @@ DISPATCH_OPS = 12
 ETP_DISPATCH_OPS = 2
 MOE_BLOCK_OPS = 2  # pre-MLP norm, residual add
 GROUPED_GEMM_SPLITS = 2  # TE GroupedLinear splits its input once per GEMM group (fc1, fc2)
+GROUPED_GEMM_CALLS = 2  # one GroupedLinear call per GEMM group; its per-expert GEMMs come from C++
+TE_OP_HOST_FACTOR = 99.66 / 37.08  # TE Linear / torch.nn.Linear forward CPU time, GB200 (TE #2053)
 ACTIVATION_OPS = 1
 SHARED_EXPERT_OPS = 4
 
 
 def _gemm_launches(p: Problem, batch: LayoutBatch, moe: bool) -> np.ndarray:
-    """Forward GEMM kernels of one layer (the GEMMs of :mod:`autopar.cost.flops`): one per linear
-    layer, one per local expert and GEMM group in a grouped GEMM (TE multi-stream cuBLAS)."""
+    """Forward GEMM calls of one layer (the GEMMs of :mod:`autopar.cost.flops`): one per linear
+    layer, one per GEMM group of the grouped experts (module docstring)."""
     m = p.model
     attention = (3 + (2 if m.q_lora_rank else 1)) if m.mla else 2
     if not moe:
         return np.full(len(batch), attention + 2.0)
     shared = 2 if m.shared_expert_ffn_hidden_size else 0
-    return attention + 1 + 2 * (m.num_experts / batch.ep) + shared
+    return np.full(len(batch), attention + 1.0 + GROUPED_GEMM_CALLS + shared)
 
 
 def layer_forward_ops(p: Problem, batch: LayoutBatch, moe: bool) -> np.ndarray:
@@ -86,8 +99,7 @@ def layer_forward_ops(p: Problem, batch: LayoutBatch, moe: bool) -> np.ndarray:
         return np.ones(len(batch)) * (attention + MLP_OPS + tp_ops)
     router = ROUTER_OPS_DEEPSEEK if m.router_bias else ROUTER_OPS_TOPK
     dispatch = DISPATCH_OPS + np.where(batch.etp > 1, ETP_DISPATCH_OPS, 0)
-    local = m.num_experts / batch.ep
-    experts = GROUPED_GEMM_SPLITS + 2 * local + ACTIVATION_OPS
+    experts = GROUPED_GEMM_SPLITS + GROUPED_GEMM_CALLS + ACTIVATION_OPS
     shared = (SHARED_EXPERT_OPS + tp_ops) if m.shared_expert_ffn_hidden_size else 0
     return attention + MOE_BLOCK_OPS + router + dispatch + experts + shared
 
@@ -113,5 +125,12 @@ def stage_host_s(p: Problem, batch: LayoutBatch, n_dense: np.ndarray, n_moe: np.
         backward = backward + n_moe * (moe_fwd + _gemm_launches(p, batch, True))
     layers = n_dense + n_moe
     recompute = recomputed * forward / np.maximum(layers, 1) + np.where(batch.recompute == 1, layers, 0)
-    op_s = p.cluster.device.host_op_s
-    return op_s * forward, op_s * (backward + recompute)
+    return host_op_s(p) * forward, host_op_s(p) * (backward + recompute)
+
+
+def host_op_s(p: Problem) -> float:
+    """Host seconds per counted op: ``DeviceSpec.host_op_s`` (a bare PyTorch module call), times
+    :data:`TE_OP_HOST_FACTOR` for Megatron-LM, which issues its ops through Transformer Engine
+    (module docstring)."""
+    factor = TE_OP_HOST_FACTOR if p.train.framework == "megatron" else 1.0
+    return p.cluster.device.host_op_s * factor
