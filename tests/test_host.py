@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 
 from autopar.cost import host
@@ -112,3 +113,17 @@ def test_deepseek_v3_gb200_rows_run_unfused_attention_with_core_attention_recomp
     assert h100.strategy.recompute == "none" and h100.problem.train.flash_attention
     grok = _case("DGXC2505-GROK1-GB200-BF16-128")
     assert grok.strategy.recompute == "none" and grok.problem.train.flash_attention
+
+
+def test_unfused_attention_issues_its_kernels_from_the_host():
+    # dgxc DeepSeek-V3 GB200 runs unfused attention with core_attn recompute: baddbmm, softmax,
+    # bmm (no dropout in DeepSeek-V3) instead of one fused kernel: 2 more ops forward, and the
+    # recompute reruns all 3 per layer.
+    case = _case("DGXC2505-DSV3-GB200-BF16-128")
+    p, batch = case.problem, _batch(case.problem, case.strategy)
+    assert host.core_attention_ops(p) == 3
+    assert host.layer_forward_ops(p, batch, True)[0] == 118 + 2
+    layers, op_s = 16, 37.1e-6 * 99.66 / 37.08
+    fwd, rest = host.stage_host_s(p, batch, np.array([0]), np.array([layers]), np.array([0]))
+    assert fwd[0] == pytest.approx(layers * 120 * op_s)
+    assert rest[0] == pytest.approx(layers * (120 + 10 + 3) * op_s)  # + 10 weight GEMMs + recompute

@@ -27,7 +27,10 @@ noted); the backward runs one autograd node per forward op and a second GEMM (we
 per forward GEMM:
 
 * attention (MHA/GQA, ``attention.py``): input norm, QKV GEMM, q/k/v split, RoPE on q and k,
-  core attention, output GEMM, residual add: :data:`ATTENTION_OPS`; MLA
+  core attention, output GEMM, residual add: :data:`ATTENTION_OPS`, the core attention one
+  fused kernel, or unfused (``TrainSpec.flash_attention`` off; Megatron/TE
+  ``UnfusedDotProductAttention``) ``baddbmm``, fused scale-mask-softmax, dropout when the model
+  has it, and ``bmm`` (:func:`core_attention_ops`); MLA
   (``multi_latent_attention.py``) adds the q/kv down GEMMs, their two norms, the up GEMMs'
   splits, the RoPE part split and the q/k concatenations: :data:`MLA_EXTRA_OPS`;
 * TP collectives: 2 per block (all-gather + reduce-scatter with SP, 2 all-reduces without);
@@ -90,11 +93,20 @@ def _gemm_launches(p: Problem, batch: LayoutBatch, moe: bool) -> np.ndarray:
     return np.full(len(batch), attention + 1.0 + GROUPED_GEMM_CALLS + shared)
 
 
+def core_attention_ops(p: Problem) -> int:
+    """Host ops of one core attention forward: 1 fused kernel, or unfused ``baddbmm`` (QK^T),
+    scale-mask-softmax, dropout (when ``ModelSpec.dropout``) and ``bmm`` (probabilities x V) -
+    the kernels :func:`autopar.cost.compute.core_attention_times_s` times."""
+    if p.train.flash_attention:
+        return 1
+    return 3 + (1 if p.model.dropout else 0)
+
+
 def layer_forward_ops(p: Problem, batch: LayoutBatch, moe: bool) -> np.ndarray:
     """Host ops one decoder layer issues in its forward pass (module docstring)."""
     m = p.model
     tp_ops = np.where(batch.tp > 1, TP_OPS_PER_BLOCK, 0)
-    attention = ATTENTION_OPS + (MLA_EXTRA_OPS if m.mla else 0) + tp_ops
+    attention = ATTENTION_OPS - 1 + core_attention_ops(p) + (MLA_EXTRA_OPS if m.mla else 0) + tp_ops
     if not moe:
         return np.ones(len(batch)) * (attention + MLP_OPS + tp_ops)
     router = ROUTER_OPS_DEEPSEEK if m.router_bias else ROUTER_OPS_TOPK
@@ -114,8 +126,9 @@ def stage_host_s(p: Problem, batch: LayoutBatch, n_dense: np.ndarray, n_moe: np.
                  recomputed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward + recompute) host seconds per micro-batch of a stage with ``n_dense``
     dense and ``n_moe`` MoE layers, ``recomputed`` of them recomputed in full (their forward
-    ops again, at the stage's mean per layer); selective recompute adds one core-attention op
-    per layer. The embedding, output layer and MTP add a few ops and are left out."""
+    ops again, at the stage's mean per layer); selective recompute adds the core attention's ops
+    (:func:`core_attention_ops`) per layer. The embedding, output layer and MTP add a few ops and
+    are left out."""
     dense_fwd = layer_forward_ops(p, batch, False)
     forward = n_dense * dense_fwd
     backward = n_dense * (dense_fwd + _gemm_launches(p, batch, False))
@@ -124,7 +137,8 @@ def stage_host_s(p: Problem, batch: LayoutBatch, n_dense: np.ndarray, n_moe: np.
         forward = forward + n_moe * moe_fwd
         backward = backward + n_moe * (moe_fwd + _gemm_launches(p, batch, True))
     layers = n_dense + n_moe
-    recompute = recomputed * forward / np.maximum(layers, 1) + np.where(batch.recompute == 1, layers, 0)
+    selective = np.where(batch.recompute == 1, layers * core_attention_ops(p), 0)
+    recompute = recomputed * forward / np.maximum(layers, 1) + selective
     return host_op_s(p) * forward, host_op_s(p) * (backward + recompute)
 
 
