@@ -25,8 +25,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autopar.errors import AutoparError
 from autopar.problem import Problem
 from autopar.strategy import LayoutBatch
+
+
+# Candidate layouts one search may hold (13 int64 columns plus the cost arrays): 22.8 million took
+# 32 s and 5 GB (DeepSeek-V3 on 800,000 devices); the 2,048-GPU DeepSeek-V3 search holds about one million.
+MAX_LAYOUTS = 10_000_000
 
 
 def divisors(n: int) -> list[int]:
@@ -100,10 +106,16 @@ def enumerate_layouts(p: Problem, opt: SpaceOptions | None = None) -> LayoutBatc
     opt = opt or SpaceOptions()
     blocks = []
     mbs, zero, sp = np.asarray(opt.mbs), np.asarray(opt.zero), np.asarray([0, 1])
-    for tp, cp, pp, vpp, accounted in _grid(p, opt):
+    grid = [(g, np.asarray(_expert_options(p, g[0]), dtype=np.int64),
+             np.asarray(_recompute_options(p, g[2], g[3], opt), dtype=np.int64)) for g in _grid(p, opt)]
+    rows = sum(len(e) * len(r) for _, e, r in grid) * len(mbs) * len(zero) * len(sp)
+    if rows > MAX_LAYOUTS:  # 720,720 devices (240 divisors) asked numpy for 22.8 GiB and crashed
+        raise AutoparError(
+            f"--nodes x --devices-per-node = {p.world_size} devices: {p.model.name}'s layout space there has "
+            f"{rows:,} candidate layouts, more than the {MAX_LAYOUTS:,} autopar enumerates in memory; plan fewer "
+            "devices or a count with fewer divisors (e.g. a power of two)")
+    for (tp, cp, pp, vpp, accounted), experts, recompute in grid:
         dp = p.world_size // (tp * cp * pp)
-        experts = np.asarray(_expert_options(p, tp), dtype=np.int64)
-        recompute = np.asarray(_recompute_options(p, pp, vpp, opt), dtype=np.int64)
         ie, ir, m, z, s = _product(np.arange(len(experts)), np.arange(len(recompute)), mbs, zero, sp)
         block = np.empty((len(ie), 13), dtype=np.int64)
         block[:, :5] = (dp, tp, pp, vpp, cp)
