@@ -250,3 +250,11 @@ def test_cluster_whose_layout_space_does_not_fit_in_memory():
     Llama-3-8B's is 16,268,736 rows (more than MAX_LAYOUTS = 10 million). Refused before allocating."""
     err = one_line_error(["search", *LLAMA, "--nodes", "90090", "--gbs", str(2**30)])
     assert "720720 devices: llama3-8b's layout space there has 16,268,736 candidate layouts" in err
+
+
+def test_search_result_without_layouts(tmp_path, result_doc):
+    """Was '--rank=1: the result holds layouts 1..0'."""
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps({**result_doc, "layouts": []}))
+    err = one_line_error(["export", "--format", "megatron", "--from", str(path), *LLAMA])
+    assert "the result holds no layouts" in err

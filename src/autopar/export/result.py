@@ -30,6 +30,8 @@ def strategy_from_result(path: str, rank: int, p: Problem) -> Strategy:
     if not isinstance(layouts, list):
         raise AutoparError(f"--from={path!r}: 'layouts' is a {type(layouts).__name__}, expected the list a search "
                            "result holds")
+    if not layouts:  # was "--rank=1: the result holds layouts 1..0"
+        raise AutoparError(f"--from={path!r}: the result holds no layouts (its search found none that fit)")
     if not 1 <= rank <= len(layouts):
         raise AutoparError(f"--rank={rank}: the result holds layouts 1..{len(layouts)}")
     raw = layouts[rank - 1].get("strategy") if isinstance(layouts[rank - 1], dict) else None
