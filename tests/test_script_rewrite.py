@@ -77,3 +77,19 @@ def test_write_script_top_n(tmp_path):
         assert plan.num_nodes == 4 and plan.args.text("--data-path") == "./data/my_text_document"
     bad = CliRunner().invoke(app, ["search", "--model", "llama3-8b", "--device", "h100-80gb", "--write-script", "x.sh"])
     assert bad.exit_code == 2 and "--write-script needs --script" in bad.output
+    assert [x.name for x in script_paths(tmp_path / "plan", 2)] == ["plan", "plan.2"]  # no suffix invented
+
+
+def test_write_script_never_overwrites_its_input(tmp_path):
+    """``--write-script`` naming the ``--script`` itself (or ``--top 2`` landing on it) is refused
+    before anything is written: the user's launch script stays as it was."""
+    script = tmp_path / "run.sh"
+    script.write_text(MIXTRAL.read_text())
+    for out, top in ((script, "1"), (tmp_path / "run.1.sh", "1"), (tmp_path / "x" / ".." / "run.sh", "2")):
+        res = CliRunner().invoke(app, ["search", "--script", str(script), "--device", "h100-80gb", "--top", top,
+                                       "--write-script", str(out)])
+        if out.name == "run.1.sh":
+            assert res.exit_code == 0 and script.read_text() == MIXTRAL.read_text()
+            continue
+        assert res.exit_code == 2 and "would overwrite the --script" in res.output
+        assert script.read_text() == MIXTRAL.read_text()

@@ -227,11 +227,11 @@ def _verify(plan: ScriptPlan, new: str, p: Problem, s: Strategy) -> None:
 
 
 def script_paths(out: str | Path, count: int) -> list[Path]:
-    """``OUT.sh``, ``OUT.2.sh``, ``OUT.3.sh``, ... (``count`` names; the suffix is kept)."""
+    """``OUT.sh``, ``OUT.2.sh``, ``OUT.3.sh``, ... (``count`` names; ``OUT``'s suffix, if any, is kept:
+    ``OUT``, ``OUT.2``, ...)."""
     out = Path(out)
-    suffix = out.suffix or ".sh"
-    stem = out.with_suffix("") if out.suffix else out
-    return [out] + [stem.with_name(f"{stem.name}.{i}{suffix}") for i in range(2, count + 1)]
+    stem = out.with_suffix("")
+    return [out] + [stem.with_name(f"{stem.name}.{i}{out.suffix}") for i in range(2, count + 1)]
 
 
 def write_scripts(script: str | Path, p: Problem, result: SearchResult, out: str | Path) -> list[Path]:
@@ -239,10 +239,14 @@ def write_scripts(script: str | Path, p: Problem, result: SearchResult, out: str
 
     Raises:
         AutoparError: a layout that the script's framework cannot express (its rank is named),
-            or a file that cannot be written.
+            an output path that is ``script`` itself, or a file that cannot be written.
     """
     plan = read_script(script)
     paths = script_paths(out, len(result.layouts))
+    source = Path(script).resolve()
+    if any(path.resolve() == source for path in paths):
+        raise AutoparError(f"--write-script={str(out)!r}: would overwrite the --script it rewrites; "
+                           "name another file")
     texts = []
     for rank, e in enumerate(result.layouts, 1):
         try:
