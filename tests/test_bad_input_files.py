@@ -1,7 +1,8 @@
-"""Third bad-input pass: inputs that crashed (a traceback), were silently replaced by a default or
-costed as something else, or printed absurd numbers. Each now gets one error line naming the
-field, the value and what is allowed (exit code 2). One parametrised test per class of input;
-the comment after a case says what happened before."""
+"""Bad files and out-of-range values: launch scripts, tokenizer files, search results, measurement
+CSVs, HF configs, device overrides, balance inputs. Each once crashed (a traceback), was silently
+replaced by a default or costed as something else, or printed absurd numbers; each now gets one
+error line naming the field, the value and what is allowed (exit code 2). One parametrised test
+per class of input; the comment after a case says what happened before."""
 
 from __future__ import annotations
 
