@@ -19,7 +19,7 @@ from rich.progress import Progress
 from autopar.cli import (Device, DeviceFile, DeviceSet, Flash, Gbs, Model, Nodes, PerNode, Precision, SeqLen,
                          VocabPad, _positive, _problem, _user_errors, console)
 from autopar.errors import AutoparError
-from autopar.profile.opdb import OpDB
+from autopar.profile.opdb import OpDB, make_folder
 
 profile_app = typer.Typer(no_args_is_help=True, help="Measure operators, layers and collectives into a profile DB.")
 Db = Annotated[str, typer.Option("--db", help="SQLite profile database (created if missing)")]
@@ -148,7 +148,6 @@ def ops(
     repeats: int = 5,
 ) -> None:
     """Measure the operator shapes a search needs (only those missing from the database)."""
-    _require("torch")  # before the search, and before OpDB creates an empty --db file
     _positive("--repeats", repeats, upper=1000)
     if missing_from:
         try:
@@ -178,6 +177,8 @@ def ops(
             layouts = [e.strategy for e in run_search(p, _positive("--top", top, upper=1000)).layouts]
         wanted = unique([op for s in layouts for op in strategy_ops(p, s)])
         dtype = "bf16" if p.train.precision == "fp8" else p.train.precision
+    make_folder(db)
+    _require("torch")  # after the options are checked, before OpDB creates an empty --db file
     _measure_all(OpDB(db), wanted, dtype, repeats)
 
 

@@ -82,6 +82,20 @@ class OpTime:
     exact: bool
 
 
+def make_folder(path: str | Path) -> Path:
+    """Create the folder of the database file ``path`` (not the file) and return ``Path(path)``.
+
+    Raises:
+        AutoparError: the folder cannot be created (e.g. under a file).
+    """
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise AutoparError(f"--profile-db={str(path)!r}: cannot create its folder ({err.strerror})") from None
+    return path
+
+
 class OpDB:
     """An open knowledge base file (created when missing).
 
@@ -90,16 +104,13 @@ class OpDB:
     """
 
     def __init__(self, path: str | Path):
-        self.path = Path(path)
+        self.path = make_folder(path)
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
             self.conn = sqlite3.connect(self.path)
             version = self.conn.execute("PRAGMA user_version").fetchone()[0]
             tables = self.conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
         except sqlite3.DatabaseError as err:
             raise AutoparError(f"--profile-db={str(path)!r}: not an autopar profile database ({err})") from None
-        except OSError as err:
-            raise AutoparError(f"--profile-db={str(path)!r}: cannot create its folder ({err.strerror})") from None
         if tables and version != SCHEMA_VERSION:
             raise AutoparError(f"--profile-db={str(path)!r}: schema version {version}, this autopar reads "
                                f"{SCHEMA_VERSION}; profile again into a new file")
