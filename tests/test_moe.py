@@ -217,3 +217,23 @@ def test_mtp_lives_on_the_last_stage():
     mtp = 2 * h + 2 * h * h + per_layer + v * h
     expected = 2 * per_layer + h + v * h + mtp
     assert e.memory_per_stage[-1].params == pytest.approx(expected, rel=1e-9)
+
+
+@pytest.mark.parametrize("shared_ffn, framework, per_moe_layer", [
+    (0, "megatron", 2),     # attention's AG+RS forward, their conjugates backward; no MLP pair
+    (32, "megatron", 4),    # shared experts: a TP-split MLP with SP linears adds its pair
+    (0, "torchtitan", 4),   # other frameworks keep the dense MLP's pair
+])
+def test_moe_layer_tp_collectives_follow_the_dispatcher(shared_ffn, framework, per_moe_layer):
+    """Megatron-Core's alltoall dispatcher takes the SP shard [S/TP, B, H] directly
+    (token_dispatcher.py), so a MoE layer without shared experts has only its attention's TP
+    collectives: with backward overlap off, C-01's toy (dense layers 1, 3; MoE 0, 2) on one stage
+    runs 2 x 4 (dense) + 2 x per_moe_layer + 2 (embedding, output layer) all-reduce volumes."""
+    from autopar.cost.stage_time import stage_time
+    p = make_problem(_toy_moe(shared_expert_ffn_hidden_size=shared_ffn), gbs=16, seq=8,
+                     make_vocab_size_divisible_by=1, tp_backward_overlap=False, framework=framework)
+    s = Strategy(dp=4, tp=2, ep=4, etp=1, mbs=1, sp=True, zero=1)
+    batch, stages = all_stages(p, s)
+    one = float(comm.all_reduce_s(p, 2 * 8 * 16, 2, 1))  # bf16 x (s/cp * mbs = 8 tokens) x h=16
+    assert stage_time(p, batch, stages).tp_s[0] == pytest.approx((8 + 2 * per_moe_layer + 2) * one, rel=1e-12)
+    assert moe.mlp_tp_collective_pairs(p) == (per_moe_layer - 2) // 2

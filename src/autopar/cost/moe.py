@@ -121,6 +121,24 @@ def all_to_all_s(p: Problem, batch: LayoutBatch) -> np.ndarray:
     return comm.all_to_all_s(p, num_bytes * p.train.moe_token_imbalance, batch.ep, batch.etp)
 
 
+def mlp_tp_collective_pairs(p: Problem) -> int:
+    """Dense-TP collective pairs of a MoE layer's MLP block per pass (with SP an all-gather before
+    and a reduce-scatter after it; without SP two all-reduces): 0 or 1. A dense layer has 1.
+
+    Megatron-Core (``TrainSpec.framework='megatron'``) hands the sequence-parallel shard
+    ``[S/TP, B, H]`` straight to the router and the token dispatcher (``token_dispatcher.py``:
+    "num_local_tokens: S/TP*B"; ``MoEAlltoAllTokenDispatcher``: permute -> A2A(EP) -> AG(expert
+    TP) -> sort_chunks, and back), so the routed experts add no dense-TP collective: their
+    expert-TP all-gather / reduce-scatter are :func:`layer_comm_s`'s ``etp`` terms. Only shared
+    experts, a TP-split MLP with sequence-parallel linears (``shared_experts.py``), gather and
+    reduce-scatter over the TP group: 1 pair. Other frameworks keep the dense MLP's pair (their
+    MoE TP plans are not modelled apart).
+    """
+    if p.train.framework == "megatron" and not p.model.shared_expert_ffn_hidden_size:
+        return 0
+    return 1
+
+
 def layer_comm_s(p: Problem, batch: LayoutBatch) -> np.ndarray:
     """EP and ETP communication of one MoE layer per micro-batch, forward + backward: dispatch
     and combine all-to-alls both ways (4), and with ``etp > 1`` the all-gather / reduce-scatter

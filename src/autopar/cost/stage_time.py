@@ -86,19 +86,23 @@ def stage_time(p: Problem, batch: LayoutBatch, stages: Stages) -> StageTime:
     recompute = np.where(full, recomputed * mean_layer_fwd, 0.0)
     recompute = recompute + np.where(batch.recompute == 1, stages.layers * selective_recompute_s(p, batch, dense), 0.0)
 
-    # Tensor parallel: (2 fwd + 2 bwd + 2 per recomputed layer) collectives of the activation.
+    # Tensor parallel: (2 fwd + 2 bwd + 2 per recomputed layer) collectives of the activation;
+    # a Megatron MoE layer without shared experts has only its attention's (autopar.cost.moe).
     n_tokens = F.tokens(p, batch)
     act_bytes = F.BF16 * n_tokens * p.model.hidden_size
     one_collective = comm.all_reduce_s(p, act_bytes, batch.tp, 1)
-    tp_collectives = 4 * stages.layers + 2 * recomputed + first + last
+    moe_mlp_pairs = moe_cost.mlp_tp_collective_pairs(p)
+    fwd_pairs = 2 * n_dense + (1 + moe_mlp_pairs) * n_moe
+    recomputed_pairs = recomputed * fwd_pairs / np.maximum(stages.layers, 1)
+    tp_collectives = 2 * fwd_pairs + recomputed_pairs + first + last
     tp = tp_collectives * one_collective
     if not p.train.tp_comm_overlap:
         # Backward collectives of the column-parallel linears under their own GEMMs (autopar.cost.tp_overlap).
         bwd_dense = tp_overlap.layer_backward_tp_s(p, batch, one_collective,
                                                    tp_overlap.overlap_gemms_s(p, batch, moe=False))
         bwd_moe = tp_overlap.layer_backward_tp_s(p, batch, one_collective,
-                                                 tp_overlap.overlap_gemms_s(p, batch, moe=True))
-        tp = (2 * stages.layers + 2 * recomputed + first + last) * one_collective \
+                                                 tp_overlap.overlap_gemms_s(p, batch, moe=True)[:1 + moe_mlp_pairs])
+        tp = (fwd_pairs + recomputed_pairs + first + last) * one_collective \
             + n_dense * bwd_dense + n_moe * bwd_moe
     else:
         # Transformer Engine userbuffers (Megatron --tp-comm-overlap; Wang et al., ASPLOS'23,
