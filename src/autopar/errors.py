@@ -7,6 +7,8 @@ and what is allowed. The CLI prints that line and exits with code 2; it never sh
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import ValidationError
 
 
@@ -48,3 +50,18 @@ def from_validation_error(err: ValidationError, prefix: str, as_option: bool = F
         else:
             parts.append(f"{name}={value!r}: {msg}")
     return AutoparError("; ".join(parts))
+
+
+def read_text(path: str | Path, option: str, expected: str) -> str:
+    """The text of a file the user named with ``option``.
+
+    Raises:
+        AutoparError: ``{option}={path!r}: cannot read (reason)`` when the file cannot be opened,
+            ``... not a text file (expected)`` when it is not UTF-8 (e.g. a binary file).
+    """
+    try:
+        return Path(path).read_text()
+    except OSError as err:
+        raise AutoparError(f"{option}={str(path)!r}: cannot read ({err.strerror or err})") from None
+    except UnicodeDecodeError:
+        raise AutoparError(f"{option}={str(path)!r}: not a text file ({expected})") from None

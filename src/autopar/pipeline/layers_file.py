@@ -23,12 +23,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from autopar.errors import AutoparError
+from autopar.errors import AutoparError, read_text
 from autopar.pipeline.layers import LayerTable
 
 
@@ -96,12 +95,7 @@ def load_layers_file(path: str) -> LayersFile:
     Raises:
         AutoparError: unreadable file, missing or malformed field (named in the message).
     """
-    try:
-        text = Path(path).read_text()
-    except OSError as err:
-        raise AutoparError(f"--layers {path}: {err.strerror or err}") from None
-    except UnicodeDecodeError:
-        raise AutoparError(f"--layers {path}: not a text file (expected JSON or YAML)") from None
+    text = read_text(path, "--layers", "expected JSON or YAML")
     try:
         doc = _parse(text)
     except RecursionError:  # [[[...]]] beyond Python's recursion limit

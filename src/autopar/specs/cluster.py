@@ -44,7 +44,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from autopar.errors import AutoparError, from_validation_error
+from autopar.errors import AutoparError, from_validation_error, read_text
 
 Precision = Literal["bf16", "fp16", "fp8"]
 GIB = 2**30
@@ -157,13 +157,9 @@ def device_names() -> list[str]:
 
 
 def _read_mapping(path: str) -> dict[str, Any]:
-    file = Path(path)
+    text = read_text(path, "--device-file", "expected YAML or JSON")
     try:
-        data = yaml.safe_load(file.read_text())  # YAML is a superset of JSON
-    except OSError as err:
-        raise AutoparError(f"--device-file: cannot read {path!r}: {err.strerror}") from None
-    except UnicodeDecodeError:
-        raise AutoparError(f"--device-file: {path!r} is not a text file") from None
+        data = yaml.safe_load(text)  # YAML is a superset of JSON
     except yaml.YAMLError as err:
         first = " ".join(str(err).split())
         raise AutoparError(f"--device-file: {path!r} is not valid YAML/JSON ({first})") from None

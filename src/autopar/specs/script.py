@@ -26,7 +26,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from autopar.errors import AutoparError, from_validation_error
+from autopar.errors import AutoparError, from_validation_error, read_text
 from autopar.specs.bash import ShellScript, evaluate, unknown_reason
 from autopar.specs.model import ModelSpec
 from autopar.specs.script_vocab import vocab_size
@@ -266,12 +266,7 @@ def read_script(path: str | Path, text: str | None = None) -> ScriptPlan:
     """
     path = Path(path)
     if text is None:
-        try:
-            text = path.read_text()
-        except OSError as err:
-            raise AutoparError(f"--script={str(path)!r}: cannot read ({err.strerror})") from None
-        except UnicodeDecodeError:
-            raise AutoparError(f"--script={str(path)!r}: not a text file (a bash launch script is UTF-8 text)") from None
+        text = read_text(path, "--script", "a bash launch script is UTF-8 text")
     try:
         sh = ShellScript(text)
     except AutoparError as err:  # the reader does not know the file's name
