@@ -24,7 +24,8 @@ from autopar.space import enumerate_layouts
 from autopar.specs.script import read_script
 from autopar.specs.script_cli import layout_defaults
 from autopar.strategy import Strategy, default_layers_per_stage, layers_per_chunk
-from autopar.validate.rows import read_rows, to_case
+from autopar.validate.measurements import read_rows
+from autopar.validate.rows import to_case
 from conftest import make_problem, toy_model
 
 BOTH = dict(account_for_embedding=True, account_for_loss=True)

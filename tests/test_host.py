@@ -13,7 +13,8 @@ from autopar.cost.stage_time import stage_time
 from autopar.specs import load_device
 from autopar.strategy import LayoutBatch, Strategy
 from autopar.validate import DEFAULT_CSV
-from autopar.validate.rows import read_rows, to_case
+from autopar.validate.measurements import read_rows
+from autopar.validate.rows import to_case
 from conftest import SHARED, make_problem, toy_model
 
 MIXTRAL = str(SHARED / "models" / "mixtral-8x7b.json")

@@ -16,7 +16,8 @@ from autopar.errors import LayoutError
 from autopar.export import torchtitan
 from autopar.rules import check_strategy
 from autopar.strategy import LayoutBatch, Strategy
-from autopar.validate.rows import Row, read_rows, to_case, torchtitan_split
+from autopar.validate.measurements import read_rows
+from autopar.validate.rows import Row, to_case, torchtitan_split
 from autopar.validate.score import score_row
 from conftest import SHARED, make_problem, toy_model
 

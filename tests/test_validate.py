@@ -140,7 +140,8 @@ def test_asynctp_rows_overlap_tp_collectives():
 
 def test_bloom_rows_run_with_synchronous_launches():
     # tr11-176B-ml.slurm exports CUDA_LAUNCH_BLOCKING=1 (the hang workaround); no other source does.
-    from autopar.validate.rows import FAMILIES, read_rows, to_case
+    from autopar.validate.measurements import read_rows
+    from autopar.validate.rows import FAMILIES, to_case
     assert [f.name for f in FAMILIES.values() if f.launch_blocking] == ["megatron-deepspeed"]
     rows = {r.id: r for r in read_rows(SOURCE)}
     assert to_case(rows["BLOOMPQ-0225-13-time"]).problem.train.launch_blocking
@@ -154,7 +155,8 @@ def test_bloom_prequel_mbs_sweep_is_ranked_with_the_host_time():
     import dataclasses
 
     from autopar.estimate import estimate
-    from autopar.validate.rows import Row, read_rows, to_case
+    from autopar.validate.measurements import read_rows
+    from autopar.validate.rows import Row, to_case
     cells = {r.id: r for r in read_rows(SOURCE)}["BLOOMPQ-0225-10-time"].cells
 
     def step(mbs: int, blocking: bool) -> float:
@@ -172,7 +174,8 @@ def test_nemotron_rows_without_a_vocabulary_take_the_family_tokenizer():
     # NEMO2407-08 leaves vocab blank; Nemotron-3 8B is 256000 with untied embeddings (HF config).
     # NeMo's 653 model TFLOP/s at 12701 tokens/s is 51.41 GFLOP/token = 3 x (32 x 24 h^2 + 32 x
     # 4 s h + 2 h V) at h = 4096, s = 4096: V = 256000 gives 51.38 (51200 would give 40.1).
-    from autopar.validate.rows import read_rows, to_case
+    from autopar.validate.measurements import read_rows
+    from autopar.validate.rows import to_case
     rows = {r.id: r for r in read_rows(SOURCE)}
     model = to_case(rows["NEMO2407-08"]).problem.model
     assert (model.vocab_size, model.tie_word_embeddings, model.gated_mlp) == (256000, False, False)

@@ -1,6 +1,7 @@
 """``autopar validate``: score autopar's estimates against published training measurements.
 
-:mod:`~autopar.validate.rows` maps CSV rows to problems and layouts, :mod:`~autopar.validate.score`
+:mod:`~autopar.validate.measurements` reads and checks the CSV, :mod:`~autopar.validate.rows` maps
+its rows to problems and layouts, :mod:`~autopar.validate.score`
 predicts each row's metric, :mod:`~autopar.validate.report` writes the accuracy tables and plot.
 """
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 from autopar.errors import AutoparError
 from autopar.validate.report import write_report
-from autopar.validate.rows import read_rows
+from autopar.validate.measurements import read_rows
 from autopar.validate.score import Result, score_rows
 
 DEFAULT_CSV = Path(__file__).resolve().parents[3] / ".." / "shared" / "validation" / "measurements.csv"
