@@ -7,16 +7,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from autopar.errors import AutoparError
 from autopar.specs.bash import unknown_reason
-
-if TYPE_CHECKING:
-    from autopar.specs.script import Args
+from autopar.specs.script_launch import Args
 
 
-def vocab_size(a: "Args", path: Path) -> tuple[int | None, str | None]:
+def vocab_size(a: Args, path: Path) -> tuple[int | None, str | None]:
     """The vocabulary size and, when it cannot be determined, the error text asking for it.
 
     Args:
