@@ -20,6 +20,7 @@ from rich.markup import escape
 from autopar.errors import AutoparError
 from autopar.problem import Problem
 from autopar.specs import TrainSpec, device_names, load_device, make_cluster
+from autopar.specs.model import MAX_SIZE
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Plan the parallel layout of LLM training before spending GPU hours.")
@@ -96,7 +97,7 @@ def target_warning(p: Problem, layouts: list, target: str) -> str | None:
     return f"--target {target} cannot run #1 unchanged ({first}); {where}"
 
 
-def _positive(name: str, value: int, upper: int = 2**31) -> int:
+def _positive(name: str, value: int, upper: int = MAX_SIZE) -> int:
     """``value`` if it lies in 1..upper, else one error line naming the option."""
     if not 0 < value <= upper:
         raise AutoparError(f"{name}={value}: must be an integer in 1..{upper}")

@@ -19,13 +19,14 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+# Layout fields are bounded like model sizes: the rules multiply them in int64 (etp*ep*pp,
+# recompute_layers*vpp*pp), and a search result edited to 2^63 overflowed.
+from autopar.specs.model import MAX_SIZE
+
 Recompute = Literal["none", "selective", "full"]
 Schedule = Literal["1f1b", "interleaved"]
 RECOMPUTE_CODES: dict[str, int] = {"none": 0, "selective": 1, "full": 2}
 RECOMPUTE_NAMES: tuple[str, ...] = ("none", "selective", "full")
-# Largest size a layout field may hold (as autopar.specs.model.MAX_SIZE): the rules multiply them
-# in int64 (etp*ep*pp, recompute_layers*vpp*pp), and a search result edited to 2^63 overflowed.
-MAX_SIZE = 2**31
 
 
 class Strategy(BaseModel):

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autopar.errors import AutoparError
+from autopar.specs.model import MAX_SIZE
 
 
 @dataclass(frozen=True)
@@ -88,8 +89,8 @@ def _check_numbers(row: Row, where: str) -> None:
             value = math.nan
         low = 0 if col in ("num_experts", "topk") else 1
         # above 2^31 the layout and model sizes overflow the int64 rule arithmetic (ModelSpec/Strategy bound)
-        if value is not None and not (math.isfinite(value) and value == int(value) and low <= value <= 2**31):
-            raise AutoparError(f"{where}: {col}={text!r}: expected a whole number in {low}..{2**31} (or empty)")
+        if value is not None and not (math.isfinite(value) and value == int(value) and low <= value <= MAX_SIZE):
+            raise AutoparError(f"{where}: {col}={text!r}: expected a whole number in {low}..{MAX_SIZE} (or empty)")
     text = row["measured_value"]
     try:
         value = float(text)
