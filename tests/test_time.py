@@ -122,15 +122,15 @@ def test_torchtitan_selective_recompute_is_the_even_matmuls():
     # torchtitan per-op SAC recomputes wk, wo, w3 of Llama-3-8B: 4096 x (1024 + 4096 + 14336) MACs
     # per token, plus the element-wise ops; Megatron's selective recompute is the core attention.
     from autopar.cost import compute as C
-    from autopar.cost.stage_time import selective_recompute_s
+    from autopar.cost.recompute import layer_recompute_s
     p = make_problem("llama3-8b", seq=8192, framework="torchtitan")
     batch = LayoutBatch.from_strategy(Strategy(dp=8, tp=1, cp=1, mbs=1, zero=3, recompute="selective"), 64)
     dense = C.layer_forward_times(p, batch, moe=False)
     flops = 2 * 8192 * 4096 * (1024 + 4096 + 14336)
     gemm_s = flops / (989.4e12 * 0.64) + 3 * C.KERNEL_OVERHEAD_S
-    assert selective_recompute_s(p, batch, dense)[0] == pytest.approx(gemm_s + dense.elementwise_s[0], rel=1e-6)
+    assert layer_recompute_s(p, batch, dense, moe=False)[0] == pytest.approx(gemm_s + dense.elementwise_s[0], rel=1e-6)
     megatron = make_problem("llama3-8b", seq=8192)
-    assert selective_recompute_s(megatron, batch, dense)[0] == dense.attention_s[0]
+    assert layer_recompute_s(megatron, batch, dense, moe=False)[0] == dense.attention_s[0]
 
 
 def test_deepspeed_fp16_reduces_16_bit_gradients():

@@ -8,7 +8,7 @@ import pytest
 from autopar.cost import attention as attn
 from autopar.cost import compute as C
 from autopar.cost import flops as F
-from autopar.cost.stage_time import selective_recompute_s
+from autopar.cost.recompute import layer_recompute_s
 from autopar.strategy import LayoutBatch, Strategy
 from conftest import make_problem, toy_model
 
@@ -83,7 +83,7 @@ def test_unfused_attention_time_by_hand():
     assert float(t.attention_s[0]) == pytest.approx(2 * bmm + 9 * scores / bw + 2 * C.KERNEL_OVERHEAD_S, rel=1e-12)
     assert float(t.backward_extra_s[0]) == pytest.approx((11 - 2 * 9) * scores / bw, rel=1e-12)
     # Megatron's selective recompute reruns the whole core attention forward (bmm, softmax, dropout).
-    assert np.array_equal(selective_recompute_s(p, b, t), t.attention_s)
+    assert np.array_equal(layer_recompute_s(p, b, t, moe=False), t.attention_s)
 
 
 def test_unfused_core_attention_matches_the_measured_selective_recompute_cost():

@@ -46,12 +46,16 @@ def _sp_shard(batch: LayoutBatch) -> np.ndarray:
 def attention_bytes(p: Problem, batch: LayoutBatch, selective: np.ndarray) -> np.ndarray:
     """Attention block (input norm to output-projection dropout) for one micro-batch.
 
-    ``selective``: bool array; True drops the core-attention internals (recomputed).
+    ``selective``: bool array; True where selective recompute discards what its
+    ``TrainSpec.recompute_modules`` re-run (:mod:`autopar.cost.recompute`): ``core_attn`` the
+    core-attention internals, ``mla_up_proj`` MLA's q, k, v and the up-projections' normed
+    latents, ``layernorm`` the output of MLA's separate input norm.
     """
     m, n = p.model, _tokens(p, batch)
     t, shard = batch.tp, _sp_shard(batch)
     drop = 1.0 if m.dropout else 0.0
     h = m.hidden_size
+    mods = p.train.recompute_modules
     out = BF16 * n * h * 2 / shard  # norm input and QKV GEMM input
     if m.mla:
         # Megatron-Core multi_latent_attention.py: the duplicated down-projections run on the SP
@@ -60,31 +64,47 @@ def attention_bytes(p: Problem, batch: LayoutBatch, selective: np.ndarray) -> np
         latent = 2 * (m.q_lora_rank + m.kv_lora_rank) + m.qk_rope_head_dim
         out = out + BF16 * n * latent / shard
         qkv_width = m.q_width + m.num_attention_heads * (m.qk_nope_head_dim + m.qk_rope_head_dim) + m.v_width
+        up_proj = BF16 * n * (m.q_lora_rank + m.kv_lora_rank) / shard + BF16 * n * qkv_width / t
+        out = out - np.where(selective, ("mla_up_proj" in mods) * up_proj + ("layernorm" in mods) * BF16 * n * h / shard, 0.0)
     else:
         qkv_width = m.q_width + 2 * m.kv_width
     out = out + BF16 * n * qkv_width / t
     attn_out = BF16 * n * m.v_width / t  # flash output = output-projection input
     if p.train.flash_attention:
         internals = 4 * n * m.num_attention_heads / t  # fp32 log-sum-exp
-        core = attn_out + np.where(selective, 0.0, internals)
     else:
         scores = n * p.train.seq_len * m.num_attention_heads / t  # elements of one s x s/cp map set
         internals = BF16 * scores + drop * (scores + BF16 * scores)  # softmax (+ mask, dropout out)
-        core = attn_out + np.where(selective, 0.0, internals)
+    core = attn_out + np.where(selective & ("core_attn" in mods), 0.0, internals)
     return out + core + drop * n * h / shard
 
 
-def mlp_bytes(p: Problem, batch: LayoutBatch, moe: bool) -> np.ndarray:
-    """MLP block (pre-MLP norm to its dropout) for one micro-batch; ``moe`` for MoE layers."""
+def mlp_bytes(p: Problem, batch: LayoutBatch, moe: bool, selective: np.ndarray | bool = False) -> np.ndarray:
+    """MLP block (pre-MLP norm to its dropout) for one micro-batch; ``moe`` for MoE layers.
+
+    ``selective``: True where selective recompute discards what its ``recompute_modules`` re-run
+    (:mod:`autopar.cost.recompute`): ``mlp`` a dense MLP's internals (its input stays),
+    ``moe`` a MoE block's (:func:`autopar.cost.moe.moe_block_bytes`), ``moe_act`` the routed
+    experts' activation output, ``shared_experts`` their internals, ``layernorm`` the output of
+    a MoE layer's separate pre-MLP norm.
+    """
     m, n = p.model, _tokens(p, batch)
     t, shard = batch.tp, _sp_shard(batch)
     drop = 1.0 if m.dropout else 0.0
     h = m.hidden_size
+    mods = p.train.recompute_modules
     per_ffn = 6 if m.gated_mlp else 4  # bytes per token per unit of FFN width (see module doc)
     out = BF16 * n * h * 2 / shard + drop * n * h / shard  # norm input, fc1 input, mask
     if not moe:
-        return out + per_ffn * n * m.ffn_hidden_size / t
-    return out + moe_cost.moe_block_bytes(p, batch)
+        internals = BF16 * n * h / shard + per_ffn * n * m.ffn_hidden_size / t  # fc1 input, fc1/act outputs
+        return out + per_ffn * n * m.ffn_hidden_size / t - np.where(selective & ("mlp" in mods), internals, 0.0)
+    block = moe_cost.moe_block_bytes(p, batch)
+    freed = ("moe" in mods) * block
+    if "moe" not in mods:
+        act_out = BF16 * moe_cost.expert_rows(p, batch) * m.moe_ffn_hidden_size / batch.etp
+        freed = freed + ("moe_act" in mods) * act_out + ("shared_experts" in mods) * moe_cost.shared_expert_bytes(p, batch)
+    freed = freed + ("layernorm" in mods) * BF16 * n * h / shard
+    return out + block - np.where(selective, freed, 0.0)
 
 
 def layer_input_bytes(p: Problem, batch: LayoutBatch) -> np.ndarray:

@@ -163,26 +163,46 @@ def elementwise_bytes(p: Problem, batch: LayoutBatch, moe: bool) -> np.ndarray:
     """Forward HBM traffic of the memory-bound ops of one layer (bytes).
 
     Norms (read + write), two residual adds (2 reads + 1 write), rotary embedding on q and k,
-    the MLP activation (gated: read 2f, write f; GeLU: read f, write f), MoE permutation
-    (tokens copied to and from expert order, top-k copies each way). Norms and residuals run on
-    the SP shard when SP is on. Unfused attention's softmax/dropout: :func:`unfused_softmax_bytes`.
+    and the MLP's own passes (:func:`mlp_elementwise_bytes`). Norms and residuals run on the SP
+    shard when SP is on. Unfused attention's softmax/dropout: :func:`unfused_softmax_bytes`.
     """
     m, n, t = p.model, tokens(p, batch), batch.tp
-    h = m.hidden_size
     n_seq = n / np.where(batch.sp, t, 1)
-    norms_and_residual = (m.norms_per_layer * 2 + 2 * 3) * n_seq * h
-    rope = 2 * n * (m.q_width + (m.q_width if m.mla else m.kv_width)) / t
-    act_rw = 3 if m.gated_mlp else 2
-    if moe:
-        # Experts' activation on the busiest rank's rows; permute + unpermute (read + write of
-        # k copies of the SP shard each); router scores: about 3 fp32 passes (= 6 bf16 units).
-        k, n_shard = m.num_experts_per_tok, n / np.where(batch.sp, t, 1)
-        rows = moe_cost.expert_rows(p, batch)
-        ffn = act_rw * rows * m.moe_ffn_hidden_size / batch.etp + act_rw * n * m.shared_expert_ffn_hidden_size / t
-        ffn = ffn + 2 * 2 * n_shard * k * h + 6 * n_shard * m.num_experts
-    else:
-        ffn = act_rw * n * m.ffn_hidden_size / t
-    return BF16 * (norms_and_residual + rope + ffn)
+    norms_and_residual = (m.norms_per_layer * 2 + 2 * 3) * n_seq * m.hidden_size
+    return BF16 * norms_and_residual + rope_bytes(p, batch) + mlp_elementwise_bytes(p, batch, moe)
+
+
+def rope_bytes(p: Problem, batch: LayoutBatch) -> np.ndarray:
+    """Forward HBM traffic of the rotary embedding on q and k (read + write), per rank (bytes)."""
+    m = p.model
+    return BF16 * 2 * tokens(p, batch) * (m.q_width + (m.q_width if m.mla else m.kv_width)) / batch.tp
+
+
+def activation_pass_bytes(p: Problem, rows: np.ndarray, width: np.ndarray) -> np.ndarray:
+    """One MLP activation over ``rows x width`` outputs (bytes): gated (SwiGLU) reads ``2 width``
+    and writes ``width``, GeLU/ReLU reads and writes ``width``."""
+    return BF16 * (3 if p.model.gated_mlp else 2) * rows * width
+
+
+def mlp_elementwise_bytes(p: Problem, batch: LayoutBatch, moe: bool) -> np.ndarray:
+    """Forward HBM traffic of an MLP block's memory-bound ops (bytes): the dense activation, or
+    the routed experts' activation on the busiest rank's rows, the shared experts' activation,
+    and :func:`dispatch_bytes`."""
+    m, n, t = p.model, tokens(p, batch), batch.tp
+    if not moe:
+        return activation_pass_bytes(p, n, m.ffn_hidden_size / t)
+    routed = activation_pass_bytes(p, moe_cost.expert_rows(p, batch), m.moe_ffn_hidden_size / batch.etp)
+    shared = activation_pass_bytes(p, n, m.shared_expert_ffn_hidden_size / t)
+    return routed + shared + dispatch_bytes(p, batch)
+
+
+def dispatch_bytes(p: Problem, batch: LayoutBatch) -> np.ndarray:
+    """Forward HBM traffic of MoE routing on the SP shard (bytes): permute and unpermute (read +
+    write of ``k`` copies of the shard each) and the router scores (about 3 fp32 passes over
+    ``num_experts`` scores per token = 6 bf16 units)."""
+    m = p.model
+    n_shard = tokens(p, batch) / np.where(batch.sp, batch.tp, 1)
+    return BF16 * (2 * 2 * n_shard * m.num_experts_per_tok * m.hidden_size + 6 * n_shard * m.num_experts)
 
 
 def logits_gemm(p: Problem, batch: LayoutBatch) -> Gemm:

@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from autopar.cost.recompute import separate_norms
 from autopar.problem import Problem
 from autopar.strategy import LayoutBatch
 
@@ -80,6 +81,7 @@ GROUPED_GEMM_CALLS = 2  # one GroupedLinear call per GEMM group; its per-expert 
 TE_OP_HOST_FACTOR = 99.66 / 37.08  # TE Linear / torch.nn.Linear forward CPU time, GB200 (TE #2053)
 ACTIVATION_OPS = 1
 SHARED_EXPERT_OPS = 4
+MLA_UP_PROJ_OPS = 8  # q/kv up GEMMs (norms fused), q and kv splits, RoPE on q and k, q and k concatenations
 
 
 def _gemm_launches(p: Problem, batch: LayoutBatch, moe: bool) -> np.ndarray:
@@ -109,11 +111,38 @@ def layer_forward_ops(p: Problem, batch: LayoutBatch, moe: bool) -> np.ndarray:
     attention = ATTENTION_OPS - 1 + core_attention_ops(p) + (MLA_EXTRA_OPS if m.mla else 0) + tp_ops
     if not moe:
         return np.ones(len(batch)) * (attention + MLP_OPS + tp_ops)
+    return attention + MOE_BLOCK_OPS + moe_mlp_ops(p, batch)
+
+
+def moe_mlp_ops(p: Problem, batch: LayoutBatch) -> np.ndarray:
+    """Host ops of a MoE block's forward between its norm and its residual add: router,
+    dispatcher, grouped experts and shared experts (module docstring)."""
+    m = p.model
     router = ROUTER_OPS_DEEPSEEK if m.router_bias else ROUTER_OPS_TOPK
     dispatch = DISPATCH_OPS + np.where(batch.etp > 1, ETP_DISPATCH_OPS, 0)
     experts = GROUPED_GEMM_SPLITS + GROUPED_GEMM_CALLS + ACTIVATION_OPS
-    shared = (SHARED_EXPERT_OPS + tp_ops) if m.shared_expert_ffn_hidden_size else 0
-    return attention + MOE_BLOCK_OPS + router + dispatch + experts + shared
+    return router + dispatch + experts + _shared_expert_ops(p, batch)
+
+
+def _shared_expert_ops(p: Problem, batch: LayoutBatch) -> np.ndarray:
+    tp_ops = np.where(batch.tp > 1, TP_OPS_PER_BLOCK, 0)
+    return (SHARED_EXPERT_OPS + tp_ops) * bool(p.model.shared_expert_ffn_hidden_size)
+
+
+def selective_ops(p: Problem, batch: LayoutBatch, moe: bool) -> np.ndarray:
+    """Host ops one layer re-runs under selective recompute with ``TrainSpec.recompute_modules``
+    (:mod:`autopar.cost.recompute`): the forward ops of each re-run module, counted as in
+    :func:`layer_forward_ops`; :data:`MLA_UP_PROJ_OPS` for MLA's up-projections."""
+    m, mods = p.model, p.train.recompute_modules
+    tp_ops = np.where(batch.tp > 1, TP_OPS_PER_BLOCK, 0)
+    ops = np.zeros(len(batch)) + ("core_attn" in mods) * core_attention_ops(p)
+    ops = ops + ("layernorm" in mods) * separate_norms(p, moe)
+    ops = ops + ("mla_up_proj" in mods and m.mla) * MLA_UP_PROJ_OPS
+    if not moe:
+        return ops + ("mlp" in mods) * (MLP_OPS - 1 + tp_ops)  # norm + fc1, activation, fc2
+    if "moe" in mods:
+        return ops + moe_mlp_ops(p, batch)
+    return ops + ("moe_act" in mods) * ACTIVATION_OPS + ("shared_experts" in mods) * _shared_expert_ops(p, batch)
 
 
 def layer_backward_ops(p: Problem, batch: LayoutBatch, moe: bool) -> np.ndarray:
@@ -126,8 +155,8 @@ def stage_host_s(p: Problem, batch: LayoutBatch, n_dense: np.ndarray, n_moe: np.
                  recomputed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward + recompute) host seconds per micro-batch of a stage with ``n_dense``
     dense and ``n_moe`` MoE layers, ``recomputed`` of them recomputed in full (their forward
-    ops again, at the stage's mean per layer); selective recompute adds the core attention's ops
-    (:func:`core_attention_ops`) per layer. The embedding, output layer and MTP add a few ops and
+    ops again, at the stage's mean per layer); selective recompute adds the re-run modules' ops
+    (:func:`selective_ops`) per layer. The embedding, output layer and MTP add a few ops and
     are left out."""
     dense_fwd = layer_forward_ops(p, batch, False)
     forward = n_dense * dense_fwd
@@ -137,7 +166,8 @@ def stage_host_s(p: Problem, batch: LayoutBatch, n_dense: np.ndarray, n_moe: np.
         forward = forward + n_moe * moe_fwd
         backward = backward + n_moe * (moe_fwd + _gemm_launches(p, batch, True))
     layers = n_dense + n_moe
-    selective = np.where(batch.recompute == 1, layers * core_attention_ops(p), 0)
+    selective = np.where(batch.recompute == 1, n_dense * selective_ops(p, batch, False)
+                         + (n_moe * selective_ops(p, batch, True) if p.model.is_moe else 0.0), 0)
     recompute = recomputed * forward / np.maximum(layers, 1) + selective
     return host_op_s(p) * forward, host_op_s(p) * (backward + recompute)
 

@@ -98,10 +98,10 @@ def stage_activation_bytes(p: Problem, batch: LayoutBatch, stages: Stages) -> np
     selective = batch.recompute == 1
     attn = act.attention_bytes(p, batch, selective)
     attn_full = act.attention_bytes(p, batch, np.zeros(len(batch), dtype=bool))
-    dense_layer = attn + act.mlp_bytes(p, batch, moe=False)
+    dense_layer = attn + act.mlp_bytes(p, batch, moe=False, selective=selective)
     if fw_mem.op_sac(p):  # torchtitan: "selective" is per-op SAC on dense layers
         dense_layer = np.where(selective, fw_mem.op_sac_layer_bytes(p, batch), dense_layer)
-    moe_layer = attn + act.mlp_bytes(p, batch, moe=True) if p.model.is_moe else dense_layer
+    moe_layer = attn + act.mlp_bytes(p, batch, moe=True, selective=selective) if p.model.is_moe else dense_layer
     stored = n_dense * dense_layer + n_moe * moe_layer  # per micro-batch, no full recompute
 
     full = batch.recompute == 2

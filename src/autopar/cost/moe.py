@@ -78,11 +78,18 @@ def moe_block_bytes(p: Problem, batch: LayoutBatch) -> np.ndarray:
     ``moe_utils.unpermute``, ``shared_experts.py``."""
     m = p.model
     n, shard = tokens(p, batch), sp_shard(batch)
-    per_ffn = 6 if m.gated_mlp else 4
     router = 2 * FP32 * n * m.num_experts / shard
     combine = BF16 * n * m.num_experts_per_tok * m.hidden_size / shard
-    shared = per_ffn * n * m.shared_expert_ffn_hidden_size / batch.tp
-    return router + routed_expert_bytes(p, batch) + combine + shared
+    return router + routed_expert_bytes(p, batch) + combine + shared_expert_bytes(p, batch)
+
+
+def shared_expert_bytes(p: Problem, batch: LayoutBatch) -> np.ndarray:
+    """Saved activations of the shared experts per MoE layer and micro-batch: a TP-split dense
+    MLP of width ``shared_ffn`` on the gathered input (which the router and dispatcher keep
+    anyway): fc1 output and activation, 6 B (SwiGLU) or 4 B per unit of width per token."""
+    m = p.model
+    per_ffn = 6 if m.gated_mlp else 4
+    return per_ffn * tokens(p, batch) * m.shared_expert_ffn_hidden_size / batch.tp
 
 
 def dispatcher_buffer_bytes(p: Problem, batch: LayoutBatch) -> np.ndarray:

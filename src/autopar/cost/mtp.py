@@ -49,7 +49,7 @@ def activation_bytes(p: Problem, batch: LayoutBatch) -> np.ndarray:
     n = F.tokens(p, batch)
     inputs = 2 * act.BF16 * n * 2 * m.hidden_size / shard
     selective = batch.recompute == 1
-    layer = act.attention_bytes(p, batch, selective) + act.mlp_bytes(p, batch, moe=_last_is_moe(p))
+    layer = act.attention_bytes(p, batch, selective) + act.mlp_bytes(p, batch, _last_is_moe(p), selective)
     return m.mtp_num_layers * (inputs + layer + act.output_bytes(p, batch))
 
 

@@ -1,7 +1,8 @@
 """Time of one pipeline stage for one micro-batch, and of its data-parallel traffic.
 
 Per micro-batch a stage runs the forward and backward (2x forward) of its layers, the
-recomputed forward (full: the recomputed layers; selective: core attention), and the
+recomputed forward (full: the recomputed layers; selective: the modules of
+:mod:`autopar.cost.recompute`, core attention by default), and the
 collectives of its parallel groups:
 
 * TP (Megatron, Shoeybi et al. 2019 / Korthikanti et al. 2023 sec. 4.2.2): per layer two
@@ -38,6 +39,7 @@ from autopar.cost import framework
 from autopar.cost import host
 from autopar.cost import moe as moe_cost
 from autopar.cost import mtp
+from autopar.cost import recompute as recompute_cost
 from autopar.cost import tp_overlap
 from autopar.cost.params import StageParams, layer_kinds
 from autopar.cost.stage import Stages
@@ -84,7 +86,8 @@ def stage_time(p: Problem, batch: LayoutBatch, stages: Stages) -> StageTime:
     recomputed = np.where(full, np.minimum(stages.layers, per_chunk * batch.vpp), 0)
     mean_layer_fwd = layers_fwd / np.maximum(stages.layers, 1)
     recompute = np.where(full, recomputed * mean_layer_fwd, 0.0)
-    recompute = recompute + np.where(batch.recompute == 1, stages.layers * selective_recompute_s(p, batch, dense), 0.0)
+    selective = batch.recompute == 1
+    recompute = recompute + np.where(selective, recompute_cost.stage_recompute_s(p, batch, dense, moe, n_dense, n_moe), 0.0)
 
     # Tensor parallel: (2 fwd + 2 bwd + 2 per recomputed layer) collectives of the activation;
     # a Megatron MoE layer without shared experts has only its attention's (autopar.cost.moe).
@@ -94,7 +97,8 @@ def stage_time(p: Problem, batch: LayoutBatch, stages: Stages) -> StageTime:
     moe_mlp_pairs = moe_cost.mlp_tp_collective_pairs(p)
     fwd_pairs = 2 * n_dense + (1 + moe_mlp_pairs) * n_moe
     recomputed_pairs = recomputed * fwd_pairs / np.maximum(stages.layers, 1)
-    tp_collectives = 2 * fwd_pairs + recomputed_pairs + first + last
+    selective_pairs = np.where(selective, recompute_cost.extra_tp_collectives(p, n_dense, n_moe), 0.0)
+    tp_collectives = 2 * fwd_pairs + recomputed_pairs + selective_pairs + first + last
     tp = tp_collectives * one_collective
     if not p.train.tp_comm_overlap:
         # Backward collectives of the column-parallel linears under their own GEMMs (autopar.cost.tp_overlap).
@@ -102,7 +106,7 @@ def stage_time(p: Problem, batch: LayoutBatch, stages: Stages) -> StageTime:
                                                    tp_overlap.overlap_gemms_s(p, batch, moe=False))
         bwd_moe = tp_overlap.layer_backward_tp_s(p, batch, one_collective,
                                                  tp_overlap.overlap_gemms_s(p, batch, moe=True)[:1 + moe_mlp_pairs])
-        tp = (fwd_pairs + recomputed_pairs + first + last) * one_collective \
+        tp = (fwd_pairs + recomputed_pairs + selective_pairs + first + last) * one_collective \
             + n_dense * bwd_dense + n_moe * bwd_moe
     else:
         # Transformer Engine userbuffers (Megatron --tp-comm-overlap; Wang et al., ASPLOS'23,
@@ -120,7 +124,7 @@ def stage_time(p: Problem, batch: LayoutBatch, stages: Stages) -> StageTime:
     exposed_fwd, exposed_bwd = attn.ring_exposed_s(p, batch, dense.attention_s)
     merge_fwd_bytes, merge_bwd_bytes = attn.ring_merge_bytes(p, batch)
     fwd_passes = stages.layers + recomputed  # + the core attention Megatron's selective recompute reruns
-    fwd_passes = fwd_passes + np.where((batch.recompute == 1) & (p.train.framework != "torchtitan"), stages.layers, 0)
+    fwd_passes = fwd_passes + np.where(selective & recompute_cost.reruns_core_attention(p), stages.layers, 0)
     cp = np.where(batch.cp > 1, fwd_passes * (exposed_fwd + C.memory_time_s(p, merge_fwd_bytes))
                   + stages.layers * (exposed_bwd + C.memory_time_s(p, merge_bwd_bytes)), 0.0)
 
@@ -128,7 +132,8 @@ def stage_time(p: Problem, batch: LayoutBatch, stages: Stages) -> StageTime:
     # (+ the etp gathers), the forward half again for recomputed MoE layers, the MTP layers.
     if m.is_moe:
         moe_recomputed = recomputed * n_moe / np.maximum(stages.layers, 1)
-        ep = (n_moe + 0.5 * moe_recomputed) * moe_cost.layer_comm_s(p, batch)
+        ep_passes = n_moe + 0.5 * moe_recomputed + np.where(selective, recompute_cost.extra_ep_passes(p, n_moe), 0.0)
+        ep = ep_passes * moe_cost.layer_comm_s(p, batch)
         ep = ep + np.where(last, mtp.ep_comm_s(p, batch), 0.0)
     else:
         ep = np.zeros(len(batch))
@@ -159,27 +164,6 @@ def _host_bound(p: Problem, batch: LayoutBatch, n_dense, n_moe, recomputed, pass
     share_bwd = np.divide(backward, rest, out=np.ones_like(rest), where=rest > 0)
     extra_rest = excess * (1 - share_fwd)
     return forward + excess * share_fwd, backward + extra_rest * share_bwd, recompute + extra_rest * (1 - share_bwd)
-
-
-def selective_recompute_s(p: Problem, batch: LayoutBatch, dense: C.LayerTimes) -> np.ndarray:
-    """Seconds one decoder layer recomputes per micro-batch under ``recompute='selective'``.
-
-    Megatron-LM (Korthikanti et al. 2022, sec. 4.3): the core attention (``QK^T``, softmax,
-    ``softmax V``) only. torchtitan (``TrainSpec.framework='torchtitan'``, per-op SAC,
-    ``parallelize_llama.py`` ``_save_list``/``_custom_policy`` of 2024-12): inside each layer the
-    outputs of SDPA and of every *odd* ``aten.mm`` are saved, so the *even* matmuls of the
-    order wq, wk, wv, wo, w1, w3, w2 -- wk, wo, w3 (gated; else wk, wo, fc2) -- and every
-    element-wise op (norms, RoPE, activation, residual adds) run again in backward; attention
-    does not. Example: Llama-3-8B recomputes 4096*(1024 + 4096 + 14336) of its 4096*(2*4096 +
-    2*1024 + 3*14336) forward GEMM MACs per token: 36.5%.
-    """
-    if p.train.framework != "torchtitan":
-        return dense.attention_s
-    m, n, t = p.model, F.tokens(p, batch), batch.tp
-    h = m.hidden_size
-    mlp_even = F.Gemm(n, m.ffn_hidden_size / t, h) if m.gated_mlp else F.Gemm(n, h, m.ffn_hidden_size / t)
-    even = [F.Gemm(n, m.kv_width / t, h), F.Gemm(n, h, m.v_width / t), mlp_even]
-    return sum(C.gemm_time_s(p, g) for g in even) + dense.elementwise_s
 
 
 def p2p_time_s(p: Problem, batch: LayoutBatch) -> np.ndarray:

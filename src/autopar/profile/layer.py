@@ -282,4 +282,4 @@ def analytic_layer_bytes(raw: dict[str, Any], shard: Shard, recompute: str, moe:
     if recompute == "full":
         return float(act.layer_input_bytes(problem, batch)[0])
     selective = np.array([recompute == "selective"])
-    return float((act.attention_bytes(problem, batch, selective) + act.mlp_bytes(problem, batch, moe))[0])
+    return float((act.attention_bytes(problem, batch, selective) + act.mlp_bytes(problem, batch, moe, selective))[0])

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from autopar.specs.cluster import Precision
+
+# Megatron-LM ``--recompute-modules`` values (arguments.py; ecosystem.md 1.2), in its order.
+RecomputeModule = Literal["core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts"]
+RECOMPUTE_MODULES: tuple[str, ...] = get_args(RecomputeModule)
 
 
 class TrainSpec(BaseModel):
@@ -47,6 +51,11 @@ class TrainSpec(BaseModel):
         "the input-gradient all-reduce / reduce-scatter runs under the weight-gradient GEMM, the SP input "
         "re-gather under the data-gradient GEMM (autopar.cost.tp_overlap); off for DeepSpeed's Megatron fork "
         "and torchtitan without AsyncTP")
+    recompute_modules: tuple[RecomputeModule, ...] = Field(
+        default=("core_attn",), min_length=1,
+        description="what selective recompute re-runs (Megatron --recompute-modules, default core_attn): "
+        "core_attn, layernorm, mla_up_proj, moe_act, mlp, moe, shared_experts (autopar.cost.recompute); "
+        "applies to every layout or stage with recompute 'selective'")
     launch_blocking: bool = Field(
         default=False,
         description="CUDA_LAUNCH_BLOCKING=1: every kernel launch waits for the kernel, so the host's "
@@ -60,6 +69,15 @@ class TrainSpec(BaseModel):
         "gradients, plus a full fp32 accumulation buffer with bf16 (BF16_Optimizer); 'torchtitan' "
         "= FSDP2 with fp32 sharded parameters, per-op selective AC, fp32 full-vocabulary loss "
         "(autopar.cost.framework_memory)")
+
+    @model_validator(mode="after")
+    def _megatron_only_modules(self) -> "TrainSpec":
+        """``recompute_modules`` other than Megatron's default is a Megatron-LM option: torchtitan's
+        selective recompute is per-op SAC and DeepSpeed checkpoints whole layers."""
+        if self.framework != "megatron" and self.recompute_modules != ("core_attn",):
+            raise ValueError(f"recompute_modules={','.join(self.recompute_modules)} is a Megatron-LM option; "
+                             f"framework {self.framework} recomputes its own way (leave the default core_attn)")
+        return self
 
     @property
     def tokens_per_step(self) -> int:
