@@ -59,16 +59,36 @@ ProfileDb = Annotated[Optional[str], typer.Option(help="SQLite profile DB: measu
 ProfileDevice = Annotated[Optional[str], typer.Option(help="device name inside --profile-db (default: its only one)")]
 
 
+# ``warning:`` lines of the running command, printed only if it succeeds (see :func:`warn_on_success`).
+_PENDING_WARNINGS: list[str] = []
+
+
+def warn_on_success(message: str) -> None:
+    """Queue a ``warning:`` line for stderr, printed when the command finishes without error.
+
+    A command that then fails prints its one ``error:`` line alone (e.g. ``--seq-len`` above the
+    model's positions, then no layout fits): bad input gives exactly one line.
+    """
+    _PENDING_WARNINGS.append(message)
+
+
 def _user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn :class:`AutoparError` into one red line on stderr and exit code 2."""
+    """Turn :class:`AutoparError` into one red line on stderr and exit code 2; on success print
+    the queued :func:`warn_on_success` lines."""
 
     @wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        _PENDING_WARNINGS.clear()
         try:
-            return fn(*args, **kwargs)
+            result = fn(*args, **kwargs)
         except AutoparError as err:
             err_console.print(f"[red]error:[/] {escape(str(err))}", highlight=False, soft_wrap=True)
             raise typer.Exit(code=2) from None
+        finally:
+            queued, _PENDING_WARNINGS[:] = list(_PENDING_WARNINGS), []
+        for message in queued:
+            err_console.print(f"[yellow]warning:[/] {escape(message)}", highlight=False, soft_wrap=True)
+        return result
 
     return wrapper
 
@@ -140,8 +160,8 @@ def _problem(model: str | None, device: str | None, nodes: int | None, devices_p
                       make_vocab_size_divisible_by=vocab_pad, moe_token_imbalance=imbalance,
                       fp8_param_storage=bool(fp8_param_storage))
     if spec.max_position_embeddings and seq_len > spec.max_position_embeddings:
-        err_console.print(f"[yellow]warning:[/] --seq-len {seq_len} exceeds the model's max_position_embeddings "
-                          f"{spec.max_position_embeddings}; planning anyway (Megatron needs it raised)")
+        warn_on_success(f"--seq-len {seq_len} exceeds the model's max_position_embeddings "
+                        f"{spec.max_position_embeddings}; planning anyway (Megatron needs it raised)")
     return Problem(spec, cluster, train)
 
 
@@ -281,11 +301,16 @@ def _strategy(p: Problem, script: str | None, layout: dict[str, Any], dp: int | 
     model_size = lay["tp"] * lay["pp"] * lay["cp"]
     if dp is None:
         if p.world_size % model_size:
-            fit = [t for t in range(1, p.world_size + 1) if p.world_size % (t * lay["pp"] * lay["cp"]) == 0]
+            from autopar.rules import model_tp_values
+            from autopar.space import divisors
+
+            pp_cp = lay["pp"] * lay["cp"]
+            fit = model_tp_values(p, divisors(p.world_size // pp_cp) if p.world_size % pp_cp == 0 else [], lay["etp"])
             raise AutoparError(
                 f"--tp={lay['tp']} --pp={lay['pp']} --cp={lay['cp']}: tp*pp*cp = {model_size} does not divide the "
                 f"world size {p.world_size} (nodes x devices per node); with these pp and cp, --tp may be "
-                f"{', '.join(map(str, fit)) or 'nothing (reduce --pp/--cp)'}")
+                f"{', '.join(map(str, fit)) or 'nothing (reduce --pp/--cp)'} (the divisors of world/(pp*cp) that "
+                f"{p.model.name}'s heads, KV heads and FFN widths allow)")
         dp = p.world_size // model_size
     try:
         return Strategy(dp=dp, schedule=schedule or ("interleaved" if lay["vpp"] > 1 else "1f1b"), **lay)
