@@ -209,6 +209,32 @@ RULES: tuple[Rule, ...] = (
 RULE_NAMES: tuple[str, ...] = tuple(r.name for r in RULES)
 
 
+# The rules that refuse a tp for the model's own shape (heads, KV heads, dense and expert FFN
+# widths), whatever the rest of the layout: a suggested tp must pass all of them.
+MODEL_TP_RULES: tuple[str, ...] = ("tp_divides_heads", "tp_divides_kv_heads", "tp_divides_ffn", "etp_divides_moe_ffn")
+
+
+def model_tp_values(p: Problem, candidates: list[int], etp: int | None = None) -> list[int]:
+    """The tp values among ``candidates`` that pass every rule of :data:`MODEL_TP_RULES`.
+
+    Args:
+        p: the problem (its model's heads, KV heads and FFN widths decide).
+        candidates: tp values to try, e.g. the divisors of world / (pp * cp).
+        etp: the expert tensor-parallel size given, or None (Megatron-Core: etp = tp).
+    Returns:
+        The passing values, in the order given (e.g. tp 16 is dropped for 8 KV heads).
+    """
+    if not candidates:
+        return []
+    batch = LayoutBatch.concat([LayoutBatch.from_strategy(Strategy(dp=1, tp=tp, etp=etp), p.train.global_batch_size)
+                                for tp in candidates])
+    ok = np.ones(len(candidates), dtype=bool)
+    for rule in RULES:
+        if rule.name in MODEL_TP_RULES:
+            ok &= np.asarray(rule.check(p, batch), dtype=bool)
+    return [tp for tp, passes in zip(candidates, ok) if passes]
+
+
 def first_failure(p: Problem, batch: LayoutBatch) -> np.ndarray:
     """Index into :data:`RULES` of the first rule each layout fails, or -1 if it passes all."""
     failed = np.full(len(batch), -1, dtype=np.int64)
