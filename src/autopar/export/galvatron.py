@@ -10,7 +10,10 @@ Galvatron's runtime ``--sequence-parallel``), ``checkpoint`` (full recompute of 
 ``vtp``/``vsp`` (vocabulary TP / Ulysses) and ``embed_sdp``. Recompute per stage
 (:attr:`~autopar.strategy.Strategy.recompute_per_stage`) maps to the per-layer ``checkpoint``
 flags. Refused: ZeRO-1 (not a Galvatron data-parallel type), selective recompute on any stage
-(Galvatron checkpoints whole layers), interleaved pipelines (no VPP in Galvatron).
+(Galvatron checkpoints whole layers), interleaved pipelines (no VPP in Galvatron), and fp8
+training: the precision is not a strategy-JSON key but Galvatron's runtime argument
+``mixed_precision``, whose choices are fp32, fp16 and bf16 (``galvatron/core/runtime/args_schema.py``,
+``GalvatronParallelArgs``); Galvatron has no fp8 (Transformer Engine) path.
 """
 
 from __future__ import annotations
@@ -40,10 +43,13 @@ def config(p: Problem, s: Strategy) -> dict[str, Any]:
     """The Galvatron strategy dict.
 
     Raises:
-        AutoparError: ZeRO-1, selective recompute or vpp > 1 (see the module docstring).
+        AutoparError: fp8 training, ZeRO-1, selective recompute or vpp > 1 (see the module docstring).
     """
     why = None
-    if s.zero == 1:
+    if p.train.precision == "fp8":
+        why = ("precision fp8: Galvatron trains in fp32, fp16 or bf16 only (its --mixed_precision choices); "
+               "fp8 layouts are written by --format megatron or torchtitan")
+    elif s.zero == 1:
         why = "zero=1: Galvatron's data-parallel types are ddp, zero2 and zero3"
     elif "selective" in s.stage_recompute:
         why = "selective recompute: Galvatron checkpoints whole layers (write per-stage selective with --format sapp)"
