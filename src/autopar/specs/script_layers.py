@@ -1,0 +1,124 @@
+"""Launch-script flags that change how a script's layers and CP map onto autopar's model:
+``--noop-layers`` (MindSpeed) and ``--cp-comm-type`` (Megatron-LM).
+
+``--noop-layers "61,62,63"`` (MindSpeed ``features_manager`` ``NoopLayersFeature``; ecosystem.md
+section 2): ``--num-layers`` counts layer *positions*; the listed positions (0-based, each in
+``[0, num_layers)``) are built as ``NoopTransformerLayer``, an identity without parameters, so the
+pipeline split runs over the positions and MindSpeed ignores ``--num-layer-list``. DeepSeek-V3's
+recipe: ``--num-layers 64 --noop-layers 61,62,63``, pp 8: eight stages of 8 positions, the last
+holding 5 real layers. autopar models it as ``num_layers`` = the real layers and, with pp > 1,
+``layers_per_stage`` = the real layers in each stage's positions; MoE layer indices are renumbered
+over the real layers. Not modelled (refused): noop layers with virtual pipeline stages (the
+per-chunk counts would differ) or with the embedding/loss counted in the split.
+
+``--cp-comm-type`` (Megatron-LM ``arguments.py``: one value, or one per layer; choices ``p2p``
+(default), ``a2a``, ``allgather``, ``a2a+p2p``): autopar costs context parallelism as the p2p ring
+(:mod:`autopar.cost.attention`), so only ``p2p`` is accepted.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from autopar.errors import AutoparError
+from autopar.specs.script_launch import Args
+
+CP_COMM_TYPES = ("p2p", "a2a", "allgather", "a2a+p2p")
+
+
+def check_cp_comm_type(a: Args) -> None:
+    """Accept ``--cp-comm-type p2p`` (or a per-layer list of only ``p2p``), or no flag.
+
+    Raises:
+        AutoparError: a value outside Megatron's choices, or a2a / allgather / a2a+p2p, which
+            autopar does not model (it costs the p2p ring).
+    """
+    if not a.has("--cp-comm-type"):
+        return
+    values = (a.text("--cp-comm-type") or "").split()
+    unknown = sorted({v for v in values if v not in CP_COMM_TYPES})
+    if unknown:
+        raise AutoparError(f"{a.source}: --cp-comm-type={' '.join(values)!r}: {', '.join(unknown)} not allowed; "
+                           f"Megatron-LM accepts {', '.join(CP_COMM_TYPES)} (one value, or one per layer)")
+    other = sorted({v for v in values if v != "p2p"})
+    if other:
+        raise AutoparError(f"{a.source}: --cp-comm-type={' '.join(values)!r}: autopar models context parallelism "
+                           f"only as the p2p ring (Megatron's default), not {', '.join(other)}; use p2p or drop "
+                           "the flag")
+
+
+def noop_layers(a: Args, positions: int) -> frozenset[int]:
+    """The ``--noop-layers`` positions (empty without the flag).
+
+    Raises:
+        AutoparError: an entry that is not a non-negative integer, or outside ``[0, positions)``
+            (MindSpeed's own checks), or every position a noop layer.
+    """
+    if not a.has("--noop-layers"):
+        return frozenset()
+    text = a.text("--noop-layers") or ""
+    words = text.replace(" ", "").split(",")
+    if not all(w.isdigit() for w in words):
+        raise AutoparError(f"{a.source}: --noop-layers={text!r}: expected layer indices like 61,62,63")
+    noop = frozenset(int(w) for w in words)
+    if max(noop) >= positions:
+        raise AutoparError(f"{a.source}: --noop-layers={text!r}: each index must be in 0..{positions - 1} "
+                           f"(--num-layers={positions})")
+    if len(noop) == positions:
+        raise AutoparError(f"{a.source}: --noop-layers={text!r} makes every one of the {positions} layers a noop")
+    return noop
+
+
+def apply_noop_layers(a: Args, model: dict[str, Any], layout: dict[str, Any],
+                      split: Callable[[Args, int, int], tuple[int, ...] | None]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Model and layout fields with the ``--noop-layers`` positions removed (see the module
+    docstring); unchanged without the flag.
+
+    Args:
+        a: the training script's arguments.
+        model: ModelSpec fields read with ``num_layers`` = ``--num-layers`` (positions).
+        layout: Strategy fields read over the positions.
+        split: ``stage_split(args, num_layers, pp)`` of :mod:`autopar.specs.script` (explicit
+            layers per stage from the first/last-stage flags, or None).
+    Returns:
+        ``(model, layout)``: ``num_layers`` the real layers, ``moe_layers`` renumbered over them,
+        ``layers_per_stage`` the real layers per stage (pp > 1).
+    Raises:
+        AutoparError: noop layers with vpp > 1 or the embedding/loss split flags, positions that
+            pp does not divide (Megatron's even split), or a stage of noop layers only.
+    """
+    positions = model["num_layers"]
+    noop = noop_layers(a, positions)
+    if not noop:
+        return model, layout
+    pp = layout["pp"]
+    why = None
+    if layout["vpp"] > 1:
+        why = f"with virtual pipeline stages (vpp={layout['vpp']})"
+    elif layout["account_for_embedding"] or layout["account_for_loss"]:
+        why = "with --account-for-embedding/loss-in-pipeline-split"
+    if why:
+        raise AutoparError(f"{a.source}: --noop-layers {why} is not modelled by autopar; drop the noop layers "
+                           "(give --num-layers the real count)")
+    real = [i for i in range(positions) if i not in noop]
+    model = dict(model, num_layers=len(real))
+    if "moe_layers" in model:
+        moe = set(model["moe_layers"])
+        model["moe_layers"] = tuple(j for j, i in enumerate(real) if i in moe)
+    if pp == 1:
+        return model, dict(layout, layers_per_stage=None)
+    stages = split(Args({k: v for k, v in a.values.items() if k != "--num-layer-list"}, a.source), positions, pp)
+    if stages is None:
+        if positions % pp:
+            raise AutoparError(f"{a.source}: --num-layers={positions} (noop layers included) is not divisible by "
+                               f"pp={pp}; Megatron splits the layer positions evenly")
+        stages = (positions // pp,) * pp
+    per_stage, start = [], 0
+    for n in stages:
+        per_stage.append(sum(1 for i in range(start, start + n) if i not in noop))
+        start += n
+    if min(per_stage) < 1:
+        raise AutoparError(f"{a.source}: --noop-layers leaves pipeline stage {per_stage.index(0)} without a real "
+                           f"layer (real layers per stage {','.join(map(str, per_stage))}); autopar costs every "
+                           "stage with >= 1 layer")
+    return model, dict(layout, layers_per_stage=tuple(per_stage))
