@@ -32,7 +32,7 @@ def test_llama2_script_values():
                                recompute_layers=None, layers_per_stage=None, account_for_embedding=False,
                                account_for_loss=False)
     assert plan.train_fields == dict(global_batch_size=256, seq_len=4096, precision="bf16", flash_attention=True,
-                                     make_vocab_size_divisible_by=1)
+                                     make_vocab_size_divisible_by=1, recompute_modules=("core_attn",))
     with pytest.raises(AutoparError, match="add --vocab-size N"):
         plan.model_spec()
     m = plan.model_spec(32000)

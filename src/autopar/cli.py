@@ -21,6 +21,7 @@ from autopar.errors import AutoparError
 from autopar.problem import Problem
 from autopar.specs import TrainSpec, device_names, load_device, make_cluster
 from autopar.specs.model import MAX_SIZE
+from autopar.specs.train import check_recompute_modules, parse_recompute_modules
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Plan the parallel layout of LLM training before spending GPU hours.")
@@ -53,6 +54,9 @@ MoeImbalance = Annotated[Optional[float], typer.Option(
 Fp8ParamStorage = Annotated[Optional[bool], typer.Option(
     "--fp8-param-storage/--no-fp8-param-storage", help="with --precision fp8: keep linear weights only in fp8 "
     "(Megatron --fp8-param-gather) \\[default: off]")]
+RecomputeModules = Annotated[Optional[str], typer.Option(
+    "--recompute-modules", help="what selective recompute re-runs (Megatron --recompute-modules), comma-separated: "
+    "core_attn, layernorm, mla_up_proj, moe_act, mlp, moe, shared_experts \\[default: core_attn]")]
 Margin = Annotated[float, typer.Option(help="memory margin: above (1-margin) x device memory is 'marginal'")]
 ProfileDb = Annotated[Optional[str], typer.Option(help="SQLite profile DB: measured operator and layer times and "
                                                  "collective fits override the model")]
@@ -128,7 +132,7 @@ def _problem(model: str | None, device: str | None, nodes: int | None, devices_p
              gbs: int | None, seq_len: int | None, precision: str | None, device_file: str | None,
              device_set: list[str] | None, flash: bool | None, vocab_pad: int | None, script: str | None = None,
              vocab_size: int | None = None, moe_token_imbalance: float | None = None,
-             fp8_param_storage: bool | None = None) -> Problem:
+             fp8_param_storage: bool | None = None, recompute_modules: str | None = None) -> Problem:
     from autopar.specs.script import read_script
     from autopar.specs.script_cli import cli_defaults, model_for
 
@@ -155,10 +159,17 @@ def _problem(model: str | None, device: str | None, nodes: int | None, devices_p
     if fp8_param_storage and precision != "fp8":
         raise AutoparError(f"--fp8-param-storage with --precision={precision}: fp8 parameter storage needs "
                            "--precision fp8")
+    if recompute_modules is not None:
+        modules, option = parse_recompute_modules(recompute_modules, "--recompute-modules"), "--recompute-modules"
+    elif plan is not None:
+        modules, option = plan.train_fields["recompute_modules"], f"{plan.path.name}: --recompute-modules"
+    else:
+        modules, option = ("core_attn",), "--recompute-modules"
+    check_recompute_modules(modules, spec, option)
     cluster = make_cluster(dev, nodes, devices_per_node)
     train = TrainSpec(global_batch_size=gbs, seq_len=seq_len, precision=precision, flash_attention=flash,
                       make_vocab_size_divisible_by=vocab_pad, moe_token_imbalance=imbalance,
-                      fp8_param_storage=bool(fp8_param_storage))
+                      fp8_param_storage=bool(fp8_param_storage), recompute_modules=modules)
     if spec.max_position_embeddings and seq_len > spec.max_position_embeddings:
         warn_on_success(f"--seq-len {seq_len} exceeds the model's max_position_embeddings "
                         f"{spec.max_position_embeddings}; planning anyway (Megatron needs it raised)")
@@ -178,6 +189,7 @@ def search(
     report: Annotated[Optional[str], typer.Option(help="write result.json, PNG charts and report.html here")] = None,
     profile_db: ProfileDb = None, profile_device: ProfileDevice = None,
     moe_token_imbalance: MoeImbalance = None, fp8_param_storage: Fp8ParamStorage = None,
+    recompute_modules: RecomputeModules = None,
     target: Annotated[str, typer.Option(help="export format the layouts must run on unchanged: megatron | mindspeed "
                                         "| torchtitan | deepspeed (one recompute for all stages) | sapp | galvatron "
                                         "(recompute per stage)")] = "megatron",
@@ -188,7 +200,8 @@ def search(
     from autopar.search import search as run_search
 
     p = _problem(model, device, nodes, devices_per_node, gbs, seq_len, precision, device_file, device_set,
-                 flash_attention, vocab_pad, script, vocab_size, moe_token_imbalance, fp8_param_storage)
+                 flash_attention, vocab_pad, script, vocab_size, moe_token_imbalance, fp8_param_storage,
+                 recompute_modules)
     from autopar.search.grid import for_target
 
     p = for_target(p, target)
@@ -331,13 +344,15 @@ def estimate(
     memory_margin: Margin = 0.10, as_json: Json = False, script: Script = None, vocab_size: VocabSize = None,
     profile_db: ProfileDb = None, profile_device: ProfileDevice = None,
     moe_token_imbalance: MoeImbalance = None, fp8_param_storage: Fp8ParamStorage = None,
+    recompute_modules: RecomputeModules = None,
 ) -> None:
     """Estimate memory (per stage) and step time (with breakdown) of one explicit layout."""
     from autopar.estimate import estimate as run_estimate
     from autopar.report.table import print_estimate
 
     p = _problem(model, device, nodes, devices_per_node, gbs, seq_len, precision, device_file, device_set,
-                 flash_attention, vocab_pad, script, vocab_size, moe_token_imbalance, fp8_param_storage)
+                 flash_attention, vocab_pad, script, vocab_size, moe_token_imbalance, fp8_param_storage,
+                 recompute_modules)
     layout = dict(tp=tp, pp=pp, cp=cp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, zero=zero, sp=sp, recompute=recompute,
                   recompute_layers=recompute_layers, layers_per_stage=layers_per_stage,
                   recompute_per_stage=recompute_per_stage, account_for_embedding=embedding_loss_split,
@@ -410,6 +425,7 @@ def export(
     recompute_per_stage: RecomputePerStage = None, embedding_loss_split: EmbeddingLoss = None,
     script: Script = None, vocab_size: VocabSize = None,
     moe_token_imbalance: MoeImbalance = None, fp8_param_storage: Fp8ParamStorage = None,
+    recompute_modules: RecomputeModules = None,
 ) -> None:
     """Write one layout as a framework config: a search result's (--from, --rank) or an explicit one."""
     from pathlib import Path
@@ -423,7 +439,8 @@ def export(
     from autopar.search.grid import for_target
 
     p = for_target(_problem(model, device, nodes, devices_per_node, gbs, seq_len, precision, device_file, device_set,
-                            flash_attention, vocab_pad, script, vocab_size, moe_token_imbalance, fp8_param_storage), fmt)
+                            flash_attention, vocab_pad, script, vocab_size, moe_token_imbalance, fp8_param_storage,
+                 recompute_modules), fmt)
     layout = dict(tp=tp, pp=pp, cp=cp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, zero=zero, sp=sp, recompute=recompute,
                   recompute_layers=recompute_layers, layers_per_stage=layers_per_stage,
                   recompute_per_stage=recompute_per_stage, account_for_embedding=embedding_loss_split,

@@ -122,15 +122,29 @@ def _zero_flags(s: Strategy, dialect: Dialect) -> dict[str, FlagValue]:
     }
 
 
-def _recompute_flags(s: Strategy, dialect: Dialect) -> dict[str, FlagValue]:
+def _recompute_flags(p: Problem, s: Strategy, dialect: Dialect) -> dict[str, FlagValue]:
     """Recompute (ecosystem.md 1.3 rule 24: ``full`` needs method and num-layers, ``selective``
-    forbids both). ``full`` with ``recompute_layers`` N is ``block`` N, else ``uniform`` 1."""
+    forbids both). ``full`` with ``recompute_layers`` N is ``block`` N, else ``uniform`` 1.
+    Selective recompute writes ``TrainSpec.recompute_modules`` as ``--recompute-modules`` when
+    they differ from Megatron's default ``core_attn`` (else the script's own choice is kept).
+
+    Raises:
+        AutoparError: other modules than ``core_attn`` for MindSpeed-LLM, whose selective
+            recompute is its own flags (``--recompute-activation-function``, ``--recompute-norm``).
+    """
     full = s.recompute == "full"
+    modules = p.train.recompute_modules
+    default = modules == ("core_attn",)
+    if s.recompute == "selective" and not default and dialect == "mindspeed":
+        raise AutoparError(f"MindSpeed-LLM: recompute modules {','.join(modules)} are Megatron-LM's "
+                           "--recompute-modules; MindSpeed-LLM recomputes the core attention under "
+                           "--recompute-granularity selective (its --recompute-activation-function and "
+                           "--recompute-norm are not modelled): keep the default core_attn")
     flags: dict[str, FlagValue] = {
         "--recompute-granularity": None if s.recompute == "none" else s.recompute,
         "--recompute-method": ("block" if s.recompute_layers else "uniform") if full else None,
         "--recompute-num-layers": str(s.recompute_layers or 1) if full else None,
-        "--recompute-modules": KEEP if s.recompute == "selective" else None,
+        "--recompute-modules": (KEEP if default else " ".join(modules)) if s.recompute == "selective" else None,
     }
     if dialect == "mindspeed":
         flags.update(dict.fromkeys(_MINDSPEED_RECOMPUTE))
@@ -164,7 +178,7 @@ def layout_flags(p: Problem, s: Strategy, dialect: Dialect = "megatron") -> dict
         flags["--context-parallel-algo"] = "megatron_cp_algo" if s.cp > 1 else KEEP
     flags.update(_split_flags(p, s, dialect))
     flags.update(_zero_flags(s, dialect))
-    flags.update(_recompute_flags(s, dialect))
+    flags.update(_recompute_flags(p, s, dialect))
     flags.update(dict.fromkeys(_ALWAYS_ABSENT))
     return flags
 

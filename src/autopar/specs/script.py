@@ -31,7 +31,7 @@ from autopar.specs.script_launch import Args, find_launch
 from autopar.specs.script_layers import apply_noop_layers, check_cp_comm_type
 from autopar.specs.model import ModelSpec
 from autopar.specs.script_vocab import vocab_size
-from autopar.specs.train import TrainSpec
+from autopar.specs.train import TrainSpec, parse_recompute_modules
 from autopar.strategy import Strategy
 
 _FSDP_ZERO = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
@@ -120,7 +120,9 @@ def read_script(path: str | Path, text: str | None = None) -> ScriptPlan:
     dp = max(1, world // (layout["tp"] * layout["pp"] * layout["cp"]))
     train = dict(global_batch_size=a.integer("--global-batch-size", mbs * dp), seq_len=a.require("--seq-length"),
                  precision=precision(a), flash_attention=flash_attention(a),
-                 make_vocab_size_divisible_by=a.integer("--make-vocab-size-divisible-by", 128))
+                 make_vocab_size_divisible_by=a.integer("--make-vocab-size-divisible-by", 128),
+                 recompute_modules=parse_recompute_modules(a.text("--recompute-modules", "core_attn"),
+                                                           f"{a.source}: --recompute-modules"))
     return ScriptPlan(path=path, text=text, framework=framework, args=a, num_nodes=launch.nnodes,
                       devices_per_node=launch.nproc_per_node, model_fields=fields, vocab_error=vocab_error,
                       train_fields=train, layout=layout)

@@ -6,7 +6,9 @@ from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from autopar.errors import AutoparError
 from autopar.specs.cluster import Precision
+from autopar.specs.model import ModelSpec
 
 # Megatron-LM ``--recompute-modules`` values (arguments.py; ecosystem.md 1.2), in its order.
 RecomputeModule = Literal["core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts"]
@@ -86,3 +88,36 @@ class TrainSpec(BaseModel):
     @property
     def grad_bytes(self) -> int:
         return 4 if self.grad_dtype == "fp32" else 2
+
+
+def parse_recompute_modules(text: str, option: str) -> tuple[str, ...]:
+    """Megatron's ``--recompute-modules`` value (names separated by spaces or commas) as a tuple.
+
+    Raises:
+        AutoparError: no name, or a name outside :data:`RECOMPUTE_MODULES` (``option`` names the
+            source in the message).
+    """
+    names = tuple(dict.fromkeys(text.replace(",", " ").split()))  # in order, duplicates dropped
+    unknown = [n for n in names if n not in RECOMPUTE_MODULES]
+    if not names or unknown:
+        raise AutoparError(f"{option}={text!r}: allowed {', '.join(RECOMPUTE_MODULES)} (one or more)")
+    return names
+
+
+def check_recompute_modules(modules: tuple[str, ...], model: ModelSpec, option: str) -> None:
+    """Megatron-LM's rules for ``--recompute-modules`` that depend on the model (ecosystem.md 1.3
+    rule 25): ``mla_up_proj`` needs MLA; ``moe_act`` and ``moe`` need MoE layers (``moe_act``
+    needs the grouped-GEMM experts every MoE layout here uses); ``shared_experts`` needs shared
+    experts.
+
+    Raises:
+        AutoparError: a module the model does not have, naming it and the model.
+    """
+    needs = {"mla_up_proj": (model.mla, "multi-latent attention"), "moe_act": (model.is_moe, "MoE layers"),
+             "moe": (model.is_moe, "MoE layers"),
+             "shared_experts": (bool(model.shared_expert_ffn_hidden_size), "shared experts")}
+    for name in modules:
+        has, what = needs.get(name, (True, ""))
+        if not has:
+            raise AutoparError(f"{option}: {name} needs {what}; model {model.name} has none "
+                               f"(allowed here: {', '.join(m for m in RECOMPUTE_MODULES if needs.get(m, (True,))[0])})")

@@ -208,6 +208,7 @@ class Recipe:
     applies: Callable[[Row], bool]
     recompute: str | None = None
     flash: bool | None = None
+    recompute_modules: tuple[str, ...] = ("core_attn",)
 
 
 RECIPES: tuple[Recipe, ...] = (
@@ -223,6 +224,13 @@ RECIPES: tuple[Recipe, ...] = (
            lambda row: row.id.startswith("DGXC") and row["model"].lower().startswith("deepseek")
            and row["gpu"].startswith("GB200"),
            recompute="selective", flash=False),
+    # The same launch.sh on H100 (512 and 1024 GPUs): --recompute_modules mla_up_proj, with
+    # NeMo's pretrain_deepseek_v3.py setting recompute_granularity='selective'; without it the
+    # layout needs about 100 GB per GPU (autopar's memory model), above the 80 GB of an H100.
+    Recipe("dgxc DeepSeek-V3 H100 launch.sh: selective recompute of mla_up_proj",
+           lambda row: row.id.startswith("DGXC") and row["model"].lower().startswith("deepseek")
+           and row["gpu"].startswith("H100"),
+           recompute="selective", recompute_modules=("mla_up_proj",)),
 )
 
 
@@ -365,6 +373,13 @@ def expert_tp_of(row: Row) -> int | None:
     return int(match.group(1)) if match else None
 
 
+def recompute_modules_of(row: Row) -> tuple[str, ...]:
+    """What selective recompute re-runs: the row's :class:`Recipe` modules, else Megatron's
+    default ``core_attn``."""
+    recipe = recipe_of(row)
+    return ("core_attn",) if recipe is None else recipe.recompute_modules
+
+
 def flash_of(row: Row, family: Family) -> bool:
     """Fused (flash) attention: the row's :class:`Recipe` value where one sets it, else the
     family's default."""
@@ -413,5 +428,5 @@ def to_case(row: Row) -> Case:
                       flash_attention=flash, tp_comm_overlap=tp_overlap_of(row, family),
                       overlap_grad_reduce=family.dp_overlap, framework=framework_of(row, family),
                       tp_backward_overlap=tp_backward_overlap_of(row, family),
-                      launch_blocking=family.launch_blocking)
+                      launch_blocking=family.launch_blocking, recompute_modules=recompute_modules_of(row))
     return Case(row, family, Problem(model_of(row, family), cluster, train), strategy, assumed)
