@@ -107,11 +107,13 @@ def _case(row_id):
 
 def test_deepseek_v3_gb200_rows_run_unfused_attention_with_core_attention_recompute():
     # dgxc-benchmarking launch.sh: GB200 --recompute_modules core_attn; no MLA fused attention on
-    # Blackwell before cuDNN 9.11. The H100 runs keep the family defaults.
+    # Blackwell before cuDNN 9.11. The H100 runs: --recompute_modules mla_up_proj, fused attention.
     gb200 = _case("DGXC2505-DSV3-GB200-BF16-128")
     assert gb200.strategy.recompute == "selective" and not gb200.problem.train.flash_attention
+    assert gb200.problem.train.recompute_modules == ("core_attn",)
     h100 = _case("DGXC2505-DSV3-H100-BF16-512")
-    assert h100.strategy.recompute == "none" and h100.problem.train.flash_attention
+    assert h100.strategy.recompute == "selective" and h100.problem.train.flash_attention
+    assert h100.problem.train.recompute_modules == ("mla_up_proj",)
     grok = _case("DGXC2505-GROK1-GB200-BF16-128")
     assert grok.strategy.recompute == "none" and grok.problem.train.flash_attention
 
