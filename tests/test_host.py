@@ -110,10 +110,10 @@ def test_deepseek_v3_gb200_rows_run_unfused_attention_with_core_attention_recomp
     # Blackwell before cuDNN 9.11. The H100 runs: --recompute_modules mla_up_proj, fused attention.
     gb200 = _case("DGXC2505-DSV3-GB200-BF16-128")
     assert gb200.strategy.recompute == "selective" and not gb200.problem.train.flash_attention
-    assert gb200.problem.train.recompute_modules == ("core_attn",)
+    assert gb200.strategy.recompute_modules == ("core_attn",)
     h100 = _case("DGXC2505-DSV3-H100-BF16-512")
     assert h100.strategy.recompute == "selective" and h100.problem.train.flash_attention
-    assert h100.problem.train.recompute_modules == ("mla_up_proj",)
+    assert h100.strategy.recompute_modules == ("mla_up_proj",)
     grok = _case("DGXC2505-GROK1-GB200-BF16-128")
     assert grok.strategy.recompute == "none" and grok.problem.train.flash_attention
 

@@ -21,7 +21,6 @@ from autopar.errors import AutoparError
 from autopar.problem import Problem
 from autopar.specs import TrainSpec, device_names, load_device, make_cluster
 from autopar.specs.model import MAX_SIZE
-from autopar.specs.train import check_recompute_modules, parse_recompute_modules
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Plan the parallel layout of LLM training before spending GPU hours.")
@@ -128,11 +127,34 @@ def _positive(name: str, value: int, upper: int = MAX_SIZE) -> int:
     return value
 
 
+def _recompute_modules(p: Problem, text: str | None) -> tuple[str, ...] | None:
+    """``--recompute-modules`` as a module tuple (None when not given).
+
+    Raises:
+        AutoparError: an unknown name, a module the model lacks (Megatron-LM rule: ecosystem.md
+            1.3 rule 25), or modules other than ``core_attn`` for a framework without a module list.
+    """
+    from autopar.rules import missing_modules
+    from autopar.strategy import DEFAULT_RECOMPUTE_MODULES, parse_recompute_modules
+
+    if text is None:
+        return None
+    modules = parse_recompute_modules(text, "--recompute-modules")
+    missing = missing_modules(p)
+    bad = [f"{n} needs {missing[n]}" for n in modules if n in missing]
+    if bad:
+        raise AutoparError(f"--recompute-modules={text!r}: {'; '.join(bad)}; model {p.model.name} has none")
+    if p.train.framework != "megatron" and modules != DEFAULT_RECOMPUTE_MODULES:
+        raise AutoparError(f"--recompute-modules={text!r} is Megatron-LM's; {p.train.framework} recomputes its own "
+                           "way (leave the default core_attn)")
+    return modules
+
+
 def _problem(model: str | None, device: str | None, nodes: int | None, devices_per_node: int | None,
              gbs: int | None, seq_len: int | None, precision: str | None, device_file: str | None,
              device_set: list[str] | None, flash: bool | None, vocab_pad: int | None, script: str | None = None,
              vocab_size: int | None = None, moe_token_imbalance: float | None = None,
-             fp8_param_storage: bool | None = None, recompute_modules: str | None = None) -> Problem:
+             fp8_param_storage: bool | None = None) -> Problem:
     from autopar.specs.script import read_script
     from autopar.specs.script_cli import cli_defaults, model_for
 
@@ -159,17 +181,10 @@ def _problem(model: str | None, device: str | None, nodes: int | None, devices_p
     if fp8_param_storage and precision != "fp8":
         raise AutoparError(f"--fp8-param-storage with --precision={precision}: fp8 parameter storage needs "
                            "--precision fp8")
-    if recompute_modules is not None:
-        modules, option = parse_recompute_modules(recompute_modules, "--recompute-modules"), "--recompute-modules"
-    elif plan is not None:
-        modules, option = plan.train_fields["recompute_modules"], f"{plan.path.name}: --recompute-modules"
-    else:
-        modules, option = ("core_attn",), "--recompute-modules"
-    check_recompute_modules(modules, spec, option)
     cluster = make_cluster(dev, nodes, devices_per_node)
     train = TrainSpec(global_batch_size=gbs, seq_len=seq_len, precision=precision, flash_attention=flash,
                       make_vocab_size_divisible_by=vocab_pad, moe_token_imbalance=imbalance,
-                      fp8_param_storage=bool(fp8_param_storage), recompute_modules=modules)
+                      fp8_param_storage=bool(fp8_param_storage))
     if spec.max_position_embeddings and seq_len > spec.max_position_embeddings:
         warn_on_success(f"--seq-len {seq_len} exceeds the model's max_position_embeddings "
                         f"{spec.max_position_embeddings}; planning anyway (Megatron needs it raised)")
@@ -198,10 +213,10 @@ def search(
     from autopar.export.megatron import megatron_args
     from autopar.report.table import search_summary, search_table
     from autopar.search import search as run_search
+    from autopar.space import SpaceOptions
 
     p = _problem(model, device, nodes, devices_per_node, gbs, seq_len, precision, device_file, device_set,
-                 flash_attention, vocab_pad, script, vocab_size, moe_token_imbalance, fp8_param_storage,
-                 recompute_modules)
+                 flash_attention, vocab_pad, script, vocab_size, moe_token_imbalance, fp8_param_storage)
     from autopar.search.grid import for_target
 
     p = for_target(p, target)
@@ -212,7 +227,9 @@ def search(
     from autopar.profile.cli import print_coverage, profiled
 
     with profiled(p, profile_db, profile_device) as coverage:
-        result = run_search(p, _positive("--top", top, upper=1000), memory_margin, target=target)
+        modules = _recompute_modules(p, recompute_modules)
+        options = SpaceOptions(recompute_modules=modules) if modules else None
+        result = run_search(p, _positive("--top", top, upper=1000), memory_margin, options=options, target=target)
         measured = coverage and coverage([e.strategy for e in result.layouts])
     best = result.layouts[0]
     best_args_refused = ""
@@ -351,12 +368,11 @@ def estimate(
     from autopar.report.table import print_estimate
 
     p = _problem(model, device, nodes, devices_per_node, gbs, seq_len, precision, device_file, device_set,
-                 flash_attention, vocab_pad, script, vocab_size, moe_token_imbalance, fp8_param_storage,
-                 recompute_modules)
+                 flash_attention, vocab_pad, script, vocab_size, moe_token_imbalance, fp8_param_storage)
     layout = dict(tp=tp, pp=pp, cp=cp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, zero=zero, sp=sp, recompute=recompute,
                   recompute_layers=recompute_layers, layers_per_stage=layers_per_stage,
                   recompute_per_stage=recompute_per_stage, account_for_embedding=embedding_loss_split,
-                  account_for_loss=embedding_loss_split)
+                  account_for_loss=embedding_loss_split, recompute_modules=_recompute_modules(p, recompute_modules))
     from autopar.profile.cli import print_coverage, profiled
 
     with profiled(p, profile_db, profile_device) as coverage:
@@ -439,12 +455,11 @@ def export(
     from autopar.search.grid import for_target
 
     p = for_target(_problem(model, device, nodes, devices_per_node, gbs, seq_len, precision, device_file, device_set,
-                            flash_attention, vocab_pad, script, vocab_size, moe_token_imbalance, fp8_param_storage,
-                 recompute_modules), fmt)
+                            flash_attention, vocab_pad, script, vocab_size, moe_token_imbalance, fp8_param_storage), fmt)
     layout = dict(tp=tp, pp=pp, cp=cp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, zero=zero, sp=sp, recompute=recompute,
                   recompute_layers=recompute_layers, layers_per_stage=layers_per_stage,
                   recompute_per_stage=recompute_per_stage, account_for_embedding=embedding_loss_split,
-                  account_for_loss=embedding_loss_split)
+                  account_for_loss=embedding_loss_split, recompute_modules=_recompute_modules(p, recompute_modules))
     if from_result:
         given = sorted(k for k, v in {**layout, "dp": dp, "schedule": schedule}.items() if v is not None)
         if given:

@@ -63,6 +63,7 @@ class Estimate:
             "zero": s.zero, "sp": s.sp, "recompute": s.recompute, "recompute_layers": s.recompute_layers,
             "schedule": s.schedule, "layers_per_stage": list(s.layers_per_stage or ()),
             "recompute_per_stage": list(s.recompute_per_stage) if s.recompute_per_stage else None,
+            "recompute_modules": list(s.recompute_modules),
             "account_for_embedding": s.account_for_embedding, "account_for_loss": s.account_for_loss,
         }
         return {

@@ -18,7 +18,8 @@ import numpy as np
 
 from autopar.errors import LayoutError
 from autopar.problem import Problem
-from autopar.strategy import LayoutBatch, Strategy, default_layers_per_stage, split_first_middle_last
+from autopar.strategy import (DEFAULT_MODULE_MASK, LayoutBatch, Strategy, default_layers_per_stage, module_mask,
+                              split_first_middle_last)
 
 Check = Callable[[Problem, LayoutBatch], np.ndarray]
 Reason = Callable[[Problem, Strategy], str]
@@ -64,6 +65,22 @@ def _embedding_loss_reason(p: Problem, s: Strategy) -> str:
             f"num_layers + {e} + {l} = {total} must be a multiple of pp*vpp = {s.pp}*{s.vpp} = {s.pp * s.vpp}, "
             f"with >= 2 per model chunk so the embedding and loss chunks keep a decoder layer (Megatron-Core "
             f"TransformerConfig: 'num_layers ... must be divisible by pipeline_model_parallel_size')")
+
+
+def missing_modules(p: Problem) -> dict[str, str]:
+    """Recompute modules the model does not have, each with what it needs (ecosystem.md 1.3 rule
+    25: ``mla_up_proj`` needs MLA; ``moe_act`` needs the grouped-GEMM experts, ``moe`` MoE
+    layers, ``shared_experts`` shared experts)."""
+    m = p.model
+    needs = {"mla_up_proj": (m.mla, "multi-latent attention"), "moe_act": (m.is_moe, "MoE layers"),
+             "moe": (m.is_moe, "MoE layers"), "shared_experts": (bool(m.shared_expert_ffn_hidden_size), "shared experts")}
+    return {name: what for name, (has, what) in needs.items() if not has}
+
+
+def _modules_reason(p: Problem, s: Strategy) -> str:
+    missing = missing_modules(p)
+    bad = [f"{n} needs {missing[n]}" for n in s.recompute_modules if n in missing]
+    return f"recompute_modules {','.join(s.recompute_modules)}: {'; '.join(bad)}; model {p.model.name} has none"
 
 
 def _gbs(p: Problem) -> int:
@@ -196,6 +213,17 @@ RULES: tuple[Rule, ...] = (
         lambda p, s: f"a MoE model with tp={s.tp} needs sequence parallelism (--sp): Megatron-Core "
         "MoELayer raises 'performance may degrade if MoE and tensor parallelism are enabled "
         "without also enabling sequence parallelism' in training",
+    ),
+    Rule(
+        "recompute_modules_in_model",
+        lambda p, b: (b.recompute_modules & module_mask(tuple(missing_modules(p)))) == 0,
+        _modules_reason,
+    ),
+    Rule(
+        "recompute_modules_megatron",
+        lambda p, b: (b.recompute_modules == DEFAULT_MODULE_MASK) | (p.train.framework == "megatron"),
+        lambda p, s: f"recompute_modules {','.join(s.recompute_modules)} is Megatron-LM's --recompute-modules; "
+        f"{p.train.framework} recomputes its own way (leave the default core_attn)",
     ),
     Rule(
         "fp8_param_gather_needs_sharding",

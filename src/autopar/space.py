@@ -3,7 +3,9 @@
 Every combination of: ``tp``, ``cp``, ``pp`` whose product divides the world (``dp`` is the
 rest), ``vpp`` (1, or a divisor >= 2 of the layers per stage), ``mbs``, ZeRO stage, SP on/off,
 activation recompute (none, selective, full on every layer, or full on 1/4, 1/2, 3/4 of each
-chunk's layers), and for MoE models ``ep`` (divisors of the expert count) with ``etp`` = tp or 1.
+chunk's layers; selective with Megatron's default ``core_attn`` and, where the model has them,
+with the memory-saving modules too: :func:`autopar.cost.recompute.memory_saving_modules`), and
+for MoE models ``ep`` (divisors of the expert count) with ``etp`` = tp or 1.
 
 Embedding/loss-aware splits (Megatron's ``--account-for-embedding-in-pipeline-split`` and
 ``--account-for-loss-in-pipeline-split``, both on) are offered for a ``(pp, vpp > 1)`` exactly
@@ -25,12 +27,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autopar.cost.recompute import memory_saving_modules
 from autopar.errors import AutoparError
 from autopar.problem import Problem
-from autopar.strategy import LayoutBatch
+from autopar.strategy import DEFAULT_RECOMPUTE_MODULES, LayoutBatch, module_mask
 
 
-# Candidate layouts one search may hold (13 int64 columns plus the cost arrays): 22.8 million took
+# Candidate layouts one search may hold (14 int64 columns plus the cost arrays): 22.8 million took
 # 32 s and 5 GB (DeepSeek-V3 on 800,000 devices); the 2,048-GPU DeepSeek-V3 search holds about one million.
 MAX_LAYOUTS = 10_000_000
 
@@ -43,7 +46,9 @@ def divisors(n: int) -> list[int]:
 
 @dataclass(frozen=True)
 class SpaceOptions:
-    """Which values of each knob to enumerate (``None`` = all sensible values)."""
+    """Which values of each knob to enumerate (``None`` = all sensible values).
+    ``recompute_modules``: the one module set selective recompute uses (None: Megatron's default
+    and the model's memory-saving set)."""
 
     mbs: tuple[int, ...] = (1, 2, 4, 8)
     zero: tuple[int, ...] = (0, 1, 2, 3)
@@ -52,6 +57,7 @@ class SpaceOptions:
     tp: tuple[int, ...] | None = None
     pp: tuple[int, ...] | None = None
     cp: tuple[int, ...] | None = None
+    recompute_modules: tuple[str, ...] | None = None
 
 
 def _grid(p: Problem, opt: SpaceOptions) -> list[tuple[int, int, int, int, int]]:
@@ -77,11 +83,15 @@ def _grid(p: Problem, opt: SpaceOptions) -> list[tuple[int, int, int, int, int]]
     return out
 
 
-def _recompute_options(p: Problem, pp: int, vpp: int, opt: SpaceOptions) -> list[tuple[int, int]]:
-    """(recompute code, recompute_layers) pairs: none, selective, full-all, full-partial."""
+def _recompute_options(p: Problem, pp: int, vpp: int, opt: SpaceOptions) -> list[tuple[int, int, int]]:
+    """(recompute code, recompute_layers, module mask) triples: none, selective with each module
+    set, full-all, full-partial."""
     per_chunk = max(p.model.num_layers // (pp * vpp), 1)
     partial = sorted({int(per_chunk * f) for f in opt.recompute_fractions} - {0, per_chunk})
-    return [(0, 0), (1, 0), (2, 0)] + [(2, n) for n in partial]
+    default = module_mask(DEFAULT_RECOMPUTE_MODULES)
+    sets = [opt.recompute_modules] if opt.recompute_modules else [DEFAULT_RECOMPUTE_MODULES, memory_saving_modules(p)]
+    selective = [(1, 0, mask) for mask in dict.fromkeys(module_mask(m) for m in sets)]
+    return [(0, 0, default)] + selective + [(2, 0, default)] + [(2, n, default) for n in partial]
 
 
 def _expert_options(p: Problem, tp: int) -> list[tuple[int, int]]:
@@ -117,18 +127,19 @@ def enumerate_layouts(p: Problem, opt: SpaceOptions | None = None) -> LayoutBatc
     for (tp, cp, pp, vpp, accounted), experts, recompute in grid:
         dp = p.world_size // (tp * cp * pp)
         ie, ir, m, z, s = _product(np.arange(len(experts)), np.arange(len(recompute)), mbs, zero, sp)
-        block = np.empty((len(ie), 13), dtype=np.int64)
+        block = np.empty((len(ie), 14), dtype=np.int64)
         block[:, :5] = (dp, tp, pp, vpp, cp)
         block[:, 5:7] = experts[ie]
         block[:, 7], block[:, 8], block[:, 9] = m, s, z
-        block[:, 10:12] = recompute[ir]
+        block[:, 10:12] = recompute[ir, :2]
         block[:, 12] = accounted
+        block[:, 13] = recompute[ir, 2]
         blocks.append(block)
-    a = np.concatenate(blocks) if blocks else np.zeros((0, 13), dtype=np.int64)
+    a = np.concatenate(blocks) if blocks else np.zeros((0, 14), dtype=np.int64)
     gbs = p.train.global_batch_size
     return LayoutBatch(
         dp=a[:, 0], tp=a[:, 1], pp=a[:, 2], vpp=a[:, 3], cp=a[:, 4], ep=a[:, 5], etp=a[:, 6],
         mbs=a[:, 7], sp=a[:, 8].astype(bool), zero=a[:, 9], recompute=a[:, 10],
         recompute_layers=a[:, 11], num_microbatches=gbs // (a[:, 7] * a[:, 0]),
-        account_embedding=a[:, 12].astype(bool), account_loss=a[:, 12].astype(bool),
+        account_embedding=a[:, 12].astype(bool), account_loss=a[:, 12].astype(bool), recompute_modules=a[:, 13],
     )

@@ -8,16 +8,19 @@ Terms follow Megatron-LM: ``dp`` data parallel, ``tp`` tensor parallel (``sp`` =
 sequence parallel), ``pp`` pipeline stages, ``vpp`` model chunks per pipeline rank (1 = no
 interleaving), ``cp`` context parallel, ``ep``/``etp`` expert parallel and expert tensor
 parallel, ``mbs`` micro-batch size, ``zero`` 0-3 (1 = Megatron distributed optimizer), and
-activation recompute ``none``/``selective`` (core attention)/``full`` (whole layers).
+activation recompute ``none``/``selective`` (Megatron's ``--recompute-modules``, core attention by
+default)/``full`` (whole layers).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from autopar.errors import AutoparError
 
 # Layout fields are bounded like model sizes: the rules multiply them in int64 (etp*ep*pp,
 # recompute_layers*vpp*pp), and a search result edited to 2^63 overflowed.
@@ -27,6 +30,37 @@ Recompute = Literal["none", "selective", "full"]
 Schedule = Literal["1f1b", "interleaved"]
 RECOMPUTE_CODES: dict[str, int] = {"none": 0, "selective": 1, "full": 2}
 RECOMPUTE_NAMES: tuple[str, ...] = ("none", "selective", "full")
+# Megatron-LM ``--recompute-modules`` values (arguments.py; ecosystem.md 1.2), in its order; what
+# each frees and re-runs: autopar.cost.recompute. A LayoutBatch holds a set as a bit mask.
+RecomputeModule = Literal["core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts"]
+RECOMPUTE_MODULES: tuple[str, ...] = get_args(RecomputeModule)
+DEFAULT_RECOMPUTE_MODULES: tuple[str, ...] = ("core_attn",)
+
+
+def module_mask(names: tuple[str, ...]) -> int:
+    """Bit mask of recompute module ``names`` (bit i = :data:`RECOMPUTE_MODULES` [i])."""
+    return sum(1 << RECOMPUTE_MODULES.index(n) for n in set(names))
+
+
+def module_names(mask: int) -> tuple[str, ...]:
+    """The recompute modules of bit ``mask``, in :data:`RECOMPUTE_MODULES` order."""
+    return tuple(n for i, n in enumerate(RECOMPUTE_MODULES) if mask >> i & 1)
+
+
+DEFAULT_MODULE_MASK = module_mask(DEFAULT_RECOMPUTE_MODULES)
+
+
+def parse_recompute_modules(text: str, option: str) -> tuple[str, ...]:
+    """Megatron's ``--recompute-modules`` value (names separated by spaces or commas) as a tuple.
+
+    Raises:
+        AutoparError: no name, or a name outside :data:`RECOMPUTE_MODULES` (``option`` names the
+            source in the message).
+    """
+    names = tuple(dict.fromkeys(text.replace(",", " ").split()))  # in order, duplicates dropped
+    if not names or any(n not in RECOMPUTE_MODULES for n in names):
+        raise AutoparError(f"{option}={text!r}: allowed {', '.join(RECOMPUTE_MODULES)} (one or more)")
+    return names
 
 
 class Strategy(BaseModel):
@@ -46,6 +80,9 @@ class Strategy(BaseModel):
     must be None, and a tuple with one distinct value is stored as ``None`` with that
     ``recompute``. Megatron-LM, MindSpeed-LLM, torchtitan and DeepSpeed have one setting for
     all stages, so their writers refuse such a layout (:mod:`autopar.export.per_stage`).
+
+    ``recompute_modules``: what ``selective`` recompute re-runs, Megatron's
+    ``--recompute-modules`` (default ``core_attn``); other sets only with a selective stage.
 
     ``account_for_embedding`` / ``account_for_loss``: Megatron-LM's
     ``--account-for-embedding-in-pipeline-split`` / ``--account-for-loss-in-pipeline-split``
@@ -74,6 +111,7 @@ class Strategy(BaseModel):
     schedule: Schedule = "1f1b"
     layers_per_stage: tuple[int, ...] | None = None
     recompute_per_stage: tuple[Recompute, ...] | None = None
+    recompute_modules: tuple[RecomputeModule, ...] = Field(default=DEFAULT_RECOMPUTE_MODULES, min_length=1)
     account_for_embedding: bool = False
     account_for_loss: bool = False
 
@@ -103,6 +141,24 @@ class Strategy(BaseModel):
             raise ValueError(f"recompute={data['recompute']!r} with recompute_per_stage: recompute must be the "
                              f"heaviest per-stage option {heaviest!r} (or omitted)")
         return dict(data, recompute=heaviest, recompute_per_stage=per_stage if len(set(per_stage)) > 1 else None)
+
+    @field_validator("recompute_modules")
+    @classmethod
+    def _ordered_modules(cls, names: tuple[str, ...]) -> tuple[str, ...]:
+        """A module set in Megatron's order, without repeats."""
+        return module_names(module_mask(names))
+
+    @model_validator(mode="after")
+    def _modules_need_selective(self) -> "Strategy":
+        """Modules other than the default only where a stage recomputes selectively.
+
+        Raises:
+            ValueError: non-default modules with no selective stage.
+        """
+        if self.recompute_modules != DEFAULT_RECOMPUTE_MODULES and "selective" not in self.stage_recompute:
+            raise ValueError(f"recompute_modules={','.join(self.recompute_modules)} applies to selective recompute; "
+                             f"this layout recomputes {'/'.join(sorted(set(self.stage_recompute)))}")
+        return self
 
     @property
     def stage_recompute(self) -> tuple[str, ...]:
@@ -217,7 +273,8 @@ class LayoutBatch:
     ``recompute`` holds :data:`RECOMPUTE_CODES`; ``recompute_layers`` 0 means "all layers";
     ``etp`` is already resolved (never None). ``num_microbatches`` is gbs / (mbs * dp).
     ``account_embedding`` / ``account_loss`` (bool) are :attr:`Strategy.account_for_embedding`
-    / ``account_for_loss``; omitted, they are all False.
+    / ``account_for_loss``; omitted, they are all False. ``recompute_modules`` is the bit mask
+    (:func:`module_mask`) of :attr:`Strategy.recompute_modules`; omitted, ``core_attn``.
     """
 
     dp: np.ndarray
@@ -235,11 +292,19 @@ class LayoutBatch:
     num_microbatches: np.ndarray
     account_embedding: np.ndarray | None = None
     account_loss: np.ndarray | None = None
+    recompute_modules: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         for name in ("account_embedding", "account_loss"):
             if getattr(self, name) is None:
                 setattr(self, name, np.zeros(self.dp.shape[0], dtype=bool))
+        if self.recompute_modules is None:
+            self.recompute_modules = np.full(self.dp.shape[0], DEFAULT_MODULE_MASK, dtype=np.int64)
+
+    def module_on(self, name: str) -> np.ndarray:
+        """Where selective recompute re-runs module ``name`` (bool, ``(n,)``; whether a row
+        recomputes selectively at all is ``recompute == 1``)."""
+        return (self.recompute_modules >> RECOMPUTE_MODULES.index(name) & 1).astype(bool)
 
     @property
     def accounted(self) -> np.ndarray:
@@ -275,6 +340,7 @@ class LayoutBatch:
             recompute_layers=col(s.recompute_layers or 0),
             num_microbatches=col(global_batch_size // (s.mbs * s.dp)),
             account_embedding=col(s.account_for_embedding, bool), account_loss=col(s.account_for_loss, bool),
+            recompute_modules=col(module_mask(s.recompute_modules)),
         )
 
     def strategy(self, i: int, num_layers: int) -> Strategy:
@@ -289,5 +355,7 @@ class LayoutBatch:
             recompute_layers=int(self.recompute_layers[i]) or None,
             schedule="interleaved" if self.vpp[i] > 1 else "1f1b",
             layers_per_stage=default_layers_per_stage(num_layers, pp, embedding, loss),
+            recompute_modules=module_names(int(self.recompute_modules[i])) if recompute == "selective"
+            else DEFAULT_RECOMPUTE_MODULES,
             account_for_embedding=embedding, account_for_loss=loss,
         )

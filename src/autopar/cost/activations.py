@@ -46,8 +46,8 @@ def _sp_shard(batch: LayoutBatch) -> np.ndarray:
 def attention_bytes(p: Problem, batch: LayoutBatch, selective: np.ndarray) -> np.ndarray:
     """Attention block (input norm to output-projection dropout) for one micro-batch.
 
-    ``selective``: bool array; True where selective recompute discards what its
-    ``TrainSpec.recompute_modules`` re-run (:mod:`autopar.cost.recompute`): ``core_attn`` the
+    ``selective``: bool array; True where selective recompute discards what the layout's
+    ``recompute_modules`` re-run (:mod:`autopar.cost.recompute`): ``core_attn`` the
     core-attention internals, ``mla_up_proj`` MLA's q, k, v and the up-projections' normed
     latents, ``layernorm`` the output of MLA's separate input norm.
     """
@@ -55,7 +55,7 @@ def attention_bytes(p: Problem, batch: LayoutBatch, selective: np.ndarray) -> np
     t, shard = batch.tp, _sp_shard(batch)
     drop = 1.0 if m.dropout else 0.0
     h = m.hidden_size
-    mods = p.train.recompute_modules
+    on = lambda name: selective & batch.module_on(name)  # noqa: E731
     out = BF16 * n * h * 2 / shard  # norm input and QKV GEMM input
     if m.mla:
         # Megatron-Core multi_latent_attention.py: the duplicated down-projections run on the SP
@@ -65,7 +65,7 @@ def attention_bytes(p: Problem, batch: LayoutBatch, selective: np.ndarray) -> np
         out = out + BF16 * n * latent / shard
         qkv_width = m.q_width + m.num_attention_heads * (m.qk_nope_head_dim + m.qk_rope_head_dim) + m.v_width
         up_proj = BF16 * n * (m.q_lora_rank + m.kv_lora_rank) / shard + BF16 * n * qkv_width / t
-        out = out - np.where(selective, ("mla_up_proj" in mods) * up_proj + ("layernorm" in mods) * BF16 * n * h / shard, 0.0)
+        out = out - np.where(on("mla_up_proj"), up_proj, 0.0) - np.where(on("layernorm"), BF16 * n * h / shard, 0.0)
     else:
         qkv_width = m.q_width + 2 * m.kv_width
     out = out + BF16 * n * qkv_width / t
@@ -75,14 +75,14 @@ def attention_bytes(p: Problem, batch: LayoutBatch, selective: np.ndarray) -> np
     else:
         scores = n * p.train.seq_len * m.num_attention_heads / t  # elements of one s x s/cp map set
         internals = BF16 * scores + drop * (scores + BF16 * scores)  # softmax (+ mask, dropout out)
-    core = attn_out + np.where(selective & ("core_attn" in mods), 0.0, internals)
+    core = attn_out + np.where(on("core_attn"), 0.0, internals)
     return out + core + drop * n * h / shard
 
 
-def mlp_bytes(p: Problem, batch: LayoutBatch, moe: bool, selective: np.ndarray | bool = False) -> np.ndarray:
+def mlp_bytes(p: Problem, batch: LayoutBatch, moe: bool, selective: np.ndarray | None = None) -> np.ndarray:
     """MLP block (pre-MLP norm to its dropout) for one micro-batch; ``moe`` for MoE layers.
 
-    ``selective``: True where selective recompute discards what its ``recompute_modules`` re-run
+    ``selective``: True where selective recompute discards what the layout's ``recompute_modules`` re-run
     (:mod:`autopar.cost.recompute`): ``mlp`` a dense MLP's internals (its input stays),
     ``moe`` a MoE block's (:func:`autopar.cost.moe.moe_block_bytes`), ``moe_act`` the routed
     experts' activation output, ``shared_experts`` their internals, ``layernorm`` the output of
@@ -92,19 +92,18 @@ def mlp_bytes(p: Problem, batch: LayoutBatch, moe: bool, selective: np.ndarray |
     t, shard = batch.tp, _sp_shard(batch)
     drop = 1.0 if m.dropout else 0.0
     h = m.hidden_size
-    mods = p.train.recompute_modules
+    selective = np.zeros(len(batch), dtype=bool) if selective is None else selective
+    on = lambda name: selective & batch.module_on(name)  # noqa: E731
     per_ffn = 6 if m.gated_mlp else 4  # bytes per token per unit of FFN width (see module doc)
     out = BF16 * n * h * 2 / shard + drop * n * h / shard  # norm input, fc1 input, mask
     if not moe:
         internals = BF16 * n * h / shard + per_ffn * n * m.ffn_hidden_size / t  # fc1 input, fc1/act outputs
-        return out + per_ffn * n * m.ffn_hidden_size / t - np.where(selective & ("mlp" in mods), internals, 0.0)
+        return out + per_ffn * n * m.ffn_hidden_size / t - np.where(on("mlp"), internals, 0.0)
     block = moe_cost.moe_block_bytes(p, batch)
-    freed = ("moe" in mods) * block
-    if "moe" not in mods:
-        act_out = BF16 * moe_cost.expert_rows(p, batch) * m.moe_ffn_hidden_size / batch.etp
-        freed = freed + ("moe_act" in mods) * act_out + ("shared_experts" in mods) * moe_cost.shared_expert_bytes(p, batch)
-    freed = freed + ("layernorm" in mods) * BF16 * n * h / shard
-    return out + block - np.where(selective, freed, 0.0)
+    act_out = BF16 * moe_cost.expert_rows(p, batch) * m.moe_ffn_hidden_size / batch.etp
+    parts = np.where(on("moe_act"), act_out, 0.0) + np.where(on("shared_experts"), moe_cost.shared_expert_bytes(p, batch), 0.0)
+    freed = np.where(on("moe"), block, parts) + np.where(on("layernorm"), BF16 * n * h / shard, 0.0)
+    return out + block - freed
 
 
 def layer_input_bytes(p: Problem, batch: LayoutBatch) -> np.ndarray:

@@ -130,19 +130,18 @@ def _shared_expert_ops(p: Problem, batch: LayoutBatch) -> np.ndarray:
 
 
 def selective_ops(p: Problem, batch: LayoutBatch, moe: bool) -> np.ndarray:
-    """Host ops one layer re-runs under selective recompute with ``TrainSpec.recompute_modules``
-    (:mod:`autopar.cost.recompute`): the forward ops of each re-run module, counted as in
-    :func:`layer_forward_ops`; :data:`MLA_UP_PROJ_OPS` for MLA's up-projections."""
-    m, mods = p.model, p.train.recompute_modules
+    """Host ops one layer re-runs under selective recompute with the layout's
+    ``recompute_modules`` (:mod:`autopar.cost.recompute`): the forward ops of each re-run
+    module, counted as in :func:`layer_forward_ops`; :data:`MLA_UP_PROJ_OPS` for MLA's
+    up-projections."""
+    m, on = p.model, batch.module_on
     tp_ops = np.where(batch.tp > 1, TP_OPS_PER_BLOCK, 0)
-    ops = np.zeros(len(batch)) + ("core_attn" in mods) * core_attention_ops(p)
-    ops = ops + ("layernorm" in mods) * separate_norms(p, moe)
-    ops = ops + ("mla_up_proj" in mods and m.mla) * MLA_UP_PROJ_OPS
+    ops = on("core_attn") * core_attention_ops(p) + on("layernorm") * separate_norms(p, moe)
+    ops = ops + on("mla_up_proj") * (MLA_UP_PROJ_OPS if m.mla else 0)
     if not moe:
-        return ops + ("mlp" in mods) * (MLP_OPS - 1 + tp_ops)  # norm + fc1, activation, fc2
-    if "moe" in mods:
-        return ops + moe_mlp_ops(p, batch)
-    return ops + ("moe_act" in mods) * ACTIVATION_OPS + ("shared_experts" in mods) * _shared_expert_ops(p, batch)
+        return ops + on("mlp") * (MLP_OPS - 1 + tp_ops)  # norm + fc1, activation, fc2
+    parts = on("moe_act") * ACTIVATION_OPS + on("shared_experts") * _shared_expert_ops(p, batch)
+    return ops + np.where(on("moe"), moe_mlp_ops(p, batch), parts)
 
 
 def layer_backward_ops(p: Problem, batch: LayoutBatch, moe: bool) -> np.ndarray:

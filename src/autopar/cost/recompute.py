@@ -20,6 +20,7 @@ What each re-runs (:func:`layer_recompute_s`):
   with theirs; ``moe``: the whole MoE block - router, permutation, dispatch and combine
   all-to-all (and the etp gathers), routed and shared experts.
 
+The set is a layout field (``Strategy.recompute_modules``, a bit mask per ``LayoutBatch`` row).
 torchtitan (``TrainSpec.framework='torchtitan'``) has no module list: its selective recompute is
 per-op SAC (:func:`layer_recompute_s`). Units: seconds, arrays over layouts.
 """
@@ -68,40 +69,33 @@ def layer_recompute_s(p: Problem, batch: LayoutBatch, layer: C.LayerTimes, moe: 
         mlp_even = F.Gemm(n, m.ffn_hidden_size / t, h) if m.gated_mlp else F.Gemm(n, h, m.ffn_hidden_size / t)
         even = [F.Gemm(n, m.kv_width / t, h), F.Gemm(n, h, m.v_width / t), mlp_even]
         return sum(C.gemm_time_s(p, g) for g in even) + layer.elementwise_s
-    mods = p.train.recompute_modules
+    on = batch.module_on
     n_seq = n / np.where(batch.sp, t, 1)
-    total = np.zeros(len(batch))
-    if "core_attn" in mods:
-        total = total + layer.attention_s
-    if "layernorm" in mods:
-        total = total + separate_norms(p, moe) * _norm_pass_s(p, batch, h, n_seq)
-    if "mla_up_proj" in mods and m.mla:
+    total = np.where(on("core_attn"), layer.attention_s, 0.0)
+    total = total + np.where(on("layernorm"), separate_norms(p, moe) * _norm_pass_s(p, batch, h, n_seq), 0.0)
+    if m.mla:
         # attention_gemms order: kv down, kv up, output, then q down + q up (or one q projection,
         # which the checkpointed function runs when there is no q latent).
         gemms = F.attention_gemms(p, batch)
-        up = [gemms[1], gemms[-1]]
-        total = (total + sum(C.gemm_time_s(p, g) for g in up) + C.memory_time_s(p, F.rope_bytes(p, batch))
-                 + _norm_pass_s(p, batch, m.q_lora_rank + m.kv_lora_rank, n_seq) + 2 * C.KERNEL_OVERHEAD_S)
+        up_s = (C.gemm_time_s(p, gemms[1]) + C.gemm_time_s(p, gemms[-1]) + C.memory_time_s(p, F.rope_bytes(p, batch))
+                + _norm_pass_s(p, batch, m.q_lora_rank + m.kv_lora_rank, n_seq) + 2 * C.KERNEL_OVERHEAD_S)
+        total = total + np.where(on("mla_up_proj"), up_s, 0.0)
     if not moe:
-        if "mlp" in mods:
-            mlp_s = sum(C.gemm_time_s(p, g) for g in F.mlp_gemms(p, batch, False))
-            total = total + mlp_s + C.memory_time_s(p, F.mlp_elementwise_bytes(p, batch, False)) \
-                + _norm_pass_s(p, batch, h, n_seq)
-        return total
+        mlp_s = (sum(C.gemm_time_s(p, g) for g in F.mlp_gemms(p, batch, False))
+                 + C.memory_time_s(p, F.mlp_elementwise_bytes(p, batch, False)) + _norm_pass_s(p, batch, h, n_seq))
+        return total + np.where(on("mlp"), mlp_s, 0.0)
     gemms = F.mlp_gemms(p, batch, True)
-    if "moe" in mods:
-        return (total + sum(C.gemm_time_s(p, g) for g in gemms)
-                + C.memory_time_s(p, F.mlp_elementwise_bytes(p, batch, True))
-                + moe_cost.MOE_EXTRA_KERNELS * C.KERNEL_OVERHEAD_S)
-    if "moe_act" in mods:
-        rows = moe_cost.expert_rows(p, batch)
-        total = total + C.memory_time_s(p, F.activation_pass_bytes(p, rows, m.moe_ffn_hidden_size / batch.etp)) \
-            + C.KERNEL_OVERHEAD_S
-    if "shared_experts" in mods and m.shared_expert_ffn_hidden_size:
+    block_s = (sum(C.gemm_time_s(p, g) for g in gemms) + C.memory_time_s(p, F.mlp_elementwise_bytes(p, batch, True))
+               + moe_cost.MOE_EXTRA_KERNELS * C.KERNEL_OVERHEAD_S)
+    rows = moe_cost.expert_rows(p, batch)
+    act_s = C.memory_time_s(p, F.activation_pass_bytes(p, rows, m.moe_ffn_hidden_size / batch.etp)) + C.KERNEL_OVERHEAD_S
+    parts = np.where(on("moe_act"), act_s, 0.0)
+    if m.shared_expert_ffn_hidden_size:
         shared = gemms[3:]  # router, routed fc1, routed fc2, then the shared fc1, fc2
-        total = (total + sum(C.gemm_time_s(p, g) for g in shared)
-                 + C.memory_time_s(p, F.activation_pass_bytes(p, n, m.shared_expert_ffn_hidden_size / t)))
-    return total
+        shared_s = (sum(C.gemm_time_s(p, g) for g in shared)
+                    + C.memory_time_s(p, F.activation_pass_bytes(p, n, m.shared_expert_ffn_hidden_size / t)))
+        parts = parts + np.where(on("shared_experts"), shared_s, 0.0)
+    return total + np.where(on("moe"), block_s, parts)
 
 
 def stage_recompute_s(p: Problem, batch: LayoutBatch, dense: C.LayerTimes, moe: C.LayerTimes,
@@ -116,25 +110,38 @@ def stage_recompute_s(p: Problem, batch: LayoutBatch, dense: C.LayerTimes, moe: 
     return n_dense * layer_recompute_s(p, batch, dense, False) + n_moe * moe_s
 
 
-def extra_tp_collectives(p: Problem, n_dense: np.ndarray, n_moe: np.ndarray) -> np.ndarray:
+def extra_tp_collectives(p: Problem, batch: LayoutBatch, n_dense: np.ndarray, n_moe: np.ndarray) -> np.ndarray:
     """TP collective pairs (all-gather + reduce-scatter with SP, else one all-reduce) that
     selective recompute repeats per micro-batch: one per dense layer under ``mlp``, the MoE MLP
     block's (:func:`autopar.cost.moe.mlp_tp_collective_pairs`) per MoE layer under ``moe`` or
     ``shared_experts``."""
     if p.train.framework == "torchtitan":
-        return np.zeros(np.shape(n_dense))
-    mods = p.train.recompute_modules
-    moe_block = ("moe" in mods) or ("shared_experts" in mods)
-    return n_dense * ("mlp" in mods) + n_moe * moe_cost.mlp_tp_collective_pairs(p) * moe_block
+        return np.zeros(len(batch))
+    on = batch.module_on
+    moe_block = on("moe") | on("shared_experts")
+    return n_dense * on("mlp") + n_moe * moe_cost.mlp_tp_collective_pairs(p) * moe_block
 
 
-def extra_ep_passes(p: Problem, n_moe: np.ndarray) -> np.ndarray:
+def extra_ep_passes(p: Problem, batch: LayoutBatch, n_moe: np.ndarray) -> np.ndarray:
     """MoE layers' worth of forward expert-parallel traffic (dispatch and combine, etp gathers:
     half of :func:`autopar.cost.moe.layer_comm_s`) that ``moe`` recompute repeats per micro-batch."""
-    moe = p.train.framework != "torchtitan" and "moe" in p.train.recompute_modules
-    return 0.5 * n_moe * moe
+    return 0.5 * n_moe * (batch.module_on("moe") & (p.train.framework != "torchtitan"))
 
 
-def reruns_core_attention(p: Problem) -> bool:
-    """Whether selective recompute runs the core attention again (and with it the CP ring)."""
-    return p.train.framework != "torchtitan" and "core_attn" in p.train.recompute_modules
+def reruns_core_attention(p: Problem, batch: LayoutBatch) -> np.ndarray:
+    """Where selective recompute runs the core attention again (and with it the CP ring)."""
+    return batch.module_on("core_attn") & (p.train.framework != "torchtitan")
+
+
+def memory_saving_modules(p: Problem) -> tuple[str, ...]:
+    """Megatron's default ``core_attn`` plus the output-discarding modules the model has -
+    ``layernorm`` (MLA or MoE layers), ``mla_up_proj`` (MLA), ``moe_act`` (MoE): "modules with
+    smaller computational workload but larger memory occupation" (Megatron-LM DeepSeek-V3 GB200
+    guide, baseline item 8), the set the search offers besides the default. Only ``core_attn``
+    for a framework other than Megatron-LM (no module list there) or a dense GQA model."""
+    m = p.model
+    if p.train.framework != "megatron":
+        return ("core_attn",)
+    extra = (["layernorm"] if m.mla or m.is_moe else []) + (["mla_up_proj"] if m.mla else []) + \
+        (["moe_act"] if m.is_moe else [])
+    return ("core_attn", *extra)

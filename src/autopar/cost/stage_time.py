@@ -97,7 +97,7 @@ def stage_time(p: Problem, batch: LayoutBatch, stages: Stages) -> StageTime:
     moe_mlp_pairs = moe_cost.mlp_tp_collective_pairs(p)
     fwd_pairs = 2 * n_dense + (1 + moe_mlp_pairs) * n_moe
     recomputed_pairs = recomputed * fwd_pairs / np.maximum(stages.layers, 1)
-    selective_pairs = np.where(selective, recompute_cost.extra_tp_collectives(p, n_dense, n_moe), 0.0)
+    selective_pairs = np.where(selective, recompute_cost.extra_tp_collectives(p, batch, n_dense, n_moe), 0.0)
     tp_collectives = 2 * fwd_pairs + recomputed_pairs + selective_pairs + first + last
     tp = tp_collectives * one_collective
     if not p.train.tp_comm_overlap:
@@ -124,7 +124,7 @@ def stage_time(p: Problem, batch: LayoutBatch, stages: Stages) -> StageTime:
     exposed_fwd, exposed_bwd = attn.ring_exposed_s(p, batch, dense.attention_s)
     merge_fwd_bytes, merge_bwd_bytes = attn.ring_merge_bytes(p, batch)
     fwd_passes = stages.layers + recomputed  # + the core attention Megatron's selective recompute reruns
-    fwd_passes = fwd_passes + np.where(selective & recompute_cost.reruns_core_attention(p), stages.layers, 0)
+    fwd_passes = fwd_passes + np.where(selective & recompute_cost.reruns_core_attention(p, batch), stages.layers, 0)
     cp = np.where(batch.cp > 1, fwd_passes * (exposed_fwd + C.memory_time_s(p, merge_fwd_bytes))
                   + stages.layers * (exposed_bwd + C.memory_time_s(p, merge_bwd_bytes)), 0.0)
 
@@ -132,7 +132,7 @@ def stage_time(p: Problem, batch: LayoutBatch, stages: Stages) -> StageTime:
     # (+ the etp gathers), the forward half again for recomputed MoE layers, the MTP layers.
     if m.is_moe:
         moe_recomputed = recomputed * n_moe / np.maximum(stages.layers, 1)
-        ep_passes = n_moe + 0.5 * moe_recomputed + np.where(selective, recompute_cost.extra_ep_passes(p, n_moe), 0.0)
+        ep_passes = n_moe + 0.5 * moe_recomputed + np.where(selective, recompute_cost.extra_ep_passes(p, batch, n_moe), 0.0)
         ep = ep_passes * moe_cost.layer_comm_s(p, batch)
         ep = ep + np.where(last, mtp.ep_comm_s(p, batch), 0.0)
     else:

@@ -135,6 +135,19 @@ def recompute_args(p: ScriptPlan) -> str | None:
     return "recompute method/num-layers without full granularity" if gran != "full" and has else None
 
 
+def recompute_modules(p: ScriptPlan) -> str | None:
+    """Rule 25: ``moe_act`` needs ``--moe-grouped-gemm``, ``mla_up_proj`` needs
+    ``--multi-latent-attention``, ``shared_experts`` conflicts with ``--moe-shared-expert-overlap``."""
+    modules = p.layout["recompute_modules"] if p.layout["recompute"] == "selective" else ()
+    if "moe_act" in modules and not p.args.has("--moe-grouped-gemm"):
+        return "--recompute-modules moe_act without --moe-grouped-gemm"
+    if "mla_up_proj" in modules and not p.args.has("--multi-latent-attention"):
+        return "--recompute-modules mla_up_proj without --multi-latent-attention"
+    if "shared_experts" in modules and p.args.has("--moe-shared-expert-overlap"):
+        return "--recompute-modules shared_experts with --moe-shared-expert-overlap"
+    return None
+
+
 def overlap_param_gather(p: ScriptPlan) -> str | None:
     """Rule 28: param-gather overlap needs the distributed optimizer (or FSDP) and grad overlap."""
     if not p.args.has("--overlap-param-gather"):
@@ -165,7 +178,7 @@ def layer_list_rules(p: ScriptPlan) -> str | None:
 MEGATRON_CHECKS: tuple[Check, ...] = (
     world_divisible, expert_grid, batch_divisible, heads_divisible, sp_needs_tp, cp_divides_seq,
     experts_divisible, expert_bias_needs_sigmoid, one_vpp_form, interleave_needs_pp, stage_split, interleaved_microbatches, recompute_args,
-    overlap_param_gather, one_precision,
+    recompute_modules, overlap_param_gather, one_precision,
 )
 MINDSPEED_CHECKS: tuple[Check, ...] = MEGATRON_CHECKS + (layer_list_rules,)
 

@@ -15,7 +15,7 @@ from typing import Literal
 from autopar.errors import AutoparError
 from autopar.export.per_stage import require_uniform_recompute
 from autopar.problem import Problem
-from autopar.strategy import Strategy, default_layers_per_stage
+from autopar.strategy import DEFAULT_RECOMPUTE_MODULES, Strategy, default_layers_per_stage
 
 Dialect = Literal["megatron", "mindspeed"]
 FlagValue = str | bool | None
@@ -122,19 +122,19 @@ def _zero_flags(s: Strategy, dialect: Dialect) -> dict[str, FlagValue]:
     }
 
 
-def _recompute_flags(p: Problem, s: Strategy, dialect: Dialect) -> dict[str, FlagValue]:
+def _recompute_flags(s: Strategy, dialect: Dialect) -> dict[str, FlagValue]:
     """Recompute (ecosystem.md 1.3 rule 24: ``full`` needs method and num-layers, ``selective``
     forbids both). ``full`` with ``recompute_layers`` N is ``block`` N, else ``uniform`` 1.
-    Selective recompute writes ``TrainSpec.recompute_modules`` as ``--recompute-modules`` when
-    they differ from Megatron's default ``core_attn`` (else the script's own choice is kept).
+    Selective recompute writes the layout's ``recompute_modules`` as ``--recompute-modules``
+    when they differ from Megatron's default ``core_attn`` (else the script's own choice is kept).
 
     Raises:
         AutoparError: other modules than ``core_attn`` for MindSpeed-LLM, whose selective
             recompute is its own flags (``--recompute-activation-function``, ``--recompute-norm``).
     """
     full = s.recompute == "full"
-    modules = p.train.recompute_modules
-    default = modules == ("core_attn",)
+    modules = s.recompute_modules
+    default = modules == DEFAULT_RECOMPUTE_MODULES
     if s.recompute == "selective" and not default and dialect == "mindspeed":
         raise AutoparError(f"MindSpeed-LLM: recompute modules {','.join(modules)} are Megatron-LM's "
                            "--recompute-modules; MindSpeed-LLM recomputes the core attention under "
@@ -178,7 +178,7 @@ def layout_flags(p: Problem, s: Strategy, dialect: Dialect = "megatron") -> dict
         flags["--context-parallel-algo"] = "megatron_cp_algo" if s.cp > 1 else KEEP
     flags.update(_split_flags(p, s, dialect))
     flags.update(_zero_flags(s, dialect))
-    flags.update(_recompute_flags(p, s, dialect))
+    flags.update(_recompute_flags(s, dialect))
     flags.update(dict.fromkeys(_ALWAYS_ABSENT))
     return flags
 

@@ -12,7 +12,8 @@ from autopar.problem import Problem
 from autopar.strategy import Strategy
 
 _FIELDS = ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "zero", "sp", "recompute", "recompute_layers",
-           "schedule", "layers_per_stage", "recompute_per_stage", "account_for_embedding", "account_for_loss")
+           "schedule", "layers_per_stage", "recompute_per_stage", "recompute_modules", "account_for_embedding",
+           "account_for_loss")
 
 
 def strategy_from_result(path: str, rank: int, p: Problem) -> Strategy:
@@ -44,6 +45,11 @@ def strategy_from_result(path: str, rank: int, p: Problem) -> Strategy:
             raise AutoparError(f"--from={path!r}: layout {rank} {key}={value!r}: expected a list (one entry per "
                                "pipeline stage) or null")
         fields[key] = tuple(value or ()) or None
+    if "recompute_modules" in fields:
+        if not isinstance(fields["recompute_modules"], list):
+            raise AutoparError(f"--from={path!r}: layout {rank} recompute_modules={fields['recompute_modules']!r}: "
+                               "expected a list of module names")
+        fields["recompute_modules"] = tuple(fields["recompute_modules"])
     try:
         s = Strategy.model_validate(fields, strict=True)  # a JSON true or "8" is not a size
     except ValidationError as err:

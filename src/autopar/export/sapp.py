@@ -18,15 +18,20 @@ from typing import Any
 from autopar.errors import AutoparError
 from autopar.export.layout_flags import stage_layers
 from autopar.problem import Problem
-from autopar.strategy import Strategy
+from autopar.strategy import DEFAULT_RECOMPUTE_MODULES, Strategy
 
 
 def config(p: Problem, s: Strategy) -> dict[str, Any]:
     """``{"pipeline_stage", "pp_interleave_num", "offset", "recompute", "select_recompute"}``.
 
     Raises:
-        AutoparError: with vpp > 1, a stage whose layers are not a multiple of vpp.
+        AutoparError: with vpp > 1, a stage whose layers are not a multiple of vpp; recompute
+            modules other than ``core_attn`` (Megatron-LM's ``--recompute-modules``; MindFormers'
+            ``select_recompute`` is its own selective recompute).
     """
+    if s.recompute_modules != DEFAULT_RECOMPUTE_MODULES:
+        raise AutoparError(f"SAPP arrays: recompute modules {','.join(s.recompute_modules)} are Megatron-LM's "
+                           "--recompute-modules; MindFormers' select_recompute is its own: keep the default core_attn")
     split = stage_layers(p, s)
     base = p.model.num_layers // s.pp
     if s.vpp > 1 and any(n % s.vpp for n in split):

@@ -8,7 +8,7 @@ from rich.table import Table
 from autopar.estimate import Estimate
 from autopar.search import SearchResult
 from autopar.specs import DeviceSpec
-from autopar.strategy import default_layers_per_stage
+from autopar.strategy import DEFAULT_RECOMPUTE_MODULES, Strategy, default_layers_per_stage
 
 GIB = 2**30
 
@@ -51,23 +51,34 @@ def layout_label(e: Estimate) -> str:
 
 
 _SHORT = {"none": "n", "selective": "s", "full": "f"}
+_MODULE_SHORT = {"core_attn": "attn", "layernorm": "norm", "mla_up_proj": "mla", "moe_act": "act", "mlp": "mlp",
+                 "moe": "moe", "shared_experts": "shared"}
 
 
 def recompute_label(e: Estimate) -> str:
-    """``selective``, ``full x2`` (layers per chunk), or per stage runs such as ``f,f,s,n,n`` as
+    """``selective``, ``sel attn+norm+mla+act`` (selective with other modules than core_attn:
+    attn/norm/mla/act/mlp/moe/shared = core_attn/layernorm/mla_up_proj/moe_act/mlp/moe/
+    shared_experts), ``full x2`` (layers per chunk), or per stage runs such as ``f,f,s,n,n`` as
     ``f2 s1 n2`` (f/s/n = full/selective/none, counts of consecutive stages)."""
     s = e.strategy
+    if s.recompute_modules != DEFAULT_RECOMPUTE_MODULES:
+        modules = "sel " + "+".join(_MODULE_SHORT[m] for m in s.recompute_modules)
+        return modules if not s.recompute_per_stage else f"{_per_stage_label(s)} ({modules})"
     if s.recompute_per_stage:
-        runs: list[list] = []
-        for name in s.recompute_per_stage:
-            if runs and runs[-1][0] == name:
-                runs[-1][1] += 1
-            else:
-                runs.append([name, 1])
-        return "per stage " + " ".join(f"{_SHORT[name]}{count}" for name, count in runs)
+        return _per_stage_label(s)
     if s.recompute == "full" and s.recompute_layers:
         return f"full x{s.recompute_layers}"
     return s.recompute
+
+
+def _per_stage_label(s: Strategy) -> str:
+    runs: list[list] = []
+    for name in s.recompute_per_stage or ():
+        if runs and runs[-1][0] == name:
+            runs[-1][1] += 1
+        else:
+            runs.append([name, 1])
+    return "per stage " + " ".join(f"{_SHORT[name]}{count}" for name, count in runs)
 
 
 def search_table(result: SearchResult) -> Table:

@@ -18,18 +18,16 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Callable
 
 import numpy as np
-from pydantic import ValidationError
 
 from autopar.cost.stage import bounding_stages
 from autopar.cost.step import evaluate
-from autopar.errors import AutoparError, from_validation_error
+from autopar.errors import AutoparError
 from autopar.estimate import DEFAULT_MEMORY_MARGIN, Estimate, estimate
 from autopar.export.per_stage import PER_STAGE_OPTIONS
 from autopar.pipeline.rebalance import TARGETS, TableCache, rank, rebalance_estimate
 from autopar.problem import Problem
 from autopar.rules import RULES, first_failure
 from autopar.space import SpaceOptions, enumerate_layouts
-from autopar.specs import TrainSpec
 from autopar.strategy import SIMPLICITY_ORDER, LayoutBatch, Strategy
 
 GIB = 2**30
@@ -90,11 +88,7 @@ def for_target(p: Problem, target: str) -> Problem:
               "deepspeed": {"framework": "deepspeed", "tp_backward_overlap": False}}.get(target)
     if update is None:
         return p
-    try:
-        train = TrainSpec.model_validate({**p.train.model_dump(), **update})
-    except ValidationError as err:
-        raise from_validation_error(err, f"--target {target}") from None
-    return Problem(p.model, p.cluster, train)
+    return Problem(p.model, p.cluster, p.train.model_copy(update=update))
 
 
 def refusal(p: Problem, target: str, strategy: Strategy) -> str | None:

@@ -31,8 +31,8 @@ from autopar.specs.script_launch import Args, find_launch
 from autopar.specs.script_layers import apply_noop_layers, check_cp_comm_type
 from autopar.specs.model import ModelSpec
 from autopar.specs.script_vocab import vocab_size
-from autopar.specs.train import TrainSpec, parse_recompute_modules
-from autopar.strategy import Strategy
+from autopar.specs.train import TrainSpec
+from autopar.strategy import DEFAULT_RECOMPUTE_MODULES, Strategy, parse_recompute_modules
 
 _FSDP_ZERO = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
 # Megatron-LM's --position-embedding-type choices (arguments.py); only learned_absolute adds parameters.
@@ -120,9 +120,7 @@ def read_script(path: str | Path, text: str | None = None) -> ScriptPlan:
     dp = max(1, world // (layout["tp"] * layout["pp"] * layout["cp"]))
     train = dict(global_batch_size=a.integer("--global-batch-size", mbs * dp), seq_len=a.require("--seq-length"),
                  precision=precision(a), flash_attention=flash_attention(a),
-                 make_vocab_size_divisible_by=a.integer("--make-vocab-size-divisible-by", 128),
-                 recompute_modules=parse_recompute_modules(a.text("--recompute-modules", "core_attn"),
-                                                           f"{a.source}: --recompute-modules"))
+                 make_vocab_size_divisible_by=a.integer("--make-vocab-size-divisible-by", 128))
     return ScriptPlan(path=path, text=text, framework=framework, args=a, num_nodes=launch.nnodes,
                       devices_per_node=launch.nproc_per_node, model_fields=fields, vocab_error=vocab_error,
                       train_fields=train, layout=layout)
@@ -309,12 +307,15 @@ def layout_fields(a: Args, num_layers: int) -> dict[str, Any]:
     chunk = size("--recompute-num-layers", 1)
     if granularity == "full" and method == "block":
         layers = chunk
+    # Megatron reads --recompute-modules under selective granularity only (and ignores it otherwise).
+    modules = parse_recompute_modules(a.text("--recompute-modules", "core_attn"), f"{a.source}: --recompute-modules")
     ep = size("--expert-model-parallel-size", 1)
     etp = size("--expert-tensor-parallel-size", tp)
     return dict(tp=tp, pp=pp, vpp=vpp or 1, cp=size("--context-parallel-size", 1), ep=ep, etp=etp,
                 mbs=size("--micro-batch-size", 1), sp=a.has("--sequence-parallel") and tp > 1, zero=zero,
                 recompute=granularity, recompute_layers=layers, layers_per_stage=stage_split(a, num_layers, pp),
-                account_for_embedding=embedding, account_for_loss=loss)
+                account_for_embedding=embedding, account_for_loss=loss,
+                recompute_modules=modules if granularity == "selective" else DEFAULT_RECOMPUTE_MODULES)
 
 
 def stage_split(a: Args, num_layers: int, pp: int) -> tuple[int, ...] | None:

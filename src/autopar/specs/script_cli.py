@@ -14,7 +14,8 @@ CLI_FALLBACKS: dict[str, Any] = dict(nodes=1, devices_per_node=None, gbs=1024, s
                                      flash=True, vocab_pad=128)
 LAYOUT_FALLBACKS: dict[str, Any] = dict(tp=1, pp=1, cp=1, vpp=1, ep=1, etp=None, mbs=1, zero=1, sp=False,
                                         recompute="none", recompute_layers=None, layers_per_stage=None,
-                                        account_for_embedding=False, account_for_loss=False)
+                                        account_for_embedding=False, account_for_loss=False,
+                                        recompute_modules=("core_attn",))
 # Embedding/loss split switches: from the script unless an explicit split replaces them.
 _SCRIPT_ONLY = ("account_for_embedding", "account_for_loss")
 

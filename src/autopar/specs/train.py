@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
-from autopar.errors import AutoparError
 from autopar.specs.cluster import Precision
-from autopar.specs.model import ModelSpec
-
-# Megatron-LM ``--recompute-modules`` values (arguments.py; ecosystem.md 1.2), in its order.
-RecomputeModule = Literal["core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts"]
-RECOMPUTE_MODULES: tuple[str, ...] = get_args(RecomputeModule)
 
 
 class TrainSpec(BaseModel):
@@ -53,11 +47,6 @@ class TrainSpec(BaseModel):
         "the input-gradient all-reduce / reduce-scatter runs under the weight-gradient GEMM, the SP input "
         "re-gather under the data-gradient GEMM (autopar.cost.tp_overlap); off for DeepSpeed's Megatron fork "
         "and torchtitan without AsyncTP")
-    recompute_modules: tuple[RecomputeModule, ...] = Field(
-        default=("core_attn",), min_length=1,
-        description="what selective recompute re-runs (Megatron --recompute-modules, default core_attn): "
-        "core_attn, layernorm, mla_up_proj, moe_act, mlp, moe, shared_experts (autopar.cost.recompute); "
-        "applies to every layout or stage with recompute 'selective'")
     launch_blocking: bool = Field(
         default=False,
         description="CUDA_LAUNCH_BLOCKING=1: every kernel launch waits for the kernel, so the host's "
@@ -72,15 +61,6 @@ class TrainSpec(BaseModel):
         "= FSDP2 with fp32 sharded parameters, per-op selective AC, fp32 full-vocabulary loss "
         "(autopar.cost.framework_memory)")
 
-    @model_validator(mode="after")
-    def _megatron_only_modules(self) -> "TrainSpec":
-        """``recompute_modules`` other than Megatron's default is a Megatron-LM option: torchtitan's
-        selective recompute is per-op SAC and DeepSpeed checkpoints whole layers."""
-        if self.framework != "megatron" and self.recompute_modules != ("core_attn",):
-            raise ValueError(f"recompute_modules={','.join(self.recompute_modules)} is a Megatron-LM option; "
-                             f"framework {self.framework} recomputes its own way (leave the default core_attn)")
-        return self
-
     @property
     def tokens_per_step(self) -> int:
         return self.global_batch_size * self.seq_len
@@ -88,36 +68,3 @@ class TrainSpec(BaseModel):
     @property
     def grad_bytes(self) -> int:
         return 4 if self.grad_dtype == "fp32" else 2
-
-
-def parse_recompute_modules(text: str, option: str) -> tuple[str, ...]:
-    """Megatron's ``--recompute-modules`` value (names separated by spaces or commas) as a tuple.
-
-    Raises:
-        AutoparError: no name, or a name outside :data:`RECOMPUTE_MODULES` (``option`` names the
-            source in the message).
-    """
-    names = tuple(dict.fromkeys(text.replace(",", " ").split()))  # in order, duplicates dropped
-    unknown = [n for n in names if n not in RECOMPUTE_MODULES]
-    if not names or unknown:
-        raise AutoparError(f"{option}={text!r}: allowed {', '.join(RECOMPUTE_MODULES)} (one or more)")
-    return names
-
-
-def check_recompute_modules(modules: tuple[str, ...], model: ModelSpec, option: str) -> None:
-    """Megatron-LM's rules for ``--recompute-modules`` that depend on the model (ecosystem.md 1.3
-    rule 25): ``mla_up_proj`` needs MLA; ``moe_act`` and ``moe`` need MoE layers (``moe_act``
-    needs the grouped-GEMM experts every MoE layout here uses); ``shared_experts`` needs shared
-    experts.
-
-    Raises:
-        AutoparError: a module the model does not have, naming it and the model.
-    """
-    needs = {"mla_up_proj": (model.mla, "multi-latent attention"), "moe_act": (model.is_moe, "MoE layers"),
-             "moe": (model.is_moe, "MoE layers"),
-             "shared_experts": (bool(model.shared_expert_ffn_hidden_size), "shared experts")}
-    for name in modules:
-        has, what = needs.get(name, (True, ""))
-        if not has:
-            raise AutoparError(f"{option}: {name} needs {what}; model {model.name} has none "
-                               f"(allowed here: {', '.join(m for m in RECOMPUTE_MODULES if needs.get(m, (True,))[0])})")

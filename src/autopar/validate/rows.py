@@ -301,7 +301,7 @@ def strategy_of(row: Row, family: Family, assumed: list[str]) -> Strategy:
     return Strategy(
         dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=row.int("ep") or 1, etp=expert_tp_of(row), mbs=mbs, sp=sp,
         zero=_zero(row, family, assumed), recompute=_recompute(row, family, assumed),
-        schedule="interleaved" if vpp > 1 else "1f1b", **split,
+        recompute_modules=recompute_modules_of(row), schedule="interleaved" if vpp > 1 else "1f1b", **split,
     )
 
 
@@ -428,5 +428,5 @@ def to_case(row: Row) -> Case:
                       flash_attention=flash, tp_comm_overlap=tp_overlap_of(row, family),
                       overlap_grad_reduce=family.dp_overlap, framework=framework_of(row, family),
                       tp_backward_overlap=tp_backward_overlap_of(row, family),
-                      launch_blocking=family.launch_blocking, recompute_modules=recompute_modules_of(row))
+                      launch_blocking=family.launch_blocking)
     return Case(row, family, Problem(model_of(row, family), cluster, train), strategy, assumed)
