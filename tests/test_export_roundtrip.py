@@ -68,6 +68,10 @@ def test_config_writers_round_trip(case):
         else:
             assert galvatron.check(doc, p.world_size, p.model.num_layers) == []
             assert [int(x) for x in doc["pp_division"].split(",")] == list(stage_layers(p, s))
+    if s.recompute_modules != ("core_attn",):  # Megatron-LM's --recompute-modules: only its writer
+        with pytest.raises(AutoparError, match="SAPP cannot express this layout: recompute modules"):
+            sapp.write(p, s)
+        return
     arrays = json.loads(sapp.write(p, s))
     if s.vpp == 1:
         assert sum(arrays["offset"]) == p.model.num_layers % s.pp

@@ -226,7 +226,7 @@ def test_script_recompute_modules_are_read_and_written_back(tmp_path):
     s = Strategy(dp=8, ep=8, etp=1, recompute="selective", recompute_modules=("moe_act", "layernorm"))
     assert "--recompute-modules moe_act layernorm" in WRITERS["megatron"](p, s)
     assert "--recompute-modules" not in WRITERS["megatron"](p, s.model_copy(update={"recompute_modules": ("core_attn",)}))
-    with pytest.raises(AutoparError, match="MindSpeed-LLM: recompute modules moe_act,layernorm"):
+    with pytest.raises(AutoparError, match="MindSpeed-LLM cannot express this layout: recompute modules moe_act"):
         WRITERS["mindspeed"](p, s)
     bad = tmp_path / "bad.sh"
     bad.write_text(text.replace("--moe-grouped-gemm", "--moe-grouped-gemm --recompute-modules attn"))
@@ -250,7 +250,18 @@ def test_exported_module_sets_pass_megatrons_checks(tmp_path):
 
 def test_writers_without_a_module_list_refuse_other_sets():
     s = _dsv3_layout(("core_attn", "moe_act"))
-    with pytest.raises(AutoparError, match="SAPP arrays: recompute modules core_attn,moe_act are Megatron-LM's"):
-        WRITERS["sapp"](DSV3, s)
+    for fmt, name in (("sapp", "SAPP"), ("torchtitan", "torchtitan"), ("deepspeed", "DeepSpeed")):
+        with pytest.raises(AutoparError, match=f"{name} cannot express this layout: recompute modules core_attn,moe_act"):
+            WRITERS[fmt](DSV3, s)
     res = _cli(["export", "--format", "torchtitan", *DSV3_CLI[:-1], "--recompute-modules", "core_attn,moe_act"])
     assert res.exit_code == 2 and "is Megatron-LM's; torchtitan recomputes its own way" in res.stderr, res.stderr
+
+
+def test_search_targets_without_module_lists_try_only_core_attn():
+    p = make_problem("mixtral-8x7b", nodes=2, gbs=256)
+    for target in ("mindspeed", "sapp"):
+        result = search(p, top_k=30, target=target)
+        assert all(e.strategy.recompute_modules == ("core_attn",) for e in result.layouts)
+    res = _cli(["search", "--model", "mixtral-8x7b", "--device", "h100-80gb", "--nodes", "2", "--gbs", "256",
+                "--target", "sapp", "--recompute-modules", "moe_act"])
+    assert res.exit_code == 2 and "error: --recompute-modules moe_act with --target sapp: only megatron" in res.stderr

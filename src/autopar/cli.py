@@ -7,7 +7,6 @@ traceback. ``--json`` prints one stable JSON document (see the README) on stdout
 from __future__ import annotations
 
 import json
-import math
 import sys
 from functools import wraps
 from typing import Annotated, Any, Callable, Optional
@@ -17,10 +16,11 @@ from rich.console import Console
 from typer.rich_utils import rich_format_error
 from rich.markup import escape
 
+from autopar.cli_inputs import (positive, problem_from_options, recompute_modules_option, strategy_from_options,
+                                take_warnings)
 from autopar.errors import AutoparError
 from autopar.problem import Problem
-from autopar.specs import TrainSpec, device_names, load_device, make_cluster
-from autopar.specs.model import MAX_SIZE
+from autopar.specs import device_names, load_device
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Plan the parallel layout of LLM training before spending GPU hours.")
@@ -62,33 +62,20 @@ ProfileDb = Annotated[Optional[str], typer.Option(help="SQLite profile DB: measu
 ProfileDevice = Annotated[Optional[str], typer.Option(help="device name inside --profile-db (default: its only one)")]
 
 
-# ``warning:`` lines of the running command, printed only if it succeeds (see :func:`warn_on_success`).
-_PENDING_WARNINGS: list[str] = []
-
-
-def warn_on_success(message: str) -> None:
-    """Queue a ``warning:`` line for stderr, printed when the command finishes without error.
-
-    A command that then fails prints its one ``error:`` line alone (e.g. ``--seq-len`` above the
-    model's positions, then no layout fits): bad input gives exactly one line.
-    """
-    _PENDING_WARNINGS.append(message)
-
-
 def _user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Turn :class:`AutoparError` into one red line on stderr and exit code 2; on success print
-    the queued :func:`warn_on_success` lines."""
+    the queued :func:`autopar.cli_inputs.warn_on_success` lines."""
 
     @wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        _PENDING_WARNINGS.clear()
+        take_warnings()
         try:
             result = fn(*args, **kwargs)
         except AutoparError as err:
             err_console.print(f"[red]error:[/] {escape(str(err))}", highlight=False, soft_wrap=True)
             raise typer.Exit(code=2) from None
         finally:
-            queued, _PENDING_WARNINGS[:] = list(_PENDING_WARNINGS), []
+            queued = take_warnings()
         for message in queued:
             err_console.print(f"[yellow]warning:[/] {escape(message)}", highlight=False, soft_wrap=True)
         return result
@@ -120,77 +107,6 @@ def target_warning(p: Problem, layouts: list, target: str) -> str | None:
     return f"--target {target} cannot run #1 unchanged ({first}); {where}"
 
 
-def _positive(name: str, value: int, upper: int = MAX_SIZE) -> int:
-    """``value`` if it lies in 1..upper, else one error line naming the option."""
-    if not 0 < value <= upper:
-        raise AutoparError(f"{name}={value}: must be an integer in 1..{upper}")
-    return value
-
-
-def _recompute_modules(p: Problem, text: str | None) -> tuple[str, ...] | None:
-    """``--recompute-modules`` as a module tuple (None when not given).
-
-    Raises:
-        AutoparError: an unknown name, a module the model lacks (Megatron-LM rule: ecosystem.md
-            1.3 rule 25), or modules other than ``core_attn`` for a framework without a module list.
-    """
-    from autopar.rules import missing_modules
-    from autopar.strategy import DEFAULT_RECOMPUTE_MODULES, parse_recompute_modules
-
-    if text is None:
-        return None
-    modules = parse_recompute_modules(text, "--recompute-modules")
-    missing = missing_modules(p)
-    bad = [f"{n} needs {missing[n]}" for n in modules if n in missing]
-    if bad:
-        raise AutoparError(f"--recompute-modules={text!r}: {'; '.join(bad)}; model {p.model.name} has none")
-    if p.train.framework != "megatron" and modules != DEFAULT_RECOMPUTE_MODULES:
-        raise AutoparError(f"--recompute-modules={text!r} is Megatron-LM's; {p.train.framework} recomputes its own "
-                           "way (leave the default core_attn)")
-    return modules
-
-
-def _problem(model: str | None, device: str | None, nodes: int | None, devices_per_node: int | None,
-             gbs: int | None, seq_len: int | None, precision: str | None, device_file: str | None,
-             device_set: list[str] | None, flash: bool | None, vocab_pad: int | None, script: str | None = None,
-             vocab_size: int | None = None, moe_token_imbalance: float | None = None,
-             fp8_param_storage: bool | None = None) -> Problem:
-    from autopar.specs.script import read_script
-    from autopar.specs.script_cli import cli_defaults, model_for
-
-    plan = read_script(script) if script else None
-    v = cli_defaults(plan, dict(nodes=nodes, devices_per_node=devices_per_node, gbs=gbs, seq_len=seq_len,
-                                precision=precision, flash=flash, vocab_pad=vocab_pad))
-    nodes, devices_per_node, gbs, seq_len = v["nodes"], v["devices_per_node"], v["gbs"], v["seq_len"]
-    precision, flash, vocab_pad = v["precision"], v["flash"], v["vocab_pad"]
-    if precision not in ("bf16", "fp16", "fp8"):
-        raise AutoparError(f"--precision={precision!r}: allowed bf16, fp16, fp8")
-    _positive("--gbs", gbs, upper=2**30)
-    _positive("--seq-len", seq_len, upper=2**24)
-    _positive("--make-vocab-size-divisible-by", vocab_pad)
-    spec = model_for(model, plan, vocab_size)
-    dev = load_device(device, device_file, device_set)
-    dev.peak(precision)  # unknown precision for this device: one clear error now
-    imbalance = 1.0 if moe_token_imbalance is None else moe_token_imbalance
-    if not (math.isfinite(imbalance) and 1.0 <= imbalance <= 1e3):
-        raise AutoparError(f"--moe-token-imbalance={imbalance}: must be a number in 1..1000 "
-                           "(1 = balanced routing; the capacity factor with token dropping/padding)")
-    if imbalance != 1.0 and spec.num_experts == 0:  # would be ignored: no routed tokens to imbalance
-        raise AutoparError(f"--moe-token-imbalance={imbalance}: model {spec.name} has no routed experts; the "
-                           "option applies to MoE models only")
-    if fp8_param_storage and precision != "fp8":
-        raise AutoparError(f"--fp8-param-storage with --precision={precision}: fp8 parameter storage needs "
-                           "--precision fp8")
-    cluster = make_cluster(dev, nodes, devices_per_node)
-    train = TrainSpec(global_batch_size=gbs, seq_len=seq_len, precision=precision, flash_attention=flash,
-                      make_vocab_size_divisible_by=vocab_pad, moe_token_imbalance=imbalance,
-                      fp8_param_storage=bool(fp8_param_storage))
-    if spec.max_position_embeddings and seq_len > spec.max_position_embeddings:
-        warn_on_success(f"--seq-len {seq_len} exceeds the model's max_position_embeddings "
-                        f"{spec.max_position_embeddings}; planning anyway (Megatron needs it raised)")
-    return Problem(spec, cluster, train)
-
-
 @app.command()
 @_user_errors
 def search(
@@ -215,7 +131,7 @@ def search(
     from autopar.search import search as run_search
     from autopar.space import SpaceOptions
 
-    p = _problem(model, device, nodes, devices_per_node, gbs, seq_len, precision, device_file, device_set,
+    p = problem_from_options(model, device, nodes, devices_per_node, gbs, seq_len, precision, device_file, device_set,
                  flash_attention, vocab_pad, script, vocab_size, moe_token_imbalance, fp8_param_storage)
     from autopar.search.grid import for_target
 
@@ -227,9 +143,9 @@ def search(
     from autopar.profile.cli import print_coverage, profiled
 
     with profiled(p, profile_db, profile_device) as coverage:
-        modules = _recompute_modules(p, recompute_modules)
+        modules = recompute_modules_option(p, recompute_modules)
         options = SpaceOptions(recompute_modules=modules) if modules else None
-        result = run_search(p, _positive("--top", top, upper=1000), memory_margin, options=options, target=target)
+        result = run_search(p, positive("--top", top, upper=1000), memory_margin, options=options, target=target)
         measured = coverage and coverage([e.strategy for e in result.layouts])
     best = result.layouts[0]
     best_args_refused = ""
@@ -298,56 +214,6 @@ EmbeddingLoss = Annotated[Optional[bool], typer.Option(
     "--account-for-embedding/loss-in-pipeline-split; e.g. 126 layers pp 8 vpp 8) \\[default: off]")]
 
 
-def _strategy(p: Problem, script: str | None, layout: dict[str, Any], dp: int | None, schedule: str | None):
-    """The explicit layout: options given, else the script's layout, else the defaults."""
-    from pydantic import ValidationError
-
-    from autopar.errors import from_validation_error
-    from autopar.specs.script import read_script
-    from autopar.specs.script_cli import layout_defaults
-    from autopar.strategy import Strategy
-
-    split = layout.pop("layers_per_stage")
-    per_stage = layout.pop("recompute_per_stage", None)
-    if split:
-        try:
-            layout["layers_per_stage"] = tuple(int(x) for x in split.split(","))
-        except ValueError:
-            raise AutoparError(f"--layers-per-stage={split!r}: expected integers like 7,8,8,7") from None
-    else:
-        layout["layers_per_stage"] = None
-    lay = layout_defaults(read_script(script) if script else None, layout)
-    if per_stage:
-        lay["recompute_per_stage"] = tuple(x.strip() for x in per_stage.split(","))
-        lay["recompute"] = layout.get("recompute")  # None: the heaviest per-stage option
-    for name in ("tp", "pp", "cp", "vpp", "ep", "mbs"):
-        _positive(f"--{name}", lay[name])
-    for name, value in (("--dp", dp), ("--etp", lay["etp"]), ("--recompute-layers", lay["recompute_layers"])):
-        if value is not None:  # 2^63 - 1 wrapped negative in the int64 rule arithmetic (or overflowed)
-            _positive(name, value)
-    if layout["etp"] is not None and p.model.num_experts == 0 and layout["etp"] != lay["tp"]:  # was ignored
-        raise AutoparError(f"--etp={layout['etp']}: model {p.model.name} has no routed experts; expert tensor "
-                           "parallelism applies to MoE models only (leave --etp unset)")
-    model_size = lay["tp"] * lay["pp"] * lay["cp"]
-    if dp is None:
-        if p.world_size % model_size:
-            from autopar.rules import model_tp_values
-            from autopar.space import divisors
-
-            pp_cp = lay["pp"] * lay["cp"]
-            fit = model_tp_values(p, divisors(p.world_size // pp_cp) if p.world_size % pp_cp == 0 else [], lay["etp"])
-            raise AutoparError(
-                f"--tp={lay['tp']} --pp={lay['pp']} --cp={lay['cp']}: tp*pp*cp = {model_size} does not divide the "
-                f"world size {p.world_size} (nodes x devices per node); with these pp and cp, --tp may be "
-                f"{', '.join(map(str, fit)) or 'nothing (reduce --pp/--cp)'} (the divisors of world/(pp*cp) that "
-                f"{p.model.name}'s heads, KV heads and FFN widths allow)")
-        dp = p.world_size // model_size
-    try:
-        return Strategy(dp=dp, schedule=schedule or ("interleaved" if lay["vpp"] > 1 else "1f1b"), **lay)
-    except ValidationError as err:
-        raise from_validation_error(err, "layout", as_option=True) from None
-
-
 @app.command()
 @_user_errors
 def estimate(
@@ -367,18 +233,18 @@ def estimate(
     from autopar.estimate import estimate as run_estimate
     from autopar.report.table import print_estimate
 
-    p = _problem(model, device, nodes, devices_per_node, gbs, seq_len, precision, device_file, device_set,
+    p = problem_from_options(model, device, nodes, devices_per_node, gbs, seq_len, precision, device_file, device_set,
                  flash_attention, vocab_pad, script, vocab_size, moe_token_imbalance, fp8_param_storage)
     layout = dict(tp=tp, pp=pp, cp=cp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, zero=zero, sp=sp, recompute=recompute,
                   recompute_layers=recompute_layers, layers_per_stage=layers_per_stage,
                   recompute_per_stage=recompute_per_stage, account_for_embedding=embedding_loss_split,
-                  account_for_loss=embedding_loss_split, recompute_modules=_recompute_modules(p, recompute_modules))
+                  account_for_loss=embedding_loss_split, recompute_modules=recompute_modules_option(p, recompute_modules))
     from autopar.profile.cli import print_coverage, profiled
 
     with profiled(p, profile_db, profile_device) as coverage:
         if not 0 <= memory_margin < 1:
             raise AutoparError(f"--memory-margin={memory_margin}: must be in [0, 1)")
-        result = run_estimate(p, _strategy(p, script, layout, dp, schedule), memory_margin)
+        result = run_estimate(p, strategy_from_options(p, script, layout, dp, schedule), memory_margin)
         measured = coverage and coverage([result.strategy])
     if as_json:
         doc = result.to_dict(p.train.global_batch_size)
@@ -454,12 +320,12 @@ def export(
         raise AutoparError(f"--format={fmt!r}: allowed {', '.join(WRITERS)}")
     from autopar.search.grid import for_target
 
-    p = for_target(_problem(model, device, nodes, devices_per_node, gbs, seq_len, precision, device_file, device_set,
+    p = for_target(problem_from_options(model, device, nodes, devices_per_node, gbs, seq_len, precision, device_file, device_set,
                             flash_attention, vocab_pad, script, vocab_size, moe_token_imbalance, fp8_param_storage), fmt)
     layout = dict(tp=tp, pp=pp, cp=cp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, zero=zero, sp=sp, recompute=recompute,
                   recompute_layers=recompute_layers, layers_per_stage=layers_per_stage,
                   recompute_per_stage=recompute_per_stage, account_for_embedding=embedding_loss_split,
-                  account_for_loss=embedding_loss_split, recompute_modules=_recompute_modules(p, recompute_modules))
+                  account_for_loss=embedding_loss_split, recompute_modules=recompute_modules_option(p, recompute_modules))
     if from_result:
         given = sorted(k for k, v in {**layout, "dp": dp, "schedule": schedule}.items() if v is not None)
         if given:
@@ -467,7 +333,7 @@ def export(
                                "from the search result; drop the layout options or --from")
         strategy = strategy_from_result(from_result, rank, p)
     else:
-        strategy = _strategy(p, script, layout, dp, schedule)
+        strategy = strategy_from_options(p, script, layout, dp, schedule)
     check_strategy(p, strategy)
     text = WRITERS[fmt](p, strategy)
     if out and fmt in FILE_WRITERS:  # several files (deepspeed: the JSON and the script that reads it)

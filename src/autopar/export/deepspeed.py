@@ -17,7 +17,7 @@ from typing import Any
 
 from autopar.errors import AutoparError
 from autopar.export.layout_flags import stage_layers
-from autopar.export.per_stage import require_uniform_recompute
+from autopar.export.per_stage import require_default_modules, require_uniform_recompute
 from autopar.problem import Problem
 from autopar.strategy import Strategy
 
@@ -69,6 +69,7 @@ def config(p: Problem, s: Strategy) -> dict[str, Any]:
             stage (one ``activation_checkpointing`` section for all stages).
     """
     require_uniform_recompute("DeepSpeed", s)
+    require_default_modules("DeepSpeed", s)
     why = refusal_reason(p, s)
     if why:
         raise AutoparError(f"DeepSpeed cannot express this layout: {why}")

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Literal
 
 from autopar.errors import AutoparError
-from autopar.export.per_stage import require_uniform_recompute
+from autopar.export.per_stage import require_default_modules, require_uniform_recompute
 from autopar.problem import Problem
 from autopar.strategy import DEFAULT_RECOMPUTE_MODULES, Strategy, default_layers_per_stage
 
@@ -130,16 +130,14 @@ def _recompute_flags(s: Strategy, dialect: Dialect) -> dict[str, FlagValue]:
 
     Raises:
         AutoparError: other modules than ``core_attn`` for MindSpeed-LLM, whose selective
-            recompute is its own flags (``--recompute-activation-function``, ``--recompute-norm``).
+            recompute is its own flags (``--recompute-activation-function``, ``--recompute-norm``;
+            :func:`~autopar.export.per_stage.require_default_modules`).
     """
     full = s.recompute == "full"
     modules = s.recompute_modules
     default = modules == DEFAULT_RECOMPUTE_MODULES
-    if s.recompute == "selective" and not default and dialect == "mindspeed":
-        raise AutoparError(f"MindSpeed-LLM: recompute modules {','.join(modules)} are Megatron-LM's "
-                           "--recompute-modules; MindSpeed-LLM recomputes the core attention under "
-                           "--recompute-granularity selective (its --recompute-activation-function and "
-                           "--recompute-norm are not modelled): keep the default core_attn")
+    if dialect == "mindspeed":  # its --recompute-activation-function / --recompute-norm are not modelled
+        require_default_modules("MindSpeed-LLM", s)
     flags: dict[str, FlagValue] = {
         "--recompute-granularity": None if s.recompute == "none" else s.recompute,
         "--recompute-method": ("block" if s.recompute_layers else "uniform") if full else None,

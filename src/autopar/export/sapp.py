@@ -17,8 +17,9 @@ from typing import Any
 
 from autopar.errors import AutoparError
 from autopar.export.layout_flags import stage_layers
+from autopar.export.per_stage import require_default_modules
 from autopar.problem import Problem
-from autopar.strategy import DEFAULT_RECOMPUTE_MODULES, Strategy
+from autopar.strategy import Strategy
 
 
 def config(p: Problem, s: Strategy) -> dict[str, Any]:
@@ -26,12 +27,9 @@ def config(p: Problem, s: Strategy) -> dict[str, Any]:
 
     Raises:
         AutoparError: with vpp > 1, a stage whose layers are not a multiple of vpp; recompute
-            modules other than ``core_attn`` (Megatron-LM's ``--recompute-modules``; MindFormers'
-            ``select_recompute`` is its own selective recompute).
+            modules other than ``core_attn`` (:func:`~autopar.export.per_stage.require_default_modules`).
     """
-    if s.recompute_modules != DEFAULT_RECOMPUTE_MODULES:
-        raise AutoparError(f"SAPP arrays: recompute modules {','.join(s.recompute_modules)} are Megatron-LM's "
-                           "--recompute-modules; MindFormers' select_recompute is its own: keep the default core_attn")
+    require_default_modules("SAPP", s)
     split = stage_layers(p, s)
     base = p.model.num_layers // s.pp
     if s.vpp > 1 and any(n % s.vpp for n in split):

@@ -17,7 +17,7 @@ from typing import Any
 
 from autopar.errors import AutoparError
 from autopar.export.layout_flags import stage_layers
-from autopar.export.per_stage import require_uniform_recompute
+from autopar.export.per_stage import require_default_modules, require_uniform_recompute
 from autopar.problem import Problem
 from autopar.strategy import Strategy
 
@@ -88,6 +88,7 @@ def config(p: Problem, s: Strategy) -> dict[str, Any]:
             recompute per stage (one ``[activation_checkpoint]`` mode for all stages).
     """
     require_uniform_recompute("torchtitan", s)
+    require_default_modules("torchtitan", s)
     if s.tp > 1 and not s.sp:
         raise _refuse(f"tp={s.tp} without sequence parallelism (torchtitan's TP always shards activations)")
     if s.ep > 1 and s.expert_tp not in (1, s.tp):

@@ -16,7 +16,8 @@ from rich.table import Table
 
 from autopar.cli import (Cp, Device, DeviceFile, DeviceSet, Dp, Ep, Etp, Flash, Gbs, Mbs, Model, Nodes, PerNode, Pp,
                          Precision, RecomputeLayers, RecomputeOpt, ScheduleOpt, Script, SeqLen, Sp, Tp, VocabPad,
-                         VocabSize, Vpp, Zero, _problem, _strategy, _user_errors, app, console, err_console)
+                         VocabSize, Vpp, Zero, _user_errors, app, console, err_console)
+from autopar.cli_inputs import problem_from_options, strategy_from_options
 from autopar.errors import AutoparError
 from autopar.specs.cluster import MAX_MEMORY_BYTES
 from autopar.pipeline.balance import FORMS, BalancePlan
@@ -176,11 +177,11 @@ def balance_command(
 
         if model is None and script is None:
             raise AutoparError("give --model (or --script), or --layers FILE")
-        p = _problem(model, device, nodes, devices_per_node, gbs, seq_len, precision, device_file, device_set,
+        p = problem_from_options(model, device, nodes, devices_per_node, gbs, seq_len, precision, device_file, device_set,
                      flash_attention, vocab_pad, script, vocab_size)
         layout = dict(tp=tp, pp=pp, cp=cp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, zero=zero, sp=sp, recompute=recompute,
                       recompute_layers=recompute_layers, layers_per_stage=None)
-        s = _strategy(p, script, layout, dp, schedule)
+        s = strategy_from_options(p, script, layout, dp, schedule)
         check_strategy(p, s)
         if s.pp == 1:
             raise AutoparError("--pp=1: nothing to balance (give --pp 2 or more)")

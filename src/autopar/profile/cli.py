@@ -17,7 +17,8 @@ import typer
 from rich.progress import Progress
 
 from autopar.cli import (Device, DeviceFile, DeviceSet, Flash, Gbs, Model, Nodes, PerNode, Precision, SeqLen,
-                         VocabPad, _positive, _problem, _user_errors, console)
+                         VocabPad, _user_errors, console)
+from autopar.cli_inputs import positive, problem_from_options
 from autopar.errors import AutoparError
 from autopar.profile.opdb import OpDB, make_folder
 
@@ -148,7 +149,7 @@ def ops(
     repeats: int = 5,
 ) -> None:
     """Measure the operator shapes a search needs (only those missing from the database)."""
-    _positive("--repeats", repeats, upper=1000)
+    positive("--repeats", repeats, upper=1000)
     if missing_from:
         try:
             doc = json.loads(Path(missing_from).read_text())
@@ -163,18 +164,18 @@ def ops(
 
         if not model:
             raise AutoparError("--model: required unless --missing-from is given")
-        p = _problem(model, device, nodes, devices_per_node, gbs, seq_len, precision, device_file, device_set,
+        p = problem_from_options(model, device, nodes, devices_per_node, gbs, seq_len, precision, device_file, device_set,
                      flash_attention, vocab_pad)
         if tp is not None:
             from autopar.rules import check_strategy
 
             for name, value in (("--tp", tp), ("--cp", cp), ("--ep", ep), ("--etp", etp or 1), ("--mbs", mbs)):
-                _positive(name, value)
+                positive(name, value)
             dp = p.world_size // (tp * cp)
             layouts = [Strategy(dp=max(dp, 1), tp=tp, cp=cp, ep=ep, etp=etp, mbs=mbs, sp=sp)]
             check_strategy(p, layouts[0])  # a layout Megatron refuses has no shapes worth measuring
         else:
-            layouts = [e.strategy for e in run_search(p, _positive("--top", top, upper=1000)).layouts]
+            layouts = [e.strategy for e in run_search(p, positive("--top", top, upper=1000)).layouts]
         wanted = unique([op for s in layouts for op in strategy_ops(p, s)])
         dtype = "bf16" if p.train.precision == "fp8" else p.train.precision
     make_folder(db)
@@ -206,8 +207,8 @@ def layer(
         raise AutoparError("--model: required")
     for flag, value in (("--tp", tp), ("--cp", cp), ("--ep", ep), ("--etp", etp or 1), ("--mbs", mbs),
                         ("--repeats", repeats)):
-        _positive(flag, value, upper=1000)
-    _positive("--seq-len", seq_len, upper=2**24)
+        positive(flag, value, upper=1000)
+    positive("--seq-len", seq_len, upper=2**24)
     raw = raw_config(model)
     shard = Shard(tp=tp, cp=cp, ep=ep, etp=etp or tp, mbs=mbs, seq=seq_len)
     device, name = O.local_device()
@@ -244,8 +245,8 @@ def comm(
     except ValueError:
         raise AutoparError(f"--sizes={sizes!r}: expected byte counts like 65536,1048576") from None
     for size in message_bytes:
-        _positive("--sizes", size, upper=2**34)
-    _positive("--repeats", repeats, upper=1000)
+        positive("--sizes", size, upper=2**34)
+    positive("--repeats", repeats, upper=1000)
     if "RANK" not in os.environ:
         raise AutoparError("profile comm: launch it with torchrun, e.g. 'torchrun --nproc-per-node 8 "
                            "-m autopar.profile comm --db FILE'")

@@ -14,7 +14,7 @@ then refines #1). Two layouts that re-balance to the same one are listed once.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable
 
 import numpy as np
@@ -23,12 +23,12 @@ from autopar.cost.stage import bounding_stages
 from autopar.cost.step import evaluate
 from autopar.errors import AutoparError
 from autopar.estimate import DEFAULT_MEMORY_MARGIN, Estimate, estimate
-from autopar.export.per_stage import PER_STAGE_OPTIONS
+from autopar.export.per_stage import MODULE_TARGETS, PER_STAGE_OPTIONS
 from autopar.pipeline.rebalance import TARGETS, TableCache, rank, rebalance_estimate
 from autopar.problem import Problem
 from autopar.rules import RULES, first_failure
 from autopar.space import SpaceOptions, enumerate_layouts
-from autopar.strategy import SIMPLICITY_ORDER, LayoutBatch, Strategy
+from autopar.strategy import DEFAULT_RECOMPUTE_MODULES, SIMPLICITY_ORDER, LayoutBatch, Strategy
 
 GIB = 2**30
 
@@ -153,7 +153,8 @@ def search(
     per stage, the others get one recompute option for all stages.
 
     Raises:
-        AutoparError: ``target`` is not a known format.
+        AutoparError: ``target`` is not a known format, or ``options`` pin recompute modules the
+            target cannot write.
         AutoparError: no layout passes the rules (with the rules that rejected most), or none
             fits in device memory (with the smallest peak found against the capacity).
     """
@@ -161,6 +162,12 @@ def search(
     if target not in TARGETS:
         raise AutoparError(f"--target={target!r}: allowed {', '.join(TARGETS)}")
     p = for_target(p, target)
+    if target not in MODULE_TARGETS:  # only Megatron-LM writes other recompute modules than core_attn
+        pinned = options.recompute_modules if options else None
+        if pinned not in (None, DEFAULT_RECOMPUTE_MODULES):
+            raise AutoparError(f"--recompute-modules {','.join(pinned)} with --target {target}: only "
+                               f"{', '.join(MODULE_TARGETS)} writes recompute modules other than core_attn")
+        options = replace(options or SpaceOptions(), recompute_modules=DEFAULT_RECOMPUTE_MODULES)
     batch = enumerate_layouts(p, options)
     failed = first_failure(p, batch)
     rejected = {rule.name: int(np.sum(failed == i)) for i, rule in enumerate(RULES) if np.any(failed == i)}

@@ -1,0 +1,156 @@
+"""Command-line options into a :class:`~autopar.problem.Problem` and a
+:class:`~autopar.strategy.Strategy`, shared by every command (``autopar.cli``, ``balance``,
+``profile``): each bad value is one :class:`~autopar.errors.AutoparError` line naming the option.
+Warnings are queued (:func:`warn_on_success`) and printed only when the command succeeds.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from autopar.errors import AutoparError
+from autopar.problem import Problem
+from autopar.specs import TrainSpec, load_device, make_cluster
+from autopar.specs.model import MAX_SIZE
+
+# ``warning:`` lines of the running command, printed only if it succeeds (see :func:`warn_on_success`).
+_PENDING_WARNINGS: list[str] = []
+
+
+def warn_on_success(message: str) -> None:
+    """Queue a ``warning:`` line for stderr, printed when the command finishes without error.
+
+    A command that then fails prints its one ``error:`` line alone (e.g. ``--seq-len`` above the
+    model's positions, then no layout fits): bad input gives exactly one line.
+    """
+    _PENDING_WARNINGS.append(message)
+
+
+def positive(name: str, value: int, upper: int = MAX_SIZE) -> int:
+    """``value`` if it lies in 1..upper, else one error line naming the option."""
+    if not 0 < value <= upper:
+        raise AutoparError(f"{name}={value}: must be an integer in 1..{upper}")
+    return value
+
+
+def recompute_modules_option(p: Problem, text: str | None) -> tuple[str, ...] | None:
+    """``--recompute-modules`` as a module tuple (None when not given).
+
+    Raises:
+        AutoparError: an unknown name, a module the model lacks (Megatron-LM rule: ecosystem.md
+            1.3 rule 25), or modules other than ``core_attn`` for a framework without a module list.
+    """
+    from autopar.rules import missing_modules
+    from autopar.strategy import DEFAULT_RECOMPUTE_MODULES, parse_recompute_modules
+
+    if text is None:
+        return None
+    modules = parse_recompute_modules(text, "--recompute-modules")
+    missing = missing_modules(p)
+    bad = [f"{n} needs {missing[n]}" for n in modules if n in missing]
+    if bad:
+        raise AutoparError(f"--recompute-modules={text!r}: {'; '.join(bad)}; model {p.model.name} has none")
+    if p.train.framework != "megatron" and modules != DEFAULT_RECOMPUTE_MODULES:
+        raise AutoparError(f"--recompute-modules={text!r} is Megatron-LM's; {p.train.framework} recomputes its own "
+                           "way (leave the default core_attn)")
+    return modules
+
+
+def problem_from_options(model: str | None, device: str | None, nodes: int | None, devices_per_node: int | None,
+             gbs: int | None, seq_len: int | None, precision: str | None, device_file: str | None,
+             device_set: list[str] | None, flash: bool | None, vocab_pad: int | None, script: str | None = None,
+             vocab_size: int | None = None, moe_token_imbalance: float | None = None,
+             fp8_param_storage: bool | None = None) -> Problem:
+    from autopar.specs.script import read_script
+    from autopar.specs.script_cli import cli_defaults, model_for
+
+    plan = read_script(script) if script else None
+    v = cli_defaults(plan, dict(nodes=nodes, devices_per_node=devices_per_node, gbs=gbs, seq_len=seq_len,
+                                precision=precision, flash=flash, vocab_pad=vocab_pad))
+    nodes, devices_per_node, gbs, seq_len = v["nodes"], v["devices_per_node"], v["gbs"], v["seq_len"]
+    precision, flash, vocab_pad = v["precision"], v["flash"], v["vocab_pad"]
+    if precision not in ("bf16", "fp16", "fp8"):
+        raise AutoparError(f"--precision={precision!r}: allowed bf16, fp16, fp8")
+    positive("--gbs", gbs, upper=2**30)
+    positive("--seq-len", seq_len, upper=2**24)
+    positive("--make-vocab-size-divisible-by", vocab_pad)
+    spec = model_for(model, plan, vocab_size)
+    dev = load_device(device, device_file, device_set)
+    dev.peak(precision)  # unknown precision for this device: one clear error now
+    imbalance = 1.0 if moe_token_imbalance is None else moe_token_imbalance
+    if not (math.isfinite(imbalance) and 1.0 <= imbalance <= 1e3):
+        raise AutoparError(f"--moe-token-imbalance={imbalance}: must be a number in 1..1000 "
+                           "(1 = balanced routing; the capacity factor with token dropping/padding)")
+    if imbalance != 1.0 and spec.num_experts == 0:  # would be ignored: no routed tokens to imbalance
+        raise AutoparError(f"--moe-token-imbalance={imbalance}: model {spec.name} has no routed experts; the "
+                           "option applies to MoE models only")
+    if fp8_param_storage and precision != "fp8":
+        raise AutoparError(f"--fp8-param-storage with --precision={precision}: fp8 parameter storage needs "
+                           "--precision fp8")
+    cluster = make_cluster(dev, nodes, devices_per_node)
+    train = TrainSpec(global_batch_size=gbs, seq_len=seq_len, precision=precision, flash_attention=flash,
+                      make_vocab_size_divisible_by=vocab_pad, moe_token_imbalance=imbalance,
+                      fp8_param_storage=bool(fp8_param_storage))
+    if spec.max_position_embeddings and seq_len > spec.max_position_embeddings:
+        warn_on_success(f"--seq-len {seq_len} exceeds the model's max_position_embeddings "
+                        f"{spec.max_position_embeddings}; planning anyway (Megatron needs it raised)")
+    return Problem(spec, cluster, train)
+
+
+def strategy_from_options(p: Problem, script: str | None, layout: dict[str, Any], dp: int | None, schedule: str | None):
+    """The explicit layout: options given, else the script's layout, else the defaults."""
+    from pydantic import ValidationError
+
+    from autopar.errors import from_validation_error
+    from autopar.specs.script import read_script
+    from autopar.specs.script_cli import layout_defaults
+    from autopar.strategy import Strategy
+
+    split = layout.pop("layers_per_stage")
+    per_stage = layout.pop("recompute_per_stage", None)
+    if split:
+        try:
+            layout["layers_per_stage"] = tuple(int(x) for x in split.split(","))
+        except ValueError:
+            raise AutoparError(f"--layers-per-stage={split!r}: expected integers like 7,8,8,7") from None
+    else:
+        layout["layers_per_stage"] = None
+    lay = layout_defaults(read_script(script) if script else None, layout)
+    if per_stage:
+        lay["recompute_per_stage"] = tuple(x.strip() for x in per_stage.split(","))
+        lay["recompute"] = layout.get("recompute")  # None: the heaviest per-stage option
+    for name in ("tp", "pp", "cp", "vpp", "ep", "mbs"):
+        positive(f"--{name}", lay[name])
+    for name, value in (("--dp", dp), ("--etp", lay["etp"]), ("--recompute-layers", lay["recompute_layers"])):
+        if value is not None:  # 2^63 - 1 wrapped negative in the int64 rule arithmetic (or overflowed)
+            positive(name, value)
+    if layout["etp"] is not None and p.model.num_experts == 0 and layout["etp"] != lay["tp"]:  # was ignored
+        raise AutoparError(f"--etp={layout['etp']}: model {p.model.name} has no routed experts; expert tensor "
+                           "parallelism applies to MoE models only (leave --etp unset)")
+    model_size = lay["tp"] * lay["pp"] * lay["cp"]
+    if dp is None:
+        if p.world_size % model_size:
+            from autopar.rules import model_tp_values
+            from autopar.space import divisors
+
+            pp_cp = lay["pp"] * lay["cp"]
+            fit = model_tp_values(p, divisors(p.world_size // pp_cp) if p.world_size % pp_cp == 0 else [], lay["etp"])
+            raise AutoparError(
+                f"--tp={lay['tp']} --pp={lay['pp']} --cp={lay['cp']}: tp*pp*cp = {model_size} does not divide the "
+                f"world size {p.world_size} (nodes x devices per node); with these pp and cp, --tp may be "
+                f"{', '.join(map(str, fit)) or 'nothing (reduce --pp/--cp)'} (the divisors of world/(pp*cp) that "
+                f"{p.model.name}'s heads, KV heads and FFN widths allow)")
+        dp = p.world_size // model_size
+    try:
+        return Strategy(dp=dp, schedule=schedule or ("interleaved" if lay["vpp"] > 1 else "1f1b"), **lay)
+    except ValidationError as err:
+        raise from_validation_error(err, "layout", as_option=True) from None
+
+
+
+
+def take_warnings() -> list[str]:
+    """The queued :func:`warn_on_success` lines, emptying the queue."""
+    queued, _PENDING_WARNINGS[:] = list(_PENDING_WARNINGS), []
+    return queued
