@@ -55,7 +55,8 @@ Fp8ParamStorage = Annotated[Optional[bool], typer.Option(
     "(Megatron --fp8-param-gather) \\[default: off]")]
 RecomputeModules = Annotated[Optional[str], typer.Option(
     "--recompute-modules", help="what selective recompute re-runs (Megatron --recompute-modules), comma-separated: "
-    "core_attn, layernorm, mla_up_proj, moe_act, mlp, moe, shared_experts \\[default: core_attn]")]
+    "core_attn, layernorm, mla_up_proj, moe_act, mlp, moe, shared_experts \\[default: core_attn; search without it "
+    "also tries core_attn,layernorm,mla_up_proj,moe_act on MLA/MoE models for --target megatron]")]
 Margin = Annotated[float, typer.Option(help="memory margin: above (1-margin) x device memory is 'marginal'")]
 ProfileDb = Annotated[Optional[str], typer.Option(help="SQLite profile DB: measured operator and layer times and "
                                                  "collective fits override the model")]

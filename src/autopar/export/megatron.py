@@ -17,11 +17,13 @@ from autopar.problem import Problem
 from autopar.strategy import Strategy
 
 
-def model_args(p: Problem) -> list[str]:
+def model_args(p: Problem, dialect: Dialect = "megatron") -> list[str]:
     """Shape flags of the model (always explicit: Megatron's FFN/kv-channels defaults differ), with
-    the RoPE base and norm epsilon of the config where it states them (ecosystem.md 1.5). Not
-    written: rope scaling (Llama 3.1 ``--use-rope-scaling``, DeepSeek-V3 YaRN) and DeepSeek-V3's
-    group-limited routing (``--moe-router-num-groups/-group-topk/-topk-scaling-factor``)."""
+    the RoPE base and norm epsilon of the config where it states them (ecosystem.md 1.5), and the
+    flags the cost model assumes of a MoE / MLA layer (:func:`moe_args`); MLA's latent norms
+    (``q_a_layernorm`` / ``kv_a_layernorm``) are Megatron's ``--qk-layernorm`` (``gpt_layer_specs``
+    builds MLA's ``q_layernorm`` / ``kv_layernorm`` only with it). Not written: rope scaling
+    (Llama 3.1 ``--use-rope-scaling``, DeepSeek-V3 YaRN)."""
     m = p.model
     args = [
         f"--num-layers {m.num_layers}",
@@ -43,7 +45,7 @@ def model_args(p: Problem) -> list[str]:
         args.append("--disable-bias-linear")
     if m.qkv_bias and not m.linear_bias:
         args.append("--add-qkv-bias")
-    if m.qk_norm:
+    if m.qk_norm or m.mla:
         args.append("--qk-layernorm")
     args.append("--position-embedding-type " + ("rope" if m.position_embedding == "rope" else "learned_absolute"))
     if m.position_embedding == "rope" and m.rope_theta is not None and m.rope_theta.is_integer():
@@ -55,19 +57,7 @@ def model_args(p: Problem) -> list[str]:
     if not m.dropout:
         args.append("--attention-dropout 0.0 --hidden-dropout 0.0")
     if m.is_moe:
-        args.append(f"--num-experts {m.num_experts} --moe-router-topk {m.num_experts_per_tok} "
-                    f"--moe-ffn-hidden-size {m.moe_ffn_hidden_size} --moe-grouped-gemm "
-                    "--moe-token-dispatcher-type alltoall")
-        if len(m.moe_layers) != m.num_layers:
-            pattern = "".join("1" if m.is_moe_layer(i) else "0" for i in range(m.num_layers))
-            args.append(f'--moe-layer-freq "[{",".join(pattern)}]"')
-        if m.shared_expert_ffn_hidden_size:
-            args.append(f"--moe-shared-expert-intermediate-size {m.shared_expert_ffn_hidden_size}")
-        if m.router_bias:
-            # Megatron-Core's TransformerConfig raises "Expert bias for aux-loss-free routing only
-            # supports sigmoid score function" unless the score function is sigmoid (its default is
-            # softmax); DeepSeek-V3 routes with scoring_func "sigmoid" (ecosystem.md 1.5).
-            args.append("--moe-router-score-function sigmoid --moe-router-enable-expert-bias")
+        args += moe_args(p, dialect)
     if m.mla:
         q_lora = f"--q-lora-rank {m.q_lora_rank} " if m.q_lora_rank else ""
         args.append(f"--multi-latent-attention {q_lora}--kv-lora-rank {m.kv_lora_rank} "
@@ -75,6 +65,43 @@ def model_args(p: Problem) -> list[str]:
                     f"--v-head-dim {m.v_head_dim}")
     if m.mtp_num_layers:
         args.append(f"--mtp-num-layers {m.mtp_num_layers}")
+    return args
+
+
+def moe_args(p: Problem, dialect: Dialect = "megatron") -> list[str]:
+    """MoE flags (ecosystem.md 1.2, 1.5): experts, grouped GEMM, the alltoall dispatcher, the
+    layer pattern, shared experts, and the router the cost model assumes.
+
+    * every MoE model: ``--moe-permute-fusion`` (:data:`autopar.cost.host.DISPATCH_OPS` counts one
+      fused permute) and ``--moe-router-dtype fp32`` (:func:`autopar.cost.moe.moe_block_bytes`
+      keeps fp32 router logits); Megatron-Core >= 0.13, so not in the MindSpeed dialect;
+    * DeepSeek-V3 routing (``router_bias``): sigmoid scores with the expert bias (Megatron-Core's
+      ``TransformerConfig`` raises "Expert bias for aux-loss-free routing only supports sigmoid
+      score function" otherwise; its default is softmax), group-limited top-k
+      (``--moe-router-num-groups`` / ``--moe-router-group-topk``, HF ``n_group`` / ``topk_group``),
+      ``--moe-router-topk-scaling-factor`` (HF ``routed_scaling_factor``) and the sequence-wise
+      auxiliary loss at the DeepSeek-V3 report's alpha = 0.0001 (sec. 4.2), the router that
+      :data:`autopar.cost.host.ROUTER_OPS_DEEPSEEK` counts (Megatron's default coefficient 0 turns
+      the loss off).
+    """
+    m = p.model
+    args = [f"--num-experts {m.num_experts} --moe-router-topk {m.num_experts_per_tok} "
+            f"--moe-ffn-hidden-size {m.moe_ffn_hidden_size} --moe-grouped-gemm --moe-token-dispatcher-type alltoall"]
+    if dialect == "megatron":
+        args.append("--moe-permute-fusion --moe-router-dtype fp32")
+    if len(m.moe_layers) != m.num_layers:
+        pattern = "".join("1" if m.is_moe_layer(i) else "0" for i in range(m.num_layers))
+        args.append(f'--moe-layer-freq "[{",".join(pattern)}]"')
+    if m.shared_expert_ffn_hidden_size:
+        args.append(f"--moe-shared-expert-intermediate-size {m.shared_expert_ffn_hidden_size}")
+    if m.router_bias:
+        args.append("--moe-router-score-function sigmoid --moe-router-enable-expert-bias")
+        if dialect == "megatron":
+            args.append("--moe-router-load-balancing-type seq_aux_loss --moe-aux-loss-coeff 1e-4")
+    if m.router_num_groups and dialect == "megatron":
+        args.append(f"--moe-router-num-groups {m.router_num_groups} --moe-router-group-topk {m.router_group_topk}")
+    if m.router_topk_scaling_factor is not None and dialect == "megatron":
+        args.append(f"--moe-router-topk-scaling-factor {m.router_topk_scaling_factor:g}")
     return args
 
 
@@ -120,7 +147,7 @@ def megatron_args(p: Problem, s: Strategy, dialect: Dialect = "megatron", extra:
     Raises:
         AutoparError: the layout cannot be expressed in ``dialect``.
     """
-    lines = parallel_args(p, s, dialect) + model_args(p) + list(extra)
+    lines = parallel_args(p, s, dialect) + model_args(p, dialect) + list(extra)
     body = " \\\n    ".join(lines)
     env = "export CUDA_DEVICE_MAX_CONNECTIONS=1\n" if needs_max_connections_env(p, s) else ""
     return f"{env}    {body}"

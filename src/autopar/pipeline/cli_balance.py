@@ -15,13 +15,13 @@ import typer
 from rich.table import Table
 
 from autopar.cli import (Cp, Device, DeviceFile, DeviceSet, Dp, Ep, Etp, Flash, Gbs, Mbs, Model, Nodes, PerNode, Pp,
-                         Precision, RecomputeLayers, RecomputeOpt, ScheduleOpt, Script, SeqLen, Sp, Tp, VocabPad,
-                         VocabSize, Vpp, Zero, _user_errors, app, console, err_console)
-from autopar.cli_inputs import problem_from_options, strategy_from_options
+                         Precision, RecomputeLayers, RecomputeModules, RecomputeOpt, ScheduleOpt, Script, SeqLen, Sp,
+                         Tp, VocabPad, VocabSize, Vpp, Zero, _user_errors, app, console, err_console)
+from autopar.cli_inputs import problem_from_options, recompute_modules_option, strategy_from_options
 from autopar.errors import AutoparError
 from autopar.specs.cluster import MAX_MEMORY_BYTES
 from autopar.pipeline.balance import FORMS, BalancePlan
-from autopar.strategy import default_layers_per_stage
+from autopar.strategy import DEFAULT_RECOMPUTE_MODULES, default_layers_per_stage
 
 GIB = 2.0**30
 PLOT_SUFFIXES = (".png", ".svg", ".pdf")  # figure formats matplotlib writes (plot_plan's savefig)
@@ -52,10 +52,13 @@ def balance_table(plan: BalancePlan) -> Table:
     return table
 
 
-def megatron_flags(plan: BalancePlan, accounted: bool = False) -> str:
+def megatron_flags(plan: BalancePlan, accounted: bool = False,
+                   modules: tuple[str, ...] = DEFAULT_RECOMPUTE_MODULES) -> str:
     """Megatron-LM arguments for the balanced split (first/last stage layers, recompute), or a
     note when the split or the per-stage recompute is not expressible. ``accounted``: the layout
-    counts the embedding/loss as layers, which Megatron does not combine with first/last counts."""
+    counts the embedding/loss as layers, which Megatron does not combine with first/last counts.
+    ``modules``: what selective recompute re-runs (``--recompute-modules``, written when not
+    Megatron's default ``core_attn``)."""
     first_last = plan.megatron_first_last
     split = plan.best.layers_per_stage
     if first_last is None:
@@ -72,6 +75,8 @@ def megatron_flags(plan: BalancePlan, accounted: bool = False) -> str:
                      "write it with autopar export --format sapp (or galvatron), or use --form megatron)")
     elif names == {"selective"}:
         flags.append("--recompute-granularity selective")
+        if tuple(modules) != DEFAULT_RECOMPUTE_MODULES:
+            flags.append("--recompute-modules " + " ".join(modules))
     elif names == {"full"}:
         flags.append("--recompute-granularity full --recompute-method uniform --recompute-num-layers 1")
     return " ".join(flags) if flags else "(even split, no extra flags)"
@@ -93,15 +98,18 @@ def sapp_arrays(plan: BalancePlan) -> dict[str, list]:
     return {k: v[0] if len(by_chunk) == 1 else v for k, v in arrays.items()}
 
 
-def print_plan(plan: BalancePlan, accounted: bool = False) -> None:
+def print_plan(plan: BalancePlan, accounted: bool = False,
+               modules: tuple[str, ...] = DEFAULT_RECOMPUTE_MODULES) -> None:
     """Print the balanced plan: table, SAPP arrays, Megatron flags, step time vs even split
-    (``accounted``: see :func:`megatron_flags`)."""
+    (``accounted``, ``modules``: see :func:`megatron_flags`)."""
     console.print(balance_table(plan))
     arrays = sapp_arrays(plan)
     console.print(f"SAPP offset:    {arrays['offset']}", highlight=False)
-    console.print(f"SAPP recompute: {arrays['recompute']}, select_recompute: {arrays['select_recompute']}",
+    other = "" if tuple(modules) == DEFAULT_RECOMPUTE_MODULES or "selective" not in plan.best.recompute else \
+        " (SAPP's own selective recompute, not --recompute-modules " + ",".join(modules) + ")"
+    console.print(f"SAPP recompute: {arrays['recompute']}, select_recompute: {arrays['select_recompute']}{other}",
                   highlight=False, soft_wrap=True)
-    console.print(f"Megatron-LM:    {megatron_flags(plan, accounted)}", highlight=False, soft_wrap=True)
+    console.print(f"Megatron-LM:    {megatron_flags(plan, accounted, modules)}", highlight=False, soft_wrap=True)
     best, even = plan.best, plan.even
     line = f"Pipeline step time (simulated): balanced {_fmt_time(best.makespan_s)}"
     if even is not None:
@@ -125,7 +133,7 @@ def balance_command(
     tp: Tp = None, pp: Pp = None, dp: Dp = None, cp: Cp = None, vpp: Vpp = None, ep: Ep = None, etp: Etp = None,
     mbs: Mbs = None, zero: Zero = None, sp: Sp = None, recompute: RecomputeOpt = None,
     recompute_layers: RecomputeLayers = None, schedule: ScheduleOpt = None,
-    script: Script = None, vocab_size: VocabSize = None,
+    script: Script = None, vocab_size: VocabSize = None, recompute_modules: RecomputeModules = None,
     layers: Annotated[Optional[str], typer.Option("--layers", help="JSON/YAML per-layer costs instead of the "
                                                   "model (see autopar.pipeline.layers_file)")] = None,
     form: Annotated[str, typer.Option(help="explicit (any split, per-stage recompute) | megatron "
@@ -151,14 +159,14 @@ def balance_command(
     names = tuple(o.strip() for o in options.split(",") if o.strip()) if options else None
     if options is not None and not names:  # ",,," crashed with an IndexError
         raise AutoparError(f"--options={options!r}: name one or more recompute options, e.g. none,selective")
-    even_split, accounted = None, False
+    even_split, accounted, modules = None, False, DEFAULT_RECOMPUTE_MODULES
     if layers:
         from autopar.pipeline.layers_file import load_layers_file
 
         given = {"model": model, "script": script, "device": device, "device-file": device_file, "tp": tp, "pp": pp,
                  "dp": dp, "cp": cp, "vpp": vpp, "ep": ep, "etp": etp, "mbs": mbs, "zero": zero, "sp": sp,
                  "recompute": recompute, "recompute-layers": recompute_layers, "gbs": gbs, "seq-len": seq_len,
-                 "nodes": nodes}
+                 "nodes": nodes, "recompute-modules": recompute_modules}
         clash = [f"--{k}" for k, v in given.items() if v is not None]
         if clash:
             raise AutoparError(f"--layers with {', '.join(clash)}: the layer file gives the costs, sizes and "
@@ -180,8 +188,10 @@ def balance_command(
         p = problem_from_options(model, device, nodes, devices_per_node, gbs, seq_len, precision, device_file, device_set,
                      flash_attention, vocab_pad, script, vocab_size)
         layout = dict(tp=tp, pp=pp, cp=cp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, zero=zero, sp=sp, recompute=recompute,
-                      recompute_layers=recompute_layers, layers_per_stage=None)
+                      recompute_layers=recompute_layers, layers_per_stage=None,
+                      recompute_modules=recompute_modules_option(p, recompute_modules))
         s = strategy_from_options(p, script, layout, dp, schedule)
+        modules = s.recompute_modules
         check_strategy(p, s)
         if s.pp == 1:
             raise AutoparError("--pp=1: nothing to balance (give --pp 2 or more)")
@@ -200,7 +210,7 @@ def balance_command(
                       f"{p.cluster.device.name}: tp {s.tp}, pp {s.pp}, vpp {s.vpp}, dp {s.dp}, "
                       f"{m} micro-batches, limit {table.memory_limit_bytes / GIB:.1f} GiB")
     plan = balance(table, num_vpp, m, sched, options=names, form=form, baseline=baseline, even_split=even_split)
-    print_plan(plan, accounted)
+    print_plan(plan, accounted, modules)
     if plot:
         from autopar.pipeline.plot import plot_plan
 

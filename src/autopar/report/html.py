@@ -11,7 +11,7 @@ from pathlib import Path
 from autopar.errors import AutoparError
 from autopar.problem import Problem
 from autopar.report.plots import GIB, memory_chart, ranking_chart
-from autopar.report.table import layout_label, recompute_label, split_legend
+from autopar.report.table import layout_label, recompute_label, table_notes
 from autopar.search import SearchResult
 
 _STYLE = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:1.5em auto;padding:0 1em;color:#222}
@@ -31,8 +31,8 @@ def _table(result: SearchResult) -> str:
         rows.append("<tr>" + "".join(f'<td{" class=l" if i in (1, 4, 10) else ""}>{html.escape(c)}</td>'
                                      for i, c in enumerate(cells)) + "</tr>")
     header = "".join(f'<th{" class=l" if i in (1, 4, 10) else ""}>{h}</th>' for i, h in enumerate(head))
-    legend = split_legend(result.layouts)
-    note = f"<p class=note>{html.escape(legend)}</p>" if legend else ""
+    legend = table_notes(result.layouts)
+    note = "".join(f"<p class=note>{html.escape(line)}</p>" for line in legend.split("\n")) if legend else ""
     return f"<table><tr>{header}</tr>{''.join(rows)}</table>{note}"
 
 

@@ -8,14 +8,14 @@ from rich.table import Table
 from autopar.estimate import Estimate
 from autopar.search import SearchResult
 from autopar.specs import DeviceSpec
-from autopar.strategy import DEFAULT_RECOMPUTE_MODULES, Strategy, default_layers_per_stage
+from autopar.strategy import DEFAULT_RECOMPUTE_MODULES, RECOMPUTE_MODULES, Strategy, default_layers_per_stage
 
 GIB = 2**30
 
 
 SPLIT_MARKS = {"+": "+el (+e, +l): embedding and loss counted as pipeline layers (Megatron "
                     "--account-for-embedding/loss-in-pipeline-split)",
-               "~": "~: a balanced split, not Megatron's default (layers_per_stage in --json)"}
+               "~": "~: a balanced split, not Megatron's default (layers_per_stage in the JSON)"}
 
 
 def split_mark(e: Estimate) -> str:
@@ -36,6 +36,33 @@ def split_legend(layouts: list[Estimate]) -> str | None:
     """What the :func:`split_mark` marks used by ``layouts`` mean (one line), or None if none is."""
     marks = "".join(split_mark(e) for e in layouts)
     return "; ".join(text for mark, text in SPLIT_MARKS.items() if mark in marks) or None
+
+
+def recompute_notes(layouts: list[Estimate]) -> list[str]:
+    """What the short :func:`recompute_label` forms used by ``layouts`` mean, one note per form
+    (empty when every row is a plain ``none`` / ``selective`` / ``full``): the modules behind
+    ``sel a+b`` (Megatron ``--recompute-modules``), ``full xN`` (``--recompute-method block
+    --recompute-num-layers N``: the first N layers of each pipeline chunk, the others keep their
+    activations; :class:`~autopar.strategy.Strategy`) and the ``per stage`` letters."""
+    labels = [recompute_label(e) for e in layouts]
+    notes = []
+    used = {m for e in layouts if e.strategy.recompute_modules != DEFAULT_RECOMPUTE_MODULES
+            for m in e.strategy.recompute_modules}
+    if used:
+        notes.append("sel a+b: selective recompute of Megatron --recompute-modules: "
+                     + ", ".join(f"{_MODULE_SHORT[m]} = {m}" for m in RECOMPUTE_MODULES if m in used))
+    if any(label.startswith("full x") for label in labels):
+        notes.append("full xN: full recompute of the first N layers of each pipeline chunk "
+                     "(--recompute-method block --recompute-num-layers N); full: every layer")
+    if any(label.startswith("per stage") for label in labels):
+        notes.append("per stage f2 s1 n1: full / selective / none on that many consecutive stages")
+    return notes
+
+
+def table_notes(layouts: list[Estimate]) -> str | None:
+    """The legends a ranking table needs (:func:`split_legend`, :func:`recompute_notes`), one
+    per line, or None when no row uses a mark or a short form."""
+    return "\n".join([n for n in (split_legend(layouts),) if n] + recompute_notes(layouts)) or None
 
 
 def layout_label(e: Estimate) -> str:
@@ -88,7 +115,7 @@ def search_table(result: SearchResult) -> Table:
                           ("recompute", "left"), ("GiB", "right"), ("step s", "right"),
                           ("tok/s/dev", "right"), ("MFU", "right"), ("bubble", "right"), ("note", "left")]:
         table.add_column(name, justify=justify, no_wrap=True)
-    table.caption = split_legend(result.layouts)
+    table.caption, table.caption_justify = table_notes(result.layouts), "left"
     for rank, e in enumerate(result.layouts, 1):
         bubble = e.time_breakdown_s["pp_bubble"] / e.step_time_s
         table.add_row(
@@ -167,5 +194,7 @@ def print_estimate(console: Console, e: Estimate) -> None:
         f"step {e.step_time_s:.3f} s, {e.tokens_per_s_per_device:,.0f} tokens/s/device, MFU {e.mfu:.1%}, "
         f"peak {e.peak_memory_bytes / GIB:.2f} GiB of {e.device_memory_bytes / GIB:.1f} GiB: {fit}"
     )
+    for note in recompute_notes([e]):
+        console.print(note, highlight=False, soft_wrap=True)
     console.print(memory_table(e))
     console.print(time_table(e))

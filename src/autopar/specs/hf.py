@@ -188,6 +188,7 @@ def _deepseek_v3(cfg: _Config) -> dict[str, Any]:
         "shared_expert_ffn_hidden_size": cfg.integer("n_shared_experts", default=0) * moe_ffn,
         "moe_layers": tuple(i for i in range(first_dense, spec["num_layers"]) if i % freq == 0),
         "router_bias": _topk_method(cfg) == "noaux_tc",
+        **_group_routing(cfg),
         "mla": True,
         "q_lora_rank": cfg.integer("q_lora_rank", default=0),
         "kv_lora_rank": cfg.integer("kv_lora_rank"),
@@ -196,6 +197,17 @@ def _deepseek_v3(cfg: _Config) -> dict[str, Any]:
         "v_head_dim": cfg.integer("v_head_dim"),
         "mtp_num_layers": cfg.integer("num_nextn_predict_layers", default=0),
     }
+
+
+def _group_routing(cfg: _Config) -> dict[str, Any]:
+    """DeepSeek-V3's group-limited routing (``n_group`` groups, the top ``topk_group`` of them per
+    token) and ``routed_scaling_factor``, with transformers' ``DeepseekV3Config`` defaults (8, 4,
+    2.5) for absent keys; ``greedy`` routing and one group are not group-limited."""
+    groups = cfg.integer("n_group", default=8) if _topk_method(cfg) != "greedy" else 1
+    scale = cfg.number("routed_scaling_factor", 2.5)
+    return {"router_num_groups": groups if groups > 1 else 0,
+            "router_group_topk": cfg.integer("topk_group", default=4) if groups > 1 else 0,
+            "router_topk_scaling_factor": None if scale == 1 else scale}
 
 
 def _topk_method(cfg: _Config) -> str:

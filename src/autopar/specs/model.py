@@ -76,6 +76,13 @@ class ModelSpec(BaseModel):
     shared_expert_ffn_hidden_size: int = Field(default=0, ge=0, le=MAX_SIZE, description="all shared experts")
     moe_layers: tuple[int, ...] = Field(default=(), description="indices of MoE layers")
     router_bias: bool = Field(default=False, description="DeepSeek-V3 expert score bias")
+    router_num_groups: int = Field(default=0, ge=0, le=MAX_SIZE, description="group-limited routing: expert "
+                                   "groups (HF n_group, Megatron --moe-router-num-groups); 0 = not group-limited")
+    router_group_topk: int = Field(default=0, ge=0, le=MAX_SIZE, description="groups a token may route to (HF "
+                                   "topk_group, Megatron --moe-router-group-topk)")
+    router_topk_scaling_factor: float | None = Field(default=None, gt=0, le=1e6, description="routed-expert weight "
+                                                     "scale (HF routed_scaling_factor, Megatron "
+                                                     "--moe-router-topk-scaling-factor); None = 1")
 
     # Multi-head latent attention (DeepSeek-V2/V3); q_lora_rank 0 = no q compression.
     mla: bool = False
@@ -105,6 +112,13 @@ class ModelSpec(BaseModel):
                 raise ValueError(f"moe_layers {bad} outside 0..{self.num_layers - 1}")
         elif self.moe_layers:
             raise ValueError("moe_layers given but num_experts is 0")
+        if self.router_num_groups:  # Megatron-Core moe_utils.group_limited_topk: equal groups, enough experts
+            groups, picked = self.router_num_groups, self.router_group_topk
+            if not self.num_experts or self.num_experts % groups or not 0 < picked <= groups \
+                    or self.num_experts_per_tok > picked * (self.num_experts // groups):
+                raise ValueError(f"router_num_groups={groups} with router_group_topk={picked}: the groups must split "
+                                 f"num_experts={self.num_experts} evenly and the top {picked} groups hold at least "
+                                 f"num_experts_per_tok={self.num_experts_per_tok} experts")
         if self.mla and not (self.kv_lora_rank and self.qk_nope_head_dim and self.v_head_dim):
             raise ValueError("MLA needs kv_lora_rank, qk_nope_head_dim and v_head_dim > 0")
         if self.mtp_num_layers > self.num_layers:  # each MTP module is one more decoder layer (1e9 was costed)

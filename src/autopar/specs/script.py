@@ -195,6 +195,9 @@ def model_fields(a: Args, path: Path) -> tuple[dict[str, Any], str | None]:
         qk_norm=a.has("--qk-layernorm"), position_embedding="learned" if pos == "learned_absolute" else "rope",
         dropout=a.probability("--attention-dropout", 0.1) > 0 or a.probability("--hidden-dropout", 0.1) > 0,
         mtp_num_layers=a.integer("--mtp-num-layers", 0),
+        # Megatron's --rotary-base / --norm-epsilon, kept so an export from --script writes them back
+        rope_theta=a.number("--rotary-base", 0.0) if a.has("--rotary-base") else None,
+        norm_eps=a.number("--norm-epsilon", 0.0) if a.has("--norm-epsilon") else None,
     )
     fields.update(_moe_fields(a, num_layers, ffn))
     if mla:
@@ -217,7 +220,11 @@ def _moe_fields(a: Args, num_layers: int, ffn: int) -> dict[str, Any]:
         shared = a.integer("--n-shared-experts", 0) * moe_ffn
     return dict(num_experts=experts, num_experts_per_tok=a.integer("--moe-router-topk", 2), moe_ffn_hidden_size=moe_ffn,
                 shared_expert_ffn_hidden_size=shared, moe_layers=moe_layers(a, num_layers),
-                router_bias=a.has("--moe-router-enable-expert-bias"))
+                router_bias=a.has("--moe-router-enable-expert-bias"),
+                router_num_groups=a.integer("--moe-router-num-groups", 0),
+                router_group_topk=a.integer("--moe-router-group-topk", 0),
+                router_topk_scaling_factor=a.number("--moe-router-topk-scaling-factor", 0.0)
+                if a.has("--moe-router-topk-scaling-factor") else None)
 
 
 def moe_layers(a: Args, num_layers: int) -> tuple[int, ...]:
