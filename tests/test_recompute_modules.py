@@ -229,7 +229,8 @@ def test_script_recompute_modules_are_read_and_written_back(tmp_path):
     with pytest.raises(AutoparError, match="MindSpeed-LLM cannot express this layout: recompute modules moe_act"):
         WRITERS["mindspeed"](p, s)
     bad = tmp_path / "bad.sh"
-    bad.write_text(text.replace("--moe-grouped-gemm", "--moe-grouped-gemm --recompute-modules attn"))
+    bad.write_text(text.replace("--moe-grouped-gemm", "--moe-grouped-gemm --recompute-granularity selective "
+                                "--recompute-modules attn"))
     with pytest.raises(AutoparError, match="bad.sh: --recompute-modules='attn': allowed"):
         read_script(bad)
 

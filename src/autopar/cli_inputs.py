@@ -39,7 +39,11 @@ def recompute_modules_option(p: Problem, text: str | None) -> tuple[str, ...] | 
 
     Raises:
         AutoparError: an unknown name, a module the model lacks (Megatron-LM rule: ecosystem.md
-            1.3 rule 25), or modules other than ``core_attn`` for a framework without a module list.
+            1.3 rule 25; also modules that would change nothing: ``mlp`` on a model whose every
+            layer is MoE (Megatron-LM's ``TransformerLayer`` recomputes only a dense MLP), and
+            ``layernorm`` without MLA or MoE layers (a dense GQA layer's norms are fused into
+            ``LayerNormLinear``; :func:`autopar.cost.recompute.separate_norms`)),
+            or modules other than ``core_attn`` for a framework without a module list.
     """
     from autopar.rules import missing_modules
     from autopar.strategy import DEFAULT_RECOMPUTE_MODULES, parse_recompute_modules
@@ -48,6 +52,10 @@ def recompute_modules_option(p: Problem, text: str | None) -> tuple[str, ...] | 
         return None
     modules = parse_recompute_modules(text, "--recompute-modules")
     missing = missing_modules(p)
+    if p.model.num_layers and p.model.num_moe_layers == p.model.num_layers:
+        missing = dict(missing, mlp="dense (non-MoE) layers")
+    if not (p.model.mla or p.model.is_moe):
+        missing = dict(missing, layernorm="MLA or MoE layers (dense GQA layers fuse their norms into the linears)")
     bad = [f"{n} needs {missing[n]}" for n in modules if n in missing]
     if bad:
         raise AutoparError(f"--recompute-modules={text!r}: {'; '.join(bad)}; model {p.model.name} has none")

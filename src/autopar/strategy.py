@@ -157,7 +157,8 @@ class Strategy(BaseModel):
         """
         if self.recompute_modules != DEFAULT_RECOMPUTE_MODULES and "selective" not in self.stage_recompute:
             raise ValueError(f"recompute_modules={','.join(self.recompute_modules)} applies to selective recompute; "
-                             f"this layout recomputes {'/'.join(sorted(set(self.stage_recompute)))}")
+                             f"this layout recomputes {'/'.join(sorted(set(self.stage_recompute)))} (make recompute, or "
+                             "a recompute_per_stage entry, selective, or leave the default core_attn)")
         return self
 
     @property

@@ -9,11 +9,25 @@ from pydantic import ValidationError
 
 from autopar.errors import AutoparError, from_validation_error
 from autopar.problem import Problem
-from autopar.strategy import Strategy
+from autopar.strategy import RECOMPUTE_MODULES, Strategy
 
 _FIELDS = ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "zero", "sp", "recompute", "recompute_layers",
            "schedule", "layers_per_stage", "recompute_per_stage", "recompute_modules", "account_for_embedding",
            "account_for_loss")
+
+
+def _modules(value: object, path: str, rank: int) -> tuple[str, ...]:
+    """The ``recompute_modules`` entry of layout ``rank`` as a tuple of Megatron module names.
+
+    Raises:
+        AutoparError: not a non-empty list of names from :data:`~autopar.strategy.RECOMPUTE_MODULES`
+            (one line, instead of pydantic's per-item errors).
+    """
+    if not (isinstance(value, list) and value and all(isinstance(n, str) and n in RECOMPUTE_MODULES for n in value)):
+        shown = repr(value) if len(repr(value)) <= 200 else repr(value)[:200] + "..."
+        raise AutoparError(f"--from={path!r}: layout {rank} recompute_modules={shown}: expected a list of one or "
+                           f"more of {', '.join(RECOMPUTE_MODULES)} (e.g. [\"core_attn\"])")
+    return tuple(value)
 
 
 def strategy_from_result(path: str, rank: int, p: Problem) -> Strategy:
@@ -46,10 +60,7 @@ def strategy_from_result(path: str, rank: int, p: Problem) -> Strategy:
                                "pipeline stage) or null")
         fields[key] = tuple(value or ()) or None
     if "recompute_modules" in fields:
-        if not isinstance(fields["recompute_modules"], list):
-            raise AutoparError(f"--from={path!r}: layout {rank} recompute_modules={fields['recompute_modules']!r}: "
-                               "expected a list of module names")
-        fields["recompute_modules"] = tuple(fields["recompute_modules"])
+        fields["recompute_modules"] = _modules(fields["recompute_modules"], path, rank)
     try:
         s = Strategy.model_validate(fields, strict=True)  # a JSON true or "8" is not a size
     except ValidationError as err:

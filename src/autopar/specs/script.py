@@ -114,7 +114,7 @@ def read_script(path: str | Path, text: str | None = None) -> ScriptPlan:
     fields, vocab_error = model_fields(a, path)
     mbs = a.integer("--micro-batch-size", 1)
     layout = layout_fields(a, fields["num_layers"])
-    check_cp_comm_type(a)
+    check_cp_comm_type(a, fields["num_layers"], layout["cp"])
     fields, layout = apply_noop_layers(a, fields, layout, stage_split)
     world = launch.nnodes * launch.nproc_per_node
     dp = max(1, world // (layout["tp"] * layout["pp"] * layout["cp"]))
@@ -254,6 +254,26 @@ def moe_layers(a: Args, num_layers: int) -> tuple[int, ...]:
     return tuple(i for i, moe in enumerate(pattern) if moe and i >= dense)
 
 
+def script_recompute_modules(a: Args) -> tuple[str, ...]:
+    """``--recompute-modules`` of a script with selective granularity (``core_attn`` if absent).
+    Megatron-LM reads the flag under selective granularity only (``TransformerConfig``), as
+    space-separated words (``nargs='*'``), and asserts each is an allowed module.
+
+    Raises:
+        AutoparError: no value (Megatron would then recompute nothing), a comma-separated value
+            (one word Megatron rejects), or an unknown name.
+    """
+    flag = "--recompute-modules"
+    if a.has(flag) and not a.values[flag]:
+        raise AutoparError(f"{a.source}: {flag} with no value: Megatron-LM then recomputes nothing; name the modules "
+                           "(e.g. core_attn) or drop --recompute-granularity selective")
+    text = a.text(flag, "core_attn") or ""
+    if "," in text:
+        raise AutoparError(f"{a.source}: {flag}={text!r}: Megatron-LM takes the names separated by spaces "
+                           f"({flag} {' '.join(text.replace(',', ' ').split())}); a comma makes one unknown name")
+    return parse_recompute_modules(text, f"{a.source}: {flag}")
+
+
 def layout_fields(a: Args, num_layers: int) -> dict[str, Any]:
     """Strategy fields (all but dp) from the parallel, batch and recompute flags.
 
@@ -314,15 +334,14 @@ def layout_fields(a: Args, num_layers: int) -> dict[str, Any]:
     chunk = size("--recompute-num-layers", 1)
     if granularity == "full" and method == "block":
         layers = chunk
-    # Megatron reads --recompute-modules under selective granularity only (and ignores it otherwise).
-    modules = parse_recompute_modules(a.text("--recompute-modules", "core_attn"), f"{a.source}: --recompute-modules")
+    modules = script_recompute_modules(a) if granularity == "selective" else DEFAULT_RECOMPUTE_MODULES
     ep = size("--expert-model-parallel-size", 1)
     etp = size("--expert-tensor-parallel-size", tp)
     return dict(tp=tp, pp=pp, vpp=vpp or 1, cp=size("--context-parallel-size", 1), ep=ep, etp=etp,
                 mbs=size("--micro-batch-size", 1), sp=a.has("--sequence-parallel") and tp > 1, zero=zero,
                 recompute=granularity, recompute_layers=layers, layers_per_stage=stage_split(a, num_layers, pp),
                 account_for_embedding=embedding, account_for_loss=loss,
-                recompute_modules=modules if granularity == "selective" else DEFAULT_RECOMPUTE_MODULES)
+                recompute_modules=modules)
 
 
 def stage_split(a: Args, num_layers: int, pp: int) -> tuple[int, ...] | None:

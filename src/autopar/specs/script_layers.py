@@ -26,16 +26,24 @@ from autopar.specs.script_launch import Args
 CP_COMM_TYPES = ("p2p", "a2a", "allgather", "a2a+p2p")
 
 
-def check_cp_comm_type(a: Args) -> None:
+def check_cp_comm_type(a: Args, num_layers: int, cp: int) -> None:
     """Accept ``--cp-comm-type p2p`` (or a per-layer list of only ``p2p``), or no flag.
 
+    Args:
+        num_layers: ``--num-layers`` (layer positions, noop layers included).
+        cp: ``--context-parallel-size``.
     Raises:
-        AutoparError: a value outside Megatron's choices, or a2a / allgather / a2a+p2p, which
-            autopar does not model (it costs the p2p ring).
+        AutoparError: a value outside Megatron's choices; with cp > 1 a list whose length is
+            neither 1 nor ``num_layers`` (Megatron-Core ``TransformerConfig.__post_init__``:
+            "Length of cp_comm_type ... should equal to the total number of transformer layers");
+            or a2a / allgather / a2a+p2p, which autopar does not model (it costs the p2p ring).
     """
     if not a.has("--cp-comm-type"):
         return
     values = (a.text("--cp-comm-type") or "").split()
+    if cp > 1 and len(values) not in (1, num_layers):
+        raise AutoparError(f"{a.source}: --cp-comm-type={' '.join(values)!r}: {len(values)} values; Megatron-LM "
+                           f"takes one value or one per layer ({num_layers} for --num-layers={num_layers})")
     unknown = sorted({v for v in values if v not in CP_COMM_TYPES})
     if unknown:
         raise AutoparError(f"{a.source}: --cp-comm-type={' '.join(values)!r}: {', '.join(unknown)} not allowed; "
@@ -58,7 +66,7 @@ def noop_layers(a: Args, positions: int) -> frozenset[int]:
         return frozenset()
     text = a.text("--noop-layers") or ""
     words = text.replace(" ", "").split(",")
-    if not all(w.isdigit() for w in words):
+    if not all(w.isascii() and w.isdigit() for w in words):  # str.isdigit alone passes '³', which int() refuses
         raise AutoparError(f"{a.source}: --noop-layers={text!r}: expected layer indices like 61,62,63")
     noop = frozenset(int(w) for w in words)
     if max(noop) >= positions:
