@@ -111,3 +111,25 @@ def test_modules_without_a_selective_stage_say_what_to_change():
     with pytest.raises(ValueError, match=r"this layout recomputes full \(make recompute, or a recompute_per_stage "
                                          r"entry, selective, or leave the default core_attn\)"):
         Strategy(dp=8, recompute="full", recompute_modules=("moe_act",))
+
+
+def test_balance_per_stage_mix_with_modules_names_no_per_stage_writer():
+    # SAPP and Galvatron refuse a module set, so the balancer must not send a selective/none mix
+    # with moe_act,layernorm to them (it did: "write it with autopar export --format sapp").
+    res = _cli(["balance", "--model", "mixtral-8x7b", "--device", "h100-80gb", "--nodes", "4", "--gbs", "64",
+                "--tp", "2", "--sp", "--pp", "4", "--ep", "4", "--etp", "1", "--recompute", "selective",
+                "--recompute-modules", "moe_act,layernorm", "--memory-limit-gib", "50", "--options", "none,selective"])
+    assert res.exit_code == 0, res.output
+    line = " ".join(res.stdout.split())
+    assert "Megatron has one setting, and no per-stage writer takes --recompute-modules moe_act layernorm" in line
+    assert "write it with autopar export --format sapp" not in line
+
+
+def test_noop_layers_with_a_full_block_of_every_position(tmp_path):
+    # 32 positions, pp 4: 8 per stage; noop 28..31 leaves 8,8,8,4 real layers. A block of 8
+    # (Megatron allows up to the 8 positions per stage) recomputes every real layer; it was
+    # refused as more than num_layers/pp = 28/4 = 7.
+    script = _script(tmp_path, "--noop-layers 28,29,30,31 --recompute-granularity full --recompute-method block "
+                               "--recompute-num-layers 8")
+    lay = read_script(script).layout
+    assert (lay["recompute"], lay["recompute_layers"], lay["layers_per_stage"]) == ("full", None, (8, 8, 8, 4))

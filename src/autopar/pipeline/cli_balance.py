@@ -70,7 +70,12 @@ def megatron_flags(plan: BalancePlan, accounted: bool = False,
         if accounted:
             flags.append("(instead of --account-for-embedding/loss-in-pipeline-split: Megatron-LM takes one or the other)")
     names = set(plan.best.recompute)
-    if len(names) > 1:
+    if len(names) > 1 and "selective" in names and tuple(modules) != DEFAULT_RECOMPUTE_MODULES:
+        # SAPP and Galvatron (the per-stage writers) refuse a module set (export.per_stage)
+        flags.append(f"(recompute differs per stage {list(plan.best.recompute)}: Megatron has one setting, and no "
+                     f"per-stage writer takes --recompute-modules {' '.join(modules)}; use --form megatron, or the "
+                     "default core_attn for autopar export --format sapp)")
+    elif len(names) > 1:
         flags.append(f"(recompute differs per stage {list(plan.best.recompute)}: Megatron has one setting; "
                      "write it with autopar export --format sapp (or galvatron), or use --form megatron)")
     elif names == {"selective"}:

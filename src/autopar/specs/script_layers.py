@@ -90,7 +90,9 @@ def apply_noop_layers(a: Args, model: dict[str, Any], layout: dict[str, Any],
             layers per stage from the first/last-stage flags, or None).
     Returns:
         ``(model, layout)``: ``num_layers`` the real layers, ``moe_layers`` renumbered over them,
-        ``layers_per_stage`` the real layers per stage (pp > 1).
+        ``layers_per_stage`` the real layers per stage (pp > 1); a full-recompute ``block`` of
+        every position of a stage (``--recompute-num-layers`` = positions/pp, which Megatron
+        allows) becomes ``recompute_layers=None``, every real layer of the stage.
     Raises:
         AutoparError: noop layers with vpp > 1 or the embedding/loss split flags, positions that
             pp does not divide (Megatron's even split), or a stage of noop layers only.
@@ -110,6 +112,9 @@ def apply_noop_layers(a: Args, model: dict[str, Any], layout: dict[str, Any],
                            "(give --num-layers the real count)")
     real = [i for i in range(positions) if i not in noop]
     model = dict(model, num_layers=len(real))
+    block = layout.get("recompute_layers")
+    if block is not None and block == positions // pp:  # every position of each stage: all its real layers
+        layout = dict(layout, recompute_layers=None)
     if "moe_layers" in model:
         moe = set(model["moe_layers"])
         model["moe_layers"] = tuple(j for j, i in enumerate(real) if i in moe)
