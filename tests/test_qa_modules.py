@@ -133,3 +133,17 @@ def test_noop_layers_with_a_full_block_of_every_position(tmp_path):
                                "--recompute-num-layers 8")
     lay = read_script(script).layout
     assert (lay["recompute"], lay["recompute_layers"], lay["layers_per_stage"]) == ("full", None, (8, 8, 8, 4))
+
+
+@pytest.mark.parametrize("recompute", ["none", "full"])
+def test_explicit_recompute_drops_the_scripts_selective_modules(tmp_path, recompute):
+    # The script recomputes selective moe_act; --recompute none/full on the command line wins,
+    # and the script's modules (which Megatron reads under selective only) go with it. Was:
+    # "recompute_modules=moe_act applies to selective recompute; this layout recomputes none".
+    script = _script(tmp_path, "--recompute-granularity selective --recompute-modules moe_act")
+    res = _cli(["estimate", "--script", str(script), "--device", "h100-80gb", "--recompute", recompute, "--json"])
+    assert res.exit_code == 0, res.output
+    s = json.loads(res.stdout)["strategy"]
+    assert (s["recompute"], s["recompute_modules"]) == (recompute, ["core_attn"])
+    kept = _cli(["estimate", "--script", str(script), "--device", "h100-80gb", "--json"])
+    assert json.loads(kept.stdout)["strategy"]["recompute_modules"] == ["moe_act"]

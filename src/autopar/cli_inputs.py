@@ -113,7 +113,7 @@ def strategy_from_options(p: Problem, script: str | None, layout: dict[str, Any]
     from autopar.errors import from_validation_error
     from autopar.specs.script import read_script
     from autopar.specs.script_cli import layout_defaults
-    from autopar.strategy import Strategy
+    from autopar.strategy import DEFAULT_RECOMPUTE_MODULES, Strategy
 
     split = layout.pop("layers_per_stage")
     per_stage = layout.pop("recompute_per_stage", None)
@@ -128,6 +128,10 @@ def strategy_from_options(p: Problem, script: str | None, layout: dict[str, Any]
     if per_stage:
         lay["recompute_per_stage"] = tuple(x.strip() for x in per_stage.split(","))
         lay["recompute"] = layout.get("recompute")  # None: the heaviest per-stage option
+    if layout.get("recompute_modules") is None and "selective" not in {lay.get("recompute"),
+                                                                      *(lay.get("recompute_per_stage") or ())}:
+        # the script's selective modules, with --recompute none/full given: Megatron ignores them too
+        lay["recompute_modules"] = DEFAULT_RECOMPUTE_MODULES
     for name in ("tp", "pp", "cp", "vpp", "ep", "mbs"):
         positive(f"--{name}", lay[name])
     for name, value in (("--dp", dp), ("--etp", lay["etp"]), ("--recompute-layers", lay["recompute_layers"])):
