@@ -147,3 +147,20 @@ def test_explicit_recompute_drops_the_scripts_selective_modules(tmp_path, recomp
     assert (s["recompute"], s["recompute_modules"]) == (recompute, ["core_attn"])
     kept = _cli(["estimate", "--script", str(script), "--device", "h100-80gb", "--json"])
     assert json.loads(kept.stdout)["strategy"]["recompute_modules"] == ["moe_act"]
+
+
+def test_script_modules_megatron_refuses_are_one_error_unless_overridden(tmp_path):
+    # Megatron-Core TransformerConfig: "moe_act in recompute_modules is only supported with
+    # moe_grouped_gemm" (ValueError); the estimate costed grouped-GEMM moe_act silently (rc 0).
+    text = MIXTRAL_SH.replace("    --moe-grouped-gemm\n", "")
+    path = tmp_path / "nogg.sh"
+    path.write_text(text.replace("    --sequence-parallel\n", "    --sequence-parallel\n    --recompute-granularity "
+                                 "selective --recompute-modules moe_act\n"))
+    res = _cli(["estimate", "--script", str(path), "--device", "h100-80gb"])
+    assert res.exit_code == 2 and len(res.stderr.strip().splitlines()) == 1, res.output
+    assert "--recompute-modules moe_act without --moe-grouped-gemm: Megatron-LM refuses this combination" in res.stderr
+    # An explicit set (or recompute option) replaces the script's; the export adds the flag.
+    out = _cli(["export", "--format", "megatron", "--script", str(path), "--device", "h100-80gb",
+                "--recompute-modules", "moe_act"])
+    assert out.exit_code == 0 and "--moe-grouped-gemm" in out.stdout, out.output
+    assert _cli(["estimate", "--script", str(path), "--device", "h100-80gb", "--recompute", "none"]).exit_code == 0

@@ -124,7 +124,8 @@ def strategy_from_options(p: Problem, script: str | None, layout: dict[str, Any]
             raise AutoparError(f"--layers-per-stage={split!r}: expected integers like 7,8,8,7") from None
     else:
         layout["layers_per_stage"] = None
-    lay = layout_defaults(read_script(script) if script else None, layout)
+    plan = read_script(script) if script else None
+    lay = layout_defaults(plan, layout)
     if per_stage:
         lay["recompute_per_stage"] = tuple(x.strip() for x in per_stage.split(","))
         lay["recompute"] = layout.get("recompute")  # None: the heaviest per-stage option
@@ -132,6 +133,13 @@ def strategy_from_options(p: Problem, script: str | None, layout: dict[str, Any]
                                                                       *(lay.get("recompute_per_stage") or ())}:
         # the script's selective modules, with --recompute none/full given: Megatron ignores them too
         lay["recompute_modules"] = DEFAULT_RECOMPUTE_MODULES
+    elif layout.get("recompute_modules") is None and plan is not None:  # the layout takes the script's modules
+        from autopar.export.checks import recompute_modules
+
+        why = recompute_modules(plan)  # Megatron-Core TransformerConfig raises ValueError on these
+        if why:
+            raise AutoparError(f"--script={script!r}: {why}: Megatron-LM refuses this combination (ecosystem.md "
+                               "1.3 rule 25); fix the script or give --recompute-modules")
     for name in ("tp", "pp", "cp", "vpp", "ep", "mbs"):
         positive(f"--{name}", lay[name])
     for name, value in (("--dp", dp), ("--etp", lay["etp"]), ("--recompute-layers", lay["recompute_layers"])):
