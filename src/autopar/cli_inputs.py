@@ -13,6 +13,7 @@ from autopar.errors import AutoparError
 from autopar.problem import Problem
 from autopar.specs import TrainSpec, load_device, make_cluster
 from autopar.specs.model import MAX_SIZE
+from autopar.strategy import Strategy
 
 # ``warning:`` lines of the running command, printed only if it succeeds (see :func:`warn_on_success`).
 _PENDING_WARNINGS: list[str] = []
@@ -66,10 +67,18 @@ def recompute_modules_option(p: Problem, text: str | None) -> tuple[str, ...] | 
 
 
 def problem_from_options(model: str | None, device: str | None, nodes: int | None, devices_per_node: int | None,
-             gbs: int | None, seq_len: int | None, precision: str | None, device_file: str | None,
-             device_set: list[str] | None, flash: bool | None, vocab_pad: int | None, script: str | None = None,
-             vocab_size: int | None = None, moe_token_imbalance: float | None = None,
-             fp8_param_storage: bool | None = None) -> Problem:
+                         gbs: int | None, seq_len: int | None, precision: str | None, device_file: str | None,
+                         device_set: list[str] | None, flash: bool | None, vocab_pad: int | None,
+                         script: str | None = None, vocab_size: int | None = None,
+                         moe_token_imbalance: float | None = None, fp8_param_storage: bool | None = None) -> Problem:
+    """The problem the options describe: explicit options, else the ``--script``'s values, else
+    the documented defaults (:data:`autopar.specs.script_cli.CLI_FALLBACKS`).
+
+    Raises:
+        AutoparError: an option outside what it allows (named, with the allowed values), an
+            unreadable script, model or device file, or an option the model cannot use
+            (``--moe-token-imbalance`` without routed experts, ``--fp8-param-storage`` without fp8).
+    """
     from autopar.specs.script import read_script
     from autopar.specs.script_cli import cli_defaults, model_for
 
@@ -106,14 +115,22 @@ def problem_from_options(model: str | None, device: str | None, nodes: int | Non
     return Problem(spec, cluster, train)
 
 
-def strategy_from_options(p: Problem, script: str | None, layout: dict[str, Any], dp: int | None, schedule: str | None):
-    """The explicit layout: options given, else the script's layout, else the defaults."""
+def strategy_from_options(p: Problem, script: str | None, layout: dict[str, Any], dp: int | None,
+                          schedule: str | None) -> Strategy:
+    """The explicit layout: options given, else the script's layout, else the defaults
+    (:data:`autopar.specs.script_cli.LAYOUT_FALLBACKS`); ``dp`` None = world / (tp * pp * cp).
+
+    Raises:
+        AutoparError: a size outside 1..:data:`~autopar.specs.model.MAX_SIZE`, tp * pp * cp not
+            dividing the world (with the tp values that would), ``--etp`` for a dense model, a
+            script's module set Megatron-LM refuses, or a layout the ``Strategy`` checks refuse.
+    """
     from pydantic import ValidationError
 
     from autopar.errors import from_validation_error
     from autopar.specs.script import read_script
     from autopar.specs.script_cli import layout_defaults
-    from autopar.strategy import DEFAULT_RECOMPUTE_MODULES, Strategy
+    from autopar.strategy import DEFAULT_RECOMPUTE_MODULES
 
     split = layout.pop("layers_per_stage")
     per_stage = layout.pop("recompute_per_stage", None)
@@ -166,8 +183,6 @@ def strategy_from_options(p: Problem, script: str | None, layout: dict[str, Any]
         return Strategy(dp=dp, schedule=schedule or ("interleaved" if lay["vpp"] > 1 else "1f1b"), **lay)
     except ValidationError as err:
         raise from_validation_error(err, "layout", as_option=True) from None
-
-
 
 
 def take_warnings() -> list[str]:
