@@ -266,3 +266,15 @@ def test_search_targets_without_module_lists_try_only_core_attn():
     res = _cli(["search", "--model", "mixtral-8x7b", "--device", "h100-80gb", "--nodes", "2", "--gbs", "256",
                 "--target", "sapp", "--recompute-modules", "moe_act"])
     assert res.exit_code == 2 and "error: --recompute-modules moe_act with --target sapp: only megatron" in res.stderr
+
+
+def test_balance_takes_the_moe_and_fp8_options():
+    # Mixtral on 16 H100: a busier expert rank (imbalance 1.5) costs more per micro-batch.
+    base = ["balance", "--model", "mixtral-8x7b", "--device", "h100-80gb", "--nodes", "2", "--gbs", "256",
+            "--pp", "4", "--ep", "4", "--etp", "1", "--tp", "1", "--recompute", "full"]
+    even, skewed = _cli(base), _cli(base + ["--moe-token-imbalance", "1.5"])
+    assert even.exit_code == 0 and skewed.exit_code == 0, skewed.output
+    step = lambda out: float(out.split("balanced ")[1].split(" s")[0])  # noqa: E731
+    assert step(skewed.stdout) > step(even.stdout)
+    res = _cli(base + ["--fp8-param-storage"])
+    assert res.exit_code == 2 and "--fp8-param-storage with --precision=bf16" in res.stderr

@@ -15,8 +15,9 @@ import typer
 from rich.table import Table
 
 from autopar.cli import (Cp, Device, DeviceFile, DeviceSet, Dp, Ep, Etp, Flash, Gbs, Mbs, Model, Nodes, PerNode, Pp,
-                         Precision, RecomputeLayers, RecomputeModules, RecomputeOpt, ScheduleOpt, Script, SeqLen, Sp,
-                         Tp, VocabPad, VocabSize, Vpp, Zero, _user_errors, app, console, err_console)
+                         Fp8ParamStorage, MoeImbalance, Precision, RecomputeLayers, RecomputeModules, RecomputeOpt,
+                         ScheduleOpt, Script, SeqLen, Sp, Tp, VocabPad, VocabSize, Vpp, Zero, _user_errors, app, console,
+                         err_console)
 from autopar.cli_inputs import problem_from_options, recompute_modules_option, strategy_from_options
 from autopar.errors import AutoparError
 from autopar.specs.cluster import MAX_MEMORY_BYTES
@@ -139,6 +140,7 @@ def balance_command(
     mbs: Mbs = None, zero: Zero = None, sp: Sp = None, recompute: RecomputeOpt = None,
     recompute_layers: RecomputeLayers = None, schedule: ScheduleOpt = None,
     script: Script = None, vocab_size: VocabSize = None, recompute_modules: RecomputeModules = None,
+    moe_token_imbalance: MoeImbalance = None, fp8_param_storage: Fp8ParamStorage = None,
     layers: Annotated[Optional[str], typer.Option("--layers", help="JSON/YAML per-layer costs instead of the "
                                                   "model (see autopar.pipeline.layers_file)")] = None,
     form: Annotated[str, typer.Option(help="explicit (any split, per-stage recompute) | megatron "
@@ -171,7 +173,8 @@ def balance_command(
         given = {"model": model, "script": script, "device": device, "device-file": device_file, "tp": tp, "pp": pp,
                  "dp": dp, "cp": cp, "vpp": vpp, "ep": ep, "etp": etp, "mbs": mbs, "zero": zero, "sp": sp,
                  "recompute": recompute, "recompute-layers": recompute_layers, "gbs": gbs, "seq-len": seq_len,
-                 "nodes": nodes, "recompute-modules": recompute_modules}
+                 "nodes": nodes, "recompute-modules": recompute_modules, "moe-token-imbalance": moe_token_imbalance,
+                 "fp8-param-storage": fp8_param_storage}
         clash = [f"--{k}" for k, v in given.items() if v is not None]
         if clash:
             raise AutoparError(f"--layers with {', '.join(clash)}: the layer file gives the costs, sizes and "
@@ -190,8 +193,9 @@ def balance_command(
 
         if model is None and script is None:
             raise AutoparError("give --model (or --script), or --layers FILE")
-        p = problem_from_options(model, device, nodes, devices_per_node, gbs, seq_len, precision, device_file, device_set,
-                     flash_attention, vocab_pad, script, vocab_size)
+        p = problem_from_options(model, device, nodes, devices_per_node, gbs, seq_len, precision, device_file,
+                                 device_set, flash_attention, vocab_pad, script, vocab_size, moe_token_imbalance,
+                                 fp8_param_storage)
         layout = dict(tp=tp, pp=pp, cp=cp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, zero=zero, sp=sp, recompute=recompute,
                       recompute_layers=recompute_layers, layers_per_stage=None,
                       recompute_modules=recompute_modules_option(p, recompute_modules))
