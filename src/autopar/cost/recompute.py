@@ -69,33 +69,43 @@ def layer_recompute_s(p: Problem, batch: LayoutBatch, layer: C.LayerTimes, moe: 
         mlp_even = F.Gemm(n, m.ffn_hidden_size / t, h) if m.gated_mlp else F.Gemm(n, h, m.ffn_hidden_size / t)
         even = [F.Gemm(n, m.kv_width / t, h), F.Gemm(n, h, m.v_width / t), mlp_even]
         return sum(C.gemm_time_s(p, g) for g in even) + layer.elementwise_s
-    on = batch.module_on
+    def on(name: str) -> np.ndarray | None:  # None: no row re-runs the module (its cost is not computed)
+        rows = batch.module_on(name)
+        return rows if rows.any() else None
+
     n_seq = n / np.where(batch.sp, t, 1)
-    total = np.where(on("core_attn"), layer.attention_s, 0.0)
-    total = total + np.where(on("layernorm"), separate_norms(p, moe) * _norm_pass_s(p, batch, h, n_seq), 0.0)
-    if m.mla:
+    total = np.where(batch.module_on("core_attn"), layer.attention_s, 0.0)
+    if (rows := on("layernorm")) is not None:
+        total = total + np.where(rows, separate_norms(p, moe) * _norm_pass_s(p, batch, h, n_seq), 0.0)
+    if m.mla and (rows := on("mla_up_proj")) is not None:
         # attention_gemms order: kv down, kv up, output, then q down + q up (or one q projection,
         # which the checkpointed function runs when there is no q latent).
         gemms = F.attention_gemms(p, batch)
         up_s = (C.gemm_time_s(p, gemms[1]) + C.gemm_time_s(p, gemms[-1]) + C.memory_time_s(p, F.rope_bytes(p, batch))
                 + _norm_pass_s(p, batch, m.q_lora_rank + m.kv_lora_rank, n_seq) + 2 * C.KERNEL_OVERHEAD_S)
-        total = total + np.where(on("mla_up_proj"), up_s, 0.0)
+        total = total + np.where(rows, up_s, 0.0)
     if not moe:
-        mlp_s = (sum(C.gemm_time_s(p, g) for g in F.mlp_gemms(p, batch, False))
-                 + C.memory_time_s(p, F.mlp_elementwise_bytes(p, batch, False)) + _norm_pass_s(p, batch, h, n_seq))
-        return total + np.where(on("mlp"), mlp_s, 0.0)
-    gemms = F.mlp_gemms(p, batch, True)
-    block_s = (sum(C.gemm_time_s(p, g) for g in gemms) + C.memory_time_s(p, F.mlp_elementwise_bytes(p, batch, True))
-               + moe_cost.MOE_EXTRA_KERNELS * C.KERNEL_OVERHEAD_S)
-    rows = moe_cost.expert_rows(p, batch)
-    act_s = C.memory_time_s(p, F.activation_pass_bytes(p, rows, m.moe_ffn_hidden_size / batch.etp)) + C.KERNEL_OVERHEAD_S
-    parts = np.where(on("moe_act"), act_s, 0.0)
-    if m.shared_expert_ffn_hidden_size:
-        shared = gemms[3:]  # router, routed fc1, routed fc2, then the shared fc1, fc2
+        if (rows := on("mlp")) is not None:
+            mlp_s = (sum(C.gemm_time_s(p, g) for g in F.mlp_gemms(p, batch, False))
+                     + C.memory_time_s(p, F.mlp_elementwise_bytes(p, batch, False)) + _norm_pass_s(p, batch, h, n_seq))
+            total = total + np.where(rows, mlp_s, 0.0)
+        return total
+    parts = np.zeros(len(batch))
+    if (rows := on("moe_act")) is not None:
+        expert_rows = moe_cost.expert_rows(p, batch)
+        act_s = C.memory_time_s(p, F.activation_pass_bytes(p, expert_rows, m.moe_ffn_hidden_size / batch.etp))
+        parts = parts + np.where(rows, act_s + C.KERNEL_OVERHEAD_S, 0.0)
+    if m.shared_expert_ffn_hidden_size and (rows := on("shared_experts")) is not None:
+        shared = F.mlp_gemms(p, batch, True)[3:]  # router, routed fc1, routed fc2, then the shared fc1, fc2
         shared_s = (sum(C.gemm_time_s(p, g) for g in shared)
                     + C.memory_time_s(p, F.activation_pass_bytes(p, n, m.shared_expert_ffn_hidden_size / t)))
-        parts = parts + np.where(on("shared_experts"), shared_s, 0.0)
-    return total + np.where(on("moe"), block_s, parts)
+        parts = parts + np.where(rows, shared_s, 0.0)
+    if (rows := on("moe")) is not None:
+        block_s = (sum(C.gemm_time_s(p, g) for g in F.mlp_gemms(p, batch, True))
+                   + C.memory_time_s(p, F.mlp_elementwise_bytes(p, batch, True))
+                   + moe_cost.MOE_EXTRA_KERNELS * C.KERNEL_OVERHEAD_S)
+        parts = np.where(rows, block_s, parts)
+    return total + parts
 
 
 def stage_recompute_s(p: Problem, batch: LayoutBatch, dense: C.LayerTimes, moe: C.LayerTimes,
