@@ -152,3 +152,22 @@ def test_balance_takes_and_writes_the_recompute_modules():
     assert "not --recompute-modules core_attn,moe_act,layernorm,mla_up_proj" in out.output  # the SAPP line says so
     plain = CliRunner().invoke(app, args, env={"COLUMNS": "250"})
     assert plain.exit_code == 0 and "--recompute-modules" not in plain.output
+
+
+def test_softmax_routers_export_their_load_balancing_loss(tmp_path):
+    """Mixtral's config states router_aux_loss_coef 0.02; Qwen3-MoE's omits it (transformers'
+    default 0.001). Megatron's own default coefficient is 0, which turns the loss the cost model
+    counts (``ROUTER_OPS_TOPK``) off, so the export writes it; a script's value is read back."""
+    from autopar.export import WRITERS
+    from autopar.specs.script import read_script
+    from autopar.strategy import Strategy
+    from conftest import SHARED, make_problem
+
+    for model, coeff in (("mixtral-8x7b", "0.02"), ("qwen3-30b-a3b", "0.001")):
+        p = make_problem(model, gbs=64)
+        text = WRITERS["megatron"](p, Strategy(dp=8, ep=8, etp=1))
+        words = text.split()
+        assert words[words.index("--moe-aux-loss-coeff") + 1] == coeff
+        assert read_script(tmp_path / f"{model}.sh", text).model_spec().router_aux_loss_coeff == float(coeff)
+    assert read_script(SHARED / "scripts" / "pretrain_mixtral_8x7b.sh").model_spec().router_aux_loss_coeff == 0.01
+    assert "--moe-aux-loss-coeff" not in WRITERS["megatron"](make_problem("llama3-8b"), Strategy(dp=8))

@@ -82,7 +82,10 @@ def moe_args(p: Problem, dialect: Dialect = "megatron") -> list[str]:
       ``--moe-router-topk-scaling-factor`` (HF ``routed_scaling_factor``) and the sequence-wise
       auxiliary loss at the DeepSeek-V3 report's alpha = 0.0001 (sec. 4.2), the router that
       :data:`autopar.cost.host.ROUTER_OPS_DEEPSEEK` counts (Megatron's default coefficient 0 turns
-      the loss off).
+      the loss off);
+    * softmax top-k routers: the config's load-balancing loss coefficient (HF
+      ``router_aux_loss_coef``) as ``--moe-aux-loss-coeff``, under Megatron's default
+      ``aux_loss`` balancing, the router :data:`autopar.cost.host.ROUTER_OPS_TOPK` counts.
     """
     m = p.model
     args = [f"--num-experts {m.num_experts} --moe-router-topk {m.num_experts_per_tok} "
@@ -98,6 +101,8 @@ def moe_args(p: Problem, dialect: Dialect = "megatron") -> list[str]:
         args.append("--moe-router-score-function sigmoid --moe-router-enable-expert-bias")
         if dialect == "megatron":
             args.append("--moe-router-load-balancing-type seq_aux_loss --moe-aux-loss-coeff 1e-4")
+    elif m.router_aux_loss_coeff:  # softmax top-k (Mixtral, Qwen3-MoE): Megatron's default aux_loss, coefficient 0
+        args.append(f"--moe-aux-loss-coeff {m.router_aux_loss_coeff:g}")
     if m.router_num_groups and dialect == "megatron":
         args.append(f"--moe-router-num-groups {m.router_num_groups} --moe-router-group-topk {m.router_group_topk}")
     if m.router_topk_scaling_factor is not None and dialect == "megatron":

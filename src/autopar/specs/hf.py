@@ -146,7 +146,20 @@ def _mixtral(cfg: _Config) -> dict[str, Any]:
         "num_experts_per_tok": cfg.integer("num_experts_per_tok"),
         "moe_ffn_hidden_size": ffn,
         "moe_layers": tuple(range(spec["num_layers"])),
+        "router_aux_loss_coeff": _aux_loss_coeff(cfg),
     }
+
+
+def _aux_loss_coeff(cfg: _Config) -> float:
+    """The softmax top-k router's load-balancing loss coefficient, HF ``router_aux_loss_coef``
+    (transformers' ``MixtralConfig`` and ``Qwen3MoeConfig`` default: 0.001).
+
+    Raises:
+        AutoparError: a negative or non-numeric value."""
+    coeff = cfg.number("router_aux_loss_coef", 0.001)
+    if coeff < 0:
+        raise AutoparError(f"{cfg.source}: field 'router_aux_loss_coef'={coeff} must be >= 0")
+    return coeff
 
 
 def _qwen3_moe(cfg: _Config) -> dict[str, Any]:
@@ -167,6 +180,7 @@ def _qwen3_moe(cfg: _Config) -> dict[str, Any]:
         "moe_ffn_hidden_size": cfg.integer("moe_intermediate_size"),
         "shared_expert_ffn_hidden_size": cfg.integer("shared_expert_intermediate_size", default=0),
         "moe_layers": moe,
+        "router_aux_loss_coeff": _aux_loss_coeff(cfg),
     }
 
 

@@ -80,6 +80,9 @@ class ModelSpec(BaseModel):
                                    "groups (HF n_group, Megatron --moe-router-num-groups); 0 = not group-limited")
     router_group_topk: int = Field(default=0, ge=0, le=MAX_SIZE, description="groups a token may route to (HF "
                                    "topk_group, Megatron --moe-router-group-topk)")
+    router_aux_loss_coeff: float = Field(default=0.0, ge=0, le=1e3, description="load-balancing loss "
+                                         "coefficient (HF router_aux_loss_coef, Megatron --moe-aux-loss-coeff); "
+                                         "0 = no auxiliary loss")
     router_topk_scaling_factor: float | None = Field(default=None, gt=0, le=1e6, description="routed-expert weight "
                                                      "scale (HF routed_scaling_factor, Megatron "
                                                      "--moe-router-topk-scaling-factor); None = 1")
