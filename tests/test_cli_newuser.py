@@ -123,7 +123,6 @@ def test_search_names_why_megatron_cannot_run_a_free_split(monkeypatch):
     from autopar.estimate import estimate
     from autopar.search.grid import SearchResult
 
-    p = make_problem("llama3-8b", gbs=8, seq=4096)
     free = Strategy(dp=2, pp=4, zero=1, layers_per_stage=(7, 8, 9, 8))
     assert free.recompute_per_stage is None
 

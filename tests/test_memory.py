@@ -10,8 +10,6 @@ from autopar.cost import activations as act
 from autopar.cost.memory import in_flight_microbatches, model_state_bytes, stage_memory
 from autopar.cost.stage import Stages, all_stages
 from autopar.estimate import estimate
-from autopar.problem import Problem
-from autopar.specs import TrainSpec, load_device, make_cluster
 from autopar.strategy import LayoutBatch, Strategy
 from conftest import make_problem, toy_model
 
