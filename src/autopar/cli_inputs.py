@@ -46,6 +46,7 @@ def recompute_modules_option(p: Problem, text: str | None) -> tuple[str, ...] | 
             ``LayerNormLinear``; :func:`autopar.cost.recompute.separate_norms`)),
             or modules other than ``core_attn`` for a framework without a module list.
     """
+    from autopar.cost.recompute import separate_norms
     from autopar.rules import missing_modules
     from autopar.strategy import DEFAULT_RECOMPUTE_MODULES, parse_recompute_modules
 
@@ -55,7 +56,7 @@ def recompute_modules_option(p: Problem, text: str | None) -> tuple[str, ...] | 
     missing = missing_modules(p)
     if p.model.num_layers and p.model.num_moe_layers == p.model.num_layers:
         missing = dict(missing, mlp="dense (non-MoE) layers")
-    if not (p.model.mla or p.model.is_moe):
+    if not separate_norms(p, p.model.is_moe):
         missing = dict(missing, layernorm="MLA or MoE layers (dense GQA layers fuse their norms into the linears)")
     bad = [f"{n} needs {missing[n]}" for n in modules if n in missing]
     if bad:
