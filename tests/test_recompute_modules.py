@@ -188,7 +188,8 @@ def test_cli_recompute_modules_lower_the_estimated_memory():
     (["--recompute-modules", "attention"], "--recompute-modules='attention': allowed core_attn, moe_act, layernorm"),
     (["--recompute-modules", ""], "--recompute-modules='': allowed"),
     (["--recompute-modules", "mla_up_proj"],
-     "--recompute-modules='mla_up_proj': mla_up_proj needs multi-latent attention; model llama3-8b has none"),
+     "--recompute-modules='mla_up_proj': mla_up_proj needs multi-latent attention; model llama3-8b has none "
+     "(allowed for it: core_attn, mlp)"),
     (["--recompute-modules", "moe_act"], "moe_act needs MoE layers; model llama3-8b has none"),
     (["--recompute", "full", "--recompute-modules", "mlp"],
      "error: layout: recompute_modules=mlp applies to selective recompute; this layout recomputes full"),

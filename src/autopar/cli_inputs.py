@@ -48,7 +48,7 @@ def recompute_modules_option(p: Problem, text: str | None) -> tuple[str, ...] | 
     """
     from autopar.cost.recompute import separate_norms
     from autopar.rules import missing_modules
-    from autopar.strategy import DEFAULT_RECOMPUTE_MODULES, parse_recompute_modules
+    from autopar.strategy import DEFAULT_RECOMPUTE_MODULES, RECOMPUTE_MODULES, parse_recompute_modules
 
     if text is None:
         return None
@@ -60,7 +60,9 @@ def recompute_modules_option(p: Problem, text: str | None) -> tuple[str, ...] | 
         missing = dict(missing, layernorm="MLA or MoE layers (dense GQA layers fuse their norms into the linears)")
     bad = [f"{n} needs {missing[n]}" for n in modules if n in missing]
     if bad:
-        raise AutoparError(f"--recompute-modules={text!r}: {'; '.join(bad)}; model {p.model.name} has none")
+        allowed = ", ".join(m for m in RECOMPUTE_MODULES if m not in missing)
+        raise AutoparError(f"--recompute-modules={text!r}: {'; '.join(bad)}; model {p.model.name} has none "
+                           f"(allowed for it: {allowed})")
     if p.train.framework != "megatron" and modules != DEFAULT_RECOMPUTE_MODULES:
         raise AutoparError(f"--recompute-modules={text!r} is Megatron-LM's; {p.train.framework} recomputes its own "
                            "way (leave the default core_attn)")

@@ -15,7 +15,9 @@ GIB = 2**30
 
 SPLIT_MARKS = {"+": "+el (+e, +l): embedding and loss counted as pipeline layers (Megatron "
                     "--account-for-embedding/loss-in-pipeline-split)",
-               "~": "~: a balanced split, not Megatron's default (layers_per_stage in the JSON)"}
+               "~": "~: a balanced split of the layers, not the default one (even; when pp does not divide the "
+                    "layers, ceil(L/pp) per middle stage and the rest on the first and last); layers_per_stage in "
+                    "the JSON"}
 
 
 def split_mark(e: Estimate) -> str:
