@@ -16,7 +16,7 @@ from autopar.problem import Problem
 from autopar.search import search
 from autopar.specs import TrainSpec, load_device, load_model, make_cluster
 
-MODELS = Path(__file__).resolve().parents[2] / "shared" / "models"
+MODELS = Path(__file__).resolve().parents[1] / "src" / "autopar" / "data" / "models"
 SCENARIOS = [
     ("deepseek-v3", 256, 4096, 4096),
     ("qwen3-30b-a3b", 1, 64, 4096),

@@ -9,7 +9,14 @@ import pytest
 from autopar.problem import Problem
 from autopar.specs import ModelSpec, TrainSpec, load_device, load_model, make_cluster
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
+import autopar
+
+#: The data the tests use lives in the repository (a clean clone tests itself); ``test_data_files``
+#: checks it against ``../shared/`` where a steering checkout sits beside this one.
+DATA = Path(autopar.__file__).resolve().parent / "data"
+MODELS = DATA / "models"                            # the HF config.json files of the presets
+MEASUREMENTS = DATA / "validation" / "measurements.csv"
+SCRIPTS = Path(__file__).resolve().parent / "data" / "scripts"   # Megatron-style launch scripts
 
 
 def make_problem(model: str | ModelSpec, device: str = "h100-80gb", nodes: int = 1, per_node: int = 8,

@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from autopar.cli import app
-from conftest import SHARED
+from conftest import MEASUREMENTS, MODELS, SCRIPTS
 
 runner = CliRunner()
 LLAMA = ["-m", "llama3-8b", "--device", "h100-80gb"]
@@ -74,7 +74,7 @@ def test_export_refuses_layout_options_with_from_and_unwritable_out(tmp_path, re
 
 
 # ----- launch scripts -------------------------------------------------------------------------
-BASE_SCRIPT = (SHARED / "scripts" / "pretrain_llama2_7b.sh").read_text()
+BASE_SCRIPT = (SCRIPTS / "pretrain_llama2_7b.sh").read_text()
 
 
 @pytest.mark.parametrize("old, new, needle", [
@@ -100,9 +100,9 @@ def test_malformed_launch_script(tmp_path, command, old, new, needle):
 
 
 # ----- HF config.json -------------------------------------------------------------------------
-LLAMA_CFG = json.loads((SHARED / "models" / "llama3-8b.json").read_text())
-QWEN_MOE_CFG = json.loads((SHARED / "models" / "qwen3-30b-a3b.json").read_text())
-MIXTRAL_CFG = json.loads((SHARED / "models" / "mixtral-8x7b.json").read_text())
+LLAMA_CFG = json.loads((MODELS / "llama3-8b.json").read_text())
+QWEN_MOE_CFG = json.loads((MODELS / "qwen3-30b-a3b.json").read_text())
+MIXTRAL_CFG = json.loads((MODELS / "mixtral-8x7b.json").read_text())
 
 
 @pytest.mark.parametrize("base, changes, needle", [
@@ -226,7 +226,7 @@ def test_balance_refuses_model_options_with_layers_and_unreachable_microbatches(
 
 
 # ----- validate --csv -------------------------------------------------------------------------
-CSV_TEXT = (SHARED / "validation" / "measurements.csv").read_text().splitlines()
+CSV_TEXT = (MEASUREMENTS).read_text().splitlines()
 
 
 def _csv(tmp_path, header: str, rows: list[str]) -> str:
@@ -299,7 +299,7 @@ def test_tp_not_dividing_the_dense_ffn_is_rejected(tmp_path):
     assert {row["strategy"]["tp"] for row in json.loads(out.stdout)["layouts"]} == {1}
 
 
-MIXTRAL_SCRIPT = (SHARED / "scripts" / "pretrain_mixtral_8x7b.sh").read_text()
+MIXTRAL_SCRIPT = (SCRIPTS / "pretrain_mixtral_8x7b.sh").read_text()
 
 
 @pytest.mark.parametrize("base, old, new, needle", [

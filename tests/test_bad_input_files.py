@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from autopar.cli import app
 from autopar.specs.hf import model_from_hf_dict
-from conftest import SHARED
+from conftest import MEASUREMENTS, MODELS
 from test_bad_input import BASE_SCRIPT, LAYERS_DOC, LLAMA, LLAMA_CFG, MIXTRAL_SCRIPT, one_line_error
 
 runner = CliRunner()
@@ -112,7 +112,7 @@ def test_search_result_sizes_beyond_int64(tmp_path, result_doc, key):
     assert f"{key}={2**63}: Input should be less than or equal to 2147483648" in err
 
 
-CSV_LINES = (SHARED / "validation" / "measurements.csv").read_text().splitlines()
+CSV_LINES = (MEASUREMENTS).read_text().splitlines()
 
 
 @pytest.mark.parametrize("column, value, needle", [
@@ -145,7 +145,7 @@ def test_llama_type_mlp_is_gated_whatever_the_activation():
         assert spec.gated_mlp and spec.num_params == 8_030_261_248
 
 
-DEEPSEEK_CFG = json.loads((SHARED / "models" / "deepseek-v3.json").read_text())
+DEEPSEEK_CFG = json.loads((MODELS / "deepseek-v3.json").read_text())
 
 
 @pytest.mark.parametrize("base, changes, needle", [

@@ -10,10 +10,10 @@ import pytest
 from typer.testing import CliRunner
 
 from autopar.cli import app
-from conftest import SHARED
+from conftest import MODELS
 
 runner = CliRunner()
-MAIN_JOB = ["search", "--model", str(SHARED / "models" / "llama3-70b.json"), "--device", "h100-80gb",
+MAIN_JOB = ["search", "--model", str(MODELS / "llama3-70b.json"), "--device", "h100-80gb",
             "--nodes", "8", "--devices-per-node", "8", "--gbs", "1024", "--seq-len", "8192", "--top", "10"]
 LAYOUT_KEYS = {"strategy", "step_time_s", "tokens_per_s_per_device", "mfu", "peak_memory_bytes",
                "device_memory_bytes", "fits", "marginal", "memory_per_stage", "time_breakdown_s"}
@@ -152,7 +152,7 @@ LLAMA_FP8 = ["--model", "llama3-8b", "--device", "h100-80gb", "--gbs", "64", "--
 
 def _api_estimate(model: str, strategy, **train):
     from autopar.estimate import estimate
-    from conftest import make_problem
+    from conftest import MODELS, make_problem
 
     return estimate(make_problem(model, gbs=64, seq=4096, **train), strategy)
 

@@ -26,7 +26,7 @@ from autopar.specs.script_cli import layout_defaults
 from autopar.strategy import Strategy, default_layers_per_stage, layers_per_chunk
 from autopar.validate.measurements import read_rows
 from autopar.validate.rows import to_case
-from conftest import make_problem, toy_model
+from conftest import MEASUREMENTS, make_problem, toy_model
 
 BOTH = dict(account_for_embedding=True, account_for_loss=True)
 # 126 layers as Llama-3.1-405B, tiny widths: 64 devices = tp 1 x pp 8 x dp 8; gbs 64 -> 8 micro-batches.
@@ -171,7 +171,7 @@ def test_mindspeed_gets_the_same_split_as_a_layer_list_or_a_refusal():
 
 
 def test_405b_pp8_vpp8_validate_rows_are_mapped_with_the_switches():
-    rows = {r.id: r for r in read_rows(Path(__file__).resolve().parents[2] / "shared/validation/measurements.csv")}
+    rows = {r.id: r for r in read_rows(MEASUREMENTS)}
     for row_id in ("DGXC2505-L405B-H100-BF16-512", "MLM-LLAMA-FP8-3"):
         case = to_case(rows[row_id])
         assert case.strategy.account_for_embedding and case.strategy.account_for_loss

@@ -15,9 +15,9 @@ from autopar.strategy import LayoutBatch, Strategy
 from autopar.validate import DEFAULT_CSV
 from autopar.validate.measurements import read_rows
 from autopar.validate.rows import to_case
-from conftest import SHARED, make_problem, toy_model
+from conftest import MODELS, make_problem, toy_model
 
-MIXTRAL = str(SHARED / "models" / "mixtral-8x7b.json")
+MIXTRAL = str(MODELS / "mixtral-8x7b.json")
 
 
 def _batch(p, s):

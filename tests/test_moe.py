@@ -18,10 +18,10 @@ from autopar.estimate import estimate
 from autopar.export.megatron import megatron_args
 from autopar.rules import check_strategy
 from autopar.strategy import LayoutBatch, Strategy
-from conftest import SHARED, link_bandwidths, make_problem, toy_model
+from conftest import MODELS, link_bandwidths, make_problem, toy_model
 
-MIXTRAL = str(SHARED / "models" / "mixtral-8x7b.json")
-QWEN3_MOE = str(SHARED / "models" / "qwen3-30b-a3b.json")
+MIXTRAL = str(MODELS / "mixtral-8x7b.json")
+QWEN3_MOE = str(MODELS / "qwen3-30b-a3b.json")
 
 
 def _toy_moe(**over):

@@ -18,7 +18,7 @@ from autopar.export.checks import violations
 from autopar.specs.hf import model_from_hf_dict
 from autopar.specs.script import read_script
 from autopar.strategy import Strategy
-from conftest import SHARED, make_problem
+from conftest import MODELS, SCRIPTS, make_problem
 
 MEMORY_SET = ("core_attn", "moe_act", "layernorm", "mla_up_proj")  # the search's #1 for DeepSeek-V3
 
@@ -103,7 +103,7 @@ def test_mindspeed_and_softmax_routers_get_no_megatron_only_router_flags():
 
 
 def _deepseek_config(**over) -> dict:
-    raw = json.loads((SHARED / "models" / "deepseek-v3.json").read_text())
+    raw = json.loads((MODELS / "deepseek-v3.json").read_text())
     raw.update(over)
     return raw
 
@@ -129,7 +129,7 @@ def test_group_routing_read_from_the_hf_config():
 def test_script_rotary_base_and_norm_epsilon_survive_into_the_printed_arguments(tmp_path):
     """`search --script pretrain_mixtral_8x7b.sh` printed Megatron arguments without the script's
     --rotary-base 1000000 (Megatron's default is 10000): the reader dropped it."""
-    src = (SHARED / "scripts" / "pretrain_mixtral_8x7b.sh").read_text()
+    src = (SCRIPTS / "pretrain_mixtral_8x7b.sh").read_text()
     script = tmp_path / "mix.sh"
     script.write_text(src.replace("--rotary-base 1000000", "--rotary-base 1000000\n    --norm-epsilon 1e-5"))
     spec = read_script(script).model_spec()
@@ -161,7 +161,7 @@ def test_softmax_routers_export_their_load_balancing_loss(tmp_path):
     from autopar.export import WRITERS
     from autopar.specs.script import read_script
     from autopar.strategy import Strategy
-    from conftest import SHARED, make_problem
+    from conftest import MODELS, SCRIPTS, make_problem
 
     for model, coeff in (("mixtral-8x7b", "0.02"), ("qwen3-30b-a3b", "0.001")):
         p = make_problem(model, gbs=64)
@@ -169,5 +169,5 @@ def test_softmax_routers_export_their_load_balancing_loss(tmp_path):
         words = text.split()
         assert words[words.index("--moe-aux-loss-coeff") + 1] == coeff
         assert read_script(tmp_path / f"{model}.sh", text).model_spec().router_aux_loss_coeff == float(coeff)
-    assert read_script(SHARED / "scripts" / "pretrain_mixtral_8x7b.sh").model_spec().router_aux_loss_coeff == 0.01
+    assert read_script(SCRIPTS / "pretrain_mixtral_8x7b.sh").model_spec().router_aux_loss_coeff == 0.01
     assert "--moe-aux-loss-coeff" not in WRITERS["megatron"](make_problem("llama3-8b"), Strategy(dp=8))

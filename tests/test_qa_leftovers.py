@@ -11,10 +11,10 @@ from typer.testing import CliRunner
 from autopar.cli import app
 from autopar.errors import AutoparError
 from autopar.specs.script import read_script
-from conftest import SHARED
+from conftest import MODELS
 
 runner = CliRunner()
-LLAMA3_8B = str(SHARED / "models" / "llama3-8b.json")  # 32 heads, 8 KV heads, ffn 14336, 8192 positions
+LLAMA3_8B = str(MODELS / "llama3-8b.json")  # 32 heads, 8 KV heads, ffn 14336, 8192 positions
 
 
 def _one_error_line(result) -> str:

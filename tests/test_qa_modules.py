@@ -12,9 +12,9 @@ from autopar.estimate import estimate
 from autopar.export.result import strategy_from_result
 from autopar.specs.script import read_script
 from autopar.strategy import Strategy
-from conftest import SHARED, make_problem
+from conftest import SCRIPTS, make_problem
 
-MIXTRAL_SH = (SHARED / "scripts" / "pretrain_mixtral_8x7b.sh").read_text()  # 32 layers, tp2 pp4 ep4 + SP
+MIXTRAL_SH = (SCRIPTS / "pretrain_mixtral_8x7b.sh").read_text()  # 32 layers, tp2 pp4 ep4 + SP
 
 
 def _script(tmp_path, extra: str, name: str = "s.sh"):

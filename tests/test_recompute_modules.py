@@ -22,7 +22,7 @@ from autopar.search import search
 from autopar.space import enumerate_layouts
 from autopar.specs.script import read_script
 from autopar.strategy import RECOMPUTE_MODULES, LayoutBatch, Strategy, module_names
-from conftest import SHARED, make_problem
+from conftest import SCRIPTS, make_problem
 
 MLA_MOE = ("core_attn", "layernorm", "mla_up_proj", "moe_act", "shared_experts", "moe")
 ON = np.array([True])
@@ -211,7 +211,7 @@ def test_search_recompute_modules_pin_the_set():
 
 
 def test_script_recompute_modules_are_read_and_written_back(tmp_path):
-    text = (SHARED / "scripts" / "pretrain_mixtral_8x7b.sh").read_text()
+    text = (SCRIPTS / "pretrain_mixtral_8x7b.sh").read_text()
     assert "--recompute-modules" not in text and "--recompute-granularity" not in text
     script = tmp_path / "mixtral.sh"
     script.write_text(text.replace("--moe-grouped-gemm", "--moe-grouped-gemm --recompute-granularity selective "

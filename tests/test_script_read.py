@@ -9,10 +9,10 @@ from autopar.cli import app
 from autopar.errors import AutoparError
 from autopar.specs.bash import ShellScript, unknown_reason
 from autopar.specs.script import read_script
-from conftest import SHARED
+from conftest import SCRIPTS
 
-LLAMA = SHARED / "scripts" / "pretrain_llama2_7b.sh"
-MIXTRAL = SHARED / "scripts" / "pretrain_mixtral_8x7b.sh"
+LLAMA = SCRIPTS / "pretrain_llama2_7b.sh"
+MIXTRAL = SCRIPTS / "pretrain_mixtral_8x7b.sh"
 
 
 def test_bash_expansions():

@@ -13,10 +13,10 @@ from autopar.problem import Problem
 from autopar.specs import load_device, make_cluster
 from autopar.specs.script import read_script, train_spec
 from autopar.strategy import Strategy
-from conftest import SHARED
+from conftest import SCRIPTS
 
-LLAMA = SHARED / "scripts" / "pretrain_llama2_7b.sh"
-MIXTRAL = SHARED / "scripts" / "pretrain_mixtral_8x7b.sh"
+LLAMA = SCRIPTS / "pretrain_llama2_7b.sh"
+MIXTRAL = SCRIPTS / "pretrain_mixtral_8x7b.sh"
 
 
 def _changed(old: str, new: str) -> tuple[list[str], list[str]]:

@@ -8,7 +8,7 @@ import pytest
 
 from autopar.errors import AutoparError
 from autopar.specs import load_device, load_model, make_cluster, model_from_hf_dict
-from conftest import SHARED
+from conftest import MODELS
 
 # Parameter counts from shared/reference/ecosystem.md 5.2 (our own count from the published
 # fields; it reproduces the published sizes), and the issue text for Llama-2-70B.
@@ -21,12 +21,12 @@ PUBLISHED = {
 
 
 def test_llama2_70b_exact_parameter_count():
-    assert load_model(str(SHARED / "models" / "llama2-70b.json")).num_params == 68_976_648_192
+    assert load_model(str(MODELS / "llama2-70b.json")).num_params == 68_976_648_192
 
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
 def test_every_shared_model_matches_its_published_size(name):
-    model = load_model(str(SHARED / "models" / f"{name}.json"))
+    model = load_model(str(MODELS / f"{name}.json"))
     assert model.num_params == pytest.approx(PUBLISHED[name], rel=0.001)
 
 
@@ -52,7 +52,7 @@ def test_hf_fields_are_honoured_not_defaulted():
 
 
 def test_newer_spellings_and_nested_text_config():
-    base = json.loads((SHARED / "models" / "llama3-8b.json").read_text())
+    base = json.loads((MODELS / "llama3-8b.json").read_text())
     newer = {k: v for k, v in base.items() if k not in ("torch_dtype", "rope_theta")}
     newer |= {"dtype": "bfloat16", "rope_parameters": {"rope_theta": 500000, "rope_type": "default"}}
     nested = {"model_type": "gemma3", "text_config": {**base, "model_type": "gemma3_text", "head_dim": 128}}

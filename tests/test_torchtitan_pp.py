@@ -19,7 +19,7 @@ from autopar.strategy import LayoutBatch, Strategy
 from autopar.validate.measurements import read_rows
 from autopar.validate.rows import Row, to_case, torchtitan_split
 from autopar.validate.score import score_row
-from conftest import SHARED, make_problem, toy_model
+from conftest import MEASUREMENTS, make_problem, toy_model
 
 FSDP_PP = Strategy(dp=4, tp=1, pp=2, mbs=1, zero=3, recompute="full")
 
@@ -103,7 +103,7 @@ def test_torchtitan_default_split():
 
 
 def test_405b_pipeline_rows_are_mapped_and_scored():
-    rows = {r.id: r for r in read_rows(SHARED / "validation" / "measurements.csv") if r.id.startswith("TT2412-T")}
+    rows = {r.id: r for r in read_rows(MEASUREMENTS) if r.id.startswith("TT2412-T")}
     one = to_case(rows["TT2412-T5-1-tps"])  # local batch 32, 1F1B: pp = 8 micro-batches of 4
     assert (one.strategy.pp, one.strategy.vpp, one.strategy.mbs, one.strategy.zero) == (8, 1, 4, 3)
     assert one.strategy.num_microbatches(256) == 8

@@ -10,8 +10,9 @@ from autopar.cli import app
 from autopar.validate import run_validation
 from autopar.validate.report import groups, mape, rank, spearman
 from autopar.validate.score import error_pct
+from conftest import MEASUREMENTS
 
-SOURCE = Path(__file__).resolve().parents[2] / "shared" / "validation" / "measurements.csv"
+SOURCE = MEASUREMENTS
 IDS = ("KOR22-T5-1a", "KOR22-T5-1b", "BLOOMPQ-0225-15-oom", "MLM2020-V100-1", "OPT-175B")
 
 

@@ -276,7 +276,7 @@ def devices(as_json: Json = False) -> None:
 @_user_errors
 def validate(
     csv_path: Annotated[Optional[str], typer.Option("--csv", help="measurements CSV (default: "
-                                                    "../shared/validation/measurements.csv from the repo)")] = None,
+                                                    "the published measurements shipped with autopar)")] = None,
     out: Annotated[str, typer.Option("--out", help="report directory")] = "out/validation",
 ) -> None:
     """Score autopar against published measurements; write accuracy.md, rows.md, scatter.png."""

@@ -1,4 +1,4 @@
-"""The measurements CSV (``shared/validation/measurements.csv``) read and checked cell by cell.
+"""The measurements CSV (``autopar/data/validation/measurements.csv``) read and checked cell by cell.
 
 :func:`read_rows` returns raw :class:`Row` objects; :mod:`autopar.validate.rows` maps them onto
 autopar problems and layouts.
@@ -43,7 +43,7 @@ def read_rows(path: str | Path) -> list[Row]:
     file = Path(path)
     if not file.is_file():
         raise AutoparError(f"--csv={str(path)!r}: file not found; pass the measurements CSV "
-                           "(shared/validation/measurements.csv)")
+                           "(omit --csv to score the measurements shipped with autopar)")
     try:
         with file.open(newline="") as handle:
             reader = csv.DictReader(handle)

@@ -1,4 +1,4 @@
-"""Published measurements (``shared/validation/measurements.csv``) as autopar problems.
+"""Published measurements (``autopar/data/validation/measurements.csv``) as autopar problems.
 
 Each CSV row becomes a :class:`Case`: a :class:`~autopar.problem.Problem` (model from the row's
 dimensions, cluster from its ``gpu``/``num_gpus``/``gpus_per_node``, batch and precision), the
