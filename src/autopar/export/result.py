@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from pydantic import ValidationError
 
 from autopar.errors import AutoparError, from_validation_error
+from autopar.parse import json_loads
 from autopar.problem import Problem
 from autopar.strategy import RECOMPUTE_MODULES, Strategy
 
@@ -38,7 +38,7 @@ def strategy_from_result(path: str, rank: int, p: Problem) -> Strategy:
             world size or global batch differs from the problem's.
     """
     try:
-        doc = json.loads(Path(path).read_text())
+        doc = json_loads(Path(path).read_text())
         layouts = doc["layouts"]
     except (OSError, ValueError, KeyError, TypeError, RecursionError) as err:  # RecursionError: [[[...]]]
         raise AutoparError(f"--from={path!r}: not a readable search result ({err})") from None

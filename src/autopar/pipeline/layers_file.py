@@ -21,13 +21,13 @@ give the same keys). Stages carry no fixed (embedding / output) parts.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from autopar.errors import AutoparError, read_text
+from autopar.parse import json_or_yaml
 from autopar.pipeline.layers import LayerTable
 
 
@@ -71,24 +71,6 @@ def _integer(path: str, doc: dict, key: str, default: int | None = None) -> int:
     return value
 
 
-def _parse(text: str) -> Any:
-    """JSON, else YAML (JSON's other errors, e.g. a 5,000-digit integer, fall through to YAML).
-
-    Raises:
-        ValueError: neither parses (a ``yaml.YAMLError`` re-raised with its first line).
-        RecursionError: nested beyond Python's recursion limit.
-    """
-    try:
-        return json.loads(text)
-    except ValueError:
-        import yaml
-
-        try:
-            return yaml.safe_load(text)
-        except yaml.YAMLError as err:
-            raise ValueError(str(err)) from None
-
-
 def load_layers_file(path: str) -> LayersFile:
     """Parse ``path`` (JSON, or YAML if it is not JSON) into a :class:`LayersFile`.
 
@@ -97,7 +79,7 @@ def load_layers_file(path: str) -> LayersFile:
     """
     text = read_text(path, "--layers", "expected JSON or YAML")
     try:
-        doc = _parse(text)
+        doc = json_or_yaml(text)
     except RecursionError:  # [[[...]]] beyond Python's recursion limit
         raise AutoparError(f"--layers {path}: nested too deeply to be a layer table") from None
     except ValueError as err:

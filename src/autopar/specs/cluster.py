@@ -45,6 +45,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from autopar.errors import AutoparError, from_validation_error, read_text
+from autopar.parse import json_or_yaml, yaml_load
 
 Precision = Literal["bf16", "fp16", "fp8"]
 GIB = 2**30
@@ -159,10 +160,9 @@ def device_names() -> list[str]:
 def _read_mapping(path: str) -> dict[str, Any]:
     text = read_text(path, "--device-file", "expected YAML or JSON")
     try:
-        data = yaml.safe_load(text)  # YAML is a superset of JSON
-    except yaml.YAMLError as err:
-        first = " ".join(str(err).split())
-        raise AutoparError(f"--device-file: {path!r} is not valid YAML/JSON ({first})") from None
+        data = json_or_yaml(text)
+    except ValueError as err:
+        raise AutoparError(f"--device-file: {path!r} is not valid YAML/JSON ({err})") from None
     except RecursionError:  # [[[...]]] nested beyond Python's recursion limit
         raise AutoparError(f"--device-file: {path!r} is nested too deeply to be a device file") from None
     if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):
@@ -177,7 +177,7 @@ def _parse_override(item: str) -> tuple[str, Any]:
     if not sep or not key:
         raise AutoparError(f"--device-set={item!r}: expected KEY=VALUE, e.g. memory_bytes=80e9")
     try:
-        return key.strip(), yaml.safe_load(value)
+        return key.strip(), yaml_load(value)
     except yaml.YAMLError:
         raise AutoparError(f"--device-set={item!r}: the value is not a number or string") from None
 

@@ -18,6 +18,7 @@ from typing import Any, Callable
 from pydantic import ValidationError
 
 from autopar.errors import AutoparError, from_validation_error
+from autopar.parse import json_loads
 from autopar.specs.model import ModelSpec
 
 _MISSING = object()
@@ -364,12 +365,12 @@ def load_model(name_or_path: str) -> ModelSpec:
         if not path.is_file():
             raise AutoparError(f"--model: file {name_or_path!r} does not exist")
         try:
-            raw = json.loads(path.read_text())
+            raw = json_loads(path.read_text())
         except (OSError, UnicodeDecodeError) as err:
             raise AutoparError(f"--model: cannot read {name_or_path!r}: {err}") from None
         except json.JSONDecodeError as err:
             raise AutoparError(f"--model: {name_or_path!r} is not valid JSON ({err})") from None
-        except (ValueError, RecursionError) as err:  # an integer of more than 4300 digits; [[[...]]]
+        except RecursionError as err:  # [[[...]]]
             raise AutoparError(f"--model: {name_or_path!r}: a value cannot be read ({err})") from None
         return model_from_hf_dict(raw, name=path.stem, source=str(path))
     if name_or_path not in preset_names():
