@@ -11,17 +11,43 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from importlib import resources
 from pathlib import Path
 from typing import Any, Callable
 
 from pydantic import ValidationError
 
-from autopar.errors import AutoparError, from_validation_error
+from autopar.errors import AutoparError
 from autopar.parse import json_loads
 from autopar.specs.model import ModelSpec
 
 _MISSING = object()
+
+
+class _FromKey:
+    """Mixin of :class:`_IntFromKey` / :class:`_FloatFromKey`: a number read from (or defaulted for)
+    the config key ``key``, so a :class:`ModelSpec` range error can name the user's key instead of
+    autopar's field (``num_hidden_layers``, not ``num_layers``)."""
+
+    key: str
+
+
+class _IntFromKey(int, _FromKey):
+    """An ``int`` that remembers its config key (see :class:`_FromKey`)."""
+
+
+class _FloatFromKey(float, _FromKey):
+    """A ``float`` that remembers its config key (see :class:`_FromKey`)."""
+
+
+def _from_key(value: Any, key: str) -> Any:
+    """``value`` tagged with ``key`` (ints and floats; anything else unchanged)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return value
+    tagged = (_IntFromKey if isinstance(value, int) else _FloatFromKey)(value)
+    tagged.key = key
+    return tagged
 
 
 class _Config:
@@ -43,13 +69,20 @@ class _Config:
         raise AutoparError(f"{self.source}: missing field '{keys[0]}'{hint}")
 
     def integer(self, *keys: str, what: str = "", default: Any = _MISSING) -> int:
+        """The first present of ``keys`` as an integer (tagged with that key, see :class:`_FromKey`),
+        else ``default`` (tagged with ``keys[0]``).
+
+        Raises:
+            AutoparError: no key present and no default, or the value is not a whole number.
+        """
         if default is not _MISSING and all(self.raw.get(k) is None for k in keys):
-            return default
+            return _from_key(default, keys[0])
+        key = next((k for k in keys if self.raw.get(k) is not None), keys[0])
         value = self.require(*keys, what=what)
         if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
                 or value != int(value)):
-            raise AutoparError(f"{self.source}: field '{keys[0]}'={value!r} must be an integer")
-        return int(value)
+            raise AutoparError(f"{self.source}: field '{key}'={value!r} must be an integer")
+        return _from_key(int(value), key)
 
     def boolean(self, key: str, default: bool) -> bool:
         """A JSON true/false (strings such as "false" are refused, not read as truthy)."""
@@ -59,10 +92,11 @@ class _Config:
         return value
 
     def number(self, key: str, default: float) -> float:
+        """``key`` as a finite float tagged with it (:class:`_FromKey`), else ``default``."""
         value = self.get(key, default)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise AutoparError(f"{self.source}: field '{key}'={value!r} must be a finite number")
-        return float(value)
+        return _from_key(float(value), key)
 
     def int_list(self, key: str) -> list[int]:
         value = self.get(key, [])
@@ -98,9 +132,10 @@ def _llama_like(cfg: _Config) -> dict[str, Any]:
     if cfg.get("head_dim") is None and hidden % heads:
         raise AutoparError(f"{cfg.source}: hidden_size={hidden} is not divisible by num_attention_heads={heads} "
                            "and there is no 'head_dim' field")
-    act = cfg.get("hidden_act", cfg.get("hidden_activation", "silu"))
+    act_key = "hidden_act" if cfg.get("hidden_act") is not None else "hidden_activation"
+    act = cfg.get(act_key, "silu")
     if not isinstance(act, str):
-        raise AutoparError(f"{cfg.source}: field 'hidden_act'={act!r} must be a string such as 'silu'")
+        raise AutoparError(f"{cfg.source}: field '{act_key}'={act!r} must be a string such as 'silu'")
     return dict(
         num_layers=cfg.integer("num_hidden_layers", what="number of decoder layers"),
         hidden_size=hidden,
@@ -189,18 +224,21 @@ def _deepseek_v3(cfg: _Config) -> dict[str, Any]:
     spec = _llama_like(cfg)
     first_dense = cfg.integer("first_k_dense_replace", default=0)
     freq = cfg.integer("moe_layer_freq", default=1)
-    if freq < 1 or not 0 <= first_dense < cfg.integer("num_hidden_layers"):
+    if freq < 1 or not 0 <= first_dense < spec["num_layers"]:
         raise AutoparError(f"{cfg.source}: moe_layer_freq={freq} must be >= 1 and first_k_dense_replace="
-                           f"{first_dense} within the layers")
+                           f"{first_dense} below num_hidden_layers={spec['num_layers']}")
     moe_ffn = cfg.integer("moe_intermediate_size")
     nope, rope = cfg.integer("qk_nope_head_dim"), cfg.integer("qk_rope_head_dim")
+    shared = cfg.integer("n_shared_experts", default=0)
+    if shared < 0:  # was reported as autopar's shared_expert_ffn_hidden_size (the product below)
+        raise AutoparError(f"{cfg.source}: field 'n_shared_experts'={shared} must be >= 0")
     return {
         **spec,
-        "head_dim": nope + rope,
+        "head_dim": _from_key(nope + rope, "qk_nope_head_dim + qk_rope_head_dim"),
         "num_experts": cfg.integer("n_routed_experts"),
         "num_experts_per_tok": cfg.integer("num_experts_per_tok"),
         "moe_ffn_hidden_size": moe_ffn,
-        "shared_expert_ffn_hidden_size": cfg.integer("n_shared_experts", default=0) * moe_ffn,
+        "shared_expert_ffn_hidden_size": _from_key(shared * moe_ffn, "n_shared_experts x moe_intermediate_size"),
         "moe_layers": tuple(i for i in range(first_dense, spec["num_layers"]) if i % freq == 0),
         "router_bias": _topk_method(cfg) == "noaux_tc",
         **_group_routing(cfg),
@@ -280,7 +318,7 @@ def _rope_theta_and_eps(cfg: _Config, fields: dict[str, Any]) -> dict[str, Any]:
             return None
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise AutoparError(f"{cfg.source}: field '{key}'={value!r} must be a finite number")
-        return float(value)
+        return _from_key(float(value), key)
 
     rope = cfg.get("rope_parameters")
     if isinstance(rope, dict) and isinstance(rope.get("full_attention"), dict):
@@ -338,10 +376,41 @@ def model_from_hf_dict(raw: dict[str, Any], name: str, source: str | None = None
         )
     fields = reader(cfg)
     fields.update(_rope_theta_and_eps(cfg, fields))
+    keys = {field: value.key for field, value in fields.items() if isinstance(value, _FromKey)}
+    plain = {field: (int(v) if isinstance(v, int) else float(v)) if isinstance(v, _FromKey) else v
+             for field, v in fields.items()}
     try:
-        return ModelSpec(name=name, **fields)
+        return ModelSpec(name=name, **plain)
     except ValidationError as err:
-        raise from_validation_error(err, source) from None
+        raise _config_error(err, source, keys) from None
+
+
+def _config_error(err: ValidationError, source: str, keys: dict[str, str]) -> AutoparError:
+    """One error line for a :class:`ModelSpec` that refused the values read from a config.
+
+    Args:
+        err: pydantic's error.
+        source: the config's path (or preset name).
+        keys: ModelSpec field -> the config key its value came from (``num_layers`` ->
+            ``num_hidden_layers``); fields not in it (derived values) keep autopar's name.
+    Returns:
+        ``{source}: field '{key}'={value}: {what is allowed}`` per problem, joined by ``; ``;
+        a cross-field message has autopar's field names replaced by the config's keys.
+    """
+    def rename(text: str) -> str:
+        for field, key in sorted(keys.items(), key=lambda kv: -len(kv[0])):
+            text = re.sub(rf"\b{re.escape(field)}\b", key, text)
+        return text
+
+    parts = []
+    for item in err.errors():
+        msg = rename(item["msg"].removeprefix("Value error, "))
+        field = ".".join(str(x) for x in item["loc"])
+        if not field:
+            parts.append(msg)
+        else:
+            parts.append(f"field '{keys.get(field, field)}'={item.get('input')!r}: {msg}")
+    return AutoparError(f"{source}: " + "; ".join(parts))
 
 
 def preset_names() -> list[str]:

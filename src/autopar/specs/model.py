@@ -106,7 +106,7 @@ class ModelSpec(BaseModel):
         if self.num_experts:
             if not 0 < self.num_experts_per_tok <= self.num_experts:
                 raise ValueError(
-                    f"num_experts_per_tok={self.num_experts_per_tok} must be in 1..{self.num_experts}"
+                    f"num_experts_per_tok={self.num_experts_per_tok} must be in 1..num_experts={self.num_experts}"
                 )
             if self.moe_ffn_hidden_size <= 0:
                 raise ValueError("moe_ffn_hidden_size must be > 0 for a MoE model")
