@@ -132,14 +132,14 @@ DEEPSEEK_CFG = json.loads((MODELS / "deepseek-v3.json").read_text())
 
 @pytest.mark.parametrize("base, changes, needle", [
     # each named autopar's field (num_layers, ffn_hidden_size, num_kv_heads, norm_eps, ...), not the config's key
-    (LLAMA_CFG, {"num_hidden_layers": -1}, "field 'num_hidden_layers'=-1: Input should be greater than 0"),
-    (LLAMA_CFG, {"num_hidden_layers": 10**6}, "field 'num_hidden_layers'=1000000: Input should be less than"),
-    (LLAMA_CFG, {"intermediate_size": 0}, "field 'intermediate_size'=0: Input should be greater than 0"),
-    (LLAMA_CFG, {"num_key_value_heads": 0}, "field 'num_key_value_heads'=0"),
-    (LLAMA_CFG, {"rms_norm_eps": 2.0}, "field 'rms_norm_eps'=2.0: Input should be less than 1"),
-    (LLAMA_CFG, {"rope_theta": -1}, "field 'rope_theta'=-1.0"),
-    (QWEN_MOE_CFG, {"moe_intermediate_size": -5}, "field 'moe_intermediate_size'=-5"),
-    (MIXTRAL_CFG, {"router_aux_loss_coef": 1e9}, "field 'router_aux_loss_coef'=1000000000.0"),
+    (LLAMA_CFG, {"num_hidden_layers": -1}, ": num_hidden_layers=-1: Input should be greater than 0"),
+    (LLAMA_CFG, {"num_hidden_layers": 10**6}, ": num_hidden_layers=1000000: Input should be less than"),
+    (LLAMA_CFG, {"intermediate_size": 0}, ": intermediate_size=0: Input should be greater than 0"),
+    (LLAMA_CFG, {"num_key_value_heads": 0}, ": num_key_value_heads=0"),
+    (LLAMA_CFG, {"rms_norm_eps": 2.0}, ": rms_norm_eps=2.0: Input should be less than 1"),
+    (LLAMA_CFG, {"rope_theta": -1}, ": rope_theta=-1.0"),
+    (QWEN_MOE_CFG, {"moe_intermediate_size": -5}, ": moe_intermediate_size=-5"),
+    (MIXTRAL_CFG, {"router_aux_loss_coef": 1e9}, ": router_aux_loss_coef=1000000000.0"),
     (DEEPSEEK_CFG, {"n_routed_experts": 3}, "num_experts_per_tok=8 must be in 1..n_routed_experts=3"),
     (DEEPSEEK_CFG, {"n_group": 7}, "n_group=7 with topk_group=4: the groups must split n_routed_experts=256"),
     (DEEPSEEK_CFG, {"n_shared_experts": -1}, "field 'n_shared_experts'=-1 must be >= 0"),  # shared_expert_ffn_...
@@ -467,8 +467,8 @@ def test_layout_and_size_options_beyond_int64_arithmetic(extra, needle):
 
 
 @pytest.mark.parametrize("changes, needle", [
-    ({"vocab_size": 10**20}, f"field 'vocab_size'={10**20}: Input should be less than or equal to 2147483648"),
-    ({"intermediate_size": 10**19}, f"field 'intermediate_size'={10**19}: Input should be less than or equal to 2147483648"),
+    ({"vocab_size": 10**20}, f": vocab_size={10**20}: Input should be less than or equal to 2147483648"),
+    ({"intermediate_size": 10**19}, f": intermediate_size={10**19}: Input should be less than or equal to 2147483648"),
 ])
 def test_hf_config_sizes_beyond_int64_arithmetic(tmp_path, changes, needle):
     """Both crashed with OverflowError (padded vocabulary; the tp_divides_ffn rule)."""

@@ -152,7 +152,7 @@ DEEPSEEK_CFG = json.loads((MODELS / "deepseek-v3.json").read_text())
     (LLAMA_CFG, {"attention_dropout": -0.5}, "field 'attention_dropout'=-0.5 must be a probability in [0, 1]"),
     (LLAMA_CFG, {"attention_dropout": 5}, "field 'attention_dropout'=5.0 must be a probability"),  # read as dropout
     (DEEPSEEK_CFG, {"topk_method": 5}, "field 'topk_method'=5: allowed noaux_tc, greedy, group_limited_greedy"),
-    (DEEPSEEK_CFG, {"num_nextn_predict_layers": 10**9}, "field 'num_nextn_predict_layers'=1000000000: Input should be less than "
+    (DEEPSEEK_CFG, {"num_nextn_predict_layers": 10**9}, ": num_nextn_predict_layers=1000000000: Input should be less than "
      "or equal to 10000"),  # costed as 1.2e16 parameters
     (DEEPSEEK_CFG, {"num_nextn_predict_layers": 62}, "num_nextn_predict_layers=62 must be at most num_hidden_layers=61"),
 ])

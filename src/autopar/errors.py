@@ -7,6 +7,7 @@ and what is allowed. The CLI prints that line and exits with code 2; it never sh
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -28,7 +29,8 @@ class LayoutError(AutoparError):
         self.rules = rules
 
 
-def from_validation_error(err: ValidationError, prefix: str, as_option: bool = False) -> AutoparError:
+def from_validation_error(err: ValidationError, prefix: str, as_option: bool = False,
+                          names: dict[str, str] | None = None) -> AutoparError:
     """Turn a pydantic ``ValidationError`` into one readable :class:`AutoparError` line.
 
     Args:
@@ -36,13 +38,24 @@ def from_validation_error(err: ValidationError, prefix: str, as_option: bool = F
         prefix: what was being validated, e.g. ``"model"`` or ``"device"``.
         as_option: name each field as the command-line option that sets it (``recompute_layers``
             -> ``--recompute-layers``) instead of ``prefix.field``; cross-field messages keep ``prefix``.
+        names: field -> the user's own name for it (an HF config key, a launch-script flag):
+            such a field is shown as ``{prefix}: {name}=value``, and cross-field messages have
+            the field names replaced (``num_kv_heads`` -> ``--num-query-groups``).
     """
+    names = names or {}
+
+    def rename(text: str) -> str:
+        for field, name in sorted(names.items(), key=lambda kv: -len(kv[0])):
+            text = re.sub(rf"(?<![\w-]){re.escape(field)}(?![\w-])", name, text)
+        return text
+
     parts = []
     for item in err.errors():
         field = ".".join(str(x) for x in item["loc"])
-        name = "--" + field.replace("_", "-") if as_option else f"{prefix}.{field}"
+        name = (f"{prefix}: {names[field]}" if field in names else "--" + field.replace("_", "-") if as_option
+                else f"{prefix}.{field}")
         value = item.get("input")
-        msg = item["msg"].removeprefix("Value error, ")
+        msg = rename(item["msg"].removeprefix("Value error, "))
         if not field:  # a cross-field check: its message names the fields
             parts.append(f"{prefix}: {msg}")
         elif item["type"] == "missing":

@@ -50,6 +50,7 @@ from autopar.parse import json_or_yaml, yaml_load
 Precision = Literal["bf16", "fp16", "fp8"]
 GIB = 2**30
 MAX_NODES = 100_000  # far beyond any cluster; keeps the layout enumeration finite and fast
+MAX_DEVICES_PER_NODE = 1024
 # Input bounds (what a user may set, not calibration): below 1% of a peak, 1 MB/s of bandwidth or
 # 1 GFLOP/s no accelerator runs training, and a per-step latency or per-op host time of a second
 # is a typo (1 s for 1e-6 s); such values would overflow the step time rather than describe a device.
@@ -232,6 +233,6 @@ def make_cluster(device: DeviceSpec, num_nodes: int, devices_per_node: int | Non
     dpn = device.default_devices_per_node if devices_per_node is None else devices_per_node
     if not 0 < num_nodes <= MAX_NODES:
         raise AutoparError(f"--nodes={num_nodes}: must be an integer in 1..{MAX_NODES}")
-    if not 0 < dpn <= 1024:
-        raise AutoparError(f"--devices-per-node={dpn}: must be an integer in 1..1024")
+    if not 0 < dpn <= MAX_DEVICES_PER_NODE:
+        raise AutoparError(f"--devices-per-node={dpn}: must be an integer in 1..{MAX_DEVICES_PER_NODE}")
     return ClusterSpec(device=device, num_nodes=num_nodes, devices_per_node=dpn)

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from importlib import resources
 from pathlib import Path
 from typing import Any, Callable
 
 from pydantic import ValidationError
 
-from autopar.errors import AutoparError
+from autopar.errors import AutoparError, from_validation_error
 from autopar.parse import json_loads
 from autopar.specs.model import ModelSpec
 
@@ -382,35 +381,7 @@ def model_from_hf_dict(raw: dict[str, Any], name: str, source: str | None = None
     try:
         return ModelSpec(name=name, **plain)
     except ValidationError as err:
-        raise _config_error(err, source, keys) from None
-
-
-def _config_error(err: ValidationError, source: str, keys: dict[str, str]) -> AutoparError:
-    """One error line for a :class:`ModelSpec` that refused the values read from a config.
-
-    Args:
-        err: pydantic's error.
-        source: the config's path (or preset name).
-        keys: ModelSpec field -> the config key its value came from (``num_layers`` ->
-            ``num_hidden_layers``); fields not in it (derived values) keep autopar's name.
-    Returns:
-        ``{source}: field '{key}'={value}: {what is allowed}`` per problem, joined by ``; ``;
-        a cross-field message has autopar's field names replaced by the config's keys.
-    """
-    def rename(text: str) -> str:
-        for field, key in sorted(keys.items(), key=lambda kv: -len(kv[0])):
-            text = re.sub(rf"\b{re.escape(field)}\b", key, text)
-        return text
-
-    parts = []
-    for item in err.errors():
-        msg = rename(item["msg"].removeprefix("Value error, "))
-        field = ".".join(str(x) for x in item["loc"])
-        if not field:
-            parts.append(msg)
-        else:
-            parts.append(f"field '{keys.get(field, field)}'={item.get('input')!r}: {msg}")
-    return AutoparError(f"{source}: " + "; ".join(parts))
+        raise from_validation_error(err, source, names=keys) from None
 
 
 def preset_names() -> list[str]:
