@@ -166,7 +166,7 @@ def balance_command(
     names = tuple(o.strip() for o in options.split(",") if o.strip()) if options else None
     if options is not None and not names:  # ",,," crashed with an IndexError
         raise AutoparError(f"--options={options!r}: name one or more recompute options, e.g. none,selective")
-    even_split, accounted, modules = None, False, DEFAULT_RECOMPUTE_MODULES
+    even_split, accounted, modules, header = None, False, DEFAULT_RECOMPUTE_MODULES, ""
     if layers:
         from autopar.pipeline.layers_file import load_layers_file
 
@@ -215,10 +215,19 @@ def balance_command(
         m = s.num_microbatches(p.train.global_batch_size)
         baseline = s.recompute if names is None or s.recompute in names else names[0]
         title = f"{p.model.name} tp{s.tp} pp{s.pp}" + (f" vpp{s.vpp}" if s.vpp > 1 else "")
-        console.print(f"[bold]{p.model.name}[/] ({p.model.num_layers} layers) on {p.world_size} "
-                      f"{p.cluster.device.name}: tp {s.tp}, pp {s.pp}, vpp {s.vpp}, dp {s.dp}, "
-                      f"{m} micro-batches, limit {table.memory_limit_bytes / GIB:.1f} GiB")
-    plan = balance(table, num_vpp, m, sched, options=names, form=form, baseline=baseline, even_split=even_split)
+        header = (f"[bold]{p.model.name}[/] ({p.model.num_layers} layers) on {p.world_size} "
+                  f"{p.cluster.device.name}: tp {s.tp}, pp {s.pp}, vpp {s.vpp}, dp {s.dp}, "
+                  f"{m} micro-batches, limit {table.memory_limit_bytes / GIB:.1f} GiB")
+    unknown = [n for n in names or () if n not in table.options]
+    if unknown:  # was "recompute='x': this layer table has ..."
+        raise AutoparError(f"--options={options!r}: {', '.join(map(repr, unknown))} not among the recompute options "
+                           f"{', '.join(table.options)}")
+    # the option that sets the limit (its default: the whole device), or the --layers file's key
+    limit_name = "memory_limit_bytes" if layers and memory_limit_gib is None else "--memory-limit-gib"
+    plan = balance(table, num_vpp, m, sched, options=names, form=form, baseline=baseline, even_split=even_split,
+                   limit_name=limit_name)
+    if header:  # after the balancing, so a refusal is the one line printed
+        console.print(header)
     print_plan(plan, accounted, modules)
     if plot:
         from autopar.pipeline.plot import plot_plan
