@@ -64,3 +64,11 @@ def test_layers_file_with_a_huge_integer_names_the_key(tmp_path):
     path.write_text(json.dumps(LAYERS_DOC).replace('"num_microbatches": 16', f'"num_microbatches": {HUGE}'))
     err = one_line_error(["balance", "--layers", str(path)])
     assert "num_microbatches=inf: expected a positive integer" in err  # was: "neither JSON nor YAML"
+
+
+def test_device_file_with_an_unknown_base_names_the_base_key(tmp_path):
+    """Was "--device='': unknown device", for a --device the user never gave."""
+    path = tmp_path / "dev.yaml"
+    path.write_text('base: ""\n')
+    assert f"--device-file '{path}': base='': unknown device; known: a100-40gb" in one_line_error(
+        ["estimate", "-m", "llama3-8b", "--device-file", str(path)])

@@ -202,8 +202,9 @@ def load_device(
     base = name or extra.pop("base", None)
     extra.pop("base", None)
     if base is not None:
-        if base not in table:
-            raise AutoparError(f"--device={base!r}: unknown device; known: {', '.join(sorted(table))}")
+        if base not in table:  # named as the user gave it: the option, or the device file's base key
+            given = "--device" if name else f"--device-file {device_file!r}: base"
+            raise AutoparError(f"{given}={base!r}: unknown device; known: {', '.join(sorted(table))}")
         fields = {"name": base, **json.loads(json.dumps(table[base]))}
     elif not device_file:
         raise AutoparError(f"--device: required; known: {', '.join(sorted(table))}")
