@@ -147,10 +147,10 @@ NESTED_OPERATORS = ["${{V:-{}}}", "${{V:+{}}}", "${{V:={}}}", "$(( {} + 1 ))", '
 
 
 @st.composite
-def nested_value(draw, depths: st.SearchStrategy[int]) -> str:
+def nested_value(draw, depths: st.SearchStrategy[int], operators: list[str] = NESTED_OPERATORS) -> str:
     """A value nested ``depth`` times in one kind of expansion, arithmetic, quotes or substitution
     (mixed kinds stop the reader early: ``$(...)`` is not expanded)."""
-    value, operator = "2", draw(st.sampled_from(NESTED_OPERATORS))
+    value, operator = "2", draw(st.sampled_from(operators))
     for _ in range(draw(depths)):
         value = operator.format(value)
     return value
@@ -171,8 +171,8 @@ def test_nested_expansions(workdir, value):
 
 @pytest.mark.xfail(strict=False, reason="specs/bash.py recurses once per nesting level: RecursionError beyond "
                    "~300 levels (issue 13 T14, fixed on another branch): remove after merging it")
-@fuzz_settings(5, shrink=False)
-@given(value=nested_value(st.integers(450, 700)))
+@fuzz_settings(3, shrink=False)
+@given(value=nested_value(st.integers(450, 700), NESTED_OPERATORS[:4]))  # those the reader expands
 def test_deeply_nested_expansions(workdir, value):
     path = workdir / "job.sh"
     path.write_text(_nested_script(value))
