@@ -41,3 +41,17 @@ def test_balance_layers_file_limit_keeps_its_key(tmp_path):
 def test_balance_header_still_printed_on_success():
     out = runner.invoke(app, ["balance", *LLAMA, "--pp", "2"])
     assert out.exit_code == 0 and out.stdout.startswith("llama3-8b (32 layers) on 8 h100-80gb: tp 1, pp 2")
+
+
+@pytest.mark.parametrize("extra", [["--precision", "junk"], ["--devices-per-node", "0"], ["--vocab-size", "-1"],
+                                   ["--device-set", "memory_bytes=1"], ["--no-flash-attention"],
+                                   ["--make-vocab-size-divisible-by", "64"]])
+def test_balance_layers_refuses_the_options_it_ignored(tmp_path, extra):
+    """The README says model and cluster options are refused with --layers; these were accepted
+    and ignored (issue 13; found again by tests/test_fuzz_layers_file.py)."""
+    path = tmp_path / "layers.json"
+    path.write_text(json.dumps(LAYERS_DOC))
+    out = runner.invoke(app, ["balance", "--layers", str(path), *extra])
+    option = extra[0].replace("--no-", "--")
+    assert out.exit_code == 2 and out.stderr.startswith(f"error: --layers with {option}: the layer file gives"), \
+        out.stderr

@@ -174,7 +174,9 @@ def balance_command(
                  "dp": dp, "cp": cp, "vpp": vpp, "ep": ep, "etp": etp, "mbs": mbs, "zero": zero, "sp": sp,
                  "recompute": recompute, "recompute-layers": recompute_layers, "gbs": gbs, "seq-len": seq_len,
                  "nodes": nodes, "recompute-modules": recompute_modules, "moe-token-imbalance": moe_token_imbalance,
-                 "fp8-param-storage": fp8_param_storage}
+                 "fp8-param-storage": fp8_param_storage, "devices-per-node": devices_per_node,
+                 "precision": precision, "vocab-size": vocab_size, "make-vocab-size-divisible-by": vocab_pad,
+                 "device-set": device_set or None, "flash-attention": flash_attention}  # all were ignored
         clash = [f"--{k}" for k, v in given.items() if v is not None]
         if clash:
             raise AutoparError(f"--layers with {', '.join(clash)}: the layer file gives the costs, sizes and "
