@@ -82,3 +82,26 @@ def test_mutated_layers_file(workdir, case, as_yaml, plot):
     check_outcome(out, needles, files=[figure] if plot else [])
 
 
+
+
+#: balance's model, cluster and layout options: the --layers file replaces all of them.
+MODEL_OPTIONS = {"--model": "llama3-8b", "--device": "h100-80gb", "--nodes": "2", "--devices-per-node": "4",
+                 "--gbs": "64", "--seq-len": "2048", "--precision": "junk", "--vocab-size": "-1",
+                 "--make-vocab-size-divisible-by": "64", "--device-set": "memory_bytes=1", "--tp": "2", "--pp": "2",
+                 "--mbs": "2", "--zero": "1", "--recompute": "full", "--moe-token-imbalance": "2",
+                 "--recompute-modules": "core_attn"}
+MODEL_SWITCHES = ["--no-flash-attention", "--flash-attention", "--sp", "--fp8-param-storage"]
+
+
+@fuzz_settings(25)
+@given(options=st.lists(st.sampled_from([*MODEL_OPTIONS, *MODEL_SWITCHES]), min_size=1, max_size=3, unique=True))
+def test_layers_file_refuses_model_options(workdir, options):
+    """An option the layer file overrides is refused, not ignored (``--precision junk``,
+    ``--devices-per-node 0``, ``--vocab-size -1``, ``--device-set``, ``--no-flash-attention`` were
+    accepted and ignored)."""
+    path = workdir / "layers.json"
+    path.write_text(dump_json(DOC))
+    args = [a for o in options for a in ([o] if o in MODEL_SWITCHES else [o, MODEL_OPTIONS[o]])]
+    out = run_cli(["balance", "--layers", path, *args])
+    assert out.exit_code == 2, f"balance --layers accepted {args}"
+    check_outcome(out, [o.replace("--no-", "--") for o in options])
