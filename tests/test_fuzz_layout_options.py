@@ -103,3 +103,17 @@ def test_unmutated_options_succeed():
     """A sanity anchor for the properties above: the unmutated inputs succeed."""
     out = run_cli(["estimate", "-m", "llama3-8b", "--device", "h100-80gb", "--tp", "2", "--json"])
     assert out.exit_code == 0 and json.loads(out.stdout)["strategy"]["tp"] == 2
+
+
+SEARCH = ["--top", "--memory-margin", "--target", "--gbs", "--seq-len", "--nodes", "--devices-per-node",
+          "--precision", "--recompute-modules", "--moe-token-imbalance", "--make-vocab-size-divisible-by"]
+
+
+@fuzz_settings(30)
+@given(names=st.lists(st.sampled_from(SEARCH), min_size=1, max_size=3, unique=True), data=st.data())
+def test_search_options(names, data):
+    """On a dense model: a MoE search over a large --nodes takes seconds (qwen3-30b-a3b on 4,096
+    nodes: 7 s CPU, 1.7 GB), beyond the per-example deadline."""
+    args = [a for name in names for a in (name, data.draw(ODD_OPTION_TEXT, label=name))]
+    out = run_cli(["search", "-m", "llama3-8b", "--device", "h100-80gb", *args, "--json"])
+    check_outcome(out, [*needles_for(names), "no layout fits", "no valid layout"], json_stdout=True)
