@@ -72,3 +72,22 @@ def test_device_file_with_an_unknown_base_names_the_base_key(tmp_path):
     path.write_text('base: ""\n')
     assert f"--device-file '{path}': base='': unknown device; known: a100-40gb" in one_line_error(
         ["estimate", "-m", "llama3-8b", "--device-file", str(path)])
+
+
+def test_model_name_too_long_for_the_file_system():
+    """Path.exists() raised OSError: File name too long (a traceback)."""
+    err = one_line_error(["estimate", "-m", "x" * 300, "--device", "h100-80gb"])
+    assert err.startswith("error: --model: cannot read 'xxx") and "(File name too long)" in err
+
+
+@pytest.mark.parametrize("flag", ["--tokenizer-model", "--vocab-file", "--tokenizer-name-or-path"])
+def test_script_tokenizer_path_too_long_for_the_file_system(tmp_path, flag):
+    """A script's tokenizer path of 300 characters: Path.is_dir() raised OSError (a traceback);
+    it is now a file autopar cannot open, so the vocabulary size is asked for."""
+    from test_bad_input import BASE_SCRIPT
+
+    path = tmp_path / "job.sh"
+    path.write_text(BASE_SCRIPT.replace("--tokenizer-type Llama2Tokenizer", f"--tokenizer-type Llama2Tokenizer "
+                                        f"{flag} {'a' * 300}", 1))
+    err = one_line_error(["estimate", "--script", str(path), "--device", "h100-80gb"])
+    assert "the vocabulary size is unknown" in err

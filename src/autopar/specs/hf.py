@@ -399,10 +399,14 @@ def load_model(name_or_path: str) -> ModelSpec:
     if not name_or_path.strip():
         raise AutoparError(f"--model={name_or_path!r}: empty; give a config.json path or a preset name")
     path = Path(name_or_path)
-    if path.suffix == ".json" or path.exists():
-        if path.is_dir():
+    try:
+        is_path, is_dir, is_file = path.suffix == ".json" or path.exists(), path.is_dir(), path.is_file()
+    except OSError as err:  # a name longer than the file system allows (ENAMETOOLONG) was a traceback
+        raise AutoparError(f"--model: cannot read {name_or_path!r} ({err.strerror})") from None
+    if is_path:
+        if is_dir:
             raise AutoparError(f"--model: {name_or_path!r} is a directory; give its config.json")
-        if not path.is_file():
+        if not is_file:
             raise AutoparError(f"--model: file {name_or_path!r} does not exist")
         try:
             raw = json_loads(path.read_text())
