@@ -37,7 +37,8 @@ USES = [
 ]
 #: Odd paths, relative to a scratch directory ({dir}).
 PATHS = ["{dir}", "{dir}/missing.json", "{dir}/missing/x.json", "/dev/null/x", "{dir}/binary.bin", "{dir}/empty.json",
-         "{dir}/nested.json", "{dir}/text.txt", "{dir}/out.png", "{dir}/out.sh", "{dir}/new_dir/"]
+         "{dir}/nested.json", "{dir}/text.txt", "{dir}/out.png", "{dir}/out.sh", "{dir}/new_dir/", "x" * 300,
+         "{dir}/" + "x" * 300 + ".json"]  # (a NUL byte cannot be in a command-line argument)
 
 
 def _scratch(d: Path) -> Path:
@@ -49,14 +50,35 @@ def _scratch(d: Path) -> Path:
     return d
 
 
-@fuzz_settings(60)
-@given(use=st.sampled_from(USES), path=st.sampled_from(PATHS))
-def test_odd_paths(use, path):
+LONG = PATHS[-2:]  # names longer than the file system allows (ENAMETOOLONG)
+#: Owned by other branches (issue 13): validate reports a too-long --csv as "--out=...: cannot write
+#: the report (File name too long)"; --profile-db stats it unguarded (profile/cli.py open_times: OSError).
+OTHERS = {"--csv", "--profile-db"}
+
+
+def _run_path_case(use, path) -> None:
     base, option = use
     with tempfile.TemporaryDirectory() as tmp:  # fresh per example: an output must not become a later input
         d = _scratch(Path(tmp))
         out = run_cli([a.format(dir=d) for a in base] + [option, path.format(dir=d)])
     check_outcome(out, option_needles(option))
+
+
+@fuzz_settings(60)
+@given(use=st.sampled_from(USES), path=st.sampled_from(PATHS))
+def test_odd_paths(use, path):
+    if use[1] in OTHERS and path in LONG:
+        return  # the xfail property below
+    _run_path_case(use, path)
+
+
+@pytest.mark.xfail(strict=False, reason="validate --csv and --profile-db with a name too long for the file system: "
+                   "wrong option named / OSError traceback (validate/ and profile DB are reworked on other "
+                   "branches): remove after merging them")
+@fuzz_settings(4, shrink=False)
+@given(use=st.sampled_from([u for u in USES if u[1] in OTHERS]), path=st.sampled_from(LONG))
+def test_overlong_csv_and_profile_db_names(use, path):
+    _run_path_case(use, path)
 
 
 #: The CLI's empty values and outputs over inputs (issue 13 items 1 and 3) are fixed on another
