@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
+import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -105,6 +106,15 @@ class Outcome:
 
 
 _RUNNER = CliRunner()
+
+
+def module_workdir(name: str):
+    """A module-scoped scratch-directory fixture (``workdir = module_workdir("fuzz_x")``): the
+    examples of a property overwrite the files in it."""
+    @pytest.fixture(scope="module")
+    def workdir(tmp_path_factory):
+        return tmp_path_factory.mktemp(name)
+    return workdir
 
 
 def run_cli(args: Iterable[str]) -> Outcome:

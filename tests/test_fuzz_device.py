@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from autopar.specs.cluster import DeviceSpec
 from conftest import DATA
 from fuzz_support import (ODD_OPTION_TEXT, ODD_VALUES, check_outcome, dump_json, fuzz_settings, key_needles,
-                          run_cli)
+                          module_workdir, run_cli)
 
 pytestmark = pytest.mark.fuzz
 
@@ -56,9 +56,7 @@ def mutated_device_file(draw) -> tuple[str, list[str]]:
     return dump_json(doc), needles
 
 
-@pytest.fixture(scope="module")
-def workdir(tmp_path_factory):
-    return tmp_path_factory.mktemp("fuzz_device")
+workdir = module_workdir("fuzz_device")
 
 
 @fuzz_settings(80)

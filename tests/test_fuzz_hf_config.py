@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conftest import MODELS
-from fuzz_support import ODD_VALUES, check_outcome, dump_json, fuzz_settings, key_needles, run_cli
+from fuzz_support import ODD_VALUES, check_outcome, dump_json, fuzz_settings, key_needles, module_workdir, run_cli
 
 pytestmark = pytest.mark.fuzz
 
@@ -35,9 +35,7 @@ def mutated_config(draw) -> tuple[str, dict, list[str]]:
     return name, cfg, keys
 
 
-@pytest.fixture(scope="module")
-def workdir(tmp_path_factory):
-    return tmp_path_factory.mktemp("fuzz_hf")
+workdir = module_workdir("fuzz_hf")
 
 
 @fuzz_settings(120)

@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conftest import SCRIPTS
-from fuzz_support import HUGE_DIGITS, check_outcome, fuzz_settings, option_needles, run_cli
+from fuzz_support import HUGE_DIGITS, check_outcome, fuzz_settings, module_workdir, option_needles, run_cli
 
 pytestmark = pytest.mark.fuzz
 
@@ -112,9 +112,7 @@ def mutated_script(draw) -> tuple[str, list[str]]:
     return "\n".join(lines) + "\n", needles
 
 
-@pytest.fixture(scope="module")
-def workdir(tmp_path_factory):
-    return tmp_path_factory.mktemp("fuzz_script")
+workdir = module_workdir("fuzz_script")
 
 
 COMMON = ["--device", "h100-80gb", "--vocab-size", "32000"]

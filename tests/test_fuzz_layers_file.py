@@ -12,7 +12,7 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fuzz_support import ODD_VALUES, check_outcome, dump_json, fuzz_settings, key_needles, run_cli
+from fuzz_support import ODD_VALUES, check_outcome, dump_json, fuzz_settings, key_needles, module_workdir, run_cli
 
 pytestmark = pytest.mark.fuzz
 
@@ -52,9 +52,7 @@ def mutated_layers(draw) -> tuple[dict, list[str]]:
     return doc, keys
 
 
-@pytest.fixture(scope="module")
-def workdir(tmp_path_factory):
-    return tmp_path_factory.mktemp("fuzz_layers")
+workdir = module_workdir("fuzz_layers")
 
 
 def _text(doc: dict, as_yaml: bool) -> str:

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fuzz_support import ODD_OPTION_TEXT, check_outcome, fuzz_settings, option_needles, run_cli
+from fuzz_support import ODD_OPTION_TEXT, check_outcome, fuzz_settings, module_workdir, option_needles, run_cli
 
 pytestmark = pytest.mark.fuzz
 
@@ -54,9 +54,7 @@ def needles_for(given: list[str]) -> list:
     return [n for name in given for n in [*option_needles(name.replace("--no-", "--")), *ALIASES.get(name, [])]]
 
 
-@pytest.fixture(scope="module")
-def workdir(tmp_path_factory):
-    return tmp_path_factory.mktemp("fuzz_layout")
+workdir = module_workdir("fuzz_layout")
 
 
 MODELS = st.sampled_from(["llama3-8b", "mixtral-8x7b", "qwen3-30b-a3b"])

@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conftest import MEASUREMENTS
-from fuzz_support import HUGE_DIGITS, check_outcome, fuzz_settings, key_needles, run_cli
+from fuzz_support import HUGE_DIGITS, check_outcome, fuzz_settings, key_needles, module_workdir, run_cli
 
 pytestmark = pytest.mark.fuzz
 
@@ -95,9 +95,7 @@ def mutated_header(draw, duplicates: bool) -> tuple[str, list[str]]:
     return _csv_text([header, *rows]), [name]
 
 
-@pytest.fixture(scope="module")
-def workdir(tmp_path_factory):
-    return tmp_path_factory.mktemp("fuzz_csv")
+workdir = module_workdir("fuzz_csv")
 
 
 def _run(workdir, text: str, changed: list[str], shape: bool = False) -> None:

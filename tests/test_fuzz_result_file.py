@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fuzz_support import ODD_VALUES, check_outcome, dump_json, fuzz_settings, key_needles, run_cli
+from fuzz_support import ODD_VALUES, check_outcome, dump_json, fuzz_settings, key_needles, module_workdir, run_cli
 
 pytestmark = pytest.mark.fuzz
 
@@ -67,9 +67,7 @@ def _apply(doc: dict, changes) -> None:
             target[key] = value
 
 
-@pytest.fixture(scope="module")
-def workdir(tmp_path_factory):
-    return tmp_path_factory.mktemp("fuzz_result")
+workdir = module_workdir("fuzz_result")
 
 
 @fuzz_settings(100)
