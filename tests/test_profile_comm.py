@@ -71,7 +71,7 @@ def test_estimate_with_comm_fits_only(tmp_path):
     db = _fits_db(tmp_path)
     db.close()
     args = ["estimate", "--model", "llama3-8b", "--device", "h100-80gb", "--gbs", "64", "--seq-len", "4096",
-            "--tp", "8", "--profile-db", str(tmp_path / "comm.db"), "--json"]
+            "--tp", "8", "--no-sp", "--profile-db", str(tmp_path / "comm.db"), "--json"]  # all-reduce TP
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
     doc = json.loads(res.output)

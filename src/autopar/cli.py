@@ -201,8 +201,10 @@ Vpp = Annotated[Optional[int], typer.Option("--vpp", help="virtual stages per pi
 Ep = Annotated[Optional[int], typer.Option("--ep", help="expert parallel \\[default: 1]")]
 Etp = Annotated[Optional[int], typer.Option("--etp", help="expert TP (default: tp)")]
 Mbs = Annotated[Optional[int], typer.Option("--mbs", help="micro-batch size \\[default: 1]")]
-Zero = Annotated[Optional[int], typer.Option("--zero", help="0-3; 1 = Megatron distributed optimizer \\[default: 1]")]
-Sp = Annotated[Optional[bool], typer.Option("--sp/--no-sp", help="Megatron sequence parallelism \\[default: off]")]
+Zero = Annotated[Optional[int], typer.Option("--zero", help="0-3; 1 = Megatron distributed optimizer \\[default: 1] "
+                                                "(export --format torchtitan: 3, FSDP2)")]
+Sp = Annotated[Optional[bool], typer.Option("--sp/--no-sp", help="Megatron sequence parallelism \\[default: on with "
+                                            "tp > 1; export --format deepspeed: off, as Megatron-DeepSpeed's recipes]")]
 RecomputeOpt = Annotated[Optional[str], typer.Option("--recompute", help="none | selective | full \\[default: none]")]
 RecomputeLayers = Annotated[Optional[int], typer.Option("--recompute-layers", help="full recompute: layers per chunk")]
 ScheduleOpt = Annotated[Optional[str], typer.Option("--schedule", help="1f1b | interleaved (default from vpp)")]
@@ -334,7 +336,7 @@ def export(
                                "from the search result; drop the layout options or --from")
         strategy = strategy_from_result(from_result, rank, p)
     else:
-        strategy = strategy_from_options(p, script, layout, dp, schedule)
+        strategy = strategy_from_options(p, script, layout, dp, schedule, target=fmt)
     check_strategy(p, strategy)
     text = WRITERS[fmt](p, strategy)
     if out and fmt in FILE_WRITERS:  # several files (deepspeed: the JSON and the script that reads it)

@@ -119,9 +119,11 @@ def problem_from_options(model: str | None, device: str | None, nodes: int | Non
 
 
 def strategy_from_options(p: Problem, script: str | None, layout: dict[str, Any], dp: int | None,
-                          schedule: str | None) -> Strategy:
+                          schedule: str | None, target: str = "megatron") -> Strategy:
     """The explicit layout: options given, else the script's layout, else the defaults
-    (:data:`autopar.specs.script_cli.LAYOUT_FALLBACKS`); ``dp`` None = world / (tp * pp * cp).
+    (:data:`autopar.specs.script_cli.LAYOUT_FALLBACKS`; sequence parallelism on with tp > 1 where
+    the ``target`` export format runs it: :func:`autopar.specs.script_cli.sequence_parallel_default`);
+    ``dp`` None = world / (tp * pp * cp).
 
     Raises:
         AutoparError: a size outside 1..:data:`~autopar.specs.model.MAX_SIZE`, tp * pp * cp not
@@ -145,7 +147,7 @@ def strategy_from_options(p: Problem, script: str | None, layout: dict[str, Any]
     else:
         layout["layers_per_stage"] = None
     plan = read_script(script) if script else None
-    lay = layout_defaults(plan, layout)
+    lay = layout_defaults(plan, layout, target)
     if per_stage:
         lay["recompute_per_stage"] = tuple(x.strip() for x in per_stage.split(","))
         lay["recompute"] = layout.get("recompute")  # None: the heaviest per-stage option

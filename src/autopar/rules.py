@@ -125,8 +125,8 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "sp_divides_seq",
         lambda p, b: ~b.sp | ((p.train.seq_len // b.cp) % b.tp == 0),
-        lambda p, s: f"with sequence parallelism seq_len/cp={p.train.seq_len // s.cp} must be "
-        f"divisible by tp={s.tp}",
+        lambda p, s: f"with sequence parallelism (on by default with tp > 1; --no-sp turns it off) "
+        f"seq_len/cp={p.train.seq_len // s.cp} must be divisible by tp={s.tp}",
     ),
     Rule(
         "pp_le_layers",

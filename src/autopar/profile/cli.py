@@ -144,7 +144,7 @@ def ops(
     top: Annotated[int, typer.Option(help="profile the shapes of the top-N layouts of a search")] = 3,
     tp: Annotated[Optional[int], typer.Option(help="profile one layout instead (with --cp/--ep/--mbs/--sp)")] = None,
     cp: int = 1, ep: int = 1, etp: Optional[int] = None, mbs: int = 1,
-    sp: Annotated[bool, typer.Option("--sp/--no-sp")] = False,
+    sp: Annotated[Optional[bool], typer.Option("--sp/--no-sp", help="sequence parallelism \\[default: on with tp > 1]")] = None,
     missing_from: Annotated[Optional[str], typer.Option(help="a --json result of search/estimate --profile-db")] = None,
     repeats: int = 5,
 ) -> None:
@@ -172,6 +172,9 @@ def ops(
             for name, value in (("--tp", tp), ("--cp", cp), ("--ep", ep), ("--etp", etp or 1), ("--mbs", mbs)):
                 positive(name, value)
             dp = p.world_size // (tp * cp)
+            from autopar.specs.script_cli import sequence_parallel_default
+
+            sp = sequence_parallel_default(tp) if sp is None else sp
             layouts = [Strategy(dp=max(dp, 1), tp=tp, cp=cp, ep=ep, etp=etp, mbs=mbs, sp=sp)]
             check_strategy(p, layouts[0])  # a layout Megatron refuses has no shapes worth measuring
         else:
