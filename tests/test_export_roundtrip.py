@@ -154,20 +154,25 @@ def test_cli_search_target_sapp_round_trip(tmp_path):
     search with --target sapp reports its target and a null megatron_args only when #1 needs it."""
     from autopar.space import SpaceOptions
 
-    p = make_problem("llama3-8b", device="a100-40gb", nodes=1, gbs=64, seq=4096)
+    # MindFormers runs on Ascend: a 910B held to 40 GiB, where stage 0 needs recompute and the later stages do not
+    from autopar.cli_inputs import problem_from_options
+
+    forty = ["memory_bytes=42949672960"]
+    p = problem_from_options("llama3-8b", "ascend-910b", 1, None, 64, 4096, None, None, forty, None, None)
     result = search(p, top_k=3, options=SpaceOptions(tp=(1,), pp=(4,), cp=(1,), mbs=(1,), zero=(1,), max_vpp=1),
                     target="sapp")
     best = result.layouts[0].strategy
     assert best.recompute_per_stage is not None
     (tmp_path / "r.json").write_text(json.dumps(result.to_dict()))
     runner = CliRunner()
-    base = ["--model", "llama3-8b", "--device", "a100-40gb", "--nodes", "1", "--gbs", "64", "--seq-len", "4096"]
+    base = ["--model", "llama3-8b", "--device", "ascend-910b", "--device-set", forty[0], "--nodes", "1", "--gbs", "64",
+            "--seq-len", "4096"]
     out = runner.invoke(app, ["export", "--format", "sapp", "--from", str(tmp_path / "r.json"), *base])
     assert out.exit_code == 0, out.output
     arrays = json.loads(out.stdout)
     assert arrays["recompute"] == [n if r == "full" else 0 for n, r in zip(best.layers_per_stage, best.stage_recompute)]
     assert sum(arrays["offset"]) == 0 and len(arrays["offset"]) == 4
-    bad = runner.invoke(app, ["export", "--format", "megatron", "--from", str(tmp_path / "r.json"), *base])
+    bad = runner.invoke(app, ["export", "--format", "mindspeed", "--from", str(tmp_path / "r.json"), *base])
     assert bad.exit_code == 2 and "--format sapp" in bad.output
     res = runner.invoke(app, ["search", *base, "--target", "sapp", "--json", "--top", "3"])
     doc = json.loads(res.stdout)

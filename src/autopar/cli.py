@@ -34,7 +34,8 @@ Script = Annotated[Optional[str], typer.Option("--script", help="Megatron-LM/Min
                                                "cluster and layout as defaults (options given here win)")]
 VocabSize = Annotated[Optional[int], typer.Option("--vocab-size", help="vocabulary size: replaces the model's "
                                                   "(required when --script's tokenizer does not say)")]
-Device = Annotated[Optional[str], typer.Option(help=f"device preset: {', '.join(device_names())}")]
+Device = Annotated[Optional[str], typer.Option(help=f"device preset: {', '.join(device_names())}; or a name such "
+                                               "as 'H100-SXM5-80GB', 'B200 (DGX-B200)', 'MI300X', 'Atlas 800T A2'")]
 Nodes = Annotated[Optional[int], typer.Option(help="number of nodes \\[default: script's, else 1]")]
 PerNode = Annotated[Optional[int], typer.Option("--devices-per-node", help="devices per node (default: the device's)")]
 Gbs = Annotated[Optional[int], typer.Option("--gbs", help="global batch size (sequences per step) \\[default: 1024]")]
@@ -122,9 +123,10 @@ def search(
     profile_db: ProfileDb = None, profile_device: ProfileDevice = None,
     moe_token_imbalance: MoeImbalance = None, fp8_param_storage: Fp8ParamStorage = None,
     recompute_modules: RecomputeModules = None,
-    target: Annotated[str, typer.Option(help="export format the layouts must run on unchanged: megatron | mindspeed "
-                                        "| torchtitan | deepspeed (one recompute for all stages) | sapp | galvatron "
-                                        "(recompute per stage)")] = "megatron",
+    target: Annotated[Optional[str], typer.Option(help="export format the layouts must run on unchanged: megatron | "
+                                                  "mindspeed | torchtitan | deepspeed (one recompute for all stages) | "
+                                                  "sapp | galvatron (recompute per stage); one that does not run on "
+                                                  "--device is refused \\[default: megatron; mindspeed on Ascend]")] = None,
 ) -> None:
     """Search every valid layout, drop those that do not fit, rank the rest by step time."""
     from autopar.export.megatron import megatron_args
@@ -135,7 +137,10 @@ def search(
     p = problem_from_options(model, device, nodes, devices_per_node, gbs, seq_len, precision, device_file, device_set,
                  flash_attention, vocab_pad, script, vocab_size, moe_token_imbalance, fp8_param_storage)
     from autopar.search.grid import for_target
+    from autopar.specs.targets import check_target, default_target
 
+    target = target or default_target(p.cluster.device)
+    check_target(p.cluster.device, target, "--target")
     p = for_target(p, target)
     if not 0 <= memory_margin < 1:
         raise AutoparError(f"--memory-margin={memory_margin}: must be in [0, 1)")
@@ -263,12 +268,17 @@ def estimate(
 @app.command()
 @_user_errors
 def devices(as_json: Json = False) -> None:
-    """List the device presets and their numbers."""
+    """List the device presets and their numbers (--json: every field, the names each preset
+    answers to and the export formats that run on it)."""
     from autopar.report.table import devices_table
+    from autopar.specs.cluster import preset_aliases
+    from autopar.specs.targets import TARGETS_BY_VENDOR
 
     specs = [load_device(name) for name in device_names()]
     if as_json:
-        sys.stdout.write(json.dumps([d.model_dump() for d in specs], indent=2) + "\n")
+        docs = [{**d.model_dump(), "aliases": preset_aliases(d.name), "targets": list(TARGETS_BY_VENDOR[d.vendor])}
+                for d in specs]
+        sys.stdout.write(json.dumps(docs, indent=2) + "\n")
         return
     console.print(devices_table(specs))
 
@@ -325,6 +335,9 @@ def export(
 
     p = for_target(problem_from_options(model, device, nodes, devices_per_node, gbs, seq_len, precision, device_file, device_set,
                             flash_attention, vocab_pad, script, vocab_size, moe_token_imbalance, fp8_param_storage), fmt)
+    from autopar.specs.targets import check_target
+
+    check_target(p.cluster.device, fmt, "--format")
     layout = dict(tp=tp, pp=pp, cp=cp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, zero=zero, sp=sp, recompute=recompute,
                   recompute_layers=recompute_layers, layers_per_stage=layers_per_stage,
                   recompute_per_stage=recompute_per_stage, account_for_embedding=embedding_loss_split,

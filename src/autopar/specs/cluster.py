@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -71,6 +72,9 @@ class DeviceSpec(BaseModel):
     name: str
     description: str = ""
     source: str = ""
+    vendor: Literal["nvidia", "amd", "huawei"] | None = Field(
+        default=None, description="accelerator family: which training frameworks run on it (autopar.specs.targets); "
+        "None (a device file without a base preset): not checked")
     peak_flops: dict[str, float] = Field(description="dense peak FLOP/s by dtype (bf16, fp16, fp8, fp32)")
     memory_bytes: float = Field(gt=0, le=MAX_MEMORY_BYTES)
     hbm_bandwidth_bytes_per_s: float = Field(ge=MIN_BANDWIDTH_BYTES_PER_S, le=MAX_BANDWIDTH_BYTES_PER_S)
@@ -146,14 +150,71 @@ class ClusterSpec(BaseModel):
         return min(domain, self.world_size)
 
 
-def _device_table() -> dict[str, dict[str, Any]]:
+def _presets() -> dict[str, dict[str, Any]]:
     text = (resources.files("autopar") / "data" / "devices.json").read_text()
     return {k: v for k, v in json.loads(text).items() if not k.startswith("_")}
+
+
+def _device_table() -> dict[str, dict[str, Any]]:
+    """Preset name -> its :class:`DeviceSpec` fields (``aliases`` taken out)."""
+    return {k: {f: x for f, x in v.items() if f != "aliases"} for k, v in _presets().items()}
 
 
 def device_names() -> list[str]:
     """Names of the shipped device presets."""
     return sorted(_device_table())
+
+
+def preset_aliases(name: str) -> list[str]:
+    """The names devices.json lists for preset ``name`` besides its own (empty for an unknown name)."""
+    return list(_presets().get(name, {}).get("aliases", []))
+
+
+def _key(text: str) -> str:
+    """A device name as compared: lower case, letters and digits only ("H100-SXM5-80GB" -> "h100sxm580gb")."""
+    return re.sub(r"[^a-z0-9]", "", text.lower())
+
+
+def device_aliases() -> dict[str, str]:
+    """Normalised name (:func:`_key`) -> preset, for every preset name and its ``aliases`` in devices.json."""
+    table: dict[str, str] = {}
+    for name, fields in _presets().items():
+        for alias in [name, *fields.get("aliases", [])]:
+            table[_key(alias)] = name
+    return table
+
+
+def resolve_device_name(text: str, option: str = "--device") -> str:
+    """The preset a written device name means: "B200 (DGX-B200)" -> ``b200``, "H200 (8/node)" ->
+    ``h200``, "Atlas 800T A2" -> ``ascend-910b``, "MI300X" -> ``mi300x``.
+
+    Case, spaces and punctuation do not matter. The whole name is tried first, then the part
+    before a parenthesis and each ``,``/``;``-separated part inside it (a name naming two presets
+    is ambiguous), then the presets whose name or an alias starts with the part before the
+    parenthesis ("MI32" -> ``mi325x``; "A100" could be ``a100-40gb`` or ``a100-80gb``).
+
+    Args:
+        text: the name as written (a ``--device`` value, a measurements CSV ``gpu`` cell, ...).
+        option: the option or field named in the error.
+    Returns:
+        The preset name (a key of devices.json).
+    Raises:
+        AutoparError: no preset matches (listing the presets), or several do (listing them).
+    """
+    aliases = device_aliases()
+    if _key(text) in aliases:
+        return aliases[_key(text)]
+    main, _, rest = text.partition("(")
+    parts = [_key(main), *(_key(x) for x in re.split(r"[;,]", rest.rstrip(") ")))]
+    found = sorted({aliases[k] for k in parts if k in aliases})
+    if not found and _key(main):
+        found = sorted({preset for alias, preset in aliases.items() if alias.startswith(_key(main))})
+    if len(found) == 1:
+        return found[0]
+    if found:
+        raise AutoparError(f"{option}={text!r}: ambiguous device name; it may be {' or '.join(found)}: give one of them")
+    raise AutoparError(f"{option}={text!r}: unknown device; known: {', '.join(device_names())} (or a name "
+                       "such as 'H100-SXM5-80GB', 'B200 (DGX-B200)', 'MI300X', 'Atlas 800T A2'; `autopar devices`)")
 
 
 def _read_mapping(path: str) -> dict[str, Any]:
@@ -189,11 +250,13 @@ def load_device(
 ) -> DeviceSpec:
     """A device preset, optionally starting from or overridden by a file and ``KEY=VALUE`` pairs.
 
+    ``name`` (and a file's ``base``) may be any name :func:`resolve_device_name` resolves.
+
     ``device_file`` may set ``base: <preset>`` and any :class:`DeviceSpec` field; ``peak_flops``
     keys are merged. Dotted overrides (``peak_flops.bf16=900e12``) address the dict.
 
     Raises:
-        AutoparError: unknown preset, unreadable file, unknown or invalid field.
+        AutoparError: unknown or ambiguous preset, unreadable file, unknown or invalid field.
     """
     table = _device_table()
     fields: dict[str, Any] = {}
@@ -201,8 +264,7 @@ def load_device(
     base = name or extra.pop("base", None)
     extra.pop("base", None)
     if base is not None:
-        if base not in table:
-            raise AutoparError(f"--device={base!r}: unknown device; known: {', '.join(sorted(table))}")
+        base = resolve_device_name(base, "--device" if name else "--device-file base")
         fields = {"name": base, **json.loads(json.dumps(table[base]))}
     elif not device_file:
         raise AutoparError(f"--device: required; known: {', '.join(sorted(table))}")
