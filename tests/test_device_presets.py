@@ -7,6 +7,8 @@ import csv
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from autopar.cli import app
@@ -126,3 +128,12 @@ def test_validation_gpu_cells_resolve_as_validate_maps_them():
         except Unscorable:  # a preset validate does not map yet (B200, GB300, H200 rows)
             assert preset in ("b200", "gb300", "h200")
     assert [g.split()[0] for g in refused] == ["A100", "V100-SXM3-32GB"]
+
+
+@given(st.sampled_from([(n, a) for n in device_names() for a in [n, *preset_aliases(n)]]), st.data())
+def test_case_spaces_and_punctuation_do_not_matter(pair, data):
+    preset, alias = pair
+    flips = data.draw(st.lists(st.booleans(), min_size=len(alias), max_size=len(alias)))
+    seps = data.draw(st.lists(st.sampled_from(["", "", " ", "-", "_", "/"]), min_size=len(alias), max_size=len(alias)))
+    written = "".join((c.upper() if f else c.lower()) + sep for c, f, sep in zip(alias, flips, seps))
+    assert resolve_device_name(written) == preset
