@@ -70,10 +70,14 @@ def open_times(path: str, device: str | None, dtype: str, planned: str, stands_f
     from autopar.profile.provider import ProfileTimes
 
     db = OpDB(path, write=False)
-    device = choose_device(db, device, planned)
-    db.check(device)
-    records, unrecorded = db.measured_on(device)
-    accepted = accept("--profile-db", path, device, device_preset(records, unrecorded), planned, stands_for)
+    try:
+        device = choose_device(db, device, planned)
+        db.check(device)
+        records, unrecorded = db.measured_on(device)
+        accepted = accept("--profile-db", path, device, device_preset(records, unrecorded), planned, stands_for)
+    except AutoparError:
+        db.close()
+        raise
     provenance = {"planned_device": planned, "accepted": accepted, "measured_on": [r.to_dict() for r in records],
                   "unrecorded_versions": unrecorded,
                   "unused_rows": {d: n for d, n in db.dtypes(device).items() if d != dtype}}
@@ -86,9 +90,10 @@ def profiled(p, path: str | None, device: str | None, stands_for: str | None = N
     block; yields a function that maps the shown layouts to :func:`coverage_doc`, or None
     without a database. ``stands_for``: ``--profile-stands-for`` (see :func:`open_times`)."""
     if path is None:
-        for option, value in (("--profile-device", device), ("--profile-stands-for", stands_for)):
+        for option, value, what in (("--profile-device", device, "the database it names a device of"),
+                                    ("--profile-stands-for", stands_for, "the database whose times it vouches for")):
             if value is not None:
-                raise AutoparError(f"{option}={value!r} needs --profile-db (the database it names a device of)")
+                raise AutoparError(f"{option}={value!r} needs --profile-db ({what})")
         yield None
         return
     from autopar.cost.comm import use_link_fits
