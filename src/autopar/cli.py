@@ -61,7 +61,11 @@ RecomputeModules = Annotated[Optional[str], typer.Option(
 Margin = Annotated[float, typer.Option(help="memory margin: above (1-margin) x device memory is 'marginal'")]
 ProfileDb = Annotated[Optional[str], typer.Option(help="SQLite profile DB: measured operator and layer times and "
                                                  "collective fits override the model")]
-ProfileDevice = Annotated[Optional[str], typer.Option(help="device name inside --profile-db (default: its only one)")]
+ProfileDevice = Annotated[Optional[str], typer.Option(help="device name inside --profile-db (default: its only one, "
+                                                      "else the one measured on the planned --device)")]
+ProfileStandsFor = Annotated[Optional[str], typer.Option(
+    "--profile-stands-for", help="trust --profile-db's times, measured on another device, as this planned --device's "
+    "(give its name, e.g. h100-80gb); without it such a database is refused")]
 
 
 def _user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -120,7 +124,7 @@ def search(
     write_script: Annotated[Optional[str], typer.Option(help="with --script: write it back with the best layout "
                                                         "(--top N writes OUT.sh, OUT.2.sh, ...)")] = None,
     report: Annotated[Optional[str], typer.Option(help="write result.json, PNG charts and report.html here")] = None,
-    profile_db: ProfileDb = None, profile_device: ProfileDevice = None,
+    profile_db: ProfileDb = None, profile_device: ProfileDevice = None, profile_stands_for: ProfileStandsFor = None,
     moe_token_imbalance: MoeImbalance = None, fp8_param_storage: Fp8ParamStorage = None,
     recompute_modules: RecomputeModules = None,
     target: Annotated[Optional[str], typer.Option(help="export format the layouts must run on unchanged: megatron | "
@@ -148,7 +152,7 @@ def search(
         raise AutoparError("--write-script needs --script (the launch script to rewrite)")
     from autopar.profile.cli import print_coverage, profiled
 
-    with profiled(p, profile_db, profile_device) as coverage:
+    with profiled(p, profile_db, profile_device, profile_stands_for) as coverage:
         modules = recompute_modules_option(p, recompute_modules)
         options = SpaceOptions(recompute_modules=modules) if modules else None
         result = run_search(p, positive("--top", top, upper=1000), memory_margin, options=options, target=target)
@@ -233,7 +237,7 @@ def estimate(
     recompute_layers: RecomputeLayers = None, schedule: ScheduleOpt = None, layers_per_stage: LayersPerStage = None,
     recompute_per_stage: RecomputePerStage = None, embedding_loss_split: EmbeddingLoss = None,
     memory_margin: Margin = 0.10, as_json: Json = False, script: Script = None, vocab_size: VocabSize = None,
-    profile_db: ProfileDb = None, profile_device: ProfileDevice = None,
+    profile_db: ProfileDb = None, profile_device: ProfileDevice = None, profile_stands_for: ProfileStandsFor = None,
     moe_token_imbalance: MoeImbalance = None, fp8_param_storage: Fp8ParamStorage = None,
     recompute_modules: RecomputeModules = None,
 ) -> None:
@@ -249,7 +253,7 @@ def estimate(
                   account_for_loss=embedding_loss_split, recompute_modules=recompute_modules_option(p, recompute_modules))
     from autopar.profile.cli import print_coverage, profiled
 
-    with profiled(p, profile_db, profile_device) as coverage:
+    with profiled(p, profile_db, profile_device, profile_stands_for) as coverage:
         if not 0 <= memory_margin < 1:
             raise AutoparError(f"--memory-margin={memory_margin}: must be in [0, 1)")
         result = run_estimate(p, strategy_from_options(p, script, layout, dp, schedule), memory_margin)
