@@ -43,7 +43,7 @@ def schema2_db(path, device: str) -> str:
     conn = sqlite3.connect(path)
     conn.executescript(SCHEMA_2)
     p = make_problem("llama3-8b", gbs=64, seq=4096)
-    for op, dims in strategy_ops(p, Strategy(dp=4, tp=2)):
+    for op, dims in strategy_ops(p, Strategy(dp=4, tp=2, sp=True)):
         conn.execute("INSERT INTO op VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                      (device, op, shape_key(dims), "bf16", VERSIONS, 1e-3, 0.0, 2e-3, 0.0, 1.0, 3, None, None, 0.0))
     conn.commit()

@@ -24,7 +24,7 @@ runner = CliRunner()
 CPU = "cpu:x86_64:2t"
 H100 = "NVIDIA H100 80GB HBM3"
 PLAN = ["--model", "llama3-8b", "--device", "h100-80gb", "--gbs", "64", "--seq-len", "4096"]
-LAYOUT = ["--tp", "2", "--mbs", "1"]  # dp 4, 16 micro-batches of 1
+LAYOUT = ["--tp", "2", "--mbs", "1"]  # dp 4, 16 micro-batches of 1; sequence parallel (the default with tp > 1)
 
 
 def record(device: str, preset: str | None, versions: str = "torch=2.13.0") -> MeasuredOn:
@@ -36,7 +36,7 @@ def make_db(path, device: str, preset: str | None, dtype: str = "bf16", fwd_s: f
     p = make_problem("llama3-8b", gbs=64, seq=4096)
     db = OpDB(path)
     db.put_measured_on(record(device, preset))
-    for op, dims in strategy_ops(p, Strategy(dp=4, tp=2)):
+    for op, dims in strategy_ops(p, Strategy(dp=4, tp=2, sp=True)):
         db.put(device, op, dims, dtype, "torch=2.13.0", (fwd_s, 0.0), (2 * fwd_s, 0.0), 1.0, 3)
     db.close()
     return str(path)
@@ -59,7 +59,7 @@ def measured_compute_s() -> float:
     """Hand count of test_profile's provider test: per layer (1 + 2) ms x 11 operators = 33 ms;
     16 micro-batches x (32 layers + output GEMM and loss (2 x 3 ms) + analytic embedding)."""
     p = make_problem("llama3-8b", gbs=64, seq=4096)
-    embedding = 3 * float(embedding_forward_time_s(p, LayoutBatch.from_strategy(Strategy(dp=4, tp=2), 64))[0])
+    embedding = 3 * float(embedding_forward_time_s(p, LayoutBatch.from_strategy(Strategy(dp=4, tp=2, sp=True), 64))[0])
     return 16 * (32 * 33e-3 + 6e-3 + embedding)
 
 
