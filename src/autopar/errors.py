@@ -56,7 +56,7 @@ def from_validation_error(err: ValidationError, prefix: str, as_option: bool = F
 
 
 # What a path is when it is not a regular file (``stat.S_IFMT`` of its mode).
-_FILE_KINDS = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a named pipe (FIFO)", stat.S_IFCHR: "a character device",
+_FILE_KINDS = {stat.S_IFIFO: "a named pipe (FIFO)", stat.S_IFCHR: "a character device",
                stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket"}
 
 
@@ -68,8 +68,8 @@ def regular_file(path: str | Path, option: str) -> Path:
 
     Raises:
         AutoparError: ``{option}={path!r}: `` then ``does not exist``, ``is a broken symlink``,
-            ``is a symlink loop``, ``not a regular file (a named pipe (FIFO))`` (or a directory,
-            device, socket), or ``cannot read (reason)``.
+            ``is a symlink loop``, ``is a directory``, ``not a regular file (a named pipe (FIFO))``
+            (or a device, a socket), or ``cannot read (reason)``.
     """
     head = f"{option}={str(path)!r}"
     try:
@@ -84,6 +84,8 @@ def regular_file(path: str | Path, option: str) -> Path:
         raise AutoparError(f"{head}: cannot read ({err.strerror or err})") from None
     except ValueError as err:  # a NUL byte in the path
         raise AutoparError(f"{head}: not a file name ({err})") from None
+    if stat.S_ISDIR(mode):
+        raise AutoparError(f"{head}: is a directory; give a file")
     if not stat.S_ISREG(mode):
         raise AutoparError(f"{head}: not a regular file ({_FILE_KINDS.get(stat.S_IFMT(mode), 'a special file')})")
     return Path(path)
