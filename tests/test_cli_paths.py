@@ -137,3 +137,16 @@ def test_an_empty_value_is_refused_not_taken_as_not_given(tmp_path, monkeypatch,
     err = one_line_error(args)
     assert err.startswith(f"error: {option}={value!r}: empty; give a value or leave {option} out"), err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_every_command_names_its_options_as_typed():
+    """The empty-value check names the option the user typed, read from each command's typer
+    declarations (``from_result`` is ``--from``), for every command and sub-command."""
+    from autopar.cli import option_names
+    from autopar.profile.cli import profile_app
+
+    names = {c.callback.__name__: option_names(c.callback.__wrapped__)
+             for a in (app, profile_app) for c in a.registered_commands}
+    assert names["export"]["from_result"] == "--from" and names["export"]["fmt"] == "--format"
+    assert names["validate"]["csv_path"] == "--csv" and names["search"]["vocab_pad"] == "--make-vocab-size-divisible-by"
+    assert names["balance_command"]["flash_attention"] == "--flash-attention" and names["ops"]["db"] == "--db"

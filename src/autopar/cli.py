@@ -245,7 +245,8 @@ RecomputePerStage = Annotated[Optional[str], typer.Option(
 EmbeddingLoss = Annotated[Optional[bool], typer.Option(
     "--embedding-loss-split/--no-embedding-loss-split",
     help="count the embedding and the loss as one layer each in the pipeline split (Megatron "
-    "--account-for-embedding/loss-in-pipeline-split; e.g. 126 layers pp 8 vpp 8) \\[default: off]")]
+    "--account-for-embedding/loss-in-pipeline-split; e.g. 126 layers pp 8 vpp 8; needs --pp 2 or more) "
+    "\\[default: off]")]
 
 
 @app.command()
