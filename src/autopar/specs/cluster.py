@@ -45,6 +45,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from autopar.errors import AutoparError, from_validation_error, read_text
+from autopar.specs.long_numbers import too_large, yaml_load
 
 Precision = Literal["bf16", "fp16", "fp8"]
 GIB = 2**30
@@ -165,7 +166,7 @@ def device_names() -> list[str]:
 def _read_mapping(path: str) -> dict[str, Any]:
     text = read_text(path, "--device-file", "expected YAML or JSON")
     try:
-        data = yaml.safe_load(text)  # YAML is a superset of JSON
+        data = yaml_load(text)  # YAML is a superset of JSON
     except yaml.YAMLError as err:
         first = " ".join(str(err).split())
         raise AutoparError(f"--device-file: {path!r} is not valid YAML/JSON ({first})") from None
@@ -183,7 +184,7 @@ def _parse_override(item: str) -> tuple[str, Any]:
     if not sep or not key:
         raise AutoparError(f"--device-set={item!r}: expected KEY=VALUE, e.g. memory_bytes=80e9")
     try:
-        return key.strip(), yaml.safe_load(value)
+        return key.strip(), yaml_load(value)
     except yaml.YAMLError:
         raise AutoparError(f"--device-set={item!r}: the value is not a number or string") from None
 
@@ -199,7 +200,8 @@ def load_device(
     keys are merged. Dotted overrides (``peak_flops.bf16=900e12``) address the dict.
 
     Raises:
-        AutoparError: unknown preset, unreadable file, unknown or invalid field.
+        AutoparError: unknown preset, unreadable file, unknown or invalid field, a number of more
+            digits than any field holds (``device.memory_bytes=<a 5000-digit number>: too large``).
     """
     table = _device_table()
     fields: dict[str, Any] = {}
@@ -219,6 +221,12 @@ def load_device(
             fields["peak_flops"] = {**fields.get("peak_flops", {}), **value}
         else:
             fields[key] = value
+    peaks = fields.get("peak_flops") if isinstance(fields.get("peak_flops"), dict) else {}
+    for key, value in [*fields.items(), *((f"peak_flops.{k}", v) for k, v in peaks.items())]:
+        why = too_large(f"device.{key}", value, f"memory and bandwidths at most {MAX_MEMORY_BYTES:g}, peaks at most "
+                        f"{MAX_PEAK_FLOPS:g}")
+        if why:
+            raise AutoparError(why)
     unknown = sorted(set(fields) - set(DeviceSpec.model_fields))
     if unknown:
         raise AutoparError(f"device.{unknown[0]}: unknown field; allowed: {', '.join(DeviceSpec.model_fields)}")

@@ -19,26 +19,10 @@ from typing import Any, Callable
 from pydantic import ValidationError
 
 from autopar.errors import AutoparError, read_text
+from autopar.specs.long_numbers import json_loads, too_large
 from autopar.specs.model import MAX_LAYERS, MAX_SIZE, ModelSpec
 
 _MISSING = object()
-# An integer literal with more digits than this is beyond every model field (2^31 has 10 digits, a
-# float field's bound 1e15 has 16); it is kept as a :class:`_LongNumber` rather than converted.
-_MAX_DIGITS = 30
-
-
-class _LongNumber(str):
-    """An integer literal of more than :data:`_MAX_DIGITS` digits, kept as text: ``int()`` of a
-    5,000-digit literal raises (Python's 4,300-digit limit) before the key is known, and a shorter
-    one would print hundreds of digits in the error line. Refused by name when a reader uses it."""
-
-    def __repr__(self) -> str:
-        return f"<a {len(self.lstrip('-'))}-digit number>"
-
-
-def _parse_int(text: str) -> int | _LongNumber:
-    """``json.loads`` ``parse_int``: small literals as ``int``, long ones as :class:`_LongNumber`."""
-    return _LongNumber(text) if len(text.lstrip("-")) > _MAX_DIGITS else int(text)
 
 
 class _Config:
@@ -52,10 +36,11 @@ class _Config:
         return default if value is None else value
 
     def too_large(self, key: str, value: Any) -> None:
-        """Refuse a :class:`_LongNumber` read as ``key`` (``key=<a 5000-digit number>: too large``)."""
-        if isinstance(value, _LongNumber):
-            raise AutoparError(f"{self.source}: {key}={value!r}: too large (a model size is at most {MAX_SIZE}, "
-                               "a float field at most 1e15)")
+        """Refuse a :class:`~autopar.specs.long_numbers.LongNumber` read as ``key``
+        (``key=<a 5000-digit number>: too large``)."""
+        why = too_large(key, value, f"a model size is at most {MAX_SIZE}, a float field at most 1e15")
+        if why:
+            raise AutoparError(f"{self.source}: {why}")
 
     def require(self, *keys: str, what: str = "") -> Any:
         """First present (non-null) of ``keys``; raises naming the first key when none is."""
@@ -70,7 +55,7 @@ class _Config:
         """The first present of ``keys`` as an int (``default`` when none is present).
 
         Raises:
-            AutoparError: none present and no default, not an integer, a :class:`_LongNumber`,
+            AutoparError: none present and no default, not an integer, a ``LongNumber``,
                 or above ``maximum`` (checked here where a reader loops over the value, e.g.
                 the layer count).
         """
@@ -442,7 +427,7 @@ def load_model(name_or_path: str) -> ModelSpec:
             raise AutoparError(f"--model={name_or_path!r}: is a directory; give its config.json")
         text = read_text(path, "--model", "expected a config.json")  # a FIFO, /dev/null, a link loop: by kind
         try:
-            raw = json.loads(text, parse_int=_parse_int)
+            raw = json_loads(text)
         except json.JSONDecodeError as err:
             raise AutoparError(f"--model={name_or_path!r}: not valid JSON ({err})") from None
         except RecursionError:  # [[[...]]]
