@@ -21,8 +21,15 @@ from test_bad_input import LLAMA, one_line_error, runner
 H100 = ["--device", "h100-80gb"]
 
 
+@pytest.fixture(scope="module")
+def search_result() -> str:
+    result = runner.invoke(app, ["search", *LLAMA, "--top", "2", "--json"])
+    assert result.exit_code == 0
+    return result.stdout
+
+
 @pytest.fixture
-def inputs(tmp_path, monkeypatch):
+def inputs(tmp_path, monkeypatch, search_result):
     """A working directory holding every kind of input file: run.sh, c.json, r.json (a search
     result), d.yaml, m.svg (a config under a figure name), rep/result.json, o/rows.md (a CSV)."""
     monkeypatch.chdir(tmp_path)
@@ -34,9 +41,7 @@ def inputs(tmp_path, monkeypatch):
     (tmp_path / "o").mkdir()
     (tmp_path / "o" / "rows.md").write_text("\n".join(MEASUREMENTS.read_text().splitlines()[:2]) + "\n")
     (tmp_path / "d.yaml").write_text("base: h100-80gb\n")
-    result = runner.invoke(app, ["search", *LLAMA, "--top", "2", "--json"])
-    assert result.exit_code == 0
-    (tmp_path / "r.json").write_text(result.stdout)
+    (tmp_path / "r.json").write_text(search_result)
     return tmp_path
 
 
