@@ -152,9 +152,9 @@ DEEPSEEK_CFG = json.loads((MODELS / "deepseek-v3.json").read_text())
     (LLAMA_CFG, {"attention_dropout": -0.5}, "field 'attention_dropout'=-0.5 must be a probability in [0, 1]"),
     (LLAMA_CFG, {"attention_dropout": 5}, "field 'attention_dropout'=5.0 must be a probability"),  # read as dropout
     (DEEPSEEK_CFG, {"topk_method": 5}, "field 'topk_method'=5: allowed noaux_tc, greedy, group_limited_greedy"),
-    (DEEPSEEK_CFG, {"num_nextn_predict_layers": 10**9}, "mtp_num_layers=1000000000: Input should be less than "
+    (DEEPSEEK_CFG, {"num_nextn_predict_layers": 10**9}, "num_nextn_predict_layers=1000000000: Input should be less than "
      "or equal to 10000"),  # costed as 1.2e16 parameters
-    (DEEPSEEK_CFG, {"num_nextn_predict_layers": 62}, "mtp_num_layers=62 must be at most num_layers=61"),
+    (DEEPSEEK_CFG, {"num_nextn_predict_layers": 62}, "num_nextn_predict_layers=62 must be at most num_hidden_layers=61"),
 ])
 def test_hf_config_values_outside_their_range(tmp_path, base, changes, needle):
     path = tmp_path / "config.json"
@@ -215,7 +215,7 @@ def test_expert_tp_on_a_dense_model(command):
 
 # ----- JSON/YAML nested beyond Python's recursion limit, wherever a file is parsed ----------------
 @pytest.mark.parametrize("args, needle", [
-    (["estimate", "-m", "{f}", "--device", "h100-80gb"], "--model: '{f}': a value cannot be read"),
+    (["estimate", "-m", "{f}", "--device", "h100-80gb"], "--model='{f}': nested too deeply to be a config.json"),
     (["export", "--format", "megatron", "--from", "{f}", *LLAMA], "--from='{f}': not a readable search result"),
     (["balance", "--layers", "{f}"], "--layers {f}: nested too deeply to be a layer table"),
     (["search", "-m", "llama3-8b", "--device-file", "{f}"], "--device-file: '{f}' is nested too deeply"),

@@ -120,9 +120,9 @@ def test_group_routing_read_from_the_hf_config():
     assert (m.router_num_groups, m.router_group_topk, m.router_topk_scaling_factor) == (8, 4, 2.5)
     assert model_from_hf_dict(_deepseek_config(topk_method="greedy"), "x").router_num_groups == 0
     assert model_from_hf_dict(_deepseek_config(n_group=1, topk_group=1), "x").router_num_groups == 0
-    with pytest.raises(AutoparError, match="router_num_groups=7"):
+    with pytest.raises(AutoparError, match="n_group=7 with topk_group=4"):
         model_from_hf_dict(_deepseek_config(n_group=7), "x")  # 256 experts in 7 groups
-    with pytest.raises(AutoparError, match="router_num_groups=64"):  # top 1 of 64 groups holds 4 < 8 experts
+    with pytest.raises(AutoparError, match="n_group=64 with topk_group=1"):  # top 1 of 64 groups holds 4 < 8 experts
         model_from_hf_dict(_deepseek_config(n_group=64, topk_group=1), "x")
 
 

@@ -186,7 +186,7 @@ def test_cli_recompute_modules_lower_the_estimated_memory():
 
 @pytest.mark.parametrize("args, needle", [
     (["--recompute-modules", "attention"], "--recompute-modules='attention': allowed core_attn, moe_act, layernorm"),
-    (["--recompute-modules", ""], "--recompute-modules='': allowed"),
+    (["--recompute-modules", ""], "--recompute-modules='': empty"),
     (["--recompute-modules", "mla_up_proj"],
      "--recompute-modules='mla_up_proj': mla_up_proj needs multi-latent attention; model llama3-8b has none "
      "(allowed for it: core_attn, mlp)"),

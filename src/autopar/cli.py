@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+import typing
 from functools import wraps
 from typing import Annotated, Any, Callable, Optional
 
@@ -18,6 +19,7 @@ from rich.markup import escape
 
 from autopar.cli_inputs import (positive, problem_from_options, recompute_modules_option, strategy_from_options,
                                 take_warnings)
+from autopar.cli_paths import refuse_empty, refuse_overwriting_inputs
 from autopar.errors import AutoparError
 from autopar.problem import Problem
 from autopar.specs import device_names, load_device
@@ -68,14 +70,29 @@ ProfileStandsFor = Annotated[Optional[str], typer.Option(
     "(give its name, e.g. h100-80gb); without it such a database is refused")]
 
 
+def option_names(fn: Callable[..., Any]) -> dict[str, str]:
+    """Parameter name -> the long option a user types for it (``from_result`` -> ``--from``), read
+    from the command's ``typer.Option`` declarations (``--`` + the name with dashes where none)."""
+    names = {}
+    for param, hint in typing.get_type_hints(fn, include_extras=True).items():
+        decls = [d for meta in getattr(hint, "__metadata__", ()) if isinstance(meta, typer.models.OptionInfo)
+                 for d in (meta.default, *meta.param_decls) if isinstance(d, str)]  # Annotated: default = "--x"
+        names[param] = next((d.split("/")[0] for d in decls if d.startswith("--")), "--" + param.replace("_", "-"))
+    return names
+
+
 def _user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Turn :class:`AutoparError` into one red line on stderr and exit code 2; on success print
-    the queued :func:`autopar.cli_inputs.warn_on_success` lines."""
+    the queued :func:`autopar.cli_inputs.warn_on_success` lines. An option given as an empty
+    string is refused before the command runs (:func:`autopar.cli_paths.refuse_empty`)."""
+    names: dict[str, str] = {}
 
     @wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         take_warnings()
         try:
+            names.update(names or option_names(fn))
+            refuse_empty({names.get(k, k): v for k, v in kwargs.items()})
             result = fn(*args, **kwargs)
         except AutoparError as err:
             err_console.print(f"[red]error:[/] {escape(str(err))}", highlight=False, soft_wrap=True)
@@ -113,6 +130,21 @@ def target_warning(p: Problem, layouts: list, target: str) -> str | None:
     return f"--target {target} cannot run #1 unchanged ({first}); {where}"
 
 
+def _search_outputs(model: str | None, script: str | None, device_file: str | None, profile_db: str | None,
+                    write_script: str | None, report: str | None, top: int) -> None:
+    """Refuse ``search`` outputs that would overwrite its inputs (``--write-script`` writes up to
+    ``top`` scripts, ``--report`` four files; :func:`autopar.cli_paths.refuse_overwriting_inputs`)."""
+    from pathlib import Path
+
+    from autopar.export.rewrite import script_paths
+    from autopar.report.html import report_paths
+
+    refuse_overwriting_inputs(
+        {"--model": model, "--script": script, "--device-file": device_file, "--profile-db": profile_db},
+        {"--write-script": (write_script, script_paths(Path(write_script), top) if write_script else []),
+         "--report": (report, report_paths(report) if report else [])})
+
+
 @app.command()
 @_user_errors
 def search(
@@ -138,6 +170,7 @@ def search(
     from autopar.search import search as run_search
     from autopar.space import SpaceOptions
 
+    _search_outputs(model, script, device_file, profile_db, write_script, report, positive("--top", top, upper=1000))
     p = problem_from_options(model, device, nodes, devices_per_node, gbs, seq_len, precision, device_file, device_set,
                  flash_attention, vocab_pad, script, vocab_size, moe_token_imbalance, fp8_param_storage)
     from autopar.search.grid import for_target
@@ -155,7 +188,7 @@ def search(
     with profiled(p, profile_db, profile_device, profile_stands_for) as coverage:
         modules = recompute_modules_option(p, recompute_modules)
         options = SpaceOptions(recompute_modules=modules) if modules else None
-        result = run_search(p, positive("--top", top, upper=1000), memory_margin, options=options, target=target)
+        result = run_search(p, top, memory_margin, options=options, target=target)
         measured = coverage and coverage([e.strategy for e in result.layouts])
     best = result.layouts[0]
     best_args_refused = ""
@@ -223,7 +256,8 @@ RecomputePerStage = Annotated[Optional[str], typer.Option(
 EmbeddingLoss = Annotated[Optional[bool], typer.Option(
     "--embedding-loss-split/--no-embedding-loss-split",
     help="count the embedding and the loss as one layer each in the pipeline split (Megatron "
-    "--account-for-embedding/loss-in-pipeline-split; e.g. 126 layers pp 8 vpp 8) \\[default: off]")]
+    "--account-for-embedding/loss-in-pipeline-split; e.g. 126 layers pp 8 vpp 8; needs --pp 2 or more) "
+    "\\[default: off]")]
 
 
 @app.command()
@@ -288,6 +322,10 @@ def devices(as_json: Json = False) -> None:
 
 
 
+# The files ``autopar validate`` writes into ``--out`` (autopar.validate.report.write_report).
+VALIDATE_FILES = ("accuracy.md", "rows.md", "scatter.png")
+
+
 @app.command()
 @_user_errors
 def validate(
@@ -296,8 +334,12 @@ def validate(
     out: Annotated[str, typer.Option("--out", help="report directory")] = "out/validation",
 ) -> None:
     """Score autopar against published measurements; write accuracy.md, rows.md, scatter.png."""
+    from pathlib import Path
+
     from autopar.validate import DEFAULT_CSV, run_validation
 
+    refuse_overwriting_inputs({"--csv": csv_path or DEFAULT_CSV},
+                              {"--out": (out, [Path(out) / name for name in VALIDATE_FILES])})
     try:
         results, paths = run_validation(csv_path or DEFAULT_CSV.resolve(), out)
     except OSError as err:
@@ -329,12 +371,16 @@ def export(
     """Write one layout as a framework config: a search result's (--from, --rank) or an explicit one."""
     from pathlib import Path
 
-    from autopar.export import FILE_WRITERS, WRITERS
+    from autopar.export import FILE_PATHS, FILE_WRITERS, WRITERS
     from autopar.export.result import strategy_from_result
     from autopar.rules import check_strategy
 
     if fmt not in WRITERS:
         raise AutoparError(f"--format={fmt!r}: allowed {', '.join(WRITERS)}")
+    if out is not None:
+        refuse_overwriting_inputs(
+            {"--from": from_result, "--model": model, "--script": script, "--device-file": device_file},
+            {"--out": (out, FILE_PATHS[fmt](Path(out)) if fmt in FILE_PATHS else [Path(out)])})
     from autopar.search.grid import for_target
 
     p = for_target(problem_from_options(model, device, nodes, devices_per_node, gbs, seq_len, precision, device_file, device_set,

@@ -127,8 +127,9 @@ def strategy_from_options(p: Problem, script: str | None, layout: dict[str, Any]
 
     Raises:
         AutoparError: a size outside 1..:data:`~autopar.specs.model.MAX_SIZE`, tp * pp * cp not
-            dividing the world (with the tp values that would), ``--etp`` for a dense model, a
-            script's module set Megatron-LM refuses, or a layout the ``Strategy`` checks refuse.
+            dividing the world (with the tp values that would), ``--etp`` for a dense model,
+            ``--embedding-loss-split`` with pp 1 (a no-op), a script's module set Megatron-LM
+            refuses, or a layout the ``Strategy`` checks refuse.
     """
     from pydantic import ValidationError
 
@@ -167,6 +168,9 @@ def strategy_from_options(p: Problem, script: str | None, layout: dict[str, Any]
     for name, value in (("--dp", dp), ("--etp", lay["etp"]), ("--recompute-layers", lay["recompute_layers"])):
         if value is not None:  # 2^63 - 1 wrapped negative in the int64 rule arithmetic (or overflowed)
             positive(name, value)
+    if layout.get("account_for_embedding") and lay["pp"] == 1:  # was accepted and changed nothing
+        raise AutoparError("--embedding-loss-split with --pp=1: it counts the embedding and the loss as layers of the "
+                           "pipeline split, and one stage has nothing to split; give --pp 2 or more, or drop it")
     if layout["etp"] is not None and p.model.num_experts == 0 and layout["etp"] != lay["tp"]:  # was ignored
         raise AutoparError(f"--etp={layout['etp']}: model {p.model.name} has no routed experts; expert tensor "
                            "parallelism applies to MoE models only (leave --etp unset)")

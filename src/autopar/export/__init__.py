@@ -27,3 +27,7 @@ WRITERS: dict[str, Callable[[Problem, Strategy], str]] = {
 FILE_WRITERS: dict[str, Callable[[Problem, Strategy, Path], list[Path]]] = {
     "deepspeed": megatron_deepspeed.write_files,
 }
+# Format -> the paths its FILE_WRITERS entry writes for ``--out`` (known before writing).
+FILE_PATHS: dict[str, Callable[[Path], list[Path]]] = {
+    "deepspeed": megatron_deepspeed.out_paths,
+}

@@ -130,6 +130,23 @@ def write(p: Problem, s: Strategy) -> str:
     return _script(p, s, CONFIG_NAME, config_json(p, s))
 
 
+def out_paths(out: Path) -> list[Path]:
+    """The files :func:`write_files` writes for ``--out``: the JSON (``out`` itself when it ends in
+    ``.json``, else ``out/ds_config.json``), then :data:`SCRIPT_NAME` beside it.
+
+    Raises:
+        AutoparError: ``out`` has another suffix and is not a directory.
+    """
+    if out.suffix == ".json":
+        json_path = out
+    elif out.suffix and not out.is_dir():
+        raise AutoparError(f"--out={str(out)!r}: --format deepspeed writes {CONFIG_NAME} and {SCRIPT_NAME}; "
+                           "give a directory or a .json path")
+    else:
+        json_path = out / CONFIG_NAME
+    return [json_path, json_path.parent / SCRIPT_NAME]
+
+
 def write_files(p: Problem, s: Strategy, out: Path) -> list[Path]:
     """Write the JSON and :data:`SCRIPT_NAME` (which references it) for ``--out``.
 
@@ -142,14 +159,7 @@ def write_files(p: Problem, s: Strategy, out: Path) -> list[Path]:
         AutoparError: the layout is refused, ``out`` is another kind of file, or cannot be written.
     """
     text = config_json(p, s)
-    if out.suffix == ".json":
-        json_path = out
-    elif out.suffix and not out.is_dir():
-        raise AutoparError(f"--out={str(out)!r}: --format deepspeed writes {CONFIG_NAME} and {SCRIPT_NAME}; "
-                           "give a directory or a .json path")
-    else:
-        json_path = out / CONFIG_NAME
-    script_path = json_path.parent / SCRIPT_NAME
+    json_path, script_path = out_paths(out)
     try:
         json_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(text)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 
 from pydantic import ValidationError
 
-from autopar.errors import AutoparError, from_validation_error
+from autopar.errors import AutoparError, from_validation_error, read_text
 from autopar.problem import Problem
+from autopar.specs.long_numbers import json_loads, too_large
+from autopar.specs.model import MAX_SIZE
 from autopar.strategy import RECOMPUTE_MODULES, Strategy
 
 _FIELDS = ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "zero", "sp", "recompute", "recompute_layers",
@@ -34,13 +34,14 @@ def strategy_from_result(path: str, rank: int, p: Problem) -> Strategy:
     """Layout number ``rank`` (1 = best) of the search result at ``path``.
 
     Raises:
-        AutoparError: unreadable file, not a search result, rank out of range, a layout whose
+        AutoparError: a path that is not a regular file, unreadable file, not a search result, rank out of range, a layout whose
             world size or global batch differs from the problem's.
     """
+    text = read_text(path, "--from", "expected a search result JSON")  # a FIFO would block the read
     try:
-        doc = json.loads(Path(path).read_text())
+        doc = json_loads(text)
         layouts = doc["layouts"]
-    except (OSError, ValueError, KeyError, TypeError, RecursionError) as err:  # RecursionError: [[[...]]]
+    except (ValueError, KeyError, TypeError, RecursionError) as err:  # RecursionError: [[[...]]]
         raise AutoparError(f"--from={path!r}: not a readable search result ({err})") from None
     if not isinstance(layouts, list):
         raise AutoparError(f"--from={path!r}: 'layouts' is a {type(layouts).__name__}, expected the list a search "
@@ -53,6 +54,10 @@ def strategy_from_result(path: str, rank: int, p: Problem) -> Strategy:
     if not isinstance(raw, dict):
         raise AutoparError(f"--from={path!r}: layouts[{rank - 1}] has no 'strategy' object")
     fields = {k: raw[k] for k in _FIELDS if k in raw}
+    for key in ("gbs", *fields):
+        why = too_large(key, raw.get(key), f"sizes are at most {MAX_SIZE}")
+        if why:
+            raise AutoparError(f"--from={path!r}: layout {rank} {why}")
     for key in ("layers_per_stage", "recompute_per_stage"):
         value = fields.get(key)
         if value is not None and not isinstance(value, list):

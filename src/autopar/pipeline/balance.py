@@ -146,19 +146,21 @@ def _even_bounds(num_layers: int, pp: int, vpp: int, split: tuple[int, ...] | No
     return np.concatenate([[0], np.cumsum(split) // vpp]).astype(np.int64)
 
 
-def _no_fit(table: LayerTable, folded: FoldedTable, names: tuple[str, ...]) -> AutoparError:
+def _no_fit(table: LayerTable, folded: FoldedTable, names: tuple[str, ...], limit_name: str | None) -> AutoparError:
     indices = [table.option_index(n) for n in names]
     lightest = min(float(np.max(folded.rank_bytes(np.arange(table.pp), b[:-1], b[1:], r)))
                    for r in indices for b in [np.linspace(0, folded.positions, table.pp + 1).astype(np.int64)])
+    limit_name = limit_name or f"memory_limit_bytes={table.memory_limit_bytes / GIB:.1f} GiB"
     return AutoparError(
-        f"memory_limit_bytes={table.memory_limit_bytes / GIB:.1f} GiB: no split of {table.num_layers} layers over "
+        f"{limit_name}: no split of {table.num_layers} layers over "
         f"pp={table.pp} fits with recompute in {{{', '.join(names)}}} (an even split needs about "
         f"{lightest / GIB:.1f} GiB); allow full recompute, more stages or more memory")
 
 
 def balance(table: LayerTable, vpp: int, num_microbatches: int, schedule: str,
             options: tuple[str, ...] | None = None, form: str = "explicit", baseline: str | None = None,
-            time_limit_s: float = 0.8, even_split: tuple[int, ...] | None = None) -> BalancePlan:
+            time_limit_s: float = 0.8, even_split: tuple[int, ...] | None = None,
+            limit_name: str | None = None) -> BalancePlan:
     """Balance ``table.pp`` stages (``vpp`` chunks each) for ``num_microbatches`` under ``schedule``.
 
     Args:
@@ -169,6 +171,8 @@ def balance(table: LayerTable, vpp: int, num_microbatches: int, schedule: str,
         time_limit_s: wall-clock limit of the integer program.
         even_split: layers per stage of the split compared against (default: Megatron's default
             split; the layout's own one where it counts the embedding/loss as layers).
+        limit_name: how the no-fit error names the memory limit, as the user gave it (e.g.
+            ``--memory-limit-gib=60``); default ``memory_limit_bytes=<GiB>``.
 
     Raises:
         AutoparError: unknown form/option/schedule, sizes the schedule cannot run, more than
@@ -206,7 +210,7 @@ def balance(table: LayerTable, vpp: int, num_microbatches: int, schedule: str,
         if bounds is not None:
             uniform.append((score(bounds, np.full(pp, r)), bounds, np.full(pp, r)))
     if not uniform:
-        raise _no_fit(table, folded, names)
+        raise _no_fit(table, folded, names, limit_name)
     best_score, bounds, chosen = min(uniform, key=lambda item: item[0])
     solver, optimal = ("megatron" if form == "megatron" else "dp"), True
     if form == "explicit" and len(indices) > 1 and pp > 1:

@@ -19,6 +19,7 @@ from autopar.cli import (Cp, Device, DeviceFile, DeviceSet, Dp, Ep, Etp, Flash, 
                          ScheduleOpt, Script, SeqLen, Sp, Tp, VocabPad, VocabSize, Vpp, Zero, _user_errors, app, console,
                          err_console)
 from autopar.cli_inputs import problem_from_options, recompute_modules_option, strategy_from_options
+from autopar.cli_paths import refuse_overwriting_inputs
 from autopar.errors import AutoparError
 from autopar.specs.cluster import MAX_MEMORY_BYTES
 from autopar.pipeline.balance import FORMS, BalancePlan
@@ -159,6 +160,8 @@ def balance_command(
     if memory_limit_gib is not None and not 0 < memory_limit_gib <= MAX_MEMORY_BYTES / GIB:  # also nan, inf
         raise AutoparError(f"--memory-limit-gib={memory_limit_gib}: must be a number in (0, {MAX_MEMORY_BYTES / GIB:.0f}]")
     limit = None if memory_limit_gib is None else memory_limit_gib * GIB
+    refuse_overwriting_inputs({"--model": model, "--script": script, "--device-file": device_file, "--layers": layers},
+                              {"--plot": (plot, [Path(plot)] if plot else [])})
     if plot and not Path(plot).resolve().parent.is_dir():  # before the work, not after the table
         raise AutoparError(f"--plot={plot!r}: cannot write (no directory {str(Path(plot).resolve().parent)!r})")
     if plot and Path(plot).suffix.lower() not in PLOT_SUFFIXES:  # matplotlib appended .png to a directory
@@ -174,7 +177,10 @@ def balance_command(
                  "dp": dp, "cp": cp, "vpp": vpp, "ep": ep, "etp": etp, "mbs": mbs, "zero": zero, "sp": sp,
                  "recompute": recompute, "recompute-layers": recompute_layers, "gbs": gbs, "seq-len": seq_len,
                  "nodes": nodes, "recompute-modules": recompute_modules, "moe-token-imbalance": moe_token_imbalance,
-                 "fp8-param-storage": fp8_param_storage}
+                 "devices-per-node": devices_per_node, "precision": precision, "vocab-size": vocab_size,
+                 "device-set": device_set, "make-vocab-size-divisible-by": vocab_pad,
+                 "flash-attention" if flash_attention else "no-flash-attention": flash_attention,
+                 "fp8-param-storage" if fp8_param_storage else "no-fp8-param-storage": fp8_param_storage}
         clash = [f"--{k}" for k, v in given.items() if v is not None]
         if clash:
             raise AutoparError(f"--layers with {', '.join(clash)}: the layer file gives the costs, sizes and "
@@ -187,6 +193,7 @@ def balance_command(
 
             table = replace(table, memory_limit_bytes=limit)
         baseline, title = (names or table.options)[0], f"{layers}"
+        limit_name = f"--layers {layers}: memory_limit_bytes={table.memory_limit_bytes:g}"
     else:
         from autopar.pipeline.layers import layer_table
         from autopar.rules import check_strategy
@@ -215,10 +222,14 @@ def balance_command(
         m = s.num_microbatches(p.train.global_batch_size)
         baseline = s.recompute if names is None or s.recompute in names else names[0]
         title = f"{p.model.name} tp{s.tp} pp{s.pp}" + (f" vpp{s.vpp}" if s.vpp > 1 else "")
+        limit_name = f"device {p.cluster.device.name} memory ({table.memory_limit_bytes / GIB:.1f} GiB)"
         console.print(f"[bold]{p.model.name}[/] ({p.model.num_layers} layers) on {p.world_size} "
                       f"{p.cluster.device.name}: tp {s.tp}, pp {s.pp}, vpp {s.vpp}, dp {s.dp}, "
                       f"{m} micro-batches, limit {table.memory_limit_bytes / GIB:.1f} GiB")
-    plan = balance(table, num_vpp, m, sched, options=names, form=form, baseline=baseline, even_split=even_split)
+    if memory_limit_gib is not None:
+        limit_name = f"--memory-limit-gib={memory_limit_gib:g}"
+    plan = balance(table, num_vpp, m, sched, options=names, form=form, baseline=baseline, even_split=even_split,
+                   limit_name=limit_name)
     print_plan(plan, accounted, modules)
     if plot:
         from autopar.pipeline.plot import plot_plan

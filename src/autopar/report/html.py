@@ -57,6 +57,12 @@ def render(p: Problem, result: SearchResult, ranking_png: bytes, memory_png: byt
             f"<h2>Memory per stage (best layout)</h2>{_img(memory_png, 'memory')}</body></html>\n")
 
 
+def report_paths(directory: str | Path) -> list[Path]:
+    """The files :func:`write_report` writes into ``directory``: ``result.json``, ``ranking.png``,
+    ``memory.png``, ``report.html``."""
+    return [Path(directory) / name for name in ("result.json", "ranking.png", "memory.png", "report.html")]
+
+
 def write_report(p: Problem, result: SearchResult, directory: str | Path) -> Path:
     """Write the four report files into ``directory`` (created if needed); returns the HTML path.
 
@@ -64,14 +70,14 @@ def write_report(p: Problem, result: SearchResult, directory: str | Path) -> Pat
         AutoparError: the directory cannot be created or written.
     """
     out = Path(directory)
+    result_path, ranking_path, memory_path, page = report_paths(out)
     try:
         out.mkdir(parents=True, exist_ok=True)
         ranking = ranking_chart(result.layouts, f"Top {len(result.layouts)} layouts: predicted step time by part")
         memory = memory_chart(result.layouts[0], f"#1 {layout_label(result.layouts[0])}: memory per device by stage")
-        (out / "result.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n")
-        (out / "ranking.png").write_bytes(ranking)
-        (out / "memory.png").write_bytes(memory)
-        page = out / "report.html"
+        result_path.write_text(json.dumps(result.to_dict(), indent=2) + "\n")
+        ranking_path.write_bytes(ranking)
+        memory_path.write_bytes(memory)
         page.write_text(render(p, result, ranking, memory))
     except OSError as err:
         raise AutoparError(f"--report={str(directory)!r}: cannot write ({err.strerror})") from None

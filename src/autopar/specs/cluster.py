@@ -46,6 +46,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from autopar.errors import AutoparError, from_validation_error, read_text
+from autopar.specs.long_numbers import too_large, yaml_load
 
 Precision = Literal["bf16", "fp16", "fp8"]
 GIB = 2**30
@@ -83,7 +84,7 @@ class DeviceSpec(BaseModel):
     intra_node_latency_s: float = Field(default=8e-6, ge=0, le=MAX_LATENCY_S, description="per ring step")
     inter_node_latency_s: float = Field(default=20e-6, ge=0, le=MAX_LATENCY_S, description="per ring step")
     default_devices_per_node: int = Field(default=8, gt=0)
-    nvlink_domain_size: int | None = Field(default=None, gt=0, description="devices sharing the fast link, if more than one node (GB200 NVL72)")
+    nvlink_domain_size: int | None = Field(default=None, gt=0, description="devices sharing the fast link, if more than one node (GB200 NVL72); a multiple of the devices per node")
     gemm_efficiency: float = Field(default=0.75, ge=MIN_EFFICIENCY, le=1)
     fp8_gemm_efficiency: float | None = Field(default=None, ge=MIN_EFFICIENCY, le=1, description="fraction of the fp8 peak; None: as gemm_efficiency")
     attention_efficiency: float = Field(default=0.45, ge=MIN_EFFICIENCY, le=1)
@@ -145,7 +146,13 @@ class ClusterSpec(BaseModel):
 
     @property
     def fast_domain_size(self) -> int:
-        """Devices that reach each other over NVLink/HCCS (a node, or an NVL72 rack)."""
+        """Devices that reach each other over NVLink/HCCS (a node, or an NVL72 rack).
+
+        Ranks are placed node by node, so a domain of ``nvlink_domain_size`` consecutive ranks
+        must hold whole nodes (:func:`make_cluster` refuses another size): a group of ``size``
+        ranks ``stride`` apart runs on NVLink when ``size * stride`` fits in it
+        (:func:`autopar.cost.comm.group_bus_bandwidth`). A domain smaller than a node would be
+        taken as the node, which is why it is refused rather than ignored."""
         domain = max(self.devices_per_node, self.device.nvlink_domain_size or 0)
         return min(domain, self.world_size)
 
@@ -220,7 +227,7 @@ def resolve_device_name(text: str, option: str = "--device") -> str:
 def _read_mapping(path: str) -> dict[str, Any]:
     text = read_text(path, "--device-file", "expected YAML or JSON")
     try:
-        data = yaml.safe_load(text)  # YAML is a superset of JSON
+        data = yaml_load(text)  # YAML is a superset of JSON
     except yaml.YAMLError as err:
         first = " ".join(str(err).split())
         raise AutoparError(f"--device-file: {path!r} is not valid YAML/JSON ({first})") from None
@@ -238,7 +245,7 @@ def _parse_override(item: str) -> tuple[str, Any]:
     if not sep or not key:
         raise AutoparError(f"--device-set={item!r}: expected KEY=VALUE, e.g. memory_bytes=80e9")
     try:
-        return key.strip(), yaml.safe_load(value)
+        return key.strip(), yaml_load(value)
     except yaml.YAMLError:
         raise AutoparError(f"--device-set={item!r}: the value is not a number or string") from None
 
@@ -256,7 +263,8 @@ def load_device(
     keys are merged. Dotted overrides (``peak_flops.bf16=900e12``) address the dict.
 
     Raises:
-        AutoparError: unknown or ambiguous preset, unreadable file, unknown or invalid field.
+        AutoparError: unknown or ambiguous preset, unreadable file, unknown or invalid field, a number of more
+            digits than any field holds (``device.memory_bytes=<a 5000-digit number>: too large``).
     """
     table = _device_table()
     fields: dict[str, Any] = {}
@@ -275,6 +283,12 @@ def load_device(
             fields["peak_flops"] = {**fields.get("peak_flops", {}), **value}
         else:
             fields[key] = value
+    peaks = fields.get("peak_flops") if isinstance(fields.get("peak_flops"), dict) else {}
+    for key, value in [*fields.items(), *((f"peak_flops.{k}", v) for k, v in peaks.items())]:
+        why = too_large(f"device.{key}", value, f"memory and bandwidths at most {MAX_MEMORY_BYTES:g}, peaks at most "
+                        f"{MAX_PEAK_FLOPS:g}")
+        if why:
+            raise AutoparError(why)
     unknown = sorted(set(fields) - set(DeviceSpec.model_fields))
     if unknown:
         raise AutoparError(f"device.{unknown[0]}: unknown field; allowed: {', '.join(DeviceSpec.model_fields)}")
@@ -289,11 +303,20 @@ def make_cluster(device: DeviceSpec, num_nodes: int, devices_per_node: int | Non
     """Build a :class:`ClusterSpec`; ``devices_per_node`` defaults to the device's usual node size.
 
     Raises:
-        AutoparError: zero or negative sizes.
+        AutoparError: zero or negative sizes; a device ``nvlink_domain_size`` that is not a whole
+            number of nodes (see :attr:`ClusterSpec.fast_domain_size`).
     """
     dpn = device.default_devices_per_node if devices_per_node is None else devices_per_node
     if not 0 < num_nodes <= MAX_NODES:
         raise AutoparError(f"--nodes={num_nodes}: must be an integer in 1..{MAX_NODES}")
     if not 0 < dpn <= 1024:
         raise AutoparError(f"--devices-per-node={dpn}: must be an integer in 1..1024")
+    domain = device.nvlink_domain_size
+    if domain is not None and domain % dpn:
+        raise AutoparError(
+            f"device.nvlink_domain_size={domain} with "
+            f"{f'--devices-per-node={dpn}' if devices_per_node else f'default_devices_per_node={dpn}'}: "
+            "the NVLink domain spans whole nodes, "
+            f"so it must be a multiple of {dpn} (GB200 NVL72: 72 = 18 nodes x 4); a node always counts as one "
+            "fast domain, so for slower links inside a node lower intra_node_bandwidth_bytes_per_s instead")
     return ClusterSpec(device=device, num_nodes=num_nodes, devices_per_node=dpn)

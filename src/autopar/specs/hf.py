@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from importlib import resources
 from pathlib import Path
 from typing import Any, Callable
 
 from pydantic import ValidationError
 
-from autopar.errors import AutoparError, from_validation_error
-from autopar.specs.model import ModelSpec
+from autopar.errors import AutoparError, read_text
+from autopar.specs.long_numbers import json_loads, too_large
+from autopar.specs.model import MAX_LAYERS, MAX_SIZE, ModelSpec
 
 _MISSING = object()
 
@@ -33,21 +35,39 @@ class _Config:
         value = self.raw.get(key, default)
         return default if value is None else value
 
+    def too_large(self, key: str, value: Any) -> None:
+        """Refuse a :class:`~autopar.specs.long_numbers.LongNumber` read as ``key``
+        (``key=<a 5000-digit number>: too large``)."""
+        why = too_large(key, value, f"a model size is at most {MAX_SIZE}, a float field at most 1e15")
+        if why:
+            raise AutoparError(f"{self.source}: {why}")
+
     def require(self, *keys: str, what: str = "") -> Any:
         """First present (non-null) of ``keys``; raises naming the first key when none is."""
         for key in keys:
             if self.raw.get(key) is not None:
+                self.too_large(key, self.raw[key])
                 return self.raw[key]
         hint = f" ({what})" if what else ""
         raise AutoparError(f"{self.source}: missing field '{keys[0]}'{hint}")
 
-    def integer(self, *keys: str, what: str = "", default: Any = _MISSING) -> int:
+    def integer(self, *keys: str, what: str = "", default: Any = _MISSING, maximum: int | None = None) -> int:
+        """The first present of ``keys`` as an int (``default`` when none is present).
+
+        Raises:
+            AutoparError: none present and no default, not an integer, a ``LongNumber``,
+                or above ``maximum`` (checked here where a reader loops over the value, e.g.
+                the layer count).
+        """
         if default is not _MISSING and all(self.raw.get(k) is None for k in keys):
             return default
+        key = next((k for k in keys if self.raw.get(k) is not None), keys[0])
         value = self.require(*keys, what=what)
         if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
                 or value != int(value)):
-            raise AutoparError(f"{self.source}: field '{keys[0]}'={value!r} must be an integer")
+            raise AutoparError(f"{self.source}: field '{key}'={value!r} must be an integer")
+        if maximum is not None and value > maximum:
+            raise AutoparError(f"{self.source}: {key}={int(value)}: must be at most {maximum}")
         return int(value)
 
     def boolean(self, key: str, default: bool) -> bool:
@@ -59,6 +79,7 @@ class _Config:
 
     def number(self, key: str, default: float) -> float:
         value = self.get(key, default)
+        self.too_large(key, value)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise AutoparError(f"{self.source}: field '{key}'={value!r} must be a finite number")
         return float(value)
@@ -101,7 +122,7 @@ def _llama_like(cfg: _Config) -> dict[str, Any]:
     if not isinstance(act, str):
         raise AutoparError(f"{cfg.source}: field 'hidden_act'={act!r} must be a string such as 'silu'")
     return dict(
-        num_layers=cfg.integer("num_hidden_layers", what="number of decoder layers"),
+        num_layers=cfg.integer("num_hidden_layers", what="number of decoder layers", maximum=MAX_LAYERS),
         hidden_size=hidden,
         num_attention_heads=heads,
         num_kv_heads=cfg.integer("num_key_value_heads", default=heads),
@@ -188,7 +209,7 @@ def _deepseek_v3(cfg: _Config) -> dict[str, Any]:
     spec = _llama_like(cfg)
     first_dense = cfg.integer("first_k_dense_replace", default=0)
     freq = cfg.integer("moe_layer_freq", default=1)
-    if freq < 1 or not 0 <= first_dense < cfg.integer("num_hidden_layers"):
+    if freq < 1 or not 0 <= first_dense < spec["num_layers"]:
         raise AutoparError(f"{cfg.source}: moe_layer_freq={freq} must be >= 1 and first_k_dense_replace="
                            f"{first_dense} within the layers")
     moe_ffn = cfg.integer("moe_intermediate_size")
@@ -242,7 +263,7 @@ def _gpt2(cfg: _Config) -> dict[str, Any]:
     if hidden % heads:
         raise AutoparError(f"{cfg.source}: n_embd={hidden} is not divisible by n_head={heads}")
     return dict(
-        num_layers=cfg.integer("n_layer", "num_hidden_layers"),
+        num_layers=cfg.integer("n_layer", "num_hidden_layers", maximum=MAX_LAYERS),
         hidden_size=hidden,
         num_attention_heads=heads,
         num_kv_heads=heads,
@@ -277,6 +298,7 @@ def _rope_theta_and_eps(cfg: _Config, fields: dict[str, Any]) -> dict[str, Any]:
     def number(key: str, value: Any) -> float | None:
         if value is None:
             return None
+        cfg.too_large(key, value)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise AutoparError(f"{cfg.source}: field '{key}'={value!r} must be a finite number")
         return float(value)
@@ -337,10 +359,52 @@ def model_from_hf_dict(raw: dict[str, Any], name: str, source: str | None = None
         )
     fields = reader(cfg)
     fields.update(_rope_theta_and_eps(cfg, fields))
+    names = {field: next((k for k in keys if raw.get(k) is not None), keys[0]) for field, keys in _CONFIG_KEYS.items()}
     try:
-        return ModelSpec(name=name, **fields)
+        return ModelSpec.model_validate({"name": name, **fields}, context={"names": names})
     except ValidationError as err:
-        raise from_validation_error(err, source) from None
+        raise _config_error(err, cfg, names) from None
+
+
+# ModelSpec field -> the config keys it is read from, in the readers' order of preference: an
+# error names the first one the config holds (else the first), with the value the config holds.
+_CONFIG_KEYS: dict[str, tuple[str, ...]] = {
+    "num_layers": ("num_hidden_layers", "n_layer"),
+    "hidden_size": ("hidden_size", "n_embd"),
+    "num_attention_heads": ("num_attention_heads", "n_head"),
+    "num_kv_heads": ("num_key_value_heads", "num_attention_heads", "n_head"),
+    "head_dim": ("head_dim", "qk_nope_head_dim"),
+    "ffn_hidden_size": ("intermediate_size", "n_inner"),
+    "vocab_size": ("vocab_size",),
+    "max_position_embeddings": ("max_position_embeddings", "n_positions", "n_ctx"),
+    "num_experts": ("num_local_experts", "num_experts", "n_routed_experts"),
+    "moe_ffn_hidden_size": ("moe_intermediate_size", "intermediate_size"),
+    "shared_expert_ffn_hidden_size": ("shared_expert_intermediate_size", "n_shared_experts"),
+    "router_num_groups": ("n_group",),
+    "router_group_topk": ("topk_group",),
+    "router_aux_loss_coeff": ("router_aux_loss_coef",),
+    "router_topk_scaling_factor": ("routed_scaling_factor",),
+    "mtp_num_layers": ("num_nextn_predict_layers",),
+    "rope_theta": ("rope_theta", "rotary_emb_base", "rope_parameters"),
+    "norm_eps": ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon"),
+}
+
+
+def _config_error(err: ValidationError, cfg: _Config, names: dict[str, str]) -> AutoparError:
+    """One line for a ``ModelSpec`` validation error of a config: each field is named by the
+    config key it came from (``num_hidden_layers=-1``, not autopar's ``num_layers``) with the value
+    the config holds (``n_shared_experts=-1``, not the derived shared-expert width); cross-field
+    messages already use the keys (``ModelSpec`` names fields through the validation context)."""
+    parts = []
+    for item in err.errors():
+        msg = item["msg"].removeprefix("Value error, ")
+        if not item["loc"]:
+            parts.append(msg)
+            continue
+        field = str(item["loc"][0])
+        key = names.get(field, field)
+        parts.append(f"{key}={cfg.raw.get(key, item.get('input'))!r}: {msg}")
+    return AutoparError(f"{cfg.source}: " + "; ".join(parts))
 
 
 def preset_names() -> list[str]:
@@ -358,19 +422,16 @@ def load_model(name_or_path: str) -> ModelSpec:
     if not name_or_path.strip():
         raise AutoparError(f"--model={name_or_path!r}: empty; give a config.json path or a preset name")
     path = Path(name_or_path)
-    if path.suffix == ".json" or path.exists():
+    if path.suffix == ".json" or os.path.lexists(path):  # lexists: a broken link or a loop is a path too
         if path.is_dir():
-            raise AutoparError(f"--model: {name_or_path!r} is a directory; give its config.json")
-        if not path.is_file():
-            raise AutoparError(f"--model: file {name_or_path!r} does not exist")
+            raise AutoparError(f"--model={name_or_path!r}: is a directory; give its config.json")
+        text = read_text(path, "--model", "expected a config.json")  # a FIFO, /dev/null, a link loop: by kind
         try:
-            raw = json.loads(path.read_text())
-        except (OSError, UnicodeDecodeError) as err:
-            raise AutoparError(f"--model: cannot read {name_or_path!r}: {err}") from None
+            raw = json_loads(text)
         except json.JSONDecodeError as err:
-            raise AutoparError(f"--model: {name_or_path!r} is not valid JSON ({err})") from None
-        except (ValueError, RecursionError) as err:  # an integer of more than 4300 digits; [[[...]]]
-            raise AutoparError(f"--model: {name_or_path!r}: a value cannot be read ({err})") from None
+            raise AutoparError(f"--model={name_or_path!r}: not valid JSON ({err})") from None
+        except RecursionError:  # [[[...]]]
+            raise AutoparError(f"--model={name_or_path!r}: nested too deeply to be a config.json") from None
         return model_from_hf_dict(raw, name=path.stem, source=str(path))
     if name_or_path not in preset_names():
         raise AutoparError(

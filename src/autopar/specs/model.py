@@ -17,7 +17,7 @@ from __future__ import annotations
 from functools import cached_property
 from typing import Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, model_validator
 
 
 class LayerParams(NamedTuple):
@@ -35,6 +35,8 @@ class LayerParams(NamedTuple):
 # Largest width/count a model field may hold: beyond 2^31 the int64 layout arithmetic of the rules
 # and the padded vocabulary (vocab x tp x padding unit) overflows (a config with vocab_size 1e20 crashed).
 MAX_SIZE = 2**31
+# Most decoder layers a model may have (the per-layer tables and the balancer loop over them).
+MAX_LAYERS = 10_000
 
 
 class ModelSpec(BaseModel):
@@ -47,7 +49,7 @@ class ModelSpec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str
-    num_layers: int = Field(gt=0, le=10_000, description="decoder layers (HF num_hidden_layers)")
+    num_layers: int = Field(gt=0, le=MAX_LAYERS, description="decoder layers (HF num_hidden_layers)")
     hidden_size: int = Field(gt=0, le=MAX_SIZE)
     num_attention_heads: int = Field(gt=0, le=MAX_SIZE)
     num_kv_heads: int = Field(gt=0, le=MAX_SIZE, description="key/value heads (GQA groups); = heads for MHA")
@@ -94,39 +96,48 @@ class ModelSpec(BaseModel):
     qk_nope_head_dim: int = Field(default=0, ge=0, le=MAX_SIZE)
     qk_rope_head_dim: int = Field(default=0, ge=0, le=MAX_SIZE)
     v_head_dim: int = Field(default=0, ge=0, le=MAX_SIZE)
-    mtp_num_layers: int = Field(default=0, ge=0, le=10_000, description="multi-token-prediction layers (DeepSeek-V3: 1)")
+    mtp_num_layers: int = Field(default=0, ge=0, le=MAX_LAYERS, description="multi-token-prediction layers (DeepSeek-V3: 1)")
 
     @model_validator(mode="after")
-    def _check(self) -> "ModelSpec":
+    def _check(self, info: ValidationInfo) -> "ModelSpec":
+        """Cross-field checks. Fields are named through ``info.context["names"]`` where the caller
+        gives one (the HF reader passes its config keys: ``n_group`` for ``router_num_groups``), so
+        the message names what the user wrote; otherwise by field name."""
+        names = (info.context or {}).get("names", {})
+
+        def n(field: str) -> str:
+            return names.get(field, {"num_kv_heads": "num_key_value_heads"}.get(field, field))
+
         if self.num_attention_heads % self.num_kv_heads:
             raise ValueError(
-                f"num_attention_heads={self.num_attention_heads} is not a multiple of "
-                f"num_key_value_heads={self.num_kv_heads}"
+                f"{n('num_attention_heads')}={self.num_attention_heads} is not a multiple of "
+                f"{n('num_kv_heads')}={self.num_kv_heads}"
             )
         if self.num_experts:
             if not 0 < self.num_experts_per_tok <= self.num_experts:
                 raise ValueError(
-                    f"num_experts_per_tok={self.num_experts_per_tok} must be in 1..{self.num_experts}"
+                    f"{n('num_experts_per_tok')}={self.num_experts_per_tok} must be in 1..{self.num_experts} "
+                    f"({n('num_experts')})"
                 )
             if self.moe_ffn_hidden_size <= 0:
-                raise ValueError("moe_ffn_hidden_size must be > 0 for a MoE model")
+                raise ValueError(f"{n('moe_ffn_hidden_size')}={self.moe_ffn_hidden_size} must be > 0 for a MoE model")
             bad = [i for i in self.moe_layers if not 0 <= i < self.num_layers]
             if bad:
                 raise ValueError(f"moe_layers {bad} outside 0..{self.num_layers - 1}")
         elif self.moe_layers:
-            raise ValueError("moe_layers given but num_experts is 0")
+            raise ValueError(f"moe_layers given but {n('num_experts')} is 0")
         if self.router_num_groups:  # Megatron-Core moe_utils.group_limited_topk: equal groups, enough experts
             groups, picked = self.router_num_groups, self.router_group_topk
             if not self.num_experts or self.num_experts % groups or not 0 < picked <= groups \
                     or self.num_experts_per_tok > picked * (self.num_experts // groups):
-                raise ValueError(f"router_num_groups={groups} with router_group_topk={picked}: the groups must split "
-                                 f"num_experts={self.num_experts} evenly and the top {picked} groups hold at least "
-                                 f"num_experts_per_tok={self.num_experts_per_tok} experts")
+                raise ValueError(f"{n('router_num_groups')}={groups} with {n('router_group_topk')}={picked}: the "
+                                 f"groups must split {n('num_experts')}={self.num_experts} evenly and the top {picked} "
+                                 f"groups hold at least {n('num_experts_per_tok')}={self.num_experts_per_tok} experts")
         if self.mla and not (self.kv_lora_rank and self.qk_nope_head_dim and self.v_head_dim):
-            raise ValueError("MLA needs kv_lora_rank, qk_nope_head_dim and v_head_dim > 0")
+            raise ValueError(f"MLA needs {n('kv_lora_rank')}, {n('qk_nope_head_dim')} and {n('v_head_dim')} > 0")
         if self.mtp_num_layers > self.num_layers:  # each MTP module is one more decoder layer (1e9 was costed)
-            raise ValueError(f"mtp_num_layers={self.mtp_num_layers} must be at most num_layers={self.num_layers} "
-                             "(DeepSeek-V3 uses 1)")
+            raise ValueError(f"{n('mtp_num_layers')}={self.mtp_num_layers} must be at most "
+                             f"{n('num_layers')}={self.num_layers} (DeepSeek-V3 uses 1)")
         return self
 
     # ----- derived widths -------------------------------------------------------------------
