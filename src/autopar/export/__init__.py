@@ -11,17 +11,32 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
+from autopar.errors import AutoparError
 from autopar.export import galvatron, megatron, megatron_deepspeed, mindspeed, sapp, torchtitan
 from autopar.problem import Problem
 from autopar.strategy import Strategy
 
+
+
+def megatron_optimizer_only(fmt: str, write: Callable[[Problem, Strategy], str]) -> Callable[[Problem, Strategy], str]:
+    """``write`` that first refuses what only Megatron-LM's optimizer runs: non-fp32 optimizer
+    dtypes or optimizer offload (``--use-precision-aware-optimizer``, ``--optimizer-cpu-offload``)."""
+    def checked(p: Problem, s: Strategy) -> str:
+        t = p.train
+        if t.optimizer_dtypes_set or t.optimizer_offload_fraction > 0:
+            raise AutoparError(f"export --format {fmt}: the script's optimizer dtypes / optimizer offload are "
+                               "Megatron-LM's (--use-precision-aware-optimizer, --optimizer-cpu-offload); "
+                               "use --format megatron or drop them")
+        return write(p, s)
+    return checked
+
+
 WRITERS: dict[str, Callable[[Problem, Strategy], str]] = {
     "megatron": megatron.write,
     "mindspeed": mindspeed.write,
-    "torchtitan": torchtitan.write,
-    "deepspeed": megatron_deepspeed.write,
-    "galvatron": galvatron.write,
-    "sapp": sapp.write,
+    **{fmt: megatron_optimizer_only(fmt, write) for fmt, write in (
+        ("torchtitan", torchtitan.write), ("deepspeed", megatron_deepspeed.write), ("galvatron", galvatron.write),
+        ("sapp", sapp.write))},
 }
 # Format -> write(problem, strategy, out) for ``--out``, returning the paths written.
 FILE_WRITERS: dict[str, Callable[[Problem, Strategy, Path], list[Path]]] = {

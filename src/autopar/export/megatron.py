@@ -122,6 +122,7 @@ def parallel_args(p: Problem, s: Strategy, dialect: Dialect = "megatron") -> lis
     args.append("--" + p.train.precision if p.train.precision != "fp8" else "--bf16 --fp8-format hybrid")
     if p.train.fp8_param_storage:
         args.append(fp8_param_gather_flag(s))
+    args.extend(optimizer_state_args(p, dialect))
     if p.train.flash_attention:
         args.append("--attention-backend auto" if dialect == "megatron" else "--use-flash-attn")
     return args
@@ -139,6 +140,36 @@ def fp8_param_gather_flag(s: Strategy) -> str:
         raise AutoparError("fp8 parameter storage (--fp8-param-gather) with zero=0: Megatron-LM supports it only "
                            "with the distributed optimizer or FSDP; use zero >= 1")
     return "--fp8-param-gather"
+
+
+def optimizer_state_args(p: Problem, dialect: Dialect = "megatron") -> list[str]:
+    """Gradient / optimizer-state dtypes and optimizer offload, as :mod:`autopar.specs.script_optimizer`
+    reads them back: ``--use-precision-aware-optimizer`` with the dtypes that are not fp32,
+    ``--optimizer-cpu-offload --optimizer-offload-fraction F`` (``--overlap-cpu-optimizer-d2h-h2d``);
+    bf16 main gradients alone are ``--grad-reduce-in-bf16``. Nothing for Megatron's defaults.
+
+    Raises:
+        AutoparError: any of them for MindSpeed-LLM (``dialect='mindspeed'``), whose flags autopar
+            does not know.
+    """
+    t = p.train
+    aware = t.optimizer_dtypes_set or t.optimizer_offload_fraction > 0
+    if not (aware or t.grad_dtype != "fp32"):
+        return []
+    if dialect != "megatron":
+        raise AutoparError("optimizer dtypes / optimizer offload / bf16 main gradients: MindSpeed-LLM's flags for "
+                           "them are not known to autopar; export --format megatron")
+    if not aware:
+        return ["--grad-reduce-in-bf16"]
+    words = ["--use-precision-aware-optimizer"]
+    dtypes = {"--main-grads-dtype": t.grad_dtype, "--main-params-dtype": t.main_params_dtype,
+              "--exp-avg-dtype": t.exp_avg_dtype, "--exp-avg-sq-dtype": t.exp_avg_sq_dtype}
+    words += [f"{flag} {value}" for flag, value in dtypes.items() if value != "fp32"]
+    if t.optimizer_offload_fraction > 0:
+        words.append(f"--optimizer-cpu-offload --optimizer-offload-fraction {t.optimizer_offload_fraction:g}")
+        if t.optimizer_offload_overlap:
+            words.append("--overlap-cpu-optimizer-d2h-h2d")
+    return [" ".join(words)]
 
 
 def needs_max_connections_env(p: Problem, s: Strategy) -> bool:

@@ -29,6 +29,7 @@ from autopar.errors import AutoparError, from_validation_error, read_text
 from autopar.specs.bash import ShellScript, evaluate
 from autopar.specs.script_launch import Args, find_launch
 from autopar.specs.script_layers import apply_noop_layers, check_cp_comm_type
+from autopar.specs.script_optimizer import optimizer_fields
 from autopar.specs.model import ModelSpec
 from autopar.specs.script_vocab import vocab_size
 from autopar.specs.train import TrainSpec
@@ -120,7 +121,10 @@ def read_script(path: str | Path, text: str | None = None) -> ScriptPlan:
     dp = max(1, world // (layout["tp"] * layout["pp"] * layout["cp"]))
     train = dict(global_batch_size=a.integer("--global-batch-size", mbs * dp), seq_len=a.require("--seq-length"),
                  precision=precision(a), flash_attention=flash_attention(a),
-                 make_vocab_size_divisible_by=a.integer("--make-vocab-size-divisible-by", 128))
+                 make_vocab_size_divisible_by=a.integer("--make-vocab-size-divisible-by", 128),
+                 **optimizer_fields(a))
+    if train["precision"] == "fp8" and a.has("--fp8-param-gather"):
+        train["fp8_param_storage"] = True
     return ScriptPlan(path=path, text=text, framework=framework, args=a, num_nodes=launch.nnodes,
                       devices_per_node=launch.nproc_per_node, model_fields=fields, vocab_error=vocab_error,
                       train_fields=train, layout=layout)
