@@ -18,15 +18,20 @@ from autopar.strategy import Strategy
 
 
 
-def megatron_optimizer_only(fmt: str, write: Callable[[Problem, Strategy], str]) -> Callable[[Problem, Strategy], str]:
-    """``write`` that first refuses what only Megatron-LM's optimizer runs: non-fp32 optimizer
-    dtypes or optimizer offload (``--use-precision-aware-optimizer``, ``--optimizer-cpu-offload``)."""
+def megatron_only_features(fmt: str, write: Callable[[Problem, Strategy], str]) -> Callable[[Problem, Strategy], str]:
+    """``write`` that first refuses what only the Megatron-LM export writes: non-fp32 optimizer
+    dtypes or optimizer offload (``--use-precision-aware-optimizer``, ``--optimizer-cpu-offload``),
+    sliding-window layers and attention sinks (``--window-size``, ``--softmax-type learnable``),
+    which this format's writer would drop."""
     def checked(p: Problem, s: Strategy) -> str:
-        t = p.train
+        t, m = p.train, p.model
         if t.optimizer_dtypes_set or t.optimizer_offload_fraction > 0:
             raise AutoparError(f"export --format {fmt}: the script's optimizer dtypes / optimizer offload are "
                                "Megatron-LM's (--use-precision-aware-optimizer, --optimizer-cpu-offload); "
                                "use --format megatron or drop them")
+        if m.window_layers or m.attention_sinks:
+            raise AutoparError(f"export --format {fmt}: model {m.name} has sliding-window layers / attention sinks, "
+                               "which this format's export does not write; use --format megatron")
         return write(p, s)
     return checked
 
@@ -34,7 +39,7 @@ def megatron_optimizer_only(fmt: str, write: Callable[[Problem, Strategy], str])
 WRITERS: dict[str, Callable[[Problem, Strategy], str]] = {
     "megatron": megatron.write,
     "mindspeed": mindspeed.write,
-    **{fmt: megatron_optimizer_only(fmt, write) for fmt, write in (
+    **{fmt: megatron_only_features(fmt, write) for fmt, write in (
         ("torchtitan", torchtitan.write), ("deepspeed", megatron_deepspeed.write), ("galvatron", galvatron.write),
         ("sapp", sapp.write))},
 }

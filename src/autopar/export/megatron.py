@@ -14,6 +14,7 @@ from autopar.errors import AutoparError
 from autopar.export.layout_flags import Dialect, flag_words, layout_flags
 from autopar.export.layout_flags import needs_max_connections_env as needs_env
 from autopar.problem import Problem
+from autopar.specs.script_attention import attention_args
 from autopar.strategy import Strategy
 
 
@@ -65,7 +66,10 @@ def model_args(p: Problem, dialect: Dialect = "megatron") -> list[str]:
                     f"--v-head-dim {m.v_head_dim}")
     if m.mtp_num_layers:
         args.append(f"--mtp-num-layers {m.mtp_num_layers}")
-    return args
+    if (m.window_layers or m.attention_sinks) and dialect != "megatron":
+        raise AutoparError("sliding-window layers / attention sinks: MindSpeed-LLM's flags for them are not known "
+                           "to autopar; export --format megatron")
+    return args + attention_args(m)
 
 
 def moe_args(p: Problem, dialect: Dialect = "megatron") -> list[str]:

@@ -28,6 +28,7 @@ from pydantic import ValidationError
 from autopar.errors import AutoparError, from_validation_error, read_text
 from autopar.specs.bash import ShellScript, evaluate
 from autopar.specs.script_launch import Args, find_launch
+from autopar.specs.script_attention import attention_fields
 from autopar.specs.script_layers import apply_noop_layers, check_cp_comm_type
 from autopar.specs.script_optimizer import optimizer_fields
 from autopar.specs.model import ModelSpec
@@ -204,6 +205,7 @@ def model_fields(a: Args, path: Path) -> tuple[dict[str, Any], str | None]:
         norm_eps=a.number("--norm-epsilon", 0.0) if a.has("--norm-epsilon") else None,
     )
     fields.update(_moe_fields(a, num_layers, ffn))
+    fields.update(attention_fields(a, num_layers))
     if mla:
         fields.update(mla=True, q_lora_rank=a.integer("--q-lora-rank", 0), kv_lora_rank=a.integer("--kv-lora-rank", 32),
                       qk_nope_head_dim=a.integer("--qk-head-dim", 128),
