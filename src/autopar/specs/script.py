@@ -26,7 +26,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from autopar.errors import AutoparError, from_validation_error, read_text
-from autopar.specs.bash import ShellScript, evaluate
+from autopar.specs.bash import ShellScript
 from autopar.specs.script_launch import Args, find_launch
 from autopar.specs.script_attention import attention_fields
 from autopar.specs.script_layers import apply_noop_layers, check_cp_comm_type
@@ -244,13 +244,8 @@ def moe_layers(a: Args, num_layers: int) -> tuple[int, ...]:
             unreadable expression.
     """
     freq = a.text("--moe-layer-freq", "1")
-    try:
-        pattern = evaluate(freq)
-    except AutoparError as err:
-        raise AutoparError(f"{a.source}: --moe-layer-freq={freq!r}: {err}") from None
+    pattern = a.frequency("--moe-layer-freq", freq, "([0]*3+[1]*58)")
     if isinstance(pattern, int):
-        if pattern < 1:
-            raise AutoparError(f"{a.source}: --moe-layer-freq={pattern}: must be >= 1 or a list such as ([0]*3+[1]*58)")
         pattern = [1 if i % pattern == 0 else 0 for i in range(num_layers)]
     if len(pattern) != num_layers:
         raise AutoparError(f"{a.source}: --moe-layer-freq={freq!r} gives {len(pattern)} layers, "

@@ -17,7 +17,6 @@ from __future__ import annotations
 from typing import Any
 
 from autopar.errors import AutoparError
-from autopar.specs.bash import evaluate
 from autopar.specs.script_launch import Args
 
 SOFTMAX_TYPES = ("vanilla", "off-by-one", "learnable")
@@ -51,14 +50,8 @@ def attention_fields(a: Args, num_layers: int) -> dict[str, Any]:
     if freq is None:
         pattern = [1] * num_layers
     else:
-        try:
-            pattern = evaluate(freq)
-        except AutoparError as err:
-            raise AutoparError(f"{a.source}: --window-attn-skip-freq={freq!r}: {err}") from None
+        pattern = a.frequency("--window-attn-skip-freq", freq, "[1,0]*18")
         if isinstance(pattern, int):
-            if pattern < 1:
-                raise AutoparError(f"{a.source}: --window-attn-skip-freq={pattern}: must be >= 1 or a list such as "
-                                   "[1,0]*18")
             pattern = [1 if (i + 1) % pattern else 0 for i in range(num_layers)]
         if len(pattern) != num_layers or any(f not in (0, 1) or isinstance(f, bool) for f in pattern):
             raise AutoparError(f"{a.source}: --window-attn-skip-freq={freq!r}: needs {num_layers} entries of 0 "
