@@ -163,3 +163,18 @@ def test_new_presets_estimate_on_h100():
     for name, (nodes, s) in cases.items():
         e = estimate(make_problem(name, nodes=nodes, gbs=1024, seq=4096), s)
         assert np.isfinite(e.step_time_s) and e.step_time_s > 0 and e.peak_memory_bytes > 0, name
+
+
+def test_llama4_router_and_missing_max_positions_export_as_megatron_needs(tmp_path):
+    """Llama 4's top-1 router is a sigmoid (Megatron's TransformerConfig refuses a softmax top-1
+    router without --moe-router-pre-softmax); a config without max_position_embeddings exports the
+    sequence length (Megatron's validate_args asserts the flag). Both read back."""
+    p = make_problem("llama-4-maverick", nodes=16, gbs=512, seq=4096)
+    s = Strategy(dp=8, tp=4, pp=4, ep=8, etp=1, sp=True)
+    text = launch_script(p, s)
+    assert "--moe-router-score-function sigmoid" in text and "--moe-router-enable-expert-bias" not in text
+    assert "--max-position-embeddings 4096" in text and p.model.max_position_embeddings is None
+    back = read_script(tmp_path / "l4.sh", text).model_spec()
+    assert back.router_sigmoid and not back.router_bias and back.moe_layers == p.model.moe_layers
+    top1 = load_model("llama-4-maverick").model_copy(update=dict(router_sigmoid=False))
+    assert "--moe-router-pre-softmax" in megatron_args(make_problem(top1, nodes=16, gbs=512, seq=4096), s)

@@ -32,6 +32,15 @@ DSV3_LAYOUT = Strategy(dp=64, tp=2, pp=8, ep=64, etp=1, mbs=1, sp=True, zero=1, 
                        recompute_modules=("mla_up_proj", "mlp"))
 
 
+def _recipe_with(flags: str) -> str:
+    """The Qwen3 recipe script with ``flags`` in place of ``--grad-reduce-in-bf16``; with CPU offload
+    its fp8 recipe becomes the delayed one (Megatron asserts it with ``--fp8-param-gather``)."""
+    text = QWEN3_RECIPE.read_text().replace("--grad-reduce-in-bf16", flags)
+    if "--optimizer-cpu-offload" in flags and "--fp8-recipe" not in flags:
+        text = text.replace("--fp8-recipe tensorwise", "--fp8-recipe delayed")
+    return text
+
+
 def _qwen3(**train):
     return make_problem("qwen3-30b-a3b", nodes=2, gbs=512, seq=4096, **train)
 
@@ -153,8 +162,7 @@ def test_offload_moves_the_optimizer_shard_and_charges_the_host_link():
 
 def test_offload_on_a_device_without_host_bandwidth_is_one_error(tmp_path):
     script = tmp_path / "offload.sh"
-    script.write_text(QWEN3_RECIPE.read_text().replace(
-        "--grad-reduce-in-bf16", "--use-precision-aware-optimizer --optimizer-cpu-offload"))
+    script.write_text(_recipe_with("--use-precision-aware-optimizer --optimizer-cpu-offload"))
     err = one_line_error(["estimate", "--script", str(script), "--device", "b200"])
     assert "--optimizer-offload-fraction=1.0: device b200 has no host link bandwidth" in err
     assert "--device-set host_bandwidth_bytes_per_s=" in err
@@ -174,7 +182,7 @@ def test_offload_on_a_device_without_host_bandwidth_is_one_error(tmp_path):
 ])
 def test_script_flags_are_read_and_exported_back(tmp_path, flags, fields):
     script = tmp_path / "run.sh"
-    script.write_text(QWEN3_RECIPE.read_text().replace("--grad-reduce-in-bf16", flags))
+    script.write_text(_recipe_with(flags))
     plan = read_script(script)
     got = {k: plan.train_fields[k] for k in fields}
     assert got == fields
@@ -192,7 +200,7 @@ def test_each_flag_changes_the_estimate(tmp_path):
     """Every flag moves the memory (or, for the overlap switch, the time) the way it should."""
     def run(flags):
         script = tmp_path / "run.sh"
-        script.write_text(QWEN3_RECIPE.read_text().replace("--grad-reduce-in-bf16", flags))
+        script.write_text(_recipe_with(flags))
         plan = read_script(script)
         p = _qwen3(precision="fp8", fp8_param_storage=True,
                    **{k: v for k, v in plan.train_fields.items() if k in TrainSpec.model_fields and k not in (
@@ -223,10 +231,12 @@ def test_each_flag_changes_the_estimate(tmp_path):
      "--optimizer-offload-fraction=1.5: must be in [0, 1]"),
     ("--optimizer-offload-fraction 0.5", "--optimizer-offload-fraction without --optimizer-cpu-offload"),
     ("--grad-reduce-in-bf16 --accumulate-allreduce-grads-in-fp32", "--accumulate-allreduce-grads-in-fp32 with bf16"),
+    ("--use-precision-aware-optimizer --optimizer-cpu-offload --fp8-recipe tensorwise",
+     "--optimizer-cpu-offload with --fp8-param-gather and --fp8-recipe=tensorwise"),
 ])
 def test_bad_optimizer_flags_are_one_error(tmp_path, flags, message):
     script = tmp_path / "bad.sh"
-    script.write_text(QWEN3_RECIPE.read_text().replace("--grad-reduce-in-bf16", flags))
+    script.write_text(_recipe_with(flags))
     err = one_line_error(["estimate", "--script", str(script), "--device", "h100-80gb"])
     assert message in err
 

@@ -52,8 +52,8 @@ def model_args(p: Problem, dialect: Dialect = "megatron") -> list[str]:
     if m.position_embedding == "rope" and m.rope_theta is not None and m.rope_theta.is_integer():
         # Megatron's --rotary-base is an int (default 10000; Llama 3 needs 500000, Qwen 1000000).
         args.append(f"--rotary-base {int(m.rope_theta)}")
-    if m.max_position_embeddings:
-        args.append(f"--max-position-embeddings {max(m.max_position_embeddings, p.train.seq_len)}")
+    # Megatron asserts the flag is set (arguments.py validate_args); a config without it gets the sequence length.
+    args.append(f"--max-position-embeddings {max(m.max_position_embeddings or 0, p.train.seq_len)}")
     args.append(f"--vocab-size {m.vocab_size} --make-vocab-size-divisible-by {p.train.make_vocab_size_divisible_by}")
     if not m.dropout:
         args.append("--attention-dropout 0.0 --hidden-dropout 0.0")
@@ -87,6 +87,9 @@ def moe_args(p: Problem, dialect: Dialect = "megatron") -> list[str]:
       auxiliary loss at the DeepSeek-V3 report's alpha = 0.0001 (sec. 4.2), the router that
       :data:`autopar.cost.host.ROUTER_OPS_DEEPSEEK` counts (Megatron's default coefficient 0 turns
       the loss off);
+    * sigmoid scores without a bias (Llama 4, ``router_sigmoid``): ``--moe-router-score-function
+      sigmoid``; a softmax top-1 router: ``--moe-router-pre-softmax`` (``TransformerConfig`` raises
+      "Please use --moe-router-pre-softmax when topk is 1" otherwise);
     * softmax top-k routers: the config's load-balancing loss coefficient (HF
       ``router_aux_loss_coef``) as ``--moe-aux-loss-coeff``, under Megatron's default
       ``aux_loss`` balancing, the router :data:`autopar.cost.host.ROUTER_OPS_TOPK` counts.
@@ -105,8 +108,13 @@ def moe_args(p: Problem, dialect: Dialect = "megatron") -> list[str]:
         args.append("--moe-router-score-function sigmoid --moe-router-enable-expert-bias")
         if dialect == "megatron":
             args.append("--moe-router-load-balancing-type seq_aux_loss --moe-aux-loss-coeff 1e-4")
-    elif m.router_aux_loss_coeff:  # softmax top-k (Mixtral, Qwen3-MoE): Megatron's default aux_loss, coefficient 0
-        args.append(f"--moe-aux-loss-coeff {m.router_aux_loss_coeff:g}")
+    else:
+        if m.router_sigmoid:  # Llama 4
+            args.append("--moe-router-score-function sigmoid")
+        elif m.num_experts_per_tok == 1 and dialect == "megatron":  # TransformerConfig raises without it
+            args.append("--moe-router-pre-softmax")
+        if m.router_aux_loss_coeff:  # softmax top-k (Mixtral, Qwen3-MoE): Megatron's default aux_loss, coefficient 0
+            args.append(f"--moe-aux-loss-coeff {m.router_aux_loss_coeff:g}")
     if m.router_num_groups and dialect == "megatron":
         args.append(f"--moe-router-num-groups {m.router_num_groups} --moe-router-group-topk {m.router_group_topk}")
     if m.router_topk_scaling_factor is not None and dialect == "megatron":

@@ -114,6 +114,7 @@ def llama4_text(cfg: hf._Config) -> dict[str, Any]:
         "shared_expert_ffn_hidden_size": expert_ffn,  # Llama4TextMoe.shared_expert
         "moe_layers": tuple(i for i in range(spec["num_layers"]) if (i + 1) % step == 0),
         "router_aux_loss_coeff": hf._aux_loss_coeff(cfg),
+        "router_sigmoid": True,  # Llama4Router: sigmoid of the top-k logits
     }
 
 

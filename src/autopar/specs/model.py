@@ -84,6 +84,8 @@ class ModelSpec(BaseModel):
     shared_expert_ffn_hidden_size: int = Field(default=0, ge=0, le=MAX_SIZE, description="all shared experts")
     moe_layers: tuple[int, ...] = Field(default=(), description="indices of MoE layers")
     router_bias: bool = Field(default=False, description="DeepSeek-V3 expert score bias")
+    router_sigmoid: bool = Field(default=False, description="sigmoid router scores without an expert bias "
+                                 "(Llama 4; Megatron --moe-router-score-function sigmoid)")
     router_num_groups: int = Field(default=0, ge=0, le=MAX_SIZE, description="group-limited routing: expert "
                                    "groups (HF n_group, Megatron --moe-router-num-groups); 0 = not group-limited")
     router_group_topk: int = Field(default=0, ge=0, le=MAX_SIZE, description="groups a token may route to (HF "

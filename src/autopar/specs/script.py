@@ -227,6 +227,8 @@ def _moe_fields(a: Args, num_layers: int, ffn: int) -> dict[str, Any]:
     return dict(num_experts=experts, num_experts_per_tok=a.integer("--moe-router-topk", 2), moe_ffn_hidden_size=moe_ffn,
                 shared_expert_ffn_hidden_size=shared, moe_layers=moe_layers(a, num_layers),
                 router_bias=a.has("--moe-router-enable-expert-bias"),
+                router_sigmoid=a.text("--moe-router-score-function", "softmax") == "sigmoid"
+                and not a.has("--moe-router-enable-expert-bias"),
                 router_aux_loss_coeff=a.number("--moe-aux-loss-coeff", 0.0),
                 router_num_groups=a.integer("--moe-router-num-groups", 0),
                 router_group_topk=a.integer("--moe-router-group-topk", 0),

@@ -11,7 +11,8 @@ Megatron-LM ``megatron/training/arguments.py`` (core_v0.15.0):
   and neither it nor ``--main-grads-dtype bf16`` Megatron forces fp32 main gradients
   (``accumulate_allreduce_grads_in_fp32 = True``); ``--accumulate-allreduce-grads-in-fp32`` with
   ``--main-grads-dtype bf16`` is asserted against.
-* ``--optimizer-cpu-offload`` (asserts ``--use-precision-aware-optimizer``),
+* ``--optimizer-cpu-offload`` (asserts ``--use-precision-aware-optimizer``, and the delayed fp8
+  recipe with ``--fp8-param-gather``),
   ``--optimizer-offload-fraction F`` (default 1.0 in ``arguments.py``),
   ``--overlap-cpu-optimizer-d2h-h2d``. ``--offload-optimizer-states`` does not exist in
   Megatron-LM (checked to the 2026 main branch); it is an unknown flag there.
@@ -61,6 +62,10 @@ def optimizer_fields(a: Args) -> dict[str, Any]:
         if not aware:
             raise AutoparError(f"{a.source}: --optimizer-cpu-offload needs --use-precision-aware-optimizer "
                                "(Megatron-LM asserts it)")
+        recipe = a.text("--fp8-recipe", "delayed")
+        if a.has("--fp8-param-gather") and recipe != "delayed":
+            raise AutoparError(f"{a.source}: --optimizer-cpu-offload with --fp8-param-gather and --fp8-recipe={recipe}: "
+                               "Megatron-LM asserts the delayed recipe then; drop one")
         fraction = a.number("--optimizer-offload-fraction", 1.0)
         if not 0 <= fraction <= 1:  # also false for nan
             raise AutoparError(f"{a.source}: --optimizer-offload-fraction={fraction}: must be in [0, 1]")
