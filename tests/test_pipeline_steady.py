@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from autopar.errors import AutoparError
-from autopar.pipeline import steady
+from autopar.pipeline import makespan, steady
+from autopar.pipeline.makespan import static_makespan_s
 from autopar.pipeline.simulate import PipelineTimes, simulate
 from autopar.pipeline.steady import simulate_bounded
 
@@ -22,8 +23,6 @@ from autopar.pipeline.steady import simulate_bounded
     ("1f1b", 4, 1, 2.0, (1000 + 3) * 3.0),
     # interleaved, per-chunk times t/vpp: (m + (pp - 1) / vpp) * (t_f + t_b) (sec. 2.2.2)
     ("interleaved", 4, 2, 2.0, (1000 + 3 / 2) * 3.0),
-    # ZB-H1 with t_f = t_b = t_w = 1: m * 3 + (pp - 1) * (1 + 1 - 1) (Qi et al., ICLR 2024, sec. 3.1)
-    ("zb-h1", 4, 1, 2.0, 1000 * 3.0 + 3 * 1.0),
 ])
 def test_closed_forms_at_1000_microbatches_from_the_steady_state(schedule, pp, vpp, backward_s, expected_s):
     times = PipelineTimes.uniform(pp, vpp, 1.0 / vpp, backward_s / vpp)
@@ -64,17 +63,22 @@ def test_extrapolation_equals_the_full_simulation(schedule, pp, vpp, groups, ext
     assert fast.bubble_fraction == pytest.approx(full.bubble_fraction, rel=1e-9, abs=1e-12)
     assert np.array_equal(fast.peak_in_flight, full.peak_in_flight)
     assert np.allclose(fast.peak_activation_bytes, full.peak_activation_bytes, rtol=1e-9)
+    if schedule != "zb-h1":  # the vectorised static simulation (autopar estimate) extrapolates alike
+        assert static_makespan_s(times, m, schedule) == pytest.approx(full.makespan_s, rel=1e-9)
 
 
-def test_gpipe_beyond_the_bound_is_refused_before_allocating():
-    """GPipe has no bounded steady state (it holds every micro-batch): above MAX_SIMULATED_OPS it
-    is refused from the sizes alone (the full simulation of 10^8 ops would take ~20 GB)."""
+def test_gpipe_and_zb_h1_beyond_the_bound_are_refused_before_allocating():
+    """GPipe has no bounded steady state (its backwards wait for all forwards) and ZB-H1's W
+    placement is not extrapolated: above MAX_SIMULATED_OPS they are refused from the sizes alone
+    (the full simulation of 10^8 ops would take ~20 GB)."""
     times = PipelineTimes.uniform(8, 1, 1.0, 2.0)
     tracemalloc.start()
     with pytest.raises(AutoparError, match=r"num_microbatches=10000000: the gpipe pipeline \(pp=8, vpp=1\) is "
-                                           r"simulated op by op \(GPipe holds every micro-batch\) up to "
+                                           r"simulated op by op \(GPipe's backwards wait for every forward\) up to "
                                            r"pp \* vpp \* num_microbatches = 166,666"):
         simulate_bounded(times, 10_000_000, "gpipe")
+    with pytest.raises(AutoparError, match=r"\(ZB-H1 places its W passes by comparing times\)"):
+        simulate_bounded(times, 10_000_000, "zb-h1")
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert peak < 1e6
@@ -84,6 +88,24 @@ def test_no_steady_state_within_the_bound_is_refused(monkeypatch):
     """With a bound too small for the window, a step it cannot simulate is refused (one line)."""
     monkeypatch.setattr(steady, "MAX_SIMULATED_OPS", 3 * 4 * 30)
     times = PipelineTimes.uniform(4, 1, 1.0, 2.0)
-    with pytest.raises(AutoparError, match="reached no periodic steady state.* = 120; lower --gbs"):
+    with pytest.raises(AutoparError, match=r"\(no periodic steady state found\) up to .* = 120; lower --gbs"):
         simulate_bounded(times, 1000, "1f1b")
     assert simulate_bounded(times, 30, "1f1b").makespan_s == (30 + 3) * 3.0  # within the bound: in full
+
+
+def test_static_simulation_beyond_its_bound_is_refused_before_allocating(monkeypatch):
+    """autopar estimate's vectorised simulation: 12.6 million ops took 1.9 GB; GPipe (no steady
+    state) above MAX_STATIC_OPS is refused from the sizes, and so is a step whose steady state
+    the bound leaves no room to find."""
+    times = PipelineTimes.uniform(8, 1, 1.0, 2.0)
+    tracemalloc.start()
+    with pytest.raises(AutoparError, match=r"num_microbatches=10000000: the gpipe pipeline \(pp=8, vpp=1\) is simulated "
+                                           r"op by op \(GPipe's backwards wait for every forward\) up to .* = 1,000,000"):
+        static_makespan_s(times, 10_000_000, "gpipe")
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 1e6
+    assert static_makespan_s(times, 10_000_000, "1f1b") == pytest.approx((10_000_000 + 7) * 3.0, rel=1e-12)
+    monkeypatch.setattr(makespan, "MAX_STATIC_OPS", 2 * 8 * 50)
+    with pytest.raises(AutoparError, match="= 400; lower --gbs"):
+        static_makespan_s(times, 1000, "1f1b")
