@@ -26,7 +26,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from autopar.errors import AutoparError, from_validation_error, read_text
-from autopar.specs.bash import ShellScript, check_script_size, evaluate
+from autopar.specs.bash import ShellScript, check_script_size
+from autopar.specs.bash_arith import evaluate
 from autopar.specs.script_launch import Args, find_launch
 from autopar.specs.script_layers import apply_noop_layers, check_cp_comm_type
 from autopar.specs.model import ModelSpec
