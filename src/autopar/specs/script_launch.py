@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autopar.errors import AutoparError
-from autopar.specs.bash import ShellScript, evaluate, unknown_reason
+from autopar.specs.bash import ShellScript, unknown_reason
+from autopar.specs.bash_arith import evaluate
 
 _LAUNCH_MODULES = {"torch.distributed.run", "torch.distributed.launch"}
 
