@@ -3,7 +3,8 @@
 # 25.11 performance summary (tp 1, pp 2, vpp 24, ep 8, mbs 2, gbs 512, seq 4096, FP8 current
 # scaling) with scripts/performance/configs/qwen3 of v0.2.0: no recompute, grad_reduce_in_fp32
 # False (bf16 main gradients: --grad-reduce-in-bf16), fp8_param_gather (bf16_with_fp8_current_
-# scaling_mixed), expert tensor parallel 1, distributed optimizer with fp32 Adam state.
+# scaling_mixed), expert tensor parallel 1, distributed optimizer with fp32 Adam state, no dropout
+# (Qwen3MoEModelProvider hidden_dropout = attention_dropout = 0.0).
 GPUS_PER_NODE=8
 NNODES=2
 
@@ -25,6 +26,8 @@ MODEL_ARGS=(
     --untie-embeddings-and-output-weights
     --disable-bias-linear
     --vocab-size 151936
+    --attention-dropout 0.0
+    --hidden-dropout 0.0
 )
 
 MOE_ARGS=(
