@@ -178,3 +178,13 @@ def test_llama4_router_and_missing_max_positions_export_as_megatron_needs(tmp_pa
     assert back.router_sigmoid and not back.router_bias and back.moe_layers == p.model.moe_layers
     top1 = load_model("llama-4-maverick").model_copy(update=dict(router_sigmoid=False))
     assert "--moe-router-pre-softmax" in megatron_args(make_problem(top1, nodes=16, gbs=512, seq=4096), s)
+
+
+def test_window_layers_refuse_context_parallelism():
+    """TE's p2p context parallelism (what autopar costs) asserts against sliding-window layers."""
+    from autopar.rules import check_strategy
+
+    p = make_problem("gpt-oss-20b", nodes=1, gbs=64, seq=8192)
+    with pytest.raises(AutoparError, match="window_attention_cp: cp=2 with model gpt-oss-20b's sliding-window"):
+        check_strategy(p, Strategy(dp=4, cp=2, ep=4, etp=1))
+    check_strategy(make_problem("qwen3-30b-a3b", gbs=64, seq=8192), Strategy(dp=4, cp=2, ep=4, etp=1))

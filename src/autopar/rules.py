@@ -232,6 +232,14 @@ RULES: tuple[Rule, ...] = (
         "'--fp8-param-gather only supported with distributed optimizer, torch fsdp2, megatron fsdp' "
         "(arguments.py); use zero >= 1",
     ),
+    Rule(
+        "window_attention_cp",
+        lambda p, b: (b.cp == 1) | (not p.model.window_layers),
+        lambda p, s: f"cp={s.cp} with model {p.model.name}'s sliding-window layers: autopar costs context "
+        "parallelism as Transformer Engine's p2p ring, which asserts 'The context parallel running configs cannot "
+        "support sliding window attention' (TE attention/dot_product_attention/context_parallel.py: window "
+        "layers need cp_comm_type a2a or all_gather); use cp=1",
+    ),
 )
 
 RULE_NAMES: tuple[str, ...] = tuple(r.name for r in RULES)
