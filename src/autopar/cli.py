@@ -383,8 +383,18 @@ def export(
             {"--out": (out, FILE_PATHS[fmt](Path(out)) if fmt in FILE_PATHS else [Path(out)])})
     from autopar.search.grid import for_target
 
-    p = for_target(problem_from_options(model, device, nodes, devices_per_node, gbs, seq_len, precision, device_file, device_set,
-                            flash_attention, vocab_pad, script, vocab_size, moe_token_imbalance, fp8_param_storage), fmt)
+    if from_result:  # the result's own problem; options given must agree with it
+        from autopar.export.result import result_problem
+
+        p = for_target(result_problem(from_result, model, script, vocab_size, device, device_file, device_set,
+                                      nodes=nodes, devices_per_node=devices_per_node, gbs=gbs, seq_len=seq_len,
+                                      precision=precision, flash=flash_attention, vocab_pad=vocab_pad,
+                                      moe_token_imbalance=moe_token_imbalance,
+                                      fp8_param_storage=fp8_param_storage), fmt)
+    else:
+        p = for_target(problem_from_options(model, device, nodes, devices_per_node, gbs, seq_len, precision,
+                                            device_file, device_set, flash_attention, vocab_pad, script, vocab_size,
+                                            moe_token_imbalance, fp8_param_storage), fmt)
     from autopar.specs.targets import check_target
 
     check_target(p.cluster.device, fmt, "--format")
