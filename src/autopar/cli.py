@@ -164,9 +164,10 @@ def search(
     moe_token_imbalance: MoeImbalance = None, fp8_param_storage: Fp8ParamStorage = None,
     recompute_modules: RecomputeModules = None,
     target: Annotated[Optional[str], typer.Option(help="export format the layouts must run on unchanged: megatron | "
-                                                  "mindspeed | torchtitan | deepspeed (one recompute for all stages) | "
-                                                  "sapp | galvatron (recompute per stage); one that does not run on "
-                                                  "--device is refused \\[default: megatron; mindspeed on Ascend]")] = None,
+                                                  "megatron-bridge | mindspeed | torchtitan | deepspeed (one recompute "
+                                                  "for all stages) | sapp | galvatron (recompute per stage); one that "
+                                                  "does not run on --device is refused \\[default: megatron; mindspeed "
+                                                  "on Ascend]")] = None,
 ) -> None:
     """Search every valid layout, drop those that do not fit, rank the rest by step time."""
     from autopar.export.megatron import megatron_args
@@ -357,7 +358,8 @@ def validate(
 @app.command()
 @_user_errors
 def export(
-    fmt: Annotated[str, typer.Option("--format", help="megatron | mindspeed | torchtitan | deepspeed | galvatron | sapp")],
+    fmt: Annotated[str, typer.Option("--format", help="megatron | megatron-bridge | mindspeed | torchtitan | deepspeed | galvatron "
+                                                 "| sapp")],
     from_result: Annotated[Optional[str], typer.Option("--from", help="search result JSON (autopar search --json "
                                                        "or --report's result.json)")] = None,
     rank: Annotated[int, typer.Option("--rank", help="which layout of --from, 1 = best")] = 1,

@@ -165,6 +165,10 @@ def search(
     if target not in TARGETS:
         raise AutoparError(f"--target={target!r}: allowed {', '.join(TARGETS)}")
     p = for_target(p, target)
+    if target == "megatron-bridge":  # a model without a recipe: refused once, not per layout
+        from autopar.export.megatron_bridge import recipe_for
+
+        recipe_for(p)
     if target not in MODULE_TARGETS:  # only Megatron-LM writes other recompute modules than core_attn
         pinned = options.recompute_modules if options else None
         if pinned not in (None, DEFAULT_RECOMPUTE_MODULES):
