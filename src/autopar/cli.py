@@ -358,8 +358,8 @@ def validate(
 @app.command()
 @_user_errors
 def export(
-    fmt: Annotated[str, typer.Option("--format", help="megatron | megatron-bridge | mindspeed | torchtitan | deepspeed | galvatron "
-                                                 "| sapp")],
+    fmt: Annotated[str, typer.Option("--format", help="megatron | megatron-bridge | mindspeed | torchtitan | "
+                                                 "deepspeed | galvatron | sapp")],
     from_result: Annotated[Optional[str], typer.Option("--from", help="search result JSON (autopar search --json "
                                                        "or --report's result.json)")] = None,
     rank: Annotated[int, typer.Option("--rank", help="which layout of --from, 1 = best")] = 1,
