@@ -8,8 +8,8 @@ import json, os, sys, traceback, logging
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 logging.disable(logging.WARNING)
 import megatron.core, megatron.core.transformer.transformer_config, megatron.core.models.gpt  # noqa
-import megatron.core.extensions  # noqa
-import stub_te  # noqa: Bridge's module-level TE imports only
+import megatron.core.extensions  # noqa: F401
+import stub_te  # noqa: F401  (a stand-in for Bridge's own module-level TE imports only)
 import transformers
 from megatron.bridge.models.conversion.auto_bridge import AutoBridge
 import megatron.bridge.recipes as recipes

@@ -91,15 +91,6 @@ def recipe_for(p: Problem) -> str:
     return RECIPES[name]
 
 
-def refusal_reason(p: Problem, s: Strategy) -> str | None:
-    """Why the recipe runner cannot run ``s`` on ``p`` as costed, or None."""
-    try:
-        overrides(p, s)
-    except AutoparError as err:
-        return str(err)
-    return None
-
-
 def _check(p: Problem, s: Strategy) -> None:
     """Refuse what a named recipe plus overrides cannot run as planned.
 

@@ -301,7 +301,8 @@ def write_scripts(script: str | Path, p: Problem, result: SearchResult, out: str
             chosen.append((rank, path, e, gain))
     if not chosen:
         best = gain_pct(baseline, result.layouts[0].step_time_s)
-        raise AutoparError(f"--write-script: the best layout is predicted {best:.1f}% faster than the script's own "
+        than = f"{best:.1f}% faster" if best >= 0 else f"{-best:.1f}% slower"
+        raise AutoparError(f"--write-script: the best layout is predicted {than} than the script's own "
                            f"({result.layouts[0].step_time_s:.3f} s vs {baseline.step_time_s:.3f} s per step), "
                            f"below {why}; {Path(script).name} is left as it is (pass a lower --min-gain-pct to "
                            "rewrite anyway)")

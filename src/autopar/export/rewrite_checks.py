@@ -106,8 +106,8 @@ def checkpoint_warning(plan: ScriptPlan, new_layout: dict[str, int], new_format:
         how = ("convert it first with Megatron-LM's tools/checkpoint/convert.py (--target-tensor-parallel-size / "
                "--target-pipeline-parallel-size)")
     elif new_format == "fsdp_dtensor" and old_format != "fsdp_dtensor":
-        how = (f"convert it first with Megatron-LM's checkpoint_inspector.py convert-torch-dist-to-fsdp-dtensor "
-               f"(Megatron-FSDP user guide)")
+        how = ("convert it first with Megatron-LM's checkpoint_inspector.py convert-torch-dist-to-fsdp-dtensor "
+               "(Megatron-FSDP user guide)")
     elif old_format != new_format:
         how = f"convert it to {new_format} first (Megatron-LM tools/checkpoint)"
     else:
