@@ -77,7 +77,7 @@ def _one_line_error(result) -> str:
     ("NEMO-X,Llama-3-8B,32,4096,32,14336,8192,H100-SXM5-80GB,8,64,1,1,,sharded somehow,,step_time,1",
      "zero_or_distopt='sharded somehow': expected ZeRO-0 .. ZeRO-3"),
     # more GPUs than a cluster may have nodes: named by the CSV column, not --nodes
-    ("NEMO-X,Llama-3-8B,32,4096,32,14336,8192,H100-SXM5-80GB,2147483648,2147483648,1,1,,,,step_time,1",
+    ("NEMO-X,Llama-3-8B,32,4096,32,14336,8192,H100-SXM5-80GB,2147483648,1073741824,1,1,,,,step_time,1",
      "num_gpus=2147483648: 268435456 nodes of 8; at most 100000 nodes"),
     ("NEMO-X,Llama-3-8B,32,4096,32,14336,8192,GB300,8,64,1,1,,,,step_time,1", "gpu='GB300': no device preset"),
 ])
@@ -182,3 +182,23 @@ def test_ids_with_table_characters_keep_rows_md_one_line_per_row(tmp_path):
     assert "| NEMO\\|A\\nB | step_time |" in "\n".join(lines)
     assert "| NEMO-Z | layers is empty: the model needs it |" in lines
     assert all(line.startswith(("|", "### ")) for line in lines if line)  # no table row split in two
+
+
+@pytest.mark.parametrize("row, needle", [
+    # 2^31 layers / chunks / sequences: per-layer and per-micro-batch arrays were allocated (MemoryError)
+    ("NEMO-X,Llama-3-8B,32,4096,32,14336,8192,H100-SXM5-80GB,8,64,1,2147483648,1,,,step_time,1",
+     "pp=2147483648 x vpp=1 model chunks: more than the 32 layers"),
+    ("NEMO-X,Llama-3-8B,32,4096,32,14336,8192,H100-SXM5-80GB,8,2147483648,1,8,,,,step_time,1",
+     "gbs=2147483648: expected at most 1073741824"),
+])
+def test_sizes_that_would_exhaust_memory_are_not_scored(row, needle):
+    result = score_row(_row(row), {})
+    assert result.predicted is None and needle in result.reason, result.reason
+
+
+def test_only_oom_rows_still_write_the_report(tmp_path):
+    # the scatter plot had no point to scale its axes by (ValueError: min() arg is an empty sequence)
+    result = _validate(tmp_path, LLAMA.replace("step_time,1", "oom_observed,1"))
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "o" / "scatter.png").stat().st_size > 0
+    assert "| NEMO-X | went OOM |" in (tmp_path / "o" / "accuracy.md").read_text()

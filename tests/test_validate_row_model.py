@@ -113,3 +113,12 @@ def test_generic_model_records_what_it_assumed():
 def test_generic_moe_row_needs_its_topk():
     with pytest.raises(Unscorable, match="topk='': a MoE row"):
         generic_model(Row({"model": "m", "layers": "4", "hidden": "64", "heads": "4", "num_experts": "8"}), False, [])
+
+
+@pytest.mark.parametrize("model, experts", [("deepseek-v3", "256"), ("GPT-MoE", "8")])
+def test_layer_count_is_bounded_before_the_moe_layers_are_listed(model, experts):
+    # 2^31 layers built a 2^31-entry moe_layers tuple (MemoryError) before ModelSpec's bound fired
+    row = Row({"model": model, "layers": str(2**31), "hidden": "64", "heads": "4", "num_experts": experts,
+               "topk": "2"})
+    with pytest.raises(Unscorable, match=f"layers={2**31}: expected at most 10000"):
+        model_of(row, False, [])

@@ -206,8 +206,10 @@ def scatter_png(results: list[Result], path: Path) -> None:
     for fam in sorted({r.case.family.name for r in scored}):
         pts = [(r.measured, r.predicted) for r in scored if r.case.family.name == fam]
         ax.scatter(*zip(*pts), label=fam, s=18, alpha=0.8)
-    lo = min(min(r.measured, r.predicted) for r in scored) / 1.5
-    hi = max(max(r.measured, r.predicted) for r in scored) * 1.5
+    if not scored:  # e.g. only oom_observed rows: nothing has an error to plot
+        ax.text(0.5, 0.5, "no scored row with a numeric error", ha="center", transform=ax.transAxes)
+    lo = min((min(r.measured, r.predicted) for r in scored), default=1.0) / 1.5
+    hi = max((max(r.measured, r.predicted) for r in scored), default=1.0) * 1.5
     ax.plot([lo, hi], [lo, hi], "k--", lw=1, label="predicted = measured")
     ax.set_xscale("log")
     ax.set_yscale("log")

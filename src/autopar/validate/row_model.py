@@ -37,6 +37,16 @@ _FIELD_TO_COLUMN = (("max_position_embeddings", "seq_len"), ("moe_ffn_hidden_siz
                     *((f, c) for c, f in COLUMNS.items()))
 
 
+#: ModelSpec's bound on ``num_layers``, checked before a per-layer tuple (``moe_layers``) is built.
+MAX_LAYERS = next(m.le for m in ModelSpec.model_fields["num_layers"].metadata if getattr(m, "le", None))
+
+
+def _check_layers(layers: int) -> None:
+    """Raises Unscorable: ``layers`` above :data:`MAX_LAYERS`."""
+    if layers > MAX_LAYERS:
+        raise Unscorable(f"layers={layers}: expected at most {MAX_LAYERS}")
+
+
 def dimensions_error(err: ValidationError) -> Unscorable:
     """ModelSpec's validation error as one line in the CSV's column names
     (``heads=32 is not a multiple of kv_heads=5``)."""
@@ -95,6 +105,7 @@ def preset_model(row: Row, preset: ModelSpec, assumed: list[str]) -> ModelSpec:
         if preset.ffn_hidden_size == preset.moe_ffn_hidden_size:
             update["ffn_hidden_size"] = ffn
     if "num_layers" in update:
+        _check_layers(layers)
         dense = preset.num_layers - preset.num_moe_layers
         if preset.moe_layers != tuple(range(dense, preset.num_layers)):
             raise Unscorable(f"layers={layers}: {preset.name}'s MoE layer pattern does not extend to another "
@@ -138,6 +149,7 @@ def generic_model(row: Row, dropout: bool, assumed: list[str]) -> ModelSpec:
     gated, gpt, nemotron = any(k in low for k in _GATED), "gpt" in low, "nemotron" in low
     why = "the model needs it"
     layers, hidden, heads = required(row, "layers", why), required(row, "hidden", why), required(row, "heads", why)
+    _check_layers(layers)
     if hidden % heads:
         raise Unscorable(f"hidden={hidden} is not a multiple of heads={heads}: head_dim would be fractional")
     experts = row.int("num_experts") or 0

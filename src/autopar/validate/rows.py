@@ -98,6 +98,10 @@ GENERIC = Family("generic", zero=1, recompute="none", sp=None, flash=True, dropo
                  "no recompute, SP with TP, fused attention, no dropout, overlapped grad reduce, no TP comm "
                  "overlap, mbs 1, no interleaving)")
 
+#: Largest global batch scored, the bound ``autopar estimate --gbs`` has (``cli_inputs``): the
+#: pipeline simulation's work grows with the micro-batch count.
+MAX_GBS = 2**30
+
 # Narayanan et al. Table 1 does not state mbs or interleaving; the paper's own launch script
 # (Megatron-LM examples/sc21/run_table_1.sh) gives MBS and --num-layers-per-virtual-pipeline-stage
 # per model size, keyed here by layer count.
@@ -227,6 +231,8 @@ def strategy_of(row: Row, family: Family, num_layers: int, assumed: list[str]) -
     tp, pp = row.int("tp"), row.int("pp")
     cp = row.int("cp") or 1
     gpus, gbs = required(row, "num_gpus", "the cluster size is needed"), required(row, "gbs", "the batch is needed")
+    if gbs > MAX_GBS:
+        raise Unscorable(f"gbs={gbs}: expected at most {MAX_GBS} (the bound of autopar's --gbs)")
     dp = row.int("dp")
     if dp is None:
         if gpus % (tp * pp * cp):
@@ -234,6 +240,9 @@ def strategy_of(row: Row, family: Family, num_layers: int, assumed: list[str]) -
                              "num_gpus / (tp*pp*cp) when the dp column is empty)")
         dp = gpus // (tp * pp * cp)
     mbs, vpp = row.int("mbs"), row.int("vpp")
+    if pp * (vpp or 1) > num_layers + 2:  # before any per-stage tuple is built
+        raise Unscorable(f"pp={pp} x vpp={vpp or 1} model chunks: more than the {num_layers} layers (+ embedding "
+                         "and loss) can fill")
     if family.name == "megatron-2021" and row.id.startswith("NAR21-T1"):
         mbs, vpp = sc21_table1(num_layers, pp, mbs, vpp, assumed)
     split: dict = {}
