@@ -1,7 +1,6 @@
 """``autopar validate``: the report's arithmetic (not the accuracy level)."""
 
 import csv
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
