@@ -19,20 +19,14 @@ from autopar.validate.score import Result, score_rows
 DEFAULT_CSV = Path(__file__).resolve().parents[1] / "data" / "validation" / "measurements.csv"
 
 
-def run_validation(csv_path: str | Path | None, out_dir: str | Path) -> tuple[list[Result], dict[str, Path]]:
-    """Score every row of ``csv_path`` (None: :data:`DEFAULT_CSV`) and write the report into
-    ``out_dir``. Rows that cannot be scored are listed in ``rows.md`` with their reason.
+def run_validation(csv_path: str | Path, out_dir: str | Path) -> tuple[list[Result], dict[str, Path]]:
+    """Score every row of ``csv_path`` and write the report into ``out_dir``. Rows that cannot be
+    scored are listed in ``rows.md`` with their reason.
 
     Raises:
-        AutoparError: ``csv_path`` or ``out_dir`` is the empty string (an empty option value is
-            not "not given"), the CSV does not exist or is malformed (see :func:`read_rows`), or
-            no row of it can be scored (the message gives the first row's reason).
+        AutoparError: the CSV does not exist or is malformed (see :func:`read_rows`), or no row
+            of it can be scored (the message gives the first row's reason).
     """
-    if csv_path is not None and not str(csv_path):
-        raise AutoparError("--csv='': empty; omit the option to score the shipped CSV")
-    if not str(out_dir):
-        raise AutoparError("--out='': empty; name the report directory (or omit the option for out/validation)")
-    csv_path = DEFAULT_CSV if csv_path is None else csv_path
     results = score_rows(read_rows(csv_path))
     if all(r.predicted is None for r in results):
         raise AutoparError(f"--csv={str(csv_path)!r}: none of the {len(results)} rows can be scored "

@@ -16,9 +16,10 @@ from typing import Callable
 
 from pydantic import ValidationError
 
+from autopar.errors import AutoparError
 from autopar.problem import Problem
 from autopar.specs import TrainSpec, load_device, make_cluster
-from autopar.specs.cluster import MAX_NODES
+from autopar.specs.cluster import MAX_NODES, resolve_device_name
 from autopar.strategy import Strategy
 from autopar.validate.cells import (Unscorable, expert_tp_of, flag_of, precision_of, recompute_of, required,
                                     zero_of)
@@ -136,17 +137,13 @@ def family_of(row: Row) -> Family:
     return GENERIC
 
 
-# ``gpu`` cell prefix -> device preset (checked after the special cases of :func:`device_of`).
-GPU_PRESETS = (("A100-SXM4-80GB", "a100-80gb"), ("H100-SXM5-80GB", "h100-80gb"), ("H100-96GB-HBM2e", "h100-96gb-500w"),
-               ("GB200", "gb200"), ("B200", "b200"), ("H200", "h200"))
-
-
 def device_of(row: Row):
-    """Device preset for the ``gpu`` column (:data:`GPU_PRESETS`), with cluster facts stated by
-    the row's source.
+    """Device preset for the ``gpu`` column (any name :func:`~autopar.specs.cluster.resolve_device_name`
+    resolves: "H100-SXM5-80GB (DGX-H100)", "B200 (DGX-B200)"), with cluster facts stated by the
+    row's source.
 
     Raises:
-        Unscorable: an empty cell, a V100, or a GPU without a preset.
+        Unscorable: an empty cell, a V100, or a name that resolves to no preset or to several.
     """
     gpu = row["gpu"]
     if not gpu:
@@ -164,11 +161,10 @@ def device_of(row: Row):
         # PSM2 between two OPA 100 Gb/s nodes, openucx/ucx issue #3196): efficiency 0.30.
         return load_device("a100-80gb", overrides=["inter_node_bandwidth_bytes_per_s=6.25e9",
                                                    "inter_node_comm_efficiency=0.30"])
-    for prefix, preset in GPU_PRESETS:
-        if gpu.startswith(prefix):
-            return load_device(preset)
-    raise Unscorable(f"gpu={gpu!r}: no device preset; known: {', '.join(p for p, _ in GPU_PRESETS)} "
-                     "(and V100, which is not scored)")
+    try:
+        return load_device(resolve_device_name(gpu, "gpu"))
+    except AutoparError as err:  # unknown or ambiguous name: the message names the gpu cell
+        raise Unscorable(str(err)) from None
 
 
 @dataclass(frozen=True)
