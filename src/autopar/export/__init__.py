@@ -12,24 +12,27 @@ from pathlib import Path
 from typing import Callable
 
 from autopar.errors import AutoparError
-from autopar.export import galvatron, megatron, megatron_deepspeed, mindspeed, sapp, torchtitan
+from autopar.export import galvatron, megatron, megatron_bridge, megatron_deepspeed, mindspeed, sapp, torchtitan
 from autopar.problem import Problem
 from autopar.strategy import Strategy
 
 
 
-def megatron_only_features(fmt: str, write: Callable[[Problem, Strategy], str]) -> Callable[[Problem, Strategy], str]:
+def megatron_only_features(fmt: str, write: Callable[[Problem, Strategy], str],
+                           model_features: bool = True) -> Callable[[Problem, Strategy], str]:
     """``write`` that first refuses what only the Megatron-LM export writes: non-fp32 optimizer
     dtypes or optimizer offload (``--use-precision-aware-optimizer``, ``--optimizer-cpu-offload``),
-    sliding-window layers and attention sinks (``--window-size``, ``--softmax-type learnable``),
-    which this format's writer would drop."""
+    and with ``model_features`` sliding-window layers and attention sinks (``--window-size``,
+    ``--softmax-type learnable``), which this format's writer would drop. Megatron-Bridge builds
+    the model from its recipe (window layers included) but sets fp32 optimizer state itself
+    (:data:`autopar.export.megatron_bridge.OPTIMIZER_DTYPES`), so it checks the optimizer only."""
     def checked(p: Problem, s: Strategy) -> str:
         t, m = p.train, p.model
         if t.optimizer_dtypes_set or t.optimizer_offload_fraction > 0:
             raise AutoparError(f"export --format {fmt}: the script's optimizer dtypes / optimizer offload are "
                                "Megatron-LM's (--use-precision-aware-optimizer, --optimizer-cpu-offload); "
                                "use --format megatron or drop them")
-        if m.window_layers or m.attention_sinks:
+        if model_features and (m.window_layers or m.attention_sinks):
             raise AutoparError(f"export --format {fmt}: model {m.name} has sliding-window layers / attention sinks, "
                                "which this format's export does not write; use --format megatron")
         return write(p, s)
@@ -38,6 +41,7 @@ def megatron_only_features(fmt: str, write: Callable[[Problem, Strategy], str]) 
 
 WRITERS: dict[str, Callable[[Problem, Strategy], str]] = {
     "megatron": megatron.write,
+    "megatron-bridge": megatron_only_features("megatron-bridge", megatron_bridge.write, model_features=False),
     "mindspeed": mindspeed.write,
     **{fmt: megatron_only_features(fmt, write) for fmt, write in (
         ("torchtitan", torchtitan.write), ("deepspeed", megatron_deepspeed.write), ("galvatron", galvatron.write),
