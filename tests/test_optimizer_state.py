@@ -244,8 +244,10 @@ def test_bad_optimizer_flags_are_one_error(tmp_path, flags, message):
 def test_other_formats_refuse_megatron_optimizer_state():
     p = _qwen3(exp_avg_dtype="bf16")
     s = Strategy(dp=16, tp=1, pp=1, ep=8, etp=1, mbs=1, zero=3)
-    for fmt in ("torchtitan", "galvatron", "sapp", "deepspeed"):
+    for fmt in ("torchtitan", "galvatron", "sapp", "deepspeed", "megatron-bridge"):
         with pytest.raises(AutoparError, match=f"export --format {fmt}: the script's optimizer dtypes"):
             WRITERS[fmt](p, s)
+    with pytest.raises(AutoparError, match="bf16 main gradients are Megatron-LM's"):
+        WRITERS["megatron-bridge"](_qwen3(grad_dtype="bf16"), s)
     assert "--use-precision-aware-optimizer --exp-avg-dtype bf16" in megatron_args(p, QWEN3_LAYOUT)
     assert "precision-aware" not in megatron_args(_qwen3(), QWEN3_LAYOUT)

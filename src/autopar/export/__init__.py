@@ -21,17 +21,21 @@ from autopar.strategy import Strategy
 def megatron_only_features(fmt: str, write: Callable[[Problem, Strategy], str],
                            model_features: bool = True) -> Callable[[Problem, Strategy], str]:
     """``write`` that first refuses what only the Megatron-LM export writes: non-fp32 optimizer
-    dtypes or optimizer offload (``--use-precision-aware-optimizer``, ``--optimizer-cpu-offload``),
+    dtypes, optimizer offload or bf16 main gradients (``--use-precision-aware-optimizer``,
+    ``--optimizer-cpu-offload``, ``--grad-reduce-in-bf16``),
     and with ``model_features`` sliding-window layers and attention sinks (``--window-size``,
     ``--softmax-type learnable``), which this format's writer would drop. Megatron-Bridge builds
     the model from its recipe (window layers included) but sets fp32 optimizer state itself
     (:data:`autopar.export.megatron_bridge.OPTIMIZER_DTYPES`), so it checks the optimizer only."""
     def checked(p: Problem, s: Strategy) -> str:
         t, m = p.train, p.model
-        if t.optimizer_dtypes_set or t.optimizer_offload_fraction > 0:
-            raise AutoparError(f"export --format {fmt}: the script's optimizer dtypes / optimizer offload are "
-                               "Megatron-LM's (--use-precision-aware-optimizer, --optimizer-cpu-offload); "
-                               "use --format megatron or drop them")
+        # 16-bit main gradients of bf16/fp8 training: Megatron-LM's --grad-reduce-in-bf16 (fp16 reduces in fp16
+        # everywhere); the other writers keep (Megatron-Bridge: set) fp32 gradients.
+        bf16_grads = t.grad_dtype != "fp32" and t.precision != "fp16"
+        if t.optimizer_dtypes_set or t.optimizer_offload_fraction > 0 or bf16_grads:
+            raise AutoparError(f"export --format {fmt}: the script's optimizer dtypes / optimizer offload / bf16 main "
+                               "gradients are Megatron-LM's (--use-precision-aware-optimizer, --optimizer-cpu-offload, "
+                               "--grad-reduce-in-bf16); use --format megatron or drop them")
         if model_features and (m.window_layers or m.attention_sinks):
             raise AutoparError(f"export --format {fmt}: model {m.name} has sliding-window layers / attention sinks, "
                                "which this format's export does not write; use --format megatron")
