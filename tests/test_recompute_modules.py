@@ -286,6 +286,6 @@ def test_module_check_does_not_build_a_tuple_per_stage():
     entry per stage (pp = 2**31 ran out of memory building ``stage_recompute``)."""
     from autopar.strategy import Strategy
 
-    assert Strategy(pp=2**31, recompute="selective", recompute_modules=("core_attn", "mla_up_proj")).pp == 2**31
+    assert Strategy(dp=1, pp=2**31, recompute="selective", recompute_modules=("core_attn", "mla_up_proj")).pp == 2**31
     with pytest.raises(ValueError, match="applies to selective recompute; this layout recomputes full"):
-        Strategy(pp=2**31, recompute="full", recompute_modules=("core_attn", "mla_up_proj"))
+        Strategy(dp=1, pp=2**31, recompute="full", recompute_modules=("core_attn", "mla_up_proj"))
