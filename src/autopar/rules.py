@@ -83,6 +83,26 @@ def _modules_reason(p: Problem, s: Strategy) -> str:
     return f"recompute_modules {','.join(s.recompute_modules)}: {'; '.join(bad)}; model {p.model.name} has none"
 
 
+def _zero_with_pp_ok(p: Problem, b: LayoutBatch) -> np.ndarray:
+    """ZeRO-2/3 with pp > 1: Megatron-LM runs it as Megatron-FSDP (``--use-megatron-fsdp``;
+    ``validate_args`` has no pipeline check for it and ``finalize_model_grads.py`` all-reduces
+    the FSDP-sharded embedding gradients across pipeline stages), reduce-scattering every
+    micro-batch as :func:`autopar.cost.stage_time.dp_exposed_s` costs it; torchtitan runs FSDP2
+    (zero 3) with pp; DeepSpeed's PipelineEngine refuses both stages."""
+    fw = p.train.framework
+    return (b.zero <= 1) | (b.pp == 1) | (fw == "megatron") | ((b.zero == 3) & (fw == "torchtitan"))
+
+
+def _zero_with_pp_reason(p: Problem, s: Strategy) -> str:
+    if p.train.framework == "torchtitan":
+        return (f"ZeRO stage {s.zero} with pp={s.pp} on torchtitan: with pipelining torchtitan keeps each stage "
+                "gathered and reduce-scatters once per step (fsdp_reshard_after_forward 'default', "
+                "torchtitan/models/llama3/infra/parallelize.py), which autopar costs as zero 3; use zero 3")
+    return (f"ZeRO stage {s.zero} with pp={s.pp}: DeepSpeed's PipelineEngine asserts 'ZeRO-2 and ZeRO-3 are "
+            "incompatible with pipeline parallelism' (deepspeed/runtime/pipe/engine.py); use zero <= 1 with "
+            "pp > 1, or pp = 1")
+
+
 def _gbs(p: Problem) -> int:
     return p.train.global_batch_size
 
@@ -171,14 +191,7 @@ RULES: tuple[Rule, ...] = (
         lambda p, s: f"num_microbatches={s.num_microbatches(_gbs(p))} is below pp={s.pp}: the "
         "pipeline never fills (most stages idle)",
     ),
-    Rule(
-        "zero_with_pp",
-        lambda p, b: (b.zero <= 1) | (b.pp == 1) | ((b.zero == 3) & (p.train.framework == "torchtitan")),
-        lambda p, s: f"ZeRO stage {s.zero} shards gradients/parameters per micro-batch and autopar does "
-        "not combine it with pipeline parallelism (DeepSpeed's pipeline engine and Megatron's "
-        "--use-torch-fsdp2 refuse it); use zero <= 1 with pp > 1, or zero 3 on torchtitan (--target/--format "
-        "torchtitan: FSDP2 + PP keeps each stage gathered and reduce-scatters its gradients once per step)",
-    ),
+    Rule("zero_with_pp", _zero_with_pp_ok, _zero_with_pp_reason),
     Rule(
         "recompute_layers",
         lambda p, b: (b.recompute_layers == 0)
