@@ -57,7 +57,10 @@ def config(p: Problem, s: Strategy) -> dict[str, Any]:
             module docstring).
     """
     why = None
-    if p.train.precision == "fp8":
+    if p.model.is_moe:  # the model's own reason first: no layout of it can be written
+        why = (f"{p.model.name} is a MoE model: hetu-galvatron {RELEASE} has no MoE model (galvatron/models) and never "
+               "reads ep_sizes_enc / tp_of_ep_sizes_enc; only its GitHub main trains MoE")
+    elif p.train.precision == "fp8":
         why = ("precision fp8: Galvatron trains in fp32, fp16 or bf16 only (its --mixed_precision choices); "
                "fp8 layouts are written by --format megatron or torchtitan")
     elif s.zero == 1:
@@ -66,9 +69,6 @@ def config(p: Problem, s: Strategy) -> dict[str, Any]:
         why = "selective recompute: Galvatron checkpoints whole layers (write per-stage selective with --format sapp)"
     elif s.vpp > 1:
         why = f"vpp={s.vpp}: Galvatron has no interleaved pipeline schedule"
-    elif p.model.is_moe:
-        why = (f"{p.model.name} is a MoE model: hetu-galvatron {RELEASE} has no MoE model (galvatron/models) and never "
-               "reads ep_sizes_enc / tp_of_ep_sizes_enc; only its GitHub main trains MoE")
     elif s.cp > 1:
         why = (f"cp={s.cp}: hetu-galvatron {RELEASE} never reads cp_sizes_enc (hybrid_parallel_config.py "
                "config2strategy), so its data parallelism would become dp x cp; only its GitHub main runs context "
