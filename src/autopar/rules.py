@@ -112,18 +112,20 @@ RULES: tuple[Rule, ...] = (
         "world_size",
         lambda p, b: b.dp * b.tp * b.pp * b.cp == p.world_size,
         lambda p, s: f"dp*tp*pp*cp = {s.dp}*{s.tp}*{s.pp}*{s.cp} = {s.world_size} must equal the "
-        f"world size {p.world_size} ({p.cluster.num_nodes} nodes x {p.cluster.devices_per_node})",
+        f"world size {p.world_size} ({p.cluster.num_nodes} nodes x {p.cluster.devices_per_node}) (Megatron-LM "
+        "megatron/training/arguments.py: 'world size ... is not divisible by total_model_size')",
     ),
     Rule(
         "tp_divides_heads",
         lambda p, b: p.model.num_attention_heads % b.tp == 0,
-        lambda p, s: f"tp={s.tp} must divide num_attention_heads={p.model.num_attention_heads}",
+        lambda p, s: f"tp={s.tp} must divide num_attention_heads={p.model.num_attention_heads} (Megatron-Core "
+        "transformer_config.py: 'num_attention_heads ... must be a multiple of tensor_model_parallel_size')",
     ),
     Rule(
         "tp_divides_kv_heads",
         lambda p, b: p.model.num_kv_heads % b.tp == 0,
         lambda p, s: f"tp={s.tp} must divide num_key_value_heads={p.model.num_kv_heads} "
-        "(autopar does not replicate KV heads across TP ranks)",
+        "(autopar does not replicate KV heads across TP ranks; Megatron-Core transformer_config.py allows a divisor too)",
     ),
     Rule(
         "tp_divides_ffn",
@@ -134,13 +136,13 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "sp_needs_tp",
         lambda p, b: ~b.sp | (b.tp > 1),
-        lambda p, s: "sequence parallelism (--sp) needs tp > 1 (Megatron switches it off at tp=1)",
+        lambda p, s: "sequence parallelism (--sp) needs tp > 1 (megatron/training/arguments.py switches it off at tp=1)",
     ),
     Rule(
         "cp_divides_seq",
         lambda p, b: (b.cp == 1) | (p.train.seq_len % (2 * b.cp) == 0),
         lambda p, s: f"seq_len={p.train.seq_len} must be a multiple of 2*cp={2 * s.cp} "
-        "(Megatron: load-balanced causal context parallelism)",
+        "(megatron/training/arguments.py: 'seq-length should be a multiple of 2 * context-parallel-size')",
     ),
     Rule(
         "sp_divides_seq",
@@ -177,13 +179,15 @@ RULES: tuple[Rule, ...] = (
         "gbs_divisible",
         lambda p, b: _gbs(p) % (b.mbs * b.dp) == 0,
         lambda p, s: f"global batch size {_gbs(p)} must be divisible by mbs*dp = {s.mbs}*{s.dp} = "
-        f"{s.mbs * s.dp}",
+        f"{s.mbs * s.dp} (megatron/core/num_microbatches_calculator.py: 'global batch size ... is not divisible by "
+        "micro batch size ... times data parallel size')",
     ),
     Rule(
         "interleaved_microbatches",
         lambda p, b: (b.vpp == 1) | (b.num_microbatches % b.pp == 0),
         lambda p, s: f"the interleaved schedule needs num_microbatches={s.num_microbatches(_gbs(p))} "
-        f"to be a multiple of pp={s.pp} (Megatron: microbatch group size = pp)",
+        f"to be a multiple of pp={s.pp} (autopar's interleaved schedule runs whole groups of pp micro-batches; "
+        "Megatron-LM main runs a final partial group, megatron/core/pipeline_parallel/schedules.py)",
     ),
     Rule(
         "pipeline_fill",
