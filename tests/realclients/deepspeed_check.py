@@ -30,6 +30,8 @@ import sys
 import traceback
 import warnings
 
+from driver_io import bad_input, fork_each, read_jobs, report
+
 warnings.filterwarnings("ignore")
 
 
@@ -233,38 +235,17 @@ def run_one(path, world):
     try:
         ok, msg, eff = check(path, int(world))
     except (OSError, ValueError, AttributeError) as e:
-        print(f"ERROR {path}: {type(e).__name__}: {e}", flush=True)
-        return 2
-    print(f"{'OK' if ok else 'REJECTED'} {path} {msg}", flush=True)
-    if eff is not None:
-        print(f"EFFECTIVE {path} {json.dumps(eff, default=str)}", flush=True)
-    return 0 if ok else 1
+        return bad_input(path, e)
+    return report(path, ok, msg, eff)
 
 
 def main():
-    a = sys.argv[1:]
-    if len(a) == 2 and a[0] == "--batch":
-        jobs = [ln.split() for ln in open(a[1]) if ln.strip()]
-    elif len(a) == 2:
-        jobs = [a]
-    else:
-        print(__doc__, file=sys.stderr)
-        sys.exit(2)
+    jobs = read_jobs(__doc__, 2)
     os.environ.setdefault("DS_ACCELERATOR", "cpu")
     logging.disable(logging.WARNING)
     with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
-        import deepspeed.runtime.config  # noqa: F401
-    worst = 0
-    for job in jobs:
-        with contextlib.redirect_stderr(io.StringIO()):
-            buf = io.StringIO()
-            with contextlib.redirect_stdout(buf):
-                rc = run_one(*job)
-        sys.stdout.write("".join(ln + "\n" for ln in buf.getvalue().splitlines()
-                                 if ln.startswith(("OK", "REJECTED", "EFFECTIVE", "ERROR"))))
-        sys.stdout.flush()
-        worst = max(worst, rc)
-    sys.exit(worst)
+        import deepspeed.runtime.config  # noqa: F401  (once, before forking)
+    fork_each(jobs, run_one)
 
 
 if __name__ == "__main__":
