@@ -90,6 +90,16 @@ def _split(p, s: Strategy) -> list[int]:
     return list(stage_layers(p, s))
 
 
+def _rank0_chunks(p, s: Strategy) -> list[int]:
+    """Decoder layers of pipeline rank 0's model chunks in the plan: its first stage split into vpp
+    equal chunks, or with the embedding counted as a layer (Megatron's embedding/loss-aware split)
+    k = (L + e + l) / (pp * vpp) slots per chunk, the first holding the embedding and k - 1 layers."""
+    if s.account_for_embedding or s.account_for_loss:
+        k = (p.model.num_layers + s.account_for_embedding + s.account_for_loss) // (s.pp * s.vpp)
+        return [k - s.account_for_embedding] + [k] * (s.vpp - 1)
+    return [_split(p, s)[0] // s.vpp] * s.vpp
+
+
 def test_torchtitan_runs_the_plan(tmp_path):
     python = _python("torchtitan", "torchtitan")
     jobs, plans = [], {}
@@ -117,8 +127,7 @@ def test_torchtitan_runs_the_plan(tmp_path):
                    async_tp=e["async_tp"], compile=e["compile"])
         assert got == want, path
         if s.pp > 1:
-            split = _split(p, s)
-            assert e["pp_layers_per_stage"] == [split[0] // s.vpp] * s.vpp, path  # rank 0's stages
+            assert e["pp_layers_per_stage"] == _rank0_chunks(p, s), path
             assert e["grad_accum_steps"] == 1 and e["pp_schedule"] == ("Interleaved1F1B" if s.vpp > 1 else "1F1B")
 
 

@@ -196,7 +196,8 @@ def to_toml(doc: dict[str, Any], prefix: str = "") -> str:
 # its debug model), so the file is a set of sections to merge, not a whole job config.
 HEADER = ("# torchtitan v0.2 job config sections for {model}, written by autopar export --format torchtitan.\n"
           "# Merge them into the model's own TOML (its [model] name and flavor, [job], [optimizer],\n"
-          "# [lr_scheduler], dataset, steps), or pass each field as --section.field on the command line.\n")
+          "# [lr_scheduler], dataset, steps); every key here replaces that file's (on the command line\n"
+          "# --section.field cannot give converters = [], the empty list that turns float8 off).\n")
 
 
 def write(p: Problem, s: Strategy) -> str:
