@@ -32,6 +32,8 @@ _FLAG = re.compile(r"--[a-z0-9][a-z0-9_-]*")
 # Modules of the launch-script reader that read training flags (script_launch reads the
 # launcher's own options, script_cli autopar's CLI defaults, this module the table).
 _NOT_READERS = {"script_launch", "script_cli", "script_flags"}
+# autopar's own option, named in the reader's messages about the script file.
+_AUTOPAR_OPTIONS = {"--script"}
 
 
 def reader_modules() -> list[Path]:
@@ -56,7 +58,7 @@ def reader_flags() -> frozenset[str]:
         found.update(node.value for node in ast.walk(tree)
                      if isinstance(node, ast.Constant) and isinstance(node.value, str)
                      and _FLAG.fullmatch(node.value) and id(node) not in skip)
-    return frozenset(found)
+    return frozenset(found - _AUTOPAR_OPTIONS)
 
 
 @lru_cache(maxsize=1)
