@@ -23,7 +23,9 @@ from autopar.rules import RULE_NAMES, check_strategy, first_failure
 from autopar.space import enumerate_layouts
 from autopar.specs.script import read_script
 from autopar.specs.script_cli import layout_defaults
-from autopar.strategy import Strategy, default_layers_per_stage, layers_per_chunk
+from autopar.errors import AutoparError
+from autopar.pipeline.layout import PipelineLayout
+from autopar.strategy import Strategy, default_layers_per_stage
 from autopar.validate.measurements import read_rows
 from autopar.validate.rows import to_case
 from conftest import MEASUREMENTS, make_problem, toy_model
@@ -62,17 +64,17 @@ def test_vectorised_rule_agrees_with_the_single_layout_check():
 
 
 def test_per_chunk_and_per_stage_layer_counts_by_hand():
-    chunks = layers_per_chunk(126, 8, 8, True, True)
+    chunks = PipelineLayout.accounted(126, 8, 8, True, True).decoder
     assert chunks[0, 0] == 1 and chunks[7, 7] == 1  # embedding + 1 layer, 1 layer + loss
     others = np.ones((8, 8), dtype=bool)
     others[0, 0] = others[7, 7] = False
     assert (chunks[others] == 2).all() and chunks.sum() == 126
     assert default_layers_per_stage(126, 8, True, True) == (15,) + (16,) * 6 + (15,)
     # Embedding only: 7 + 1 = 8 slots over pp 2 x vpp 2 -> [[1, 2], [2, 2]].
-    assert layers_per_chunk(7, 2, 2, True, False).tolist() == [[1, 2], [2, 2]]
+    assert PipelineLayout.accounted(7, 2, 2, True, False).decoder.tolist() == [[1, 2], [2, 2]]
     assert default_layers_per_stage(7, 2, True, False) == (3, 4)
-    with pytest.raises(ValueError, match="127 is not a multiple of pp\\*vpp = 64"):
-        layers_per_chunk(126, 8, 8, True, False)
+    with pytest.raises(AutoparError, match="127 is not a multiple of pp\\*vpp = 64"):
+        PipelineLayout.accounted(126, 8, 8, True, False)
     assert estimate(P126, PP8_VPP8).strategy.layers_per_stage == (15,) + (16,) * 6 + (15,)
 
 

@@ -98,8 +98,7 @@ def estimate(p: Problem, s: Strategy, memory_margin: float = DEFAULT_MEMORY_MARG
                                                                           s.account_for_loss)})
     batch, stages = all_stages(p, s)
     rows = [batch.take(np.array([i])) for i in range(s.pp)]  # stage i with its own recompute option
-    views = [Stages(index=stages.index[i:i + 1], start=stages.start[i:i + 1], layers=stages.layers[i:i + 1])
-             for i in range(s.pp)]
+    views = [stages.take(np.array([i])) for i in range(s.pp)]
     costs = evaluate(p, rows[0], views, [np.ones(1)] * s.pp, rows)
     if s.pp > 1 and (len(set(stages.layers.tolist())) > 1 or s.recompute_per_stage):  # uneven: simulate
         costs = simulated_costs(p, s, batch, stages, costs)

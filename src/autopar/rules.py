@@ -16,7 +16,8 @@ from typing import Callable
 
 import numpy as np
 
-from autopar.errors import LayoutError
+from autopar.errors import AutoparError, LayoutError
+from autopar.pipeline.layout import layout_of
 from autopar.problem import Problem
 from autopar.strategy import (DEFAULT_MODULE_MASK, LayoutBatch, Strategy, default_layers_per_stage, module_mask,
                               split_first_middle_last)
@@ -273,6 +274,13 @@ def first_failure(p: Problem, batch: LayoutBatch) -> np.ndarray:
 
 
 def _explicit_split_reasons(p: Problem, s: Strategy) -> list[str]:
+    """Why an explicit split (``pipeline_layout`` or ``layers_per_stage``) is invalid, if it is."""
+    if s.pipeline_layout is not None:
+        try:
+            layout_of(p, s)
+        except AutoparError as err:
+            return [str(err)]
+        return []
     if s.layers_per_stage is None:
         return []
     stages = s.layers_per_stage
@@ -289,8 +297,8 @@ def _explicit_split_reasons(p: Problem, s: Strategy) -> list[str]:
     if sum(stages) != _layers(p):
         reasons.append(f"layers_per_stage {','.join(map(str, stages))} sums to {sum(stages)}, "
                        f"not num_layers={_layers(p)}")
-    if any(n < 1 or n % s.vpp for n in stages):
-        reasons.append(f"every stage of layers_per_stage needs >= 1 layer and a multiple of vpp={s.vpp}")
+    if any(n < 1 for n in stages):
+        reasons.append("every stage of layers_per_stage needs >= 1 layer")
     return reasons
 
 
@@ -302,14 +310,16 @@ def check_strategy(p: Problem, s: Strategy) -> None:
     """
     batch = LayoutBatch.from_strategy(s, p.train.global_batch_size)
     failing = [r for r in RULES if not bool(np.asarray(r.check(p, batch))[0])]
-    if s.layers_per_stage is not None and not (s.account_for_embedding or s.account_for_loss):
-        # an explicit split replaces the default-split rules (with the flags it must equal the default)
+    explicit = s.pipeline_layout is not None or (s.layers_per_stage is not None
+                                                 and not (s.account_for_embedding or s.account_for_loss))
+    if explicit:  # an explicit split replaces the default-split rules (with the flags it must equal the default)
         failing = [r for r in failing if r.name not in {"uneven_layer_split", "interleaved_layer_split"}]
     messages = [f"{r.name}: {r.reason(p, s)}" for r in failing]
     split = _explicit_split_reasons(p, s)
-    messages += [f"layers_per_stage: {m}" for m in split]
+    field = "pipeline_layout" if s.pipeline_layout is not None else "layers_per_stage"
+    messages += [f"{field}: {m}" for m in split]
     if (s.schedule == "interleaved") != (s.vpp > 1):
         messages.append(f"schedule: '{s.schedule}' with vpp={s.vpp}; interleaved 1F1B is exactly vpp > 1")
     if messages:
-        names = tuple(r.name for r in failing) + (("layers_per_stage",) if split else ())
+        names = tuple(r.name for r in failing) + ((field,) if split else ())
         raise LayoutError("invalid layout: " + "; ".join(messages), names)

@@ -84,6 +84,12 @@ class Strategy(BaseModel):
     ``recompute_modules``: what ``selective`` recompute re-runs, Megatron's
     ``--recompute-modules`` (default ``core_attn``); other sets only with a selective stage.
 
+    ``pipeline_layout``: Megatron-LM's ``--pipeline-model-parallel-layout`` string (embedding,
+    decoder, MTP layers and loss of every virtual stage; :mod:`autopar.pipeline.layout`), any
+    split including unequal and empty chunks; it sets vpp and excludes ``layers_per_stage`` and
+    the account flags. Every split form resolves to one
+    :class:`~autopar.pipeline.layout.PipelineLayout` (:func:`autopar.pipeline.layout.layout_of`).
+
     ``account_for_embedding`` / ``account_for_loss``: Megatron-LM's
     ``--account-for-embedding-in-pipeline-split`` / ``--account-for-loss-in-pipeline-split``
     (two flags, as there: either can be set alone). Each counts the input embedding (output
@@ -114,6 +120,23 @@ class Strategy(BaseModel):
     recompute_modules: tuple[RecomputeModule, ...] = Field(default=DEFAULT_RECOMPUTE_MODULES, min_length=1)
     account_for_embedding: bool = False
     account_for_loss: bool = False
+    pipeline_layout: str | None = Field(default=None, min_length=1, max_length=100_000)
+
+    @model_validator(mode="after")
+    def _one_split_form(self) -> "Strategy":
+        """``pipeline_layout`` replaces the other split fields, as in Megatron-LM.
+
+        Raises:
+            ValueError: ``pipeline_layout`` with ``layers_per_stage`` or the account flags
+                (TransformerConfig: 'pipeline_model_parallel_layout cannot be set with other
+                pipeline layout arguments').
+        """
+        if self.pipeline_layout is not None and (self.layers_per_stage is not None or self.account_for_embedding
+                                                 or self.account_for_loss):
+            raise ValueError("pipeline_layout cannot be combined with layers_per_stage or the embedding/loss split "
+                             "(Megatron-LM: 'pipeline_model_parallel_layout cannot be set with other pipeline "
+                             "layout arguments')")
+        return self
 
     @model_validator(mode="before")
     @classmethod
@@ -241,30 +264,6 @@ def split_first_middle_last(num_layers: np.ndarray, pp: np.ndarray, embedding: n
     last = np.where(accounted, np.where(pp == 1, num_layers, slots - l), last)
     middle = np.where(accounted, slots, middle)
     return first, middle, last
-
-
-def layers_per_chunk(num_layers: int, pp: int, vpp: int, embedding: bool = False,
-                     loss: bool = False) -> np.ndarray:
-    """Decoder layers of each model chunk under Megatron's default interleaved split, shape
-    ``(pp, vpp)`` (``[rank, chunk]``; with vpp 1 one column).
-
-    Each chunk holds ``(L + e + l) / (pp * vpp)`` slots; the embedding takes one on chunk 0 of
-    rank 0 and the loss one on chunk vpp-1 of rank pp-1 (Megatron-Core
-    ``get_num_layers_to_build``: first / last virtual stage builds one layer fewer). E.g. 126
-    layers, pp 8, vpp 8, both: chunk [0, 0] and [7, 7] hold 1 layer, every other chunk 2.
-
-    Raises:
-        ValueError: ``L + e + l`` is not a multiple of ``pp * vpp`` (the rules reject such a
-            layout first: ``interleaved_layer_split`` / ``embedding_loss_split``).
-    """
-    total = num_layers + int(embedding) + int(loss)
-    if total % (pp * vpp):
-        raise ValueError(f"num_layers={num_layers} (+{int(embedding)} embedding +{int(loss)} loss) = {total} "
-                         f"is not a multiple of pp*vpp = {pp * vpp}")
-    chunks = np.full((pp, vpp), total // (pp * vpp), dtype=np.int64)
-    chunks[0, 0] -= int(embedding)
-    chunks[-1, -1] -= int(loss)
-    return chunks
 
 
 @dataclass
