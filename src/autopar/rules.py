@@ -17,7 +17,7 @@ from typing import Callable
 import numpy as np
 
 from autopar.errors import AutoparError, LayoutError
-from autopar.pipeline.layout import layout_of
+from autopar.pipeline.layout import PipelineLayout, layout_of, needs_flexible
 from autopar.problem import Problem
 from autopar.strategy import (DEFAULT_MODULE_MASK, LayoutBatch, Strategy, default_layers_per_stage, module_mask,
                               split_first_middle_last)
@@ -47,6 +47,20 @@ def _uneven_split_ok(p: Problem, b: LayoutBatch) -> np.ndarray:
 def _accounted_layers(p: Problem, b: LayoutBatch) -> np.ndarray:
     """``L' = L + e + l``: decoder layers plus the embedding / loss counted as layers."""
     return _layers(p) + b.account_embedding.astype(np.int64) + b.account_loss.astype(np.int64)
+
+
+def _balanced_ok(p: Problem, b: LayoutBatch) -> np.ndarray:
+    """Where :meth:`~autopar.pipeline.layout.PipelineLayout.balanced` exists for the row's (pp, vpp)
+    (the flexible layout autopar uses where Megatron's default split cannot interleave)."""
+    ok = np.zeros(len(b), dtype=bool)
+    pairs = np.stack([b.pp, b.vpp], axis=1)
+    for pp, vpp in np.unique(pairs, axis=0) if len(b) else []:
+        try:
+            PipelineLayout.balanced(_layers(p), int(pp), int(vpp), p.model.mtp_num_layers)
+        except AutoparError:
+            continue
+        ok |= (b.pp == pp) & (b.vpp == vpp)
+    return ok
 
 
 def _embedding_loss_split_ok(p: Problem, b: LayoutBatch) -> np.ndarray:
@@ -141,11 +155,11 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "interleaved_layer_split",
-        lambda p, b: (b.vpp == 1) | b.accounted
-        | ((_layers(p) % b.pp == 0) & ((_layers(p) // np.maximum(b.pp, 1)) % b.vpp == 0)),
-        lambda p, s: f"interleaving needs num_layers/pp = {_layers(p)}/{s.pp} = {_layers(p) / s.pp:g} to be "
-        f"a whole number divisible by vpp={s.vpp} (Megatron: layers per virtual stage must be an integer; "
-        f"or count the embedding and loss as layers, --embedding-loss-split, if (num_layers + 2)/(pp*vpp) is whole)",
+        lambda p, b: (b.vpp == 1) | b.accounted | ~needs_flexible(_layers(p), b.pp, b.vpp) | _balanced_ok(p, b),
+        lambda p, s: f"num_layers={_layers(p)} with {p.model.mtp_num_layers} MTP layers has no layout over "
+        f"pp={s.pp} x vpp={s.vpp} chunks: neither num_layers/pp = {_layers(p) / s.pp:g} splits over vpp={s.vpp} "
+        "chunks nor does a flexible layout (--pipeline-layout) give each rank a decoder layer and room for the "
+        "embedding, MTP layers and loss",
     ),
     Rule("embedding_loss_split", _embedding_loss_split_ok, _embedding_loss_reason),
     Rule(

@@ -343,18 +343,24 @@ class LayoutBatch:
             recompute_modules=col(module_mask(s.recompute_modules)),
         )
 
-    def strategy(self, i: int, num_layers: int) -> Strategy:
-        """Row ``i`` as a :class:`Strategy` with its default stage split written out."""
-        pp = int(self.pp[i])
+    def strategy(self, i: int, num_layers: int, mtp_num_layers: int = 0) -> Strategy:
+        """Row ``i`` as a :class:`Strategy` with its default stage split written out (a flexible
+        ``pipeline_layout`` where the default split cannot interleave:
+        :func:`autopar.pipeline.layout.default_layout`)."""
+        from autopar.pipeline.layout import default_layout, split_fields
+
+        pp, vpp = int(self.pp[i]), int(self.vpp[i])
         recompute = RECOMPUTE_NAMES[int(self.recompute[i])]
         embedding, loss = bool(self.account_embedding[i]), bool(self.account_loss[i])
+        split = ({"layers_per_stage": default_layers_per_stage(num_layers, pp, embedding, loss)} if embedding or loss
+                 else split_fields(default_layout(num_layers, pp, vpp, mtp_num_layers)))
         return Strategy(
-            dp=int(self.dp[i]), tp=int(self.tp[i]), pp=pp, vpp=int(self.vpp[i]), cp=int(self.cp[i]),
+            dp=int(self.dp[i]), tp=int(self.tp[i]), pp=pp, vpp=vpp, cp=int(self.cp[i]),
             ep=int(self.ep[i]), etp=int(self.etp[i]), mbs=int(self.mbs[i]), sp=bool(self.sp[i]),
             zero=int(self.zero[i]), recompute=recompute,
             recompute_layers=int(self.recompute_layers[i]) or None,
             schedule="interleaved" if self.vpp[i] > 1 else "1f1b",
-            layers_per_stage=default_layers_per_stage(num_layers, pp, embedding, loss),
+            **split,
             recompute_modules=module_names(int(self.recompute_modules[i])) if recompute == "selective"
             else DEFAULT_RECOMPUTE_MODULES,
             account_for_embedding=embedding, account_for_loss=loss,

@@ -236,9 +236,10 @@ class PipelineLayout:
 
     def megatron(self) -> str:
         """The ``--pipeline-model-parallel-layout`` string, runs of equal stages written
-        ``(stage|)*n``; ``PipelineLayout.parse(x.megatron(), pp) == x``."""
+        ``(stage|)*n`` and five or more decoder layers ``t*n``;
+        ``PipelineLayout.parse(x.megatron(), pp) == x``."""
         runs: list[list] = []
-        for stage in self.stages:
+        for stage in (re.sub(r"t{5,}", lambda x: f"t*{len(x.group(0))}", text) for text in self.stages):
             if runs and runs[-1][0] == stage:
                 runs[-1][1] += 1
             else:
@@ -312,16 +313,14 @@ def layout_of(p: "Problem", s: "Strategy") -> PipelineLayout:
     """The one :class:`PipelineLayout` of layout ``s`` for ``p``'s model, whichever form gave it:
     ``pipeline_layout`` (parsed and validated), the embedding/loss account flags
     (:meth:`PipelineLayout.accounted`; a ``layers_per_stage`` beside them is their stage sums),
-    ``layers_per_stage`` (each rank's layers spread over its chunks), or
-    Megatron's default split (:func:`autopar.strategy.default_layers_per_stage`).
+    ``layers_per_stage`` (each rank's layers spread over its chunks), or the default
+    (:func:`default_layout`).
 
     Raises:
         AutoparError: a layout string that does not parse, breaks Megatron-LM's rules, or whose
             virtual stages give a vpp other than ``s.vpp``; a default split that leaves a stage
             empty.
     """
-    from autopar.strategy import default_layers_per_stage
-
     m = p.model
     if s.pipeline_layout is not None:
         layout = PipelineLayout.parse(s.pipeline_layout, s.pp, "pipeline_layout")
@@ -335,7 +334,42 @@ def layout_of(p: "Problem", s: "Strategy") -> PipelineLayout:
                                         m.mtp_num_layers)
     if s.layers_per_stage is not None:
         return PipelineLayout.from_stage_split(s.layers_per_stage, s.vpp, m.mtp_num_layers)
-    split = default_layers_per_stage(m.num_layers, s.pp)
+    return default_layout(m.num_layers, s.pp, s.vpp, m.mtp_num_layers)
+
+
+def needs_flexible(num_layers: int | np.ndarray, pp: np.ndarray, vpp: np.ndarray) -> np.ndarray:
+    """Where Megatron's default split cannot interleave: ``vpp > 1`` and ``L / pp`` not a whole
+    multiple of vpp (``arguments.py``: layers per virtual stage must be whole); bool array."""
+    pp, vpp = np.maximum(np.asarray(pp), 1), np.asarray(vpp)
+    return (vpp > 1) & ~((num_layers % pp == 0) & ((num_layers // pp) % np.maximum(vpp, 1) == 0))
+
+
+def default_layout(num_layers: int, pp: int, vpp: int, mtp_num_layers: int = 0) -> PipelineLayout:
+    """The layout autopar assumes when none is given: Megatron's default split (even, or
+    ``ceil(L/pp)`` per middle stage and the rest on the first and last,
+    :func:`autopar.strategy.default_layers_per_stage`), or :meth:`PipelineLayout.balanced` where
+    that split cannot interleave (:func:`needs_flexible`, e.g. DeepSeek-V3's 61 layers on pp 4 x
+    vpp 4), as NVIDIA's recipes then give a ``--pipeline-model-parallel-layout``.
+
+    Raises:
+        AutoparError: neither exists (too many stages for the layers).
+    """
+    from autopar.strategy import default_layers_per_stage
+
+    if needs_flexible(num_layers, np.asarray(pp), np.asarray(vpp)):
+        return PipelineLayout.balanced(num_layers, pp, vpp, mtp_num_layers)
+    split = default_layers_per_stage(num_layers, pp)
     if split is None:
-        raise AutoparError(f"num_layers={m.num_layers} has no default split over pp={s.pp} stages")
-    return PipelineLayout.from_stage_split(split, s.vpp, m.mtp_num_layers)
+        raise AutoparError(f"num_layers={num_layers} has no default split over pp={pp} stages")
+    return PipelineLayout.from_stage_split(split, vpp, mtp_num_layers)
+
+
+def split_fields(layout: PipelineLayout) -> dict:
+    """The :class:`~autopar.strategy.Strategy` fields that state ``layout``: ``layers_per_stage``
+    when each rank's layers split evenly over its chunks with the MTP layers on the last rank
+    (what the per-stage forms and Megatron's first/last flags express), else ``pipeline_layout``."""
+    split = layout.layers_per_stage
+    plain = PipelineLayout.from_stage_split(split, layout.vpp, int(layout.mtp.sum())) == layout
+    if plain and not any(n % layout.vpp for n in split):
+        return {"layers_per_stage": split, "pipeline_layout": None}
+    return {"layers_per_stage": None, "pipeline_layout": layout.megatron()}

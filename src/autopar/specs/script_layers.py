@@ -107,6 +107,8 @@ def apply_noop_layers(a: Args, model: dict[str, Any], layout: dict[str, Any],
         why = f"with virtual pipeline stages (vpp={layout['vpp']})"
     elif layout["account_for_embedding"] or layout["account_for_loss"]:
         why = "with --account-for-embedding/loss-in-pipeline-split"
+    elif layout.get("pipeline_layout"):
+        why = "with --pipeline-model-parallel-layout"
     if why:
         raise AutoparError(f"{a.source}: --noop-layers {why} is not modelled by autopar; drop the noop layers "
                            "(give --num-layers the real count)")
