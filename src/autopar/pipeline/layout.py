@@ -236,10 +236,10 @@ class PipelineLayout:
 
     def megatron(self) -> str:
         """The ``--pipeline-model-parallel-layout`` string, runs of equal stages written
-        ``(stage|)*n`` and five or more decoder layers ``t*n``;
+        ``(stage|)*n`` and six or more decoder layers ``t*n``;
         ``PipelineLayout.parse(x.megatron(), pp) == x``."""
         runs: list[list] = []
-        for stage in (re.sub(r"t{5,}", lambda x: f"t*{len(x.group(0))}", text) for text in self.stages):
+        for stage in (re.sub(r"t{6,}", lambda x: f"t*{len(x.group(0))}", text) for text in self.stages):
             if runs and runs[-1][0] == stage:
                 runs[-1][1] += 1
             else:
