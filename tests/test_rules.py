@@ -22,7 +22,7 @@ def _rules(p, s) -> tuple[str, ...]:
 
 def test_c05a_layers_per_virtual_stage_must_divide():
     # L=80, PP=16: 80/16 = 5 layers per stage do not cut into 2 equal chunks; the flexible layout
-    # does (82 slots with E and L: ranks of 5 slots, ranks 1 and 2 of 6, chunks of 2 and 3 layers).
+    # does (5 layers per rank in chunks of 2 and 3; E and L take one slot of rank 0's and 15's).
     p = make_problem(toy_model(num_layers=80), nodes=2, gbs=64, seq=8)
     check_strategy(p, Strategy(dp=1, pp=16, vpp=2, schedule="interleaved"))
     # vpp 8: 5 slots per rank over 8 chunks leave rank 0's first chunk no slot for the embedding.

@@ -13,8 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autopar.errors import AutoparError
-from autopar.pipeline.layout import PipelineLayout, chunk_in_flight, layout_of, needs_flexible
+from autopar.pipeline.layout import chunk_in_flight, layout_of
 from autopar.problem import Problem
 from autopar.strategy import RECOMPUTE_CODES, LayoutBatch, Strategy, split_first_middle_last
 
@@ -60,22 +59,12 @@ def bounding_stages(p: Problem, batch: LayoutBatch) -> list[Stages]:
     coincide; the embedding/loss-aware split when the layout counts them as layers). For 1F1B
     and interleaved schedules every other stage holds no more memory and no
     more time than one of these: middle stages have equal layers and fewer micro-batches in
-    flight than stage 1. Where the default split cannot interleave, the stages of the flexible
-    :meth:`~autopar.pipeline.layout.PipelineLayout.balanced` layout (its rank 1 is its fullest
-    middle rank)."""
+    flight than stage 1. Where the default split cannot interleave, the flexible
+    :meth:`~autopar.pipeline.layout.PipelineLayout.balanced` layout keeps its stage sums (its
+    chunks differ; the single-layout estimate costs them chunk by chunk)."""
     num_layers = p.model.num_layers
     first, middle, last = split_first_middle_last(np.full(len(batch), num_layers), batch.pp,
                                                   batch.account_embedding, batch.account_loss)
-    flexible = needs_flexible(num_layers, batch.pp, batch.vpp) & ~batch.accounted
-    if flexible.any():  # the balanced layout's ranks 0, 1 (the fullest middle rank) and pp-1
-        first, middle, last = first.copy(), middle.copy(), last.copy()
-        for pp, vpp in np.unique(np.stack([batch.pp[flexible], batch.vpp[flexible]], axis=1), axis=0):
-            rows = flexible & (batch.pp == pp) & (batch.vpp == vpp)
-            try:
-                split = PipelineLayout.balanced(num_layers, int(pp), int(vpp), p.model.mtp_num_layers).layers_per_stage
-            except AutoparError:  # the rules refuse these rows
-                continue
-            first[rows], middle[rows], last[rows] = split[0], split[min(1, len(split) - 1)], split[-1]
     second_index = np.minimum(1, batch.pp - 1)
     second_layers = np.where(batch.pp == 2, last, middle)
     second_layers = np.where(batch.pp == 1, first, second_layers)

@@ -206,28 +206,32 @@ class PipelineLayout:
 
     @classmethod
     def balanced(cls, num_layers: int, pp: int, vpp: int, mtp_num_layers: int = 0) -> "PipelineLayout":
-        """A flexible layout for layer counts that do not split evenly: the embedding, each MTP
-        layer and the loss count as one slot each, as NVIDIA's DeepSeek-V3 recipes place them
-        (Megatron-Bridge ``"Et|(tt|)*30mL"``: 61 + 3 slots over 32 chunks of 2). The
-        ``S = L + mtp + 2`` slots go ``S // pp`` to each rank, the remainder one each to ranks
-        1, 2, ..., pp-2 and then to rank 0 and pp-1 (the middle ranks hold fewer micro-batches in
-        flight than rank 0 and carry no embedding or loss); within a rank the slots spread over
-        the chunks as evenly as possible (the later chunks take the remainder, so rank 0's first
-        chunk, which holds the most micro-batches in flight, is the lighter one).
+        """A flexible layout for layer counts that do not interleave evenly: each rank keeps the
+        decoder layers of Megatron's default split (:func:`autopar.strategy.default_layers_per_stage`:
+        even, or ``ceil(L/pp)`` per middle rank and the rest on the first and last), and its
+        chunks share them as evenly as possible with the embedding, each MTP layer and the loss
+        counted as one slot each in their chunks (rank 0's first, the last rank's last), the later
+        chunks taking the remainder. NVIDIA's DeepSeek-V3 recipe (Megatron-Bridge, pp 16 x vpp 2:
+        ``"Et|(tt|)*30mL"``) is this rule: 61 layers -> ranks of 4 with 3 on the first and 2 on
+        the last, chunks of 2 slots.
 
         Raises:
-            AutoparError: a chunk too small for what it must hold (fewer slots than the embedding,
-                or the MTP layers and the loss, need), or a rank left without a decoder layer.
+            AutoparError: no default split, or a chunk with fewer slots than the embedding (the MTP
+                layers and the loss) it must hold.
         """
-        slots_total = num_layers + mtp_num_layers + 2
-        order = list(range(1, pp - 1)) + [0, pp - 1] if pp > 2 else list(range(pp))
-        per_rank = np.full(pp, slots_total // pp, dtype=np.int64)
-        per_rank[order[:slots_total % pp]] += 1
+        from autopar.strategy import default_layers_per_stage
+
+        split = default_layers_per_stage(num_layers, pp)
+        if split is None:
+            raise AutoparError(f"num_layers={num_layers} has no default split over pp={pp} stages")
+        per_rank = np.asarray(split, dtype=np.int64)
+        per_rank[0] += 1
+        per_rank[-1] += 1 + mtp_num_layers
         slots = per_rank[:, None] // vpp + (np.arange(vpp)[None, ::-1] < (per_rank % vpp)[:, None])
         decoder = slots.copy()
         decoder[0, 0] -= 1
         decoder[-1, -1] -= 1 + mtp_num_layers
-        if decoder.min() < 0 or decoder.sum(axis=1).min() < 1:
+        if decoder.min() < 0:
             raise AutoparError(f"num_layers={num_layers} with {mtp_num_layers} MTP layers has no balanced layout "
                                f"over pp={pp} x vpp={vpp} chunks (too few slots for the embedding, MTP and loss)")
         return cls.from_chunks(decoder, mtp_num_layers)
