@@ -14,9 +14,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable
 
+import numpy as np
 from pydantic import ValidationError
 
 from autopar.errors import from_validation_error
+from autopar.pipeline.layout import PipelineLayout
 from autopar.problem import Problem
 from autopar.specs import ModelSpec, TrainSpec, load_device, load_model, make_cluster, preset_names
 from autopar.strategy import Strategy
@@ -281,7 +283,8 @@ def strategy_of(row: Row, family: Family, assumed: list[str]) -> Strategy:
         assumed.append(f"mbs={mbs}, vpp={vpp} (run_table_1.sh)")
     split: dict = {}
     if family.name == "torchtitan" and pp > 1:
-        mbs, vpp, split = torchtitan_pipeline(row, gbs // dp, pp, mbs, vpp, assumed)
+        mbs, vpp, split = torchtitan_pipeline(row, gbs // dp, pp, mbs, vpp, assumed,
+                                              model_of(row, family).mtp_num_layers)
     if mbs is None:
         mbs = gbs // dp if family.name in ("megatron-2020", "torchtitan") else 1
         assumed.append(f"mbs={mbs}")
@@ -330,7 +333,7 @@ def torchtitan_split(num_layers: int, stages: int) -> tuple[int, ...]:
 
 
 def torchtitan_pipeline(row: Row, local_batch: int, pp: int, mbs: int | None, vpp: int | None,
-                        assumed: list[str]) -> tuple[int, int, dict]:
+                        assumed: list[str], mtp_num_layers: int = 0) -> tuple[int, int, dict]:
     """(mbs, vpp, split fields) of a torchtitan run with pp > 1 whose row leaves them unstated.
 
     torchtitan 2024-12 (the TT2412 benchmark commit 9dec370; ``pipelining_utils.py``): a
@@ -340,11 +343,12 @@ def torchtitan_pipeline(row: Row, local_batch: int, pp: int, mbs: int | None, vp
     pp * stages per rank only on 2025-01-07), so ``num_microbatches = pp`` and
     ``mbs = local_batch / pp``.
     The split is :func:`torchtitan_split`; with vpp 1 it is passed as ``layers_per_stage``, with
-    vpp > 1 as Megatron's embedding/loss-accounted split where that is the same split.
+    vpp > 1 as Megatron's embedding/loss-accounted split where that is the same split, else as
+    the :class:`~autopar.pipeline.layout.PipelineLayout` of its chunks (stage ``i`` on rank
+    ``i % pp``, torchtitan's interleaved placement; ``mtp_num_layers`` of the model before the loss).
 
     Raises:
-        Unscorable: the local batch is not a multiple of pp, or the interleaved split cannot
-            be expressed.
+        Unscorable: the local batch is not a multiple of pp.
     """
     if vpp is None:
         vpp = 2 if "interleaved" in row["notes"].lower() else 1
@@ -361,9 +365,10 @@ def torchtitan_pipeline(row: Row, local_batch: int, pp: int, mbs: int | None, vp
         return mbs, vpp, {"layers_per_stage": chunks} if len(set(chunks)) > 1 else {}
     slots = (layers + 2) // (pp * vpp)
     accounted = (slots - 1,) + (slots,) * (pp * vpp - 2) + (slots - 1,)
-    if (layers + 2) % (pp * vpp) or chunks != accounted or "account_for_loss" not in Strategy.model_fields:
-        raise Unscorable(f"torchtitan's interleaved split {chunks} has no autopar form")
-    return mbs, vpp, {"account_for_embedding": True, "account_for_loss": True}
+    if (layers + 2) % (pp * vpp) == 0 and chunks == accounted:
+        return mbs, vpp, {"account_for_embedding": True, "account_for_loss": True}
+    decoder = np.asarray(chunks, dtype=np.int64).reshape(vpp, pp).T  # [rank, chunk]
+    return mbs, vpp, {"pipeline_layout": PipelineLayout.from_chunks(decoder, mtp_num_layers).megatron()}
 
 
 def expert_tp_of(row: Row) -> int | None:
