@@ -224,3 +224,15 @@ def test_balance_llama2_70b_pp16_vpp2_runs():
                               "--device", "h100-80gb", "--nodes", "16"])
     assert out.exit_code == 0, out.output
     assert "Megatron-LM:" in out.output
+
+
+def test_search_offers_flexible_vpps_where_nothing_else_interleaves():
+    from autopar.space import _flexible_vpps, enumerate_layouts, SpaceOptions
+
+    p = make_problem("deepseek-v3", nodes=128, gbs=8192)  # 64 slots: 61 layers + MTP + E + L
+    assert [_flexible_vpps(p, pp, 16) for pp in (4, 8, 16, 32)] == [[4, 8], [2, 4], [2], []]
+    batch = enumerate_layouts(p, SpaceOptions(tp=(1,), cp=(1,), pp=(8,), mbs=(1,), zero=(1,)))
+    assert sorted(set(batch.vpp.tolist())) == [1, 2, 4]
+    # a search row with vpp 4 is written with its layout string
+    row = int(np.nonzero(batch.vpp == 4)[0][0])
+    assert batch.strategy(row, 61, 1).pipeline_layout == "Et|(tt|)*30mL"
