@@ -142,7 +142,8 @@ def fp8_param_gather_flag(s: Strategy) -> str:
 
 
 def needs_max_connections_env(p: Problem, s: Strategy) -> bool:
-    """Megatron asserts ``CUDA_DEVICE_MAX_CONNECTIONS=1`` when tp > 1 or cp > 1 (pre-Blackwell)."""
+    """Megatron asserts ``CUDA_DEVICE_MAX_CONNECTIONS=1`` when tp > 1 or cp > 1 (pre-Blackwell)
+    without Megatron-FSDP, and refuses it with FSDP (:func:`autopar.export.layout_flags.needs_max_connections_env`)."""
     return needs_env(s)
 
 
