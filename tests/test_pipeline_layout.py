@@ -236,3 +236,17 @@ def test_search_offers_flexible_vpps_where_nothing_else_interleaves():
     # a search row with vpp 4 is written with its layout string
     row = int(np.nonzero(batch.vpp == 4)[0][0])
     assert batch.strategy(row, 61, 1).pipeline_layout == "Et|(tt|)*30mL"
+
+
+def test_standalone_mtp_is_costed_on_its_own_rank():
+    """Megatron's docstring layout "Ettt|(tt|)*29,m|L" puts the MTP layer alone on chunk 1 of rank 14
+    and the loss on rank 15; "...|mL" keeps both on rank 15. The MTP block's parameters move from
+    rank 15 to rank 14 and nothing else changes: the same amount leaves one and joins the other."""
+    p = make_problem("deepseek-v3", nodes=128, gbs=8192)
+    def params(text):
+        s = Strategy(dp=64, tp=1, pp=16, vpp=2, ep=64, schedule="interleaved", pipeline_layout=text)
+        return [m.params for m in estimate(p, s).memory_per_stage]
+    alone, together = params("Ettt|(tt|)*29,m|L"), params("Ettt|(tt|)*29|mL")
+    moved = alone[14] - together[14]
+    assert moved > 1e9 and together[15] - alone[15] == pytest.approx(moved)
+    assert alone[:14] == together[:14]
