@@ -172,7 +172,7 @@ def test_table_covers_each_recorded_argument_list():
 def test_modelled_is_what_the_reader_reads():
     """The table's ``modelled`` class and the reader's own flags cannot disagree."""
     modelled = {f for f, e in FLAGS.items() if e["class"] == "modelled"}
-    assert modelled == reader_flags() & set(FLAGS)
+    assert modelled == reader_flags() & set(FLAGS), "rerun: python tools/script_flags.py --from-table"
 
 
 def test_every_read_flag_has_an_effect_case():

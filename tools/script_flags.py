@@ -7,7 +7,8 @@ Reads the flag names of Megatron-LM's and MindSpeed-LLM's (with MindSpeed's) arg
 each: ``modelled`` when autopar's script reader reads it
 (:func:`autopar.specs.script_flags.reader_flags`), else by the rules below (ours: names and
 reasons only). Writes ``src/autopar/data/script_flags.json`` and ``docs/script_flags.md``.
-Rerun after the reader learns a flag, so the table says ``modelled``.
+Rerun after the reader learns a flag, so the table says ``modelled`` (``--from-table`` does so
+from the packaged table alone, without the framework copies).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from autopar.specs.script_flags import reader_flags  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 MIRROR = Path("/work/.mirror")
 MEGATRON_TAG = "v0.15.3"
+TABLE_PATH = ROOT / "src/autopar/data/script_flags.json"
 
 
 def main() -> None:
@@ -36,7 +38,21 @@ def main() -> None:
     p.add_argument("--megatron-rev", default=MEGATRON_TAG)
     p.add_argument("--mindspeed-llm", default=str(MIRROR / "Ascend+MindSpeed-LLM/repo"))
     p.add_argument("--mindspeed", default=str(MIRROR / "Ascend+MindSpeed/repo"))
+    p.add_argument("--from-table", action="store_true",
+                   help="reclassify the flags of the packaged table (after the reader or the rules changed) "
+                        "without the framework copies")
     args = p.parse_args()
+    if args.from_table:
+        old = json.loads(TABLE_PATH.read_text())
+        meta = old["sources"]
+        table = {f: dict(frameworks=e["frameworks"], groups=e["groups"]) for f, e in old["flags"].items()}
+    else:
+        table, meta = read_frameworks(args)
+    write(table, meta)
+
+
+def read_frameworks(args: argparse.Namespace) -> tuple[dict[str, dict], dict[str, dict]]:
+    """``(flag -> {"frameworks", "groups"}, source key -> its name, version, commit and files)``."""
     sources = {
         "megatron": (Source("megatron", args.megatron, args.megatron_rev, ("megatron/training/arguments.py",)),
                      "Megatron-LM"),
@@ -57,6 +73,11 @@ def main() -> None:
             entry = table.setdefault(flag, dict(frameworks=[], groups=[]))
             entry["frameworks"].append(key)
             entry["groups"].append(group)
+    return table, meta
+
+
+def write(table: dict[str, dict], meta: dict[str, dict]) -> None:
+    """Classify ``table`` in place and write the JSON table and the Markdown page."""
     read = reader_flags()
     for flag, entry in sorted(table.items()):
         if flag in read:
@@ -70,10 +91,10 @@ def main() -> None:
     for key, m in meta.items():
         m["count"] = sum(1 for e in flags.values() if key in e["frameworks"])
     doc = {"sources": meta, "flags": flags}
-    (ROOT / "src/autopar/data/script_flags.json").write_text(json.dumps(doc, indent=1) + "\n")
+    TABLE_PATH.write_text(json.dumps(doc, indent=1) + "\n")
     (ROOT / "docs").mkdir(exist_ok=True)
     (ROOT / "docs/script_flags.md").write_text(markdown(doc))
-    for key in sources:
+    for key in meta:
         counts = {c: sum(1 for e in flags.values() if key in e["frameworks"] and e["class"] == c)
                   for c in ("modelled", "no_effect", "refused")}
         print(key, counts, "total", sum(counts.values()))
