@@ -35,9 +35,9 @@ NO_EFFECT_FLAGS: dict[str, tuple[str, ...]] = {
              "--no-gradient-accumulation-fusion", "--use-fused-weighted-squared-relu", "--use-te-activation-func",
              "--moe-grouped-gemm", "--moe-use-legacy-grouped-gemm", "--moe-permute-fusion", "--moe-router-fusion",
              "--no-gradient-reduce-div-fusion", "--use-fused-swiglu", "--use-fused-rotary-pos-emb",
-             "--use-flash-attn", "--use-fusion-attn-v2", "--use-fused-ring-attention-update",
+             "--use-fusion-attn-v2", "--use-fused-ring-attention-update",
              "--gemm-gradient-accumulation-fusion", "--use-fused-moe-token-permute-and-unpermute", "--jit-compile",
-             "--use-triton-swiglu-limit", "--rope-type"),
+             "--use-triton-swiglu-limit"),
     DP_OVERLAP: ("--overlap-grad-reduce", "--overlap-param-gather", "--overlap-param-gather-with-optimizer-step",
                  "--ddp-num-buckets", "--ddp-bucket-size", "--ddp-pad-buckets-for-high-nccl-busbw",
                  "--ddp-average-in-collective", "--param-and-grad-buffer-pad", "--reset-bucket-group-order"),
@@ -50,7 +50,7 @@ NO_EFFECT_FLAGS: dict[str, tuple[str, ...]] = {
            "--rope-scaling-original-max-position-embeddings", "--longrope-freqs-type", "--low-freq-factor",
            "--high-freq-factor", "--long-factor", "--short-factor", "--long-mscale", "--short-mscale",
            "--dynamic-factor", "--use-glm-rope", "--rope-scaling-beta-fast", "--rope-scaling-beta-slow",
-           "--yarn-scaling-factor", "--rope-theta", "--rope-factor"),
+           "--yarn-scaling-factor", "--rope-theta", "--rope-factor", "--rope-type"),
     HOST: ("--distributed-timeout-minutes", "--distributed-timeout-seconds-after-init", "--local-rank",
            "--lazy-mpu-init", "--use-ring-exchange-p2p", "--init-model-with-meta-device", "--use-cpu-initialization",
            "--disable-gloo-process-groups", "--disable-gloo-group", "--high-priority-stream-groups",
@@ -70,7 +70,7 @@ NO_EFFECT_FLAGS: dict[str, tuple[str, ...]] = {
                "--embedding-multiplier-scale", "--output-multiplier-scale", "--scale-emb", "--dim-model-base",
                "--scale-depth", "--input-jitter", "--swiglu-limit", "--add-rmsnorm-offset", "--query-pre-attn-scalar",
                "--output-logit-softcapping", "--attn-logit-softcapping", "--fill-neg-inf", "--square-alibi-mask",
-               "--alibi-diagonal-opposite", "--npu-deterministic", "--relative-attention-num-buckets",
+               "--alibi-diagonal-opposite", "--relative-attention-num-buckets",
                "--relative-attention-max-distance", "--moe-use-upcycling", "--moe-upcycling-granularity",
                "--sgd-momentum", "--apply-wd-to-qk-layernorm", "--use-deter-comp", "--skip-bias-add",
                "--squared-relu", "--gelu-tanh"),
@@ -86,7 +86,8 @@ NO_EFFECT_FLAGS: dict[str, tuple[str, ...]] = {
     "a step-time measurement or profiling switch": (
         "--profile", "--profile-step-start", "--profile-step-end", "--profile-ranks", "--use-pytorch-profiler",
         "--record-memory-history", "--memory-snapshot-path", "--iterations-to-skip",
-        "--result-rejected-tracker-filename", "--deterministic-mode"),
+        "--result-rejected-tracker-filename"),
+    "the fused (flash) attention autopar costs unless --attention-backend says unfused/local": ("--use-flash-attn",),
     "the training length, exit and evaluation schedule": (
         "--train-iters", "--train-samples", "--log-interval", "--exit-interval", "--exit-duration-in-mins",
         "--exit-signal-handler", "--tensorboard-dir", "--variable-seq-lengths"),
@@ -114,6 +115,12 @@ REFUSED_FLAGS: dict[str, tuple[str, ...]] = {
         "--decoder-seq-length", "--encoder-num-layers", "--decoder-num-layers", "--no-position-embedding",
         "--warmup"),
     "it changes the global batch at run time": ("--decrease-batch-size-if-needed",),
+    "deterministic kernels (some fused attention and reduction kernels disabled) are slower than the ones "
+    "autopar costs": ("--deterministic-mode", "--npu-deterministic"),
+    "MindSpeed's sliding-window flags are not read; use Megatron-LM's --window-size": (
+        "--sliding-window", "--interleave-sliding-window", "--sliding-window-size"),
+    "MindSpeed's fp32-parameter reuse (a memory saving of mixed-precision training) is not modelled": (
+        "--reuse-fp32-param",),
     "activation memory under full recompute with TP (split saved inputs) is not modelled":
         ("--distribute-saved-activations",),
     "the pipeline's point-to-point traffic then changes (no overlap, no scatter/gather, or a changed "
