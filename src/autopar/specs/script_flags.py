@@ -30,8 +30,9 @@ from autopar.specs.script_launch import Args
 
 _FLAG = re.compile(r"--[a-z0-9][a-z0-9_-]*")
 # Modules of the launch-script reader that read training flags (script_launch reads the
-# launcher's own options, script_cli autopar's CLI defaults, this module the table).
-_NOT_READERS = {"script_launch", "script_cli", "script_flags"}
+# launcher's own options, script_cli autopar's CLI defaults, this module the table, and a
+# script_refused module names flags only to refuse them).
+_NOT_READERS = {"script_launch", "script_cli", "script_flags", "script_refused"}
 # autopar's own option, named in the reader's messages about the script file.
 _AUTOPAR_OPTIONS = {"--script"}
 
