@@ -38,8 +38,8 @@ _AUTOPAR_OPTIONS = {"--script"}
 
 
 def reader_modules() -> list[Path]:
-    """Source files of the script reader: ``autopar/specs/script*.py`` but the launcher, CLI and
-    table modules."""
+    """Source files of the script reader: ``autopar/specs/script*.py`` but the launcher, CLI, table
+    and refusal modules (``_NOT_READERS``)."""
     here = Path(__file__).parent
     return sorted(p for p in here.glob("script*.py") if p.stem not in _NOT_READERS)
 
