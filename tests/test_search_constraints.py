@@ -7,6 +7,8 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from autopar.cli import app
@@ -33,7 +35,7 @@ def test_product_factors_remove_their_exact_share():
     3/4 of it, and ``--sp`` then removes half of what is left (first failing constraint counts)."""
     doc = _search("--zero", "1", "--sp")
     assert doc["enumerated"] == ENUMERATED
-    assert doc["constraints"] == {"--zero 1": ENUMERATED * 3 // 4, "--sp on": ENUMERATED // 8}
+    assert doc["constraints"] == {"--zero 1": ENUMERATED * 3 // 4, "--sp": ENUMERATED // 8}
     assert all(x["strategy"]["zero"] == 1 and x["strategy"]["sp"] for x in doc["layouts"])
 
 
@@ -99,3 +101,33 @@ def test_summary_line_names_the_constraints():
     out = runner.invoke(app, [*TOY[:-1], "--zero", "1"])
     assert out.exit_code == 0, out.output
     assert f"removed by constraints: --zero 1 {ENUMERATED * 3 // 4:,} ({ENUMERATED * 3 // 4:,} in all)" in out.output
+
+
+@settings(max_examples=40, deadline=None)
+@given(tp=st.sets(st.sampled_from([1, 2, 4, 8]), min_size=1), pp=st.sets(st.sampled_from([1, 2, 4, 8]), min_size=1),
+       zero=st.sets(st.integers(0, 3), min_size=1), no_cp=st.booleans(), no_vpp=st.booleans())
+def test_constraints_partition_the_space(tp, pp, zero, no_cp, no_vpp):
+    """Kept rows pass every constraint, every removed row fails the one it is counted under and
+    no earlier one, and kept + removed = enumerated."""
+    from autopar.cli_inputs import problem_from_options
+    from autopar.space import enumerate_layouts
+
+    batch = _toy_batch(problem_from_options, enumerate_layouts)
+    constraints = parse_constraints({"--tp": ",".join(map(str, tp)), "--pp": ",".join(map(str, pp)),
+                                     "--zero": ",".join(map(str, zero))}, {"--no-cp": no_cp, "--no-vpp": no_vpp})
+    kept, removed = apply_constraints(batch, constraints)
+    passes = [c.passes(batch) for c in constraints]
+    assert np.array_equal(kept, np.logical_and.reduce(passes))
+    for k, c in enumerate(constraints):
+        first_fail = ~passes[k] & np.logical_and.reduce([np.ones(len(batch), bool), *passes[:k]])
+        assert removed[c.text] == int(first_fail.sum())
+    assert int(kept.sum()) + sum(removed.values()) == len(batch) == ENUMERATED
+
+
+_BATCH: list = []
+
+
+def _toy_batch(problem_from_options, enumerate_layouts) -> LayoutBatch:
+    if not _BATCH:
+        _BATCH.append(enumerate_layouts(problem_from_options("llama3-8b", "h100-80gb", 1, None, 8, 4096, *[None] * 9)))
+    return _BATCH[0]

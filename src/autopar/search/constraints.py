@@ -92,6 +92,12 @@ def parse_values(spec: FieldSpec, text: str) -> frozenset[int]:
     return frozenset(values)
 
 
+def _field_option(c: Constraint) -> str:
+    """The :data:`FIELDS` option a pinned constraint came from (``--no-sp`` is ``--sp``)."""
+    option = c.text.split()[0]
+    return "--sp" if option == "--no-sp" else option
+
+
 def parse_constraints(pinned: dict[str, str | None], switches: dict[str, bool]) -> list[Constraint]:
     """The constraints of ``search``'s options.
 
@@ -110,15 +116,16 @@ def parse_constraints(pinned: dict[str, str | None], switches: dict[str, bool]) 
             raise AutoparError(f"{option}: not a search constraint; allowed {', '.join(FIELD_BY_OPTION)}")
         if text is not None:
             spec = FIELD_BY_OPTION[option]
-            out.append(Constraint(f"{option} {text}", spec.column, parse_values(spec, text)))
-    out.sort(key=lambda c: list(FIELD_BY_OPTION).index(c.text.split()[0]))
+            shown = {"--sp on": "--sp", "--sp off": "--no-sp"}.get(f"{option} {text}", f"{option} {text}")
+            out.append(Constraint(shown, spec.column, parse_values(spec, text)))
+    out.sort(key=lambda c: list(FIELD_BY_OPTION).index(_field_option(c)))
     for option, on in switches.items():
         if option not in SWITCHES:
             raise AutoparError(f"{option}: not a search switch; allowed {', '.join(SWITCHES)}")
         if not on:
             continue
         field_option, allowed = SWITCHES[option]
-        given = next((c for c in out if c.text.split()[0] == field_option), None)
+        given = next((c for c in out if _field_option(c) == field_option), None)
         if given is not None and not given.allowed & allowed:
             raise AutoparError(f"{given.text} with {option}: the switch leaves no value of {field_option}")
         out.append(Constraint(option, FIELD_BY_OPTION[field_option].column, allowed))
