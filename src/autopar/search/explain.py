@@ -143,13 +143,13 @@ def explain_layout(p: Problem, text: str, result: SearchResult, memory_margin: f
         row = int(np.flatnonzero(candidates & (grid.failed == [r.name for r in RULES].index(name)))[0])
         rule = next(r for r in RULES if r.name == name)
         return Explanation(where, "rule", [
-            f"rejected by rule {name}: {rule.reason(p, batch.strategy(row, layers))}",
+            f"rejected by rule {name}: {rule.reason(p, batch.strategy(row, layers, p.model.mtp_num_layers))}",
             "variants rejected by rule: " + ", ".join(f"{k} {v:,}" for k, v in counts.items())],
             details={"rules": counts})
     fitting = valid_match & grid.fits
     if not np.any(fitting):
         lightest = int(np.flatnonzero(valid_match)[np.argmin(grid.costs.peak_memory_bytes[valid_match])])
-        e = estimate(p, grid.valid.strategy(lightest, layers), memory_margin)
+        e = estimate(p, grid.valid.strategy(lightest, layers, p.model.mtp_num_layers), memory_margin)
         return Explanation(where, "memory", [
             f"out of memory: none of its {int(valid_match.sum()):,} valid variants fits; the lightest "
             f"(mbs {e.strategy.mbs}, zero {e.strategy.zero}, recompute {e.strategy.recompute}) peaks at "
@@ -165,7 +165,7 @@ def _ranked(p: Problem, grid: Any, fitting: np.ndarray, where: str, result: Sear
     layers, refused = p.model.num_layers, []
 
     def writable(i: int) -> bool:
-        reason = refusal(p, target, grid.valid.strategy(i, layers))
+        reason = refusal(p, target, grid.valid.strategy(i, layers, p.model.mtp_num_layers))
         if reason is not None and fitting[i]:
             refused.append(reason)
         return reason is None
@@ -179,7 +179,7 @@ def _ranked(p: Problem, grid: Any, fitting: np.ndarray, where: str, result: Sear
     if found is None:
         return Explanation(where, "ranked", [f"fits, but ranks below #{MAX_RANK} of the {total:,} fitting layouts"])
     rank, i = found
-    e = estimate(p, grid.valid.strategy(i, layers), memory_margin)
+    e = estimate(p, grid.valid.strategy(i, layers, p.model.mtp_num_layers), memory_margin)
     best = result.layouts[0]
     s = e.strategy
     lines = [f"ranks #{rank} of {total:,} fitting layouts (the table's order before its top rows are re-balanced): "
