@@ -1,0 +1,54 @@
+"""MkDocs hook: replace ``<!-- autopar-cli-reference -->`` in a page with the reference of every
+``autopar`` command, read from the typer app itself (``autopar.cli.app``), so the options are
+written once, in the code."""
+
+from __future__ import annotations
+
+import typer
+
+MARKER = "<!-- autopar-cli-reference -->"
+
+
+def _commands(group, path: str) -> list:
+    """Every command under ``group`` as (full command line, click command), depth first (typer
+    ships its own click, so groups are recognised by ``list_commands``, not by class)."""
+    out = [(path, group)]
+    if hasattr(group, "list_commands"):
+        ctx = typer.Context(group)
+        for name in group.list_commands(ctx):
+            out += _commands(group.get_command(ctx, name), f"{path} {name}")
+    return out
+
+
+def _param_row(param, ctx) -> str:
+    """One markdown table row: the option's names with its value type, and its help (as
+    ``--help`` shows them: click's own help record)."""
+    record = param.get_help_record(ctx)
+    names, text = record if record else (param.human_readable_name, "")
+    text = text.replace("\\[", "[").replace("|", "\\|").replace("\n", " ")
+    return f"| `{names}` | {text} |"
+
+
+def reference_markdown() -> str:
+    """The whole CLI reference as markdown: one section per command, its help and its options."""
+    from autopar.cli import app
+
+    root = typer.main.get_command(app)
+    parts = []
+    for path, cmd in _commands(root, "autopar"):
+        parts.append(f"## `{path}`\n")
+        parts.append((cmd.help or "").replace("\\[", "[").strip() + "\n")
+        params = [p for p in cmd.params if not getattr(p, "hidden", False)]
+        if hasattr(cmd, "list_commands"):
+            subs = cmd.list_commands(typer.Context(cmd))
+            parts.append("Subcommands: " + ", ".join(f"`{path} {s}`" for s in subs) + ".\n")
+        if params:
+            ctx = typer.Context(cmd)
+            parts.append("| option | meaning |\n| --- | --- |")
+            parts.append("\n".join(_param_row(p, ctx) for p in params) + "\n")
+    return "\n".join(parts)
+
+
+def on_page_markdown(markdown: str, **kwargs) -> str:  # mkdocs hook signature
+    """Fill the marker with :func:`reference_markdown` (pages without it are unchanged)."""
+    return markdown.replace(MARKER, reference_markdown()) if MARKER in markdown else markdown
