@@ -1,12 +1,14 @@
 """MkDocs hook: replace ``<!-- autopar-cli-reference -->`` in a page with the reference of every
-``autopar`` command, read from the typer app itself (``autopar.cli.app``), so the options are
-written once, in the code."""
+``autopar`` command, read from the typer app itself (``autopar.cli.app``), and
+``<!-- autopar-rules -->`` with the names of the layout rules (``autopar.rules.RULES``), so both
+are written once, in the code."""
 
 from __future__ import annotations
 
 import typer
 
 MARKER = "<!-- autopar-cli-reference -->"
+RULES_MARKER = "<!-- autopar-rules -->"
 
 
 def _commands(group, path: str) -> list:
@@ -49,6 +51,19 @@ def reference_markdown() -> str:
     return "\n".join(parts)
 
 
+def rules_markdown() -> str:
+    """The names of the layout validity rules, in the order the search applies them
+    (:data:`autopar.rules.RULES`), as a markdown list."""
+    from autopar.rules import RULES
+
+    return "\n".join(f"{i}. `{r.name}`" for i, r in enumerate(RULES, 1)) + "\n"
+
+
 def on_page_markdown(markdown: str, **kwargs) -> str:  # mkdocs hook signature
-    """Fill the marker with :func:`reference_markdown` (pages without it are unchanged)."""
-    return markdown.replace(MARKER, reference_markdown()) if MARKER in markdown else markdown
+    """Fill the markers with :func:`reference_markdown` and :func:`rules_markdown` (pages
+    without them are unchanged)."""
+    if MARKER in markdown:
+        markdown = markdown.replace(MARKER, reference_markdown())
+    if RULES_MARKER in markdown:
+        markdown = markdown.replace(RULES_MARKER, rules_markdown())
+    return markdown
