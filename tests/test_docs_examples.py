@@ -19,11 +19,9 @@ BLOCKS = docs_examples.blocks()
 
 
 def test_the_docs_have_examples_for_every_command():
-    """Each command page shows at least one runnable example of its own command (profile's
-    measuring subcommands need a GPU: their page shows the database they read instead)."""
-    run = {(b.path.stem, e.argv[0]) for b in BLOCKS for e in b.examples}
-    for command in ["search", "estimate", "devices", "balance", "export", "validate"]:
-        assert (command, command) in run, f"docs/commands/{command}.md runs no autopar {command}"
+    """Every command but ``profile`` (it measures on a GPU, with torch) has a runnable example."""
+    run = {e.argv[0] for b in BLOCKS for e in b.examples}
+    assert {"search", "estimate", "devices", "balance", "export", "validate"} <= run
 
 
 @pytest.mark.parametrize("block", BLOCKS, ids=[f"{b.path.relative_to(ROOT / 'docs')}:{b.span[0]}" for b in BLOCKS])
