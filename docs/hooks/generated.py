@@ -1,12 +1,17 @@
 """MkDocs hook: replace ``<!-- autopar-cli-reference -->`` in a page with the reference of every
 ``autopar`` command, read from the typer app itself (``autopar.cli.app``), and
 ``<!-- autopar-rules -->`` with the names of the layout rules (``autopar.rules.RULES``), so both
-are written once, in the code."""
+are written once, in the code; and render the docstrings' Sphinx roles as plain code spans."""
 
 from __future__ import annotations
 
+import re
+
 import typer
 
+# Sphinx cross-reference roles in the docstrings (``:func:`x```), which mkdocstrings renders as
+# ":func:" followed by the code span; the hook keeps the code span only.
+SPHINX_ROLE = re.compile(r":(?:func|mod|class|data|attr|meth|obj):(?=<code>)")
 MARKER = "<!-- autopar-cli-reference -->"
 RULES_MARKER = "<!-- autopar-rules -->"
 
@@ -67,3 +72,8 @@ def on_page_markdown(markdown: str, **kwargs) -> str:  # mkdocs hook signature
     if RULES_MARKER in markdown:
         markdown = markdown.replace(RULES_MARKER, rules_markdown())
     return markdown
+
+
+def on_page_content(html: str, **kwargs) -> str:  # mkdocs hook signature
+    """Drop the Sphinx role prefixes (:data:`SPHINX_ROLE`) from the rendered docstrings."""
+    return SPHINX_ROLE.sub("", html)
