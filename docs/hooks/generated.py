@@ -5,6 +5,7 @@ are written once, in the code; and render the docstrings' Sphinx roles as plain 
 
 from __future__ import annotations
 
+import html
 import re
 
 import typer
@@ -32,7 +33,7 @@ def _param_row(param, ctx) -> str:
     ``--help`` shows them: click's own help record)."""
     record = param.get_help_record(ctx)
     names, text = record if record else (param.human_readable_name, "")
-    text = text.replace("\\[", "[").replace("|", "\\|").replace("\n", " ")
+    text = html.escape(text.replace("\\[", "["), quote=False).replace("|", "\\|").replace("\n", " ")
     return f"| `{names}` | {text} |"
 
 
@@ -44,7 +45,7 @@ def reference_markdown() -> str:
     parts = []
     for path, cmd in _commands(root, "autopar"):
         parts.append(f"## `{path}`\n")
-        parts.append((cmd.help or "").replace("\\[", "[").strip() + "\n")
+        parts.append(html.escape((cmd.help or "").replace("\\[", "["), quote=False).strip() + "\n")
         params = [p for p in cmd.params if not getattr(p, "hidden", False)]
         if hasattr(cmd, "list_commands"):
             subs = cmd.list_commands(typer.Context(cmd))
