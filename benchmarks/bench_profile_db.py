@@ -17,6 +17,7 @@ import autopar.cli  # noqa: F401  (loads the CLI options the profile sub-app imp
 from autopar.problem import Problem
 from autopar.profile.cli import profiled
 from autopar.profile.opdb import OpDB
+from autopar.profile.provenance import MeasuredOn
 from autopar.profile.shapes import layer_dims, strategy_ops, unique
 from autopar.search import search
 from autopar.specs import TrainSpec, load_device, load_model, make_cluster
@@ -37,6 +38,8 @@ def main() -> None:
     plain_s, result = best_of(5, lambda: search(p, top_k=10))
     path = Path(tempfile.mkdtemp()) / "bench.db"
     db = OpDB(path)
+    db.put_measured_on(MeasuredOn("H100", "torch=bench", "NVIDIA H100 80GB HBM3", "h100-80gb", "h100-80gb", None, None,
+                                  None, None, "synthetic (benchmark)"))
     ops = unique([op for e in result.layouts for op in strategy_ops(p, e.strategy)])
     for op, dims in ops:
         db.put("H100", op, dims, "bf16", "torch=bench", (1e-3, 0.0), (2e-3, 0.0), 1.0, 1)

@@ -124,32 +124,7 @@ def test_hf_config_with_an_unreadably_long_integer(tmp_path):
     path = tmp_path / "config.json"
     path.write_text(json.dumps(LLAMA_CFG).replace('"vocab_size": 128256', '"vocab_size": ' + "9" * 5000))
     err = one_line_error(["estimate", "-m", str(path), "--device", "h100-80gb"])
-    assert "field 'vocab_size'=inf must be an integer" in err and "sys.set_int_max_str_digits" not in err
-
-
-DEEPSEEK_CFG = json.loads((MODELS / "deepseek-v3.json").read_text())
-
-
-@pytest.mark.parametrize("base, changes, needle", [
-    # each named autopar's field (num_layers, ffn_hidden_size, num_kv_heads, norm_eps, ...), not the config's key
-    (LLAMA_CFG, {"num_hidden_layers": -1}, ": num_hidden_layers=-1: Input should be greater than 0"),
-    (LLAMA_CFG, {"num_hidden_layers": 10**6}, ": num_hidden_layers=1000000: Input should be less than"),
-    (LLAMA_CFG, {"intermediate_size": 0}, ": intermediate_size=0: Input should be greater than 0"),
-    (LLAMA_CFG, {"num_key_value_heads": 0}, ": num_key_value_heads=0"),
-    (LLAMA_CFG, {"rms_norm_eps": 2.0}, ": rms_norm_eps=2.0: Input should be less than 1"),
-    (LLAMA_CFG, {"rope_theta": -1}, ": rope_theta=-1.0"),
-    (QWEN_MOE_CFG, {"moe_intermediate_size": -5}, ": moe_intermediate_size=-5"),
-    (MIXTRAL_CFG, {"router_aux_loss_coef": 1e9}, ": router_aux_loss_coef=1000000000.0"),
-    (DEEPSEEK_CFG, {"n_routed_experts": 3}, "num_experts_per_tok=8 must be in 1..n_routed_experts=3"),
-    (DEEPSEEK_CFG, {"n_group": 7}, "n_group=7 with topk_group=4: the groups must split n_routed_experts=256"),
-    (DEEPSEEK_CFG, {"n_shared_experts": -1}, "field 'n_shared_experts'=-1 must be >= 0"),  # shared_expert_ffn_...
-    (DEEPSEEK_CFG, {"num_nextn_predict_layers": 100}, "num_nextn_predict_layers=100 must be at most "
-     "num_hidden_layers=61"),
-])
-def test_hf_config_range_errors_name_the_config_key(tmp_path, base, changes, needle):
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps({**base, **changes}))
-    assert needle in one_line_error(["estimate", "-m", str(path), "--device", "h100-80gb"])
+    assert "vocab_size=<a 5000-digit number>: too large" in err and "set_int_max_str_digits" not in err
 
 
 # ----- profile databases ----------------------------------------------------------------------
@@ -226,8 +201,8 @@ def _layer_edit(key, value, index=3):
 @pytest.mark.parametrize("edit, needle", [
     (lambda d: d.update(pp=10**9), "pp=1000000000 x vpp=1 exceeds the 16 layers"),
     (lambda d: d.update(pp=4, vpp=8), "pp=4 x vpp=8 exceeds the 16 layers"),
-    (lambda d: d.update(num_microbatches=10**9), "num_microbatches=1000000000: balancing simulates every "
-     "micro-batch, at most 100000"),
+    (lambda d: d.update(num_microbatches=10**9), "num_microbatches=1000000000: balancing takes at most 100,000 "
+     "micro-batches per step"),
     (_layer_edit("recompute_s", [1, 2]), "layers[3].recompute_s=[1, 2]: expected a mapping from recompute options"),
     (_layer_edit("recompute_s", {"bogus": 1.0}), "layers[3].recompute_s={'bogus': 1.0}"),
     (_layer_edit("forward_s", True), "layers[3].forward_s=True: expected a number"),
@@ -398,9 +373,12 @@ def test_empty_model_name():
     # rule 18: uneven first/last stages need the stage-count form; 8,8,8,8 was estimated as vpp 2
     ("--bf16", "--bf16 \\\n    --num-layers-per-virtual-pipeline-stage 4 --decoder-first-pipeline-num-layers 8",
      "--num-layers-per-virtual-pipeline-stage=4 with --decoder-first/last-pipeline-num-layers"),
-    # an explicit layout string was ignored: the estimate used the default split instead
+    # Megatron-LM TransformerConfig: the layout string alone, not with the first/last stage counts
+    ("--bf16", "--bf16 \\\n    --pipeline-model-parallel-layout Et*8|t*8|t*8|t*8L --decoder-first-pipeline-num-layers 8",
+     "Megatron-LM takes the layout alone"),
+    # quotes inside GPT_ARGS="..." reach Megatron-LM literally, which refuses the character
     ("--bf16", "--bf16 \\\n    --pipeline-model-parallel-layout 'Et*8|t*8|t*8|t*8L'",
-     "--pipeline-model-parallel-layout is not read by autopar"),
+     "\"'\" is not a layer character"),
 ])
 def test_launch_script_pipeline_forms_megatron_refuses(tmp_path, old, new, needle):
     path = tmp_path / "job.sh"
@@ -467,8 +445,8 @@ def test_layout_and_size_options_beyond_int64_arithmetic(extra, needle):
 
 
 @pytest.mark.parametrize("changes, needle", [
-    ({"vocab_size": 10**20}, f": vocab_size={10**20}: Input should be less than or equal to 2147483648"),
-    ({"intermediate_size": 10**19}, f": intermediate_size={10**19}: Input should be less than or equal to 2147483648"),
+    ({"vocab_size": 10**20}, f"vocab_size={10**20}: Input should be less than or equal to 2147483648"),
+    ({"intermediate_size": 10**19}, f"intermediate_size={10**19}: Input should be less than or equal to 2147483648"),
 ])
 def test_hf_config_sizes_beyond_int64_arithmetic(tmp_path, changes, needle):
     """Both crashed with OverflowError (padded vocabulary; the tp_divides_ffn rule)."""

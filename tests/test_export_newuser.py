@@ -83,7 +83,8 @@ def test_torchtitan_toml_says_it_is_sections_to_merge():
     head = text.splitlines()[:3]
     assert all(line.startswith("# ") for line in head) and "llama3-8b" in head[0] and "[model]" in head[1]
     assert tomllib.loads(text) == torchtitan.config(p, Strategy(dp=8, zero=3))
-    assert set(tomllib.loads(text)) == {"training", "parallelism", "activation_checkpoint"}
+    # [model] converters and [compile] override what the model's own train config turns on
+    assert set(tomllib.loads(text)) == {"training", "parallelism", "activation_checkpoint", "model", "compile"}
 
 
 def test_search_target_deepspeed_costs_as_deepspeed():
@@ -159,5 +160,5 @@ def test_unknown_search_target_names_the_option():
 
     res = CliRunner().invoke(app, ["search", "--model", "llama3-8b", "--device", "h100-80gb", "--target", "megatronn"])
     assert res.exit_code == 2
-    assert res.output.strip() == ("error: --target='megatronn': allowed megatron, mindspeed, torchtitan, deepspeed, "
+    assert res.output.strip() == ("error: --target='megatronn': allowed megatron, megatron-bridge, mindspeed, torchtitan, deepspeed, "
                                   "galvatron, sapp")

@@ -9,6 +9,7 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
+import autopar
 from autopar.cli import app
 from autopar.cost.compute import embedding_forward_time_s, layer_forward_times, output_forward_time_s, use_op_times
 from autopar.errors import AutoparError
@@ -152,15 +153,25 @@ def test_profile_ops_then_estimate_with_db(tmp_path):
     assert "9 to go" in out.output  # 3 distinct GEMMs (down = qkv, logits = gate-up) + 6 others
     again = runner.invoke(app, ["profile", "ops", "--db", str(db), *common, "--tp", "2", "--repeats", "1"])
     assert "9 already measured, 0 to go" in again.output  # resumable: nothing measured twice
-    res = runner.invoke(app, ["estimate", *common, "--tp", "1", "--mbs", "2", "--profile-db", str(db), "--json"])
+    assert "not on a h100-80gb" in out.output  # measured on this CPU for an H100 plan
+    est = ["estimate", *common, "--tp", "1", "--mbs", "2", "--profile-db", str(db), "--json"]
+    refused = runner.invoke(app, est)
+    assert refused.exit_code == 2 and "(no autopar preset), not on the planned 'h100-80gb'" in refused.output
+    res = runner.invoke(app, [*est, "--profile-stands-for", "h100-80gb"])
     assert res.exit_code == 0, res.output
     prof = json.loads(res.output)["profile"]
     assert prof["coverage"][0] < 0.5 and len(prof["missing"]) == 10  # 4 GEMMs, 5 others, cross entropy
+    import torch
+
+    (record,) = prof["measured_on"]
+    assert prof["accepted"] == "--profile-stands-for h100-80gb" and record["given_device"] == "h100-80gb"
+    assert record["torch_version"] == torch.__version__ and record["device"] == prof["device"]
+    assert record["preset"] is None and record["autopar_version"] == autopar.__version__
     result = tmp_path / "r.json"
     result.write_text(res.output)
     fill = runner.invoke(app, ["profile", "ops", "--db", str(db), "--missing-from", str(result), "--repeats", "1"])
     assert "10 shapes, 0 already measured, 10 to go" in fill.output, fill.output
-    res = runner.invoke(app, ["estimate", *common, "--tp", "1", "--mbs", "2", "--profile-db", str(db), "--json"])
+    res = runner.invoke(app, [*est, "--profile-stands-for", "h100-80gb"])
     prof = json.loads(res.output)["profile"]
     assert prof["missing"] == [] and prof["coverage"] == [1.0]  # dense, flash: every operator measured
     assert prof["collectives"] == {"intra": [], "inter": []}  # no 'profile comm' fits: device spec

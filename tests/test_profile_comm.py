@@ -16,6 +16,7 @@ from autopar.cost.comm import use_link_fits
 from autopar.profile.comm import fit, ring_terms
 from autopar.profile.linkfit import LinkFits
 from autopar.profile.opdb import OpDB
+from autopar.profile.provenance import MeasuredOn
 from conftest import make_problem
 
 
@@ -45,6 +46,8 @@ def test_torchrun_two_ranks_on_gloo_fits(tmp_path):
 
 def _fits_db(tmp_path):
     db = OpDB(tmp_path / "comm.db")
+    db.put_measured_on(MeasuredOn("gpu", "torch=1", "NVIDIA H100 80GB HBM3", "h100-80gb", None, "1", "12.8", None,
+                                  "0.1.0"))
     db.put_comm_fit("gpu", "all_reduce", "intra", 10e-6, 100e9, 9, 8, "torch=1")
     db.put_comm_fit("gpu", "all_reduce", "inter", 20e-6, 80e9, 9, 8, "torch=1")  # 8 NICs: 10 GB/s each
     db.put_comm_fit("gpu", "send_recv", "inter", 30e-6, 12e9, 9, 8, "torch=1")  # one NIC pair
@@ -71,7 +74,7 @@ def test_estimate_with_comm_fits_only(tmp_path):
     db = _fits_db(tmp_path)
     db.close()
     args = ["estimate", "--model", "llama3-8b", "--device", "h100-80gb", "--gbs", "64", "--seq-len", "4096",
-            "--tp", "8", "--profile-db", str(tmp_path / "comm.db"), "--json"]
+            "--tp", "8", "--no-sp", "--profile-db", str(tmp_path / "comm.db"), "--json"]  # all-reduce TP
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
     doc = json.loads(res.output)

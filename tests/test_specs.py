@@ -66,7 +66,7 @@ def test_newer_spellings_and_nested_text_config():
     ({"model_type": "bert"}, "model_type='bert' is not supported"),
     ({"hidden_size": 8}, "missing field 'model_type'"),
     ({"model_type": "llama", "hidden_size": 8, "num_attention_heads": 2, "num_hidden_layers": -2,
-      "intermediate_size": 16, "vocab_size": 8}, ": num_hidden_layers=-2"),  # the config's key
+      "intermediate_size": 16, "vocab_size": 8}, "bad: num_hidden_layers=-2: Input should be greater than 0"),
     ({"model_type": "llama", "hidden_size": 8, "num_attention_heads": 4, "num_key_value_heads": 3,
       "num_hidden_layers": 2, "intermediate_size": 16, "vocab_size": 8}, "num_key_value_heads=3"),
 ])

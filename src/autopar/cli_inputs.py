@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from autopar.cost import offload
 from autopar.errors import AutoparError
 from autopar.problem import Problem
 from autopar.specs import TrainSpec, load_device, make_cluster
@@ -69,6 +70,21 @@ def recompute_modules_option(p: Problem, text: str | None) -> tuple[str, ...] | 
     return modules
 
 
+# TrainSpec fields only a launch script sets (no command-line option): optimizer-state dtypes and offload
+# (autopar.specs.script_optimizer) and fp8 weight storage (--fp8-param-gather).
+SCRIPT_STATE_FIELDS = ("grad_dtype", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype",
+                       "optimizer_offload_fraction", "optimizer_offload_overlap", "fp8_param_storage")
+
+
+def script_state_fields(plan, precision: str) -> dict[str, Any]:
+    """The :data:`SCRIPT_STATE_FIELDS` a script set (``plan`` a ScriptPlan or None); its
+    ``--fp8-param-gather`` only when the planned ``precision`` is still fp8."""
+    fields = {k: v for k, v in (plan.train_fields.items() if plan else ()) if k in SCRIPT_STATE_FIELDS}
+    if precision != "fp8":
+        fields.pop("fp8_param_storage", None)
+    return fields
+
+
 def problem_from_options(model: str | None, device: str | None, nodes: int | None, devices_per_node: int | None,
                          gbs: int | None, seq_len: int | None, precision: str | None, device_file: str | None,
                          device_set: list[str] | None, flash: bool | None, vocab_pad: int | None,
@@ -116,9 +132,13 @@ def problem_from_options(model: str | None, device: str | None, nodes: int | Non
         raise AutoparError(f"--fp8-param-storage with --precision={precision}: fp8 parameter storage needs "
                            "--precision fp8")
     cluster = make_cluster(dev, nodes, devices_per_node)
+    state = script_state_fields(plan, precision)
+    if fp8_param_storage is not None:
+        state["fp8_param_storage"] = bool(fp8_param_storage)
     train = TrainSpec(global_batch_size=gbs, seq_len=seq_len, precision=precision, flash_attention=flash,
-                      make_vocab_size_divisible_by=vocab_pad, moe_token_imbalance=imbalance,
-                      fp8_param_storage=bool(fp8_param_storage))
+                      make_vocab_size_divisible_by=vocab_pad, moe_token_imbalance=imbalance, **state)
+    if train.optimizer_offload_fraction:
+        offload.host_bandwidth_bytes_per_s(Problem(spec, cluster, train))  # a device without the number: one error
     if spec.max_position_embeddings and seq_len > spec.max_position_embeddings:
         warn_on_success(f"--seq-len {seq_len} exceeds the model's max_position_embeddings "
                         f"{spec.max_position_embeddings}; planning anyway (Megatron needs it raised)")
@@ -126,20 +146,23 @@ def problem_from_options(model: str | None, device: str | None, nodes: int | Non
 
 
 def strategy_from_options(p: Problem, script: str | None, layout: dict[str, Any], dp: int | None,
-                          schedule: str | None) -> Strategy:
+                          schedule: str | None, target: str = "megatron") -> Strategy:
     """The explicit layout: options given, else the script's layout, else the defaults
-    (:data:`autopar.specs.script_cli.LAYOUT_FALLBACKS`); ``dp`` None = world / (tp * pp * cp).
+    (:data:`autopar.specs.script_cli.LAYOUT_FALLBACKS`; sequence parallelism on with tp > 1 where
+    the ``target`` export format runs it: :func:`autopar.specs.script_cli.sequence_parallel_default`);
+    ``dp`` None = world / (tp * pp * cp).
 
     Raises:
         AutoparError: a size outside 1..:data:`~autopar.specs.model.MAX_SIZE`, tp * pp * cp not
-            dividing the world (with the tp values that would), ``--etp`` for a dense model, a
-            script's module set Megatron-LM refuses, or a layout the ``Strategy`` checks refuse.
+            dividing the world (with the tp values that would), ``--etp`` for a dense model,
+            ``--embedding-loss-split`` with pp 1 (a no-op), a script's module set Megatron-LM
+            refuses, or a layout the ``Strategy`` checks refuse.
     """
     from pydantic import ValidationError
 
     from autopar.errors import from_validation_error
     from autopar.specs.script import read_script
-    from autopar.specs.script_cli import layout_defaults
+    from autopar.specs.script_cli import layout_defaults, option_name
     from autopar.strategy import DEFAULT_RECOMPUTE_MODULES
 
     split = layout.pop("layers_per_stage")
@@ -152,7 +175,7 @@ def strategy_from_options(p: Problem, script: str | None, layout: dict[str, Any]
     else:
         layout["layers_per_stage"] = None
     plan = read_script(script) if script else None
-    lay = layout_defaults(plan, layout)
+    lay = layout_defaults(plan, layout, target)
     if per_stage:
         lay["recompute_per_stage"] = tuple(x.strip() for x in per_stage.split(","))
         lay["recompute"] = layout.get("recompute")  # None: the heaviest per-stage option
@@ -167,14 +190,15 @@ def strategy_from_options(p: Problem, script: str | None, layout: dict[str, Any]
         if why:
             raise AutoparError(f"--script={script!r}: {why}: Megatron-LM refuses this combination (ecosystem.md "
                                "1.3 rule 25); fix the script or give --recompute-modules")
-    from autopar.specs.script_cli import option_name
-
     for name in ("tp", "pp", "cp", "vpp", "ep", "mbs"):
         positive(option_name(f"--{name}", layout[name], plan), lay[name])
     for name, value in (("dp", dp), ("etp", lay["etp"]), ("recompute_layers", lay["recompute_layers"])):
         if value is not None:  # 2^63 - 1 wrapped negative in the int64 rule arithmetic (or overflowed)
             option = "--" + name.replace("_", "-")
             positive(option_name(option, dp if name == "dp" else layout[name], plan), value)
+    if layout.get("account_for_embedding") and lay["pp"] == 1:  # was accepted and changed nothing
+        raise AutoparError("--embedding-loss-split with --pp=1: it counts the embedding and the loss as layers of the "
+                           "pipeline split, and one stage has nothing to split; give --pp 2 or more, or drop it")
     if layout["etp"] is not None and p.model.num_experts == 0 and layout["etp"] != lay["tp"]:  # was ignored
         raise AutoparError(f"--etp={layout['etp']}: model {p.model.name} has no routed experts; expert tensor "
                            "parallelism applies to MoE models only (leave --etp unset)")

@@ -7,6 +7,7 @@ or the per-layer costs from ``--layers FILE`` (see :mod:`autopar.pipeline.layers
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -19,9 +20,11 @@ from autopar.cli import (Cp, Device, DeviceFile, DeviceSet, Dp, Ep, Etp, Flash, 
                          ScheduleOpt, Script, SeqLen, Sp, Tp, VocabPad, VocabSize, Vpp, Zero, _user_errors, app, console,
                          err_console)
 from autopar.cli_inputs import problem_from_options, recompute_modules_option, strategy_from_options
+from autopar.cli_paths import refuse_overwriting_inputs
 from autopar.errors import AutoparError
 from autopar.specs.cluster import MAX_MEMORY_BYTES
 from autopar.pipeline.balance import FORMS, BalancePlan
+from autopar.pipeline.layout import PipelineLayout
 from autopar.strategy import DEFAULT_RECOMPUTE_MODULES, default_layers_per_stage
 
 GIB = 2.0**30
@@ -54,18 +57,22 @@ def balance_table(plan: BalancePlan) -> Table:
 
 
 def megatron_flags(plan: BalancePlan, accounted: bool = False,
-                   modules: tuple[str, ...] = DEFAULT_RECOMPUTE_MODULES) -> str:
-    """Megatron-LM arguments for the balanced split (first/last stage layers, recompute), or a
-    note when the split or the per-stage recompute is not expressible. ``accounted``: the layout
+                   modules: tuple[str, ...] = DEFAULT_RECOMPUTE_MODULES, mtp_num_layers: int = 0) -> str:
+    """Megatron-LM arguments for the balanced split (first/last stage layers, or
+    ``--pipeline-model-parallel-layout`` where those cannot say it: unequal middle stages; recompute),
+    or a note when the per-stage recompute is not expressible. ``accounted``: the layout
     counts the embedding/loss as layers, which Megatron does not combine with first/last counts.
     ``modules``: what selective recompute re-runs (``--recompute-modules``, written when not
-    Megatron's default ``core_attn``)."""
+    Megatron's default ``core_attn``). ``mtp_num_layers``: MTP layers, placed before the loss."""
     first_last = plan.megatron_first_last
     split = plan.best.layers_per_stage
-    if first_last is None:
-        return f"(not Megatron-expressible: middle stages differ, {list(split)}; use the SAPP offset)"
     flags = []
-    if len(split) > 1 and len(set(split)) > 1:
+    if first_last is None:
+        layout = PipelineLayout.from_chunks(plan.best.layers_per_chunk, mtp_num_layers)
+        flags.append(f"--pipeline-model-parallel-layout {shlex.quote(layout.megatron())}")
+        if accounted:
+            flags.append("(instead of --account-for-embedding/loss-in-pipeline-split: Megatron-LM takes one or the other)")
+    elif len(split) > 1 and len(set(split)) > 1:
         flags += [f"--decoder-first-pipeline-num-layers {first_last[0]}",
                   f"--decoder-last-pipeline-num-layers {first_last[1]}"]
         if accounted:
@@ -96,16 +103,16 @@ def sapp_arrays(plan: BalancePlan) -> dict[str, list]:
     layers minus ``L // (pp * vpp)`` (MindFormers ``docs/feature_cards/Offset_Recompute.md``)."""
     chunks = plan.best.layers_per_chunk  # shape (pp, vpp)
     by_chunk = chunks.T.tolist()  # [chunk][stage]
-    base = int(chunks.sum()) // chunks.size
+    offsets = PipelineLayout.from_chunks(chunks).sapp_offsets()
     names = plan.best.recompute  # one option per stage
-    arrays = {"offset": [[n - base for n in row] for row in by_chunk],
+    arrays = {"offset": offsets if len(by_chunk) > 1 else [offsets],
               "recompute": [[n if r == "full" else 0 for n, r in zip(row, names)] for row in by_chunk],
               "select_recompute": [[n if r == "selective" else 0 for n, r in zip(row, names)] for row in by_chunk]}
     return {k: v[0] if len(by_chunk) == 1 else v for k, v in arrays.items()}
 
 
 def print_plan(plan: BalancePlan, accounted: bool = False,
-               modules: tuple[str, ...] = DEFAULT_RECOMPUTE_MODULES) -> None:
+               modules: tuple[str, ...] = DEFAULT_RECOMPUTE_MODULES, mtp_num_layers: int = 0) -> None:
     """Print the balanced plan: table, SAPP arrays, Megatron flags, step time vs even split
     (``accounted``, ``modules``: see :func:`megatron_flags`)."""
     console.print(balance_table(plan))
@@ -115,7 +122,8 @@ def print_plan(plan: BalancePlan, accounted: bool = False,
         " (SAPP's own selective recompute, not --recompute-modules " + ",".join(modules) + ")"
     console.print(f"SAPP recompute: {arrays['recompute']}, select_recompute: {arrays['select_recompute']}{other}",
                   highlight=False, soft_wrap=True)
-    console.print(f"Megatron-LM:    {megatron_flags(plan, accounted, modules)}", highlight=False, soft_wrap=True)
+    console.print(f"Megatron-LM:    {megatron_flags(plan, accounted, modules, mtp_num_layers)}", highlight=False,
+                  soft_wrap=True)
     best, even = plan.best, plan.even
     line = f"Pipeline step time (simulated): balanced {_fmt_time(best.makespan_s)}"
     if even is not None:
@@ -159,6 +167,8 @@ def balance_command(
     if memory_limit_gib is not None and not 0 < memory_limit_gib <= MAX_MEMORY_BYTES / GIB:  # also nan, inf
         raise AutoparError(f"--memory-limit-gib={memory_limit_gib}: must be a number in (0, {MAX_MEMORY_BYTES / GIB:.0f}]")
     limit = None if memory_limit_gib is None else memory_limit_gib * GIB
+    refuse_overwriting_inputs({"--model": model, "--script": script, "--device-file": device_file, "--layers": layers},
+                              {"--plot": (plot, [Path(plot)] if plot else [])})
     if plot and not Path(plot).resolve().parent.is_dir():  # before the work, not after the table
         raise AutoparError(f"--plot={plot!r}: cannot write (no directory {str(Path(plot).resolve().parent)!r})")
     if plot and Path(plot).suffix.lower() not in PLOT_SUFFIXES:  # matplotlib appended .png to a directory
@@ -174,14 +184,16 @@ def balance_command(
                  "dp": dp, "cp": cp, "vpp": vpp, "ep": ep, "etp": etp, "mbs": mbs, "zero": zero, "sp": sp,
                  "recompute": recompute, "recompute-layers": recompute_layers, "gbs": gbs, "seq-len": seq_len,
                  "nodes": nodes, "recompute-modules": recompute_modules, "moe-token-imbalance": moe_token_imbalance,
-                 "fp8-param-storage": fp8_param_storage, "devices-per-node": devices_per_node,
-                 "precision": precision, "vocab-size": vocab_size, "make-vocab-size-divisible-by": vocab_pad,
-                 "device-set": device_set or None, "flash-attention": flash_attention}  # all were ignored
+                 "devices-per-node": devices_per_node, "precision": precision, "vocab-size": vocab_size,
+                 "device-set": device_set, "make-vocab-size-divisible-by": vocab_pad,
+                 "flash-attention" if flash_attention else "no-flash-attention": flash_attention,
+                 "fp8-param-storage" if fp8_param_storage else "no-fp8-param-storage": fp8_param_storage}
         clash = [f"--{k}" for k, v in given.items() if v is not None]
         if clash:
             raise AutoparError(f"--layers with {', '.join(clash)}: the layer file gives the costs, sizes and "
                                "memory limit; drop those options or --layers")
 
+        mtp_num_layers = 0  # a layer file has no MTP layers
         loaded = load_layers_file(layers)
         table, num_vpp, m, sched = loaded.table, loaded.vpp, loaded.num_microbatches, schedule or loaded.schedule
         if limit is not None:
@@ -189,6 +201,7 @@ def balance_command(
 
             table = replace(table, memory_limit_bytes=limit)
         baseline, title = (names or table.options)[0], f"{layers}"
+        limit_name = f"--layers {layers}: memory_limit_bytes={table.memory_limit_bytes:g}"
     else:
         from autopar.pipeline.layers import layer_table
         from autopar.rules import check_strategy
@@ -202,7 +215,7 @@ def balance_command(
                       recompute_layers=recompute_layers, layers_per_stage=None,
                       recompute_modules=recompute_modules_option(p, recompute_modules))
         s = strategy_from_options(p, script, layout, dp, schedule)
-        modules = s.recompute_modules
+        modules, mtp_num_layers = s.recompute_modules, p.model.mtp_num_layers
         check_strategy(p, s)
         if s.pp == 1:
             raise AutoparError("--pp=1: nothing to balance (give --pp 2 or more)")
@@ -217,6 +230,7 @@ def balance_command(
         m = s.num_microbatches(p.train.global_batch_size)
         baseline = s.recompute if names is None or s.recompute in names else names[0]
         title = f"{p.model.name} tp{s.tp} pp{s.pp}" + (f" vpp{s.vpp}" if s.vpp > 1 else "")
+        limit_name = f"device {p.cluster.device.name} memory ({table.memory_limit_bytes / GIB:.1f} GiB)"
         header = (f"[bold]{p.model.name}[/] ({p.model.num_layers} layers) on {p.world_size} "
                   f"{p.cluster.device.name}: tp {s.tp}, pp {s.pp}, vpp {s.vpp}, dp {s.dp}, "
                   f"{m} micro-batches, limit {table.memory_limit_bytes / GIB:.1f} GiB")
@@ -224,13 +238,13 @@ def balance_command(
     if unknown:  # was "recompute='x': this layer table has ..."
         raise AutoparError(f"--options={options!r}: {', '.join(map(repr, unknown))} not among the recompute options "
                            f"{', '.join(table.options)}")
-    # the option that sets the limit (its default: the whole device), or the --layers file's key
-    limit_name = "memory_limit_bytes" if layers and memory_limit_gib is None else "--memory-limit-gib"
+    if memory_limit_gib is not None:
+        limit_name = f"--memory-limit-gib={memory_limit_gib:g}"
     plan = balance(table, num_vpp, m, sched, options=names, form=form, baseline=baseline, even_split=even_split,
                    limit_name=limit_name)
     if header:  # after the balancing, so a refusal is the one line printed
         console.print(header)
-    print_plan(plan, accounted, modules)
+    print_plan(plan, accounted, modules, mtp_num_layers)
     if plot:
         from autopar.pipeline.plot import plot_plan
 

@@ -42,7 +42,7 @@ from autopar.pipeline.split import dp_split, megatron_split, min_max_split
 from autopar.problem import Problem
 from autopar.strategy import Strategy, simplicity_key
 
-TARGETS: tuple[str, ...] = ("megatron", "mindspeed", "torchtitan", "deepspeed", "galvatron", "sapp")
+TARGETS: tuple[str, ...] = ("megatron", "megatron-bridge", "mindspeed", "torchtitan", "deepspeed", "galvatron", "sapp")
 EVEN_SPLIT_TARGETS: tuple[str, ...] = ("deepspeed",)  # formats that cannot write an uneven split
 ILP_TIME_LIMIT_S = 0.25  # per layout; HiGHS keeps its best answer when the limit cuts the search (machine-dependent)
 # Run the ILP only if it could gain more than 1% of the surrogate step time: the min-max split is
@@ -85,7 +85,7 @@ def _with(s: Strategy, bounds: np.ndarray, options: tuple[str, ...]) -> Strategy
     fields = s.model_dump()
     # A balanced split is a --decoder-first/last one: it replaces an embedding/loss-aware split.
     fields.update(layers_per_stage=split, recompute=None, recompute_layers=None, recompute_per_stage=options,
-                  account_for_embedding=False, account_for_loss=False)
+                  account_for_embedding=False, account_for_loss=False, pipeline_layout=None)
     return Strategy.model_validate(fields)
 
 
@@ -107,7 +107,8 @@ def balanced_strategy(p: Problem, s: Strategy, memory_limit_bytes: float, cache:
     if split == s.layers_per_stage:
         return None
     # A balanced split is a --decoder-first/last one: it replaces an embedding/loss-aware split.
-    return s.model_copy(update={"layers_per_stage": split, "account_for_embedding": False, "account_for_loss": False})
+    return s.model_copy(update={"layers_per_stage": split, "account_for_embedding": False, "account_for_loss": False,
+                                "pipeline_layout": None})
 
 
 def per_stage_candidates(p: Problem, s: Strategy, memory_limit_bytes: float, options: tuple[str, ...],

@@ -27,39 +27,73 @@ Db = Annotated[str, typer.Option("--db", help="SQLite profile database (created 
 COVERAGE_THRESHOLD = 0.8  # below this share of measured compute time the output lists what to profile
 
 
-def open_times(path: str, device: str | None, dtype: str):
-    """A :class:`~autopar.profile.provider.ProfileTimes` over ``path`` for ``device`` (default:
-    the only device in the file).
+def choose_device(db: OpDB, device: str | None, planned: str) -> str:
+    """The database device to cost with: ``device`` (``--profile-device``) if given, else the
+    only device in the file, else the only one recorded as the ``planned`` preset.
 
     Raises:
-        AutoparError: missing file, or several devices in it and none chosen.
+        AutoparError: an empty file, ``device`` not in it, or several devices and none chosen.
     """
-    from autopar.profile.provider import ProfileTimes
+    from autopar.profile.provenance import device_preset
 
-    if not Path(path).is_file():
-        raise AutoparError(f"--profile-db={path!r}: no such file (fill it with 'autopar profile ops')")
-    db = OpDB(path)
     devices = db.devices()
     if not devices:
-        raise AutoparError(f"--profile-db={path!r}: holds no measurements yet (fill it with 'autopar profile ops')")
-    if device is None:
-        if len(devices) != 1:
-            raise AutoparError(f"--profile-device: the database holds {devices}; name one")
-        device = devices[0]
-    elif device not in devices:
-        raise AutoparError(f"--profile-device={device!r}: not in the database; it holds {devices}")
-    db.check(device)
-    return ProfileTimes(db, device, dtype)
+        raise AutoparError(f"{db.option}={str(db.path)!r}: holds no measurements yet (fill it with 'autopar profile "
+                           "ops')")
+    if device is not None:
+        if device not in devices:
+            raise AutoparError(f"--profile-device={device!r}: not in the database; it holds {devices}")
+        return device
+    if len(devices) == 1:
+        return devices[0]
+    planned_ones = [d for d in devices if device_preset(*db.measured_on(d)) == planned]
+    if len(planned_ones) == 1:
+        return planned_ones[0]
+    raise AutoparError(f"--profile-device: the database holds {devices}; name one")
+
+
+def open_times(path: str, device: str | None, dtype: str, planned: str, stands_for: str | None = None):
+    """(:class:`~autopar.profile.provider.ProfileTimes` over ``path`` for ``device`` in
+    ``dtype``, its provenance for the JSON output: ``{"planned_device", "accepted",
+    "measured_on": [record per software version], "unrecorded_versions", "unused_rows": {dtype:
+    rows}}``). The file is opened read-only.
+
+    Rows measured on another device than ``planned`` are used only with ``stands_for``
+    (``--profile-stands-for``) naming ``planned`` (:func:`autopar.profile.provenance.accept`);
+    rows in another precision than ``dtype`` are never used (``unused_rows`` counts them).
+
+    Raises:
+        AutoparError: a directory, missing or malformed file, several devices and none chosen,
+            impossible rows, or another device's rows without ``stands_for``.
+    """
+    from autopar.profile.provenance import accept, device_preset
+    from autopar.profile.provider import ProfileTimes
+
+    db = OpDB(path, write=False)
+    try:
+        device = choose_device(db, device, planned)
+        db.check(device)
+        records, unrecorded = db.measured_on(device)
+        accepted = accept("--profile-db", path, device, device_preset(records, unrecorded), planned, stands_for)
+    except AutoparError:
+        db.close()
+        raise
+    provenance = {"planned_device": planned, "accepted": accepted, "measured_on": [r.to_dict() for r in records],
+                  "unrecorded_versions": unrecorded,
+                  "unused_rows": {d: n for d, n in db.dtypes(device).items() if d != dtype}}
+    return ProfileTimes(db, device, dtype), provenance
 
 
 @contextmanager
-def profiled(p, path: str | None, device: str | None):
+def profiled(p, path: str | None, device: str | None, stands_for: str | None = None):
     """Cost with the measured operator/layer times and collective fits of ``path`` inside the
     block; yields a function that maps the shown layouts to :func:`coverage_doc`, or None
-    without a database."""
+    without a database. ``stands_for``: ``--profile-stands-for`` (see :func:`open_times`)."""
     if path is None:
-        if device is not None:
-            raise AutoparError(f"--profile-device={device!r} needs --profile-db (the database it names a device of)")
+        for option, value, what in (("--profile-device", device, "the database it names a device of"),
+                                    ("--profile-stands-for", stands_for, "the database whose times it vouches for")):
+            if value is not None:
+                raise AutoparError(f"{option}={value!r} needs --profile-db ({what})")
         yield None
         return
     from autopar.cost.comm import use_link_fits
@@ -67,17 +101,19 @@ def profiled(p, path: str | None, device: str | None):
     from autopar.profile.linkfit import LinkFits
 
     dtype = "bf16" if p.train.precision == "fp8" else p.train.precision
-    times = open_times(path, device, dtype)
+    times, provenance = open_times(path, device, dtype, p.cluster.device.name, stands_for)
     fits = LinkFits(times.db.comm_fits(times.device))
     with use_op_times(times), use_link_fits(fits if fits.fits else None):
-        yield lambda strategies: coverage_doc(p, strategies, times, fits)
+        yield lambda strategies: {**coverage_doc(p, strategies, times, fits), **provenance}
     times.db.close()
 
 
 def coverage_doc(p, strategies, times, fits) -> dict:
     """``{"db", "device", "dtype", "coverage": [share per layout], "sources": [{part: source}
     per layout], "threshold", "missing": [{"op", "dims"}], "collectives": {link: [fitted
-    collectives]}}`` for the JSON output and for ``profile ops --missing-from``."""
+    collectives]}}`` for the JSON output and for ``profile ops --missing-from``. Every measured
+    source and fitted collective comes from database device ``device``; the rest is the
+    planned device's spec."""
     from autopar.profile.coverage import coverage
     from autopar.profile.shapes import unique
 
@@ -93,11 +129,17 @@ def print_coverage(doc: dict) -> None:
     """Coverage and sources of the lowest layout, the collective fits used, and the shapes to
     profile when the coverage is below the threshold."""
     worst = min(range(len(doc["coverage"])), key=doc["coverage"].__getitem__)
-    console.print(f"profile {doc['db']} ({doc['device']}): {doc['coverage'][worst]:.0%} of the predicted compute "
+    standing = "" if doc["accepted"] == "same device" else f", standing for {doc['planned_device']} by " \
+        f"{doc['accepted'].split()[0]}"
+    console.print(f"profile {doc['db']} ({doc['device']}{standing}): {doc['coverage'][worst]:.0%} of the predicted compute "
                   f"time of the shown layouts is measured (lowest layout: "
                   f"{'; '.join(f'{k}: {v}' for k, v in doc['sources'][worst].items())})", highlight=False)
     links = [f"{link} {', '.join(c) if c else 'device spec'}" for link, c in doc["collectives"].items()]
     console.print(f"collectives: measured fits {'; '.join(links)}", highlight=False)
+    if doc["unused_rows"]:
+        other = ", ".join(f"{n} in {dtype}" for dtype, n in doc["unused_rows"].items())
+        console.print(f"[yellow]not used:[/] rows measured in another precision than this {doc['dtype']} plan "
+                      f"({other})", highlight=False)
     worst = doc["coverage"][worst]
     if worst < COVERAGE_THRESHOLD and doc["missing"]:
         console.print(f"[yellow]below {COVERAGE_THRESHOLD:.0%}:[/] profile these {len(doc['missing'])} shapes "
@@ -116,12 +158,19 @@ def _require(*modules: str) -> None:
         raise AutoparError(f"profile: needs {', '.join(absent)}; install autopar's 'profile' extra (pip install torch transformers)")
 
 
-def _measure_all(db: OpDB, ops: list, dtype: str, repeats: int) -> int:
+def _measure_all(db: OpDB, ops: list, dtype: str, repeats: int, given_device: str | None) -> int:
+    """Measure the (op, dims) of ``ops`` missing from ``db`` in ``dtype`` and record this machine
+    (:func:`autopar.profile.ops.measured_on`, with the run's ``--device``); returns how many."""
     _require("torch")
     from autopar.profile import ops as O
 
     device, name = O.local_device()
     versions = O.library_versions()
+    record = O.measured_on(given_device, versions)
+    db.put_measured_on(record)
+    if given_device is not None and record.preset != given_device:
+        console.print(f"[yellow]note:[/] measuring on {name!r}, not on a {given_device}: search --device "
+                      f"{given_device} uses these rows only with --profile-stands-for {given_device}", highlight=False)
     todo = [(op, dims) for op, dims in ops if not db.has(name, op, dims, dtype, versions)]
     console.print(f"{name}: {len(ops)} shapes, {len(ops) - len(todo)} already measured, {len(todo)} to go",
                   highlight=False)
@@ -144,7 +193,7 @@ def ops(
     top: Annotated[int, typer.Option(help="profile the shapes of the top-N layouts of a search")] = 3,
     tp: Annotated[Optional[int], typer.Option(help="profile one layout instead (with --cp/--ep/--mbs/--sp)")] = None,
     cp: int = 1, ep: int = 1, etp: Optional[int] = None, mbs: int = 1,
-    sp: Annotated[bool, typer.Option("--sp/--no-sp")] = False,
+    sp: Annotated[Optional[bool], typer.Option("--sp/--no-sp", help="sequence parallelism \\[default: on with tp > 1]")] = None,
     missing_from: Annotated[Optional[str], typer.Option(help="a --json result of search/estimate --profile-db")] = None,
     repeats: int = 5,
 ) -> None:
@@ -156,7 +205,10 @@ def ops(
             wanted = [(m["op"], m["dims"]) for m in doc["profile"]["missing"]]
         except (OSError, ValueError, KeyError, TypeError, RecursionError) as err:  # RecursionError: [[[...]]]
             raise AutoparError(f"--missing-from={missing_from!r}: not a result with profile.missing ({err})") from None
-        dtype = doc["profile"]["dtype"]
+        dtype, planned = doc["profile"]["dtype"], doc["profile"].get("planned_device")
+        if dtype not in ("bf16", "fp16", "fp32"):
+            raise AutoparError(f"--missing-from={missing_from!r}: profile.dtype={dtype!r}; expected bf16, fp16 or fp32")
+        planned = planned if isinstance(planned, str) else None
     else:
         from autopar.profile.shapes import strategy_ops, unique
         from autopar.search import search as run_search
@@ -172,15 +224,19 @@ def ops(
             for name, value in (("--tp", tp), ("--cp", cp), ("--ep", ep), ("--etp", etp or 1), ("--mbs", mbs)):
                 positive(name, value)
             dp = p.world_size // (tp * cp)
+            from autopar.specs.script_cli import sequence_parallel_default
+
+            sp = sequence_parallel_default(tp) if sp is None else sp
             layouts = [Strategy(dp=max(dp, 1), tp=tp, cp=cp, ep=ep, etp=etp, mbs=mbs, sp=sp)]
             check_strategy(p, layouts[0])  # a layout Megatron refuses has no shapes worth measuring
         else:
             layouts = [e.strategy for e in run_search(p, positive("--top", top, upper=1000)).layouts]
         wanted = unique([op for s in layouts for op in strategy_ops(p, s)])
         dtype = "bf16" if p.train.precision == "fp8" else p.train.precision
-    make_folder(db)
+        planned = p.cluster.device.name
+    make_folder(db, "--db")
     _require("torch")  # after the options are checked, before OpDB creates an empty --db file
-    _measure_all(OpDB(db), wanted, dtype, repeats)
+    _measure_all(OpDB(db, "--db"), wanted, dtype, repeats, planned)
 
 
 @profile_app.command()
@@ -213,12 +269,14 @@ def layer(
     shard = Shard(tp=tp, cp=cp, ep=ep, etp=etp or tp, mbs=mbs, seq=seq_len)
     device, name = O.local_device()
     layer_mod, rotary = build_layer(raw, shard, moe, device, torch.bfloat16, fused=fused)
-    store = OpDB(db)
+    store = OpDB(db, "--db")
+    versions = O.library_versions()
+    store.put_measured_on(O.measured_on(None, versions))
     for option in recompute or ["none", "selective", "full"]:
         prof = profile_layer(layer_mod, rotary, shard, option, device, torch.bfloat16, repeats=repeats)
         dims = layer_dims(model_from_hf_dict(raw, name=Path(model).stem), tp, cp, ep, shard.etp, mbs, seq_len, moe,
                           option, fused)
-        store.put(name, "layer", dims, "bf16", O.library_versions(), (prof.fwd_s, prof.fwd_spread_s),
+        store.put(name, "layer", dims, "bf16", versions, (prof.fwd_s, prof.fwd_spread_s),
                   (prof.bwd_s, prof.bwd_spread_s), 0.0, repeats, prof.saved_bytes, prof.peak_bytes)
         analytic = analytic_layer_bytes(raw, shard, option, moe)
         peak = f", CUDA peak {prof.peak_bytes / 2**20:.1f} MiB" if prof.peak_bytes is not None else ""
@@ -263,7 +321,8 @@ def comm(
     _, name = O.local_device()
     versions = O.library_versions() + f" backend={backend}"
     ranks_per_node = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", 1)))
-    store = OpDB(db)
+    store = OpDB(db, "--db")
+    store.put_measured_on(O.measured_on(None, versions))
     for row in samples:
         store.put_comm(name, *row, versions)
     for collective in COLLECTIVES:

@@ -1,16 +1,24 @@
 """The operator knowledge base: one SQLite file of measured operator, layer and collective times.
 
-Schema version :data:`SCHEMA_VERSION` (``PRAGMA user_version``); a file written by another
-version is refused rather than misread. Table ``op`` is keyed by (device, op, shape, dtype,
-versions): ``shape`` is the canonical JSON of the operator's dimensions (sorted keys, e.g.
-``{"k":4096,"m":8192,"n":6144}``), ``versions`` the library versions that ran it (``torch=2.13.0
+Schema version :data:`SCHEMA_VERSION` (``PRAGMA user_version``). Table ``op`` is keyed by
+(device, op, shape, dtype, versions): ``device`` the name torch reported, ``shape`` the
+canonical JSON of the operator's dimensions (sorted keys, e.g. ``{"k":4096,"m":8192,"n":6144}``),
+``dtype`` the precision it ran in, ``versions`` the library versions that ran it (``torch=2.13.0
 cuda=12.8``). Each row holds the median forward and backward seconds over the repeats, their
 spread (half the range), the bytes the operator moves, and for layers the bytes saved for
 backward and the CUDA peak. Table ``comm`` holds collective samples, ``comm_fit`` their
 latency-bandwidth fits per (collective, link class) with the ranks per node of the fitted groups
-(version 2 added it: an inter-node fit's bus bandwidth is shared by that many NICs). Layer
-profiles are ``op='layer'`` rows keyed by :func:`autopar.profile.shapes.layer_dims`. Every write
-commits at once, so an interrupted profile keeps what it finished. No torch here: the planner reads the file without it.
+(version 2 added it: an inter-node fit's bus bandwidth is shared by that many NICs). Table
+``measured_on`` (version 3) records per (device, versions) where and with what the rows were
+measured (:class:`autopar.profile.provenance.MeasuredOn`). Layer profiles are ``op='layer'``
+rows keyed by :func:`autopar.profile.shapes.layer_dims`. Every write commits at once, so an
+interrupted profile keeps what it finished. No torch here: the planner reads the file without it.
+
+Older files: version 2 lacks ``measured_on`` but holds what it records (its rows are keyed by
+the name torch reported and its ``versions`` name torch and CUDA), so it is read with records
+derived from its rows (:func:`autopar.profile.provenance.from_schema2`; the autopar version and
+the ``--device`` given stay unknown) and migrated in place when a profile command writes to it;
+version 1 (no ranks per node in ``comm_fit``) and newer versions are refused.
 """
 
 from __future__ import annotations
@@ -23,8 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autopar.errors import AutoparError
+from autopar.profile.provenance import MeasuredOn, from_schema2
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
+MIGRATES = 2  # the older version read (and migrated on write) without profiling again
 NEIGHBOURHOOD = 2.0  # interpolate only between shapes whose every dimension is within 2x
 MAX_OP_S = 3600.0  # one operator or layer call: an hour is no measurement, a corrupt row
 
@@ -42,6 +52,10 @@ CREATE TABLE IF NOT EXISTS comm_fit (
   device TEXT NOT NULL, collective TEXT NOT NULL, link TEXT NOT NULL, alpha_s REAL NOT NULL,
   bus_bandwidth_bytes_per_s REAL NOT NULL, points INTEGER NOT NULL, ranks_per_node INTEGER NOT NULL,
   versions TEXT NOT NULL, created REAL NOT NULL, PRIMARY KEY (device, collective, link, versions));
+CREATE TABLE IF NOT EXISTS measured_on (
+  device TEXT NOT NULL, versions TEXT NOT NULL, torch_name TEXT NOT NULL, preset TEXT, given_device TEXT,
+  torch_version TEXT, cuda_version TEXT, rocm_version TEXT, autopar_version TEXT, record TEXT NOT NULL,
+  created REAL NOT NULL, PRIMARY KEY (device, versions));
 """
 
 # Column names per table, in order, as _SCHEMA creates them (a file with other columns is refused).
@@ -51,7 +65,10 @@ _COLUMNS = {
     "comm": ("device", "collective", "link", "group_size", "bytes", "time_s", "versions", "created"),
     "comm_fit": ("device", "collective", "link", "alpha_s", "bus_bandwidth_bytes_per_s", "points", "ranks_per_node",
                  "versions", "created"),
+    "measured_on": ("device", "versions", "torch_name", "preset", "given_device", "torch_version", "cuda_version",
+                    "rocm_version", "autopar_version", "record", "created"),
 }
+_RECORD_FIELDS = _COLUMNS["measured_on"][:-1]  # MeasuredOn's fields, in order
 
 # Work of one call, for interpolating between shapes (FLOPs up to a constant, or elements).
 WORK = {
@@ -82,50 +99,110 @@ class OpTime:
     exact: bool
 
 
-def make_folder(path: str | Path) -> Path:
+def _readable(path: Path, option: str) -> None:
+    """Raises AutoparError (naming ``option``) unless ``path`` is an existing regular file."""
+    if path.is_dir():
+        raise AutoparError(f"{option}={str(path)!r}: is a directory, not a profile database file")
+    if path.is_symlink() and not path.exists():
+        raise AutoparError(f"{option}={str(path)!r}: a symbolic link to nothing (or a loop), not a profile database "
+                           "file")
+    if not path.exists():
+        raise AutoparError(f"{option}={str(path)!r}: no such file (fill it with 'autopar profile ops')")
+    if not path.is_file():
+        raise AutoparError(f"{option}={str(path)!r}: not a regular file, so not a profile database file")
+
+
+def make_folder(path: str | Path, option: str = "--profile-db") -> Path:
     """Create the folder of the database file ``path`` (not the file) and return ``Path(path)``.
 
     Raises:
-        AutoparError: the folder cannot be created (e.g. under a file).
+        AutoparError: ``path`` is an existing directory or other non-file, or its folder cannot
+            be created (e.g. under a file); names ``option``.
     """
     path = Path(path)
+    if path.exists():
+        _readable(path, option)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise AutoparError(f"--profile-db={str(path)!r}: cannot create its folder ({err.strerror})") from None
+        blocker = next((a for a in path.parents if a.exists() or a.is_symlink()), None)
+        why = f"{str(blocker)!r} is not a folder" if blocker is not None and not blocker.is_dir() else err.strerror
+        raise AutoparError(f"{option}={str(path)!r}: cannot create its folder ({why})") from None
     return path
 
 
 class OpDB:
-    """An open knowledge base file (created when missing).
+    """An open knowledge base file: read-only (``write=False``, what ``search``/``estimate``
+    open: the file must exist and is never changed), or for a profile command (created when
+    missing; a version-2 file is migrated in place). ``option`` is the command-line option
+    that named the file, for the messages.
 
     Raises:
-        AutoparError: the file is not SQLite or has another schema version.
+        AutoparError: a directory or missing file (read-only), not SQLite, a version other than
+            :data:`SCHEMA_VERSION` and :data:`MIGRATES`, or tables with other columns.
     """
 
-    def __init__(self, path: str | Path):
-        self.path = make_folder(path)
+    def __init__(self, path: str | Path, option: str = "--profile-db", write: bool = True):
+        self.option = option
+        where = f"{option}={str(path)!r}"
+        if write:
+            self.path = make_folder(path, option)
+        else:
+            self.path = Path(path)
+            _readable(self.path, option)
         try:
-            self.conn = sqlite3.connect(self.path)
+            if write:
+                self.conn = sqlite3.connect(self.path)
+            else:
+                self.conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True)
             version = self.conn.execute("PRAGMA user_version").fetchone()[0]
             tables = self.conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
         except sqlite3.DatabaseError as err:
-            raise AutoparError(f"--profile-db={str(path)!r}: not an autopar profile database ({err})") from None
-        if tables and version != SCHEMA_VERSION:
-            raise AutoparError(f"--profile-db={str(path)!r}: schema version {version}, this autopar reads "
-                               f"{SCHEMA_VERSION}; profile again into a new file")
+            raise AutoparError(f"{where}: not an autopar profile database ({err})") from None
+        if tables and version not in (SCHEMA_VERSION, MIGRATES):
+            raise AutoparError(f"{where}: schema version {version}, this autopar reads {SCHEMA_VERSION} (and "
+                               f"migrates {MIGRATES}); profile again into a new file (autopar profile ops --db "
+                               "NEW.db ...)")
+        self.schema = version if tables else SCHEMA_VERSION
+        if not tables and not write:
+            raise AutoparError(f"{where}: holds no measurements yet (fill it with 'autopar profile ops')")
         try:
-            self.conn.executescript(_SCHEMA)
-            for table, columns in _COLUMNS.items():
-                have = [r[1] for r in self.conn.execute(f"PRAGMA table_info({table})")]
-                if have != list(columns):
-                    raise AutoparError(f"--profile-db={str(path)!r}: table {table} has columns {have}, schema "
-                                       f"version {SCHEMA_VERSION} needs {list(columns)}; profile again into a new file")
-            self.conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            self.conn.commit()
+            if tables:
+                self._check_columns(where)  # before any write: a refused file stays as it was
+            if write:
+                self.conn.executescript(_SCHEMA)
+                if self.schema == MIGRATES:
+                    self._migrate()
+                self.conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                self.conn.commit()
         except sqlite3.DatabaseError as err:
-            raise AutoparError(f"--profile-db={str(path)!r}: cannot use it ({err})") from None
+            raise AutoparError(f"{where}: cannot use it ({err})") from None
         self._cache: dict[tuple[str, str, str], list[tuple[dict, float, float]]] = {}
+
+    def _check_columns(self, where: str) -> None:
+        """Raises AutoparError when a table of this file's schema has other columns."""
+        for table, columns in _COLUMNS.items():
+            if table == "measured_on" and self.schema == MIGRATES and not self._has_table("measured_on"):
+                continue  # a version-2 file read as it is: records derived from its rows
+            have = [r[1] for r in self.conn.execute(f"PRAGMA table_info({table})")]
+            if have != list(columns):
+                raise AutoparError(f"{where}: table {table} has columns {have}, schema version {SCHEMA_VERSION} "
+                                   f"needs {list(columns)}; profile again into a new file")
+
+    def _has_table(self, table: str) -> bool:
+        return self.conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (table,)).fetchone() \
+            is not None
+
+    def _keys(self) -> list[tuple[str, str]]:
+        """Every (device, versions) key of the operator, sample and fit rows."""
+        return list(self.conn.execute("SELECT device, versions FROM op UNION SELECT device, versions FROM comm "
+                                      "UNION SELECT device, versions FROM comm_fit ORDER BY 1, 2"))
+
+    def _migrate(self) -> None:
+        """Version 2 -> 3: a ``measured_on`` record derived from each key of the rows."""
+        for device, versions in self._keys():
+            self.put_measured_on(from_schema2(device, versions), commit=False)
+        self.schema = SCHEMA_VERSION
 
     def close(self) -> None:
         self.conn.close()
@@ -139,7 +216,7 @@ class OpDB:
         Raises:
             AutoparError: names the first bad row (op, shape, value) and what is allowed.
         """
-        where = f"--profile-db={str(self.path)!r}"
+        where = f"{self.option}={str(self.path)!r}"
         for op, shape, fwd, bwd in self.conn.execute(
                 "SELECT op, shape, fwd_s, bwd_s FROM op WHERE device=?", (device,)):
             try:
@@ -163,6 +240,32 @@ class OpDB:
                 raise AutoparError(f"{where}: comm_fit {coll} {link} alpha_s={alpha!r} bus_bandwidth_bytes_per_s="
                                    f"{bw!r} ranks_per_node={ranks!r}: needs latency >= 0 s, bandwidth > 0 B/s and "
                                    ">= 1 rank per node, all finite")
+
+    def put_measured_on(self, rec: MeasuredOn, commit: bool = True) -> None:
+        """Record where and with what the rows keyed (``rec.device``, ``rec.versions``) are measured."""
+        self.conn.execute("INSERT OR REPLACE INTO measured_on VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                          (*(getattr(rec, f) for f in _RECORD_FIELDS), time.time()))
+        if commit:
+            self.conn.commit()
+
+    def measured_on(self, device: str) -> tuple[list[MeasuredOn], list[str]]:
+        """(the records of ``device``'s rows, the ``versions`` of its rows that have none).
+
+        A version-2 file read as it is has no records: each is derived from its rows
+        (:func:`autopar.profile.provenance.from_schema2`)."""
+        keys = [v for d, v in self._keys() if d == device]
+        if self.schema == MIGRATES:
+            return [from_schema2(device, v) for v in keys], []
+        cur = self.conn.execute(f"SELECT {', '.join(_RECORD_FIELDS)} FROM measured_on WHERE device=? ORDER BY versions",
+                                (device,))
+        records = [MeasuredOn(*row) for row in cur]
+        have = {r.versions for r in records}
+        return records, [v for v in keys if v not in have]
+
+    def dtypes(self, device: str) -> dict[str, int]:
+        """Operator and layer rows of ``device`` per precision (``dtype``)."""
+        return dict(self.conn.execute("SELECT dtype, count(*) FROM op WHERE device=? GROUP BY dtype ORDER BY dtype",
+                                      (device,)))
 
     def devices(self) -> list[str]:
         """Device names with at least one operator, layer or collective-fit row."""

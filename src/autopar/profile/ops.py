@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from autopar.errors import AutoparError
+from autopar.profile.provenance import MeasuredOn, preset_for
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
@@ -33,11 +34,25 @@ def local_device() -> tuple[str, str]:
 
 
 def library_versions() -> str:
-    """The ``versions`` key: torch, and CUDA/cuDNN when present."""
+    """The ``versions`` key: torch, and CUDA/cuDNN (ROCm/MIOpen on a ROCm build) when present."""
     parts = [f"torch={torch.__version__}"]
     if torch.cuda.is_available():
-        parts += [f"cuda={torch.version.cuda}", f"cudnn={torch.backends.cudnn.version()}"]
+        runtime = f"rocm={torch.version.hip}" if torch.version.hip else f"cuda={torch.version.cuda}"
+        parts += [runtime, f"cudnn={torch.backends.cudnn.version()}"]
     return " ".join(parts)
+
+
+def measured_on(given_device: str | None, versions: str | None = None) -> MeasuredOn:
+    """The record of this machine for the rows a profile run writes (:mod:`autopar.profile.provenance`):
+    the name torch reports and its preset, ``given_device`` (the run's ``--device``, or None),
+    torch, CUDA or ROCm and autopar versions. ``versions``: the rows' key (default
+    :func:`library_versions`)."""
+    from autopar import __version__
+
+    name = local_device()[1]
+    gpu = torch.cuda.is_available()
+    return MeasuredOn(name, versions or library_versions(), name, preset_for(name), given_device, torch.__version__,
+                      torch.version.cuda if gpu else None, torch.version.hip if gpu else None, __version__)
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -45,7 +46,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from autopar.errors import AutoparError, from_validation_error, read_text
-from autopar.parse import json_or_yaml, yaml_load
+from autopar.specs.long_numbers import json_or_yaml, too_large, yaml_load
 
 Precision = Literal["bf16", "fp16", "fp8"]
 GIB = 2**30
@@ -73,6 +74,9 @@ class DeviceSpec(BaseModel):
     name: str
     description: str = ""
     source: str = ""
+    vendor: Literal["nvidia", "amd", "huawei"] | None = Field(
+        default=None, description="accelerator family: which training frameworks run on it (autopar.specs.targets); "
+        "None (a device file without a base preset): not checked")
     peak_flops: dict[str, float] = Field(description="dense peak FLOP/s by dtype (bf16, fp16, fp8, fp32)")
     memory_bytes: float = Field(gt=0, le=MAX_MEMORY_BYTES)
     hbm_bandwidth_bytes_per_s: float = Field(ge=MIN_BANDWIDTH_BYTES_PER_S, le=MAX_BANDWIDTH_BYTES_PER_S)
@@ -81,7 +85,7 @@ class DeviceSpec(BaseModel):
     intra_node_latency_s: float = Field(default=8e-6, ge=0, le=MAX_LATENCY_S, description="per ring step")
     inter_node_latency_s: float = Field(default=20e-6, ge=0, le=MAX_LATENCY_S, description="per ring step")
     default_devices_per_node: int = Field(default=8, gt=0)
-    nvlink_domain_size: int | None = Field(default=None, gt=0, description="devices sharing the fast link, if more than one node (GB200 NVL72)")
+    nvlink_domain_size: int | None = Field(default=None, gt=0, description="devices sharing the fast link, if more than one node (GB200 NVL72); a multiple of the devices per node")
     gemm_efficiency: float = Field(default=0.75, ge=MIN_EFFICIENCY, le=1)
     fp8_gemm_efficiency: float | None = Field(default=None, ge=MIN_EFFICIENCY, le=1, description="fraction of the fp8 peak; None: as gemm_efficiency")
     attention_efficiency: float = Field(default=0.45, ge=MIN_EFFICIENCY, le=1)
@@ -89,6 +93,10 @@ class DeviceSpec(BaseModel):
     intra_node_comm_efficiency: float = Field(default=0.8, ge=MIN_EFFICIENCY, le=1)
     inter_node_comm_efficiency: float = Field(default=0.85, ge=MIN_EFFICIENCY, le=1)
     framework_overhead_bytes: float = Field(default=2.0 * GIB, ge=0, le=MAX_MEMORY_BYTES)
+    host_bandwidth_bytes_per_s: float | None = Field(
+        default=None, ge=MIN_BANDWIDTH_BYTES_PER_S, le=MAX_BANDWIDTH_BYTES_PER_S,
+        description="host <-> device link per direction (PCIe, or NVLink-C2C on Grace): optimizer offload "
+        "copies (autopar.cost.offload); None: unknown, offload refused")
     host_op_s: float = Field(default=13.5e-6, ge=0, le=MAX_LATENCY_S, description="host (CPU) seconds per eager framework op: "
                              "Python + PyTorch dispatch + kernel launch (autopar.cost.host)")
 
@@ -143,19 +151,82 @@ class ClusterSpec(BaseModel):
 
     @property
     def fast_domain_size(self) -> int:
-        """Devices that reach each other over NVLink/HCCS (a node, or an NVL72 rack)."""
+        """Devices that reach each other over NVLink/HCCS (a node, or an NVL72 rack).
+
+        Ranks are placed node by node, so a domain of ``nvlink_domain_size`` consecutive ranks
+        must hold whole nodes (:func:`make_cluster` refuses another size): a group of ``size``
+        ranks ``stride`` apart runs on NVLink when ``size * stride`` fits in it
+        (:func:`autopar.cost.comm.group_bus_bandwidth`). A domain smaller than a node would be
+        taken as the node, which is why it is refused rather than ignored."""
         domain = max(self.devices_per_node, self.device.nvlink_domain_size or 0)
         return min(domain, self.world_size)
 
 
-def _device_table() -> dict[str, dict[str, Any]]:
+def _presets() -> dict[str, dict[str, Any]]:
     text = (resources.files("autopar") / "data" / "devices.json").read_text()
     return {k: v for k, v in json.loads(text).items() if not k.startswith("_")}
+
+
+def _device_table() -> dict[str, dict[str, Any]]:
+    """Preset name -> its :class:`DeviceSpec` fields (``aliases`` taken out)."""
+    return {k: {f: x for f, x in v.items() if f != "aliases"} for k, v in _presets().items()}
 
 
 def device_names() -> list[str]:
     """Names of the shipped device presets."""
     return sorted(_device_table())
+
+
+def preset_aliases(name: str) -> list[str]:
+    """The names devices.json lists for preset ``name`` besides its own (empty for an unknown name)."""
+    return list(_presets().get(name, {}).get("aliases", []))
+
+
+def _key(text: str) -> str:
+    """A device name as compared: lower case, letters and digits only ("H100-SXM5-80GB" -> "h100sxm580gb")."""
+    return re.sub(r"[^a-z0-9]", "", text.lower())
+
+
+def device_aliases() -> dict[str, str]:
+    """Normalised name (:func:`_key`) -> preset, for every preset name and its ``aliases`` in devices.json."""
+    table: dict[str, str] = {}
+    for name, fields in _presets().items():
+        for alias in [name, *fields.get("aliases", [])]:
+            table[_key(alias)] = name
+    return table
+
+
+def resolve_device_name(text: str, option: str = "--device") -> str:
+    """The preset a written device name means: "B200 (DGX-B200)" -> ``b200``, "H200 (8/node)" ->
+    ``h200``, "Atlas 800T A2" -> ``ascend-910b``, "MI300X" -> ``mi300x``.
+
+    Case, spaces and punctuation do not matter. The whole name is tried first, then the part
+    before a parenthesis and each ``,``/``;``-separated part inside it (a name naming two presets
+    is ambiguous), then the presets whose name or an alias starts with the part before the
+    parenthesis ("MI32" -> ``mi325x``; "A100" could be ``a100-40gb`` or ``a100-80gb``).
+
+    Args:
+        text: the name as written (a ``--device`` value, a measurements CSV ``gpu`` cell, ...).
+        option: the option or field named in the error.
+    Returns:
+        The preset name (a key of devices.json).
+    Raises:
+        AutoparError: no preset matches (listing the presets), or several do (listing them).
+    """
+    aliases = device_aliases()
+    if _key(text) in aliases:
+        return aliases[_key(text)]
+    main, _, rest = text.partition("(")
+    parts = [_key(main), *(_key(x) for x in re.split(r"[;,]", rest.rstrip(") ")))]
+    found = sorted({aliases[k] for k in parts if k in aliases})
+    if not found and _key(main):
+        found = sorted({preset for alias, preset in aliases.items() if alias.startswith(_key(main))})
+    if len(found) == 1:
+        return found[0]
+    if found:
+        raise AutoparError(f"{option}={text!r}: ambiguous device name; it may be {' or '.join(found)}: give one of them")
+    raise AutoparError(f"{option}={text!r}: unknown device; known: {', '.join(device_names())} (or a name "
+                       "such as 'H100-SXM5-80GB', 'B200 (DGX-B200)', 'MI300X', 'Atlas 800T A2'; `autopar devices`)")
 
 
 def _read_mapping(path: str) -> dict[str, Any]:
@@ -190,11 +261,14 @@ def load_device(
 ) -> DeviceSpec:
     """A device preset, optionally starting from or overridden by a file and ``KEY=VALUE`` pairs.
 
+    ``name`` (and a file's ``base``) may be any name :func:`resolve_device_name` resolves.
+
     ``device_file`` may set ``base: <preset>`` and any :class:`DeviceSpec` field; ``peak_flops``
     keys are merged. Dotted overrides (``peak_flops.bf16=900e12``) address the dict.
 
     Raises:
-        AutoparError: unknown preset, unreadable file, unknown or invalid field.
+        AutoparError: unknown or ambiguous preset, unreadable file, unknown or invalid field, a number of more
+            digits than any field holds (``device.memory_bytes=<a 5000-digit number>: too large``).
     """
     table = _device_table()
     fields: dict[str, Any] = {}
@@ -202,9 +276,7 @@ def load_device(
     base = name or extra.pop("base", None)
     extra.pop("base", None)
     if base is not None:
-        if base not in table:  # named as the user gave it: the option, or the device file's base key
-            given = "--device" if name else f"--device-file {device_file!r}: base"
-            raise AutoparError(f"{given}={base!r}: unknown device; known: {', '.join(sorted(table))}")
+        base = resolve_device_name(base, "--device" if name else "--device-file base")
         fields = {"name": base, **json.loads(json.dumps(table[base]))}
     elif not device_file:
         raise AutoparError(f"--device: required; known: {', '.join(sorted(table))}")
@@ -215,6 +287,12 @@ def load_device(
             fields["peak_flops"] = {**fields.get("peak_flops", {}), **value}
         else:
             fields[key] = value
+    peaks = fields.get("peak_flops") if isinstance(fields.get("peak_flops"), dict) else {}
+    for key, value in [*fields.items(), *((f"peak_flops.{k}", v) for k, v in peaks.items())]:
+        why = too_large(f"device.{key}", value, f"memory and bandwidths at most {MAX_MEMORY_BYTES:g}, peaks at most "
+                        f"{MAX_PEAK_FLOPS:g}")
+        if why:
+            raise AutoparError(why)
     unknown = sorted(set(fields) - set(DeviceSpec.model_fields))
     if unknown:
         raise AutoparError(f"device.{unknown[0]}: unknown field; allowed: {', '.join(DeviceSpec.model_fields)}")
@@ -229,11 +307,20 @@ def make_cluster(device: DeviceSpec, num_nodes: int, devices_per_node: int | Non
     """Build a :class:`ClusterSpec`; ``devices_per_node`` defaults to the device's usual node size.
 
     Raises:
-        AutoparError: zero or negative sizes.
+        AutoparError: zero or negative sizes; a device ``nvlink_domain_size`` that is not a whole
+            number of nodes (see :attr:`ClusterSpec.fast_domain_size`).
     """
     dpn = device.default_devices_per_node if devices_per_node is None else devices_per_node
     if not 0 < num_nodes <= MAX_NODES:
         raise AutoparError(f"--nodes={num_nodes}: must be an integer in 1..{MAX_NODES}")
     if not 0 < dpn <= MAX_DEVICES_PER_NODE:
         raise AutoparError(f"--devices-per-node={dpn}: must be an integer in 1..{MAX_DEVICES_PER_NODE}")
+    domain = device.nvlink_domain_size
+    if domain is not None and domain % dpn:
+        raise AutoparError(
+            f"device.nvlink_domain_size={domain} with "
+            f"{f'--devices-per-node={dpn}' if devices_per_node else f'default_devices_per_node={dpn}'}: "
+            "the NVLink domain spans whole nodes, "
+            f"so it must be a multiple of {dpn} (GB200 NVL72: 72 = 18 nodes x 4); a node always counts as one "
+            "fast domain, so for slower links inside a node lower intra_node_bandwidth_bytes_per_s instead")
     return ClusterSpec(device=device, num_nodes=num_nodes, devices_per_node=dpn)

@@ -11,42 +11,18 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from importlib import resources
 from pathlib import Path
 from typing import Any, Callable
 
 from pydantic import ValidationError
 
-from autopar.errors import AutoparError, from_validation_error
-from autopar.parse import json_loads
-from autopar.specs.model import ModelSpec
+from autopar.errors import AutoparError, read_text
+from autopar.specs.long_numbers import json_loads, too_large
+from autopar.specs.model import MAX_LAYERS, MAX_SIZE, ModelSpec
 
 _MISSING = object()
-
-
-class _FromKey:
-    """Mixin of :class:`_IntFromKey` / :class:`_FloatFromKey`: a number read from (or defaulted for)
-    the config key ``key``, so a :class:`ModelSpec` range error can name the user's key instead of
-    autopar's field (``num_hidden_layers``, not ``num_layers``)."""
-
-    key: str
-
-
-class _IntFromKey(int, _FromKey):
-    """An ``int`` that remembers its config key (see :class:`_FromKey`)."""
-
-
-class _FloatFromKey(float, _FromKey):
-    """A ``float`` that remembers its config key (see :class:`_FromKey`)."""
-
-
-def _from_key(value: Any, key: str) -> Any:
-    """``value`` tagged with ``key`` (ints and floats; anything else unchanged)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return value
-    tagged = (_IntFromKey if isinstance(value, int) else _FloatFromKey)(value)
-    tagged.key = key
-    return tagged
 
 
 class _Config:
@@ -59,29 +35,40 @@ class _Config:
         value = self.raw.get(key, default)
         return default if value is None else value
 
+    def too_large(self, key: str, value: Any) -> None:
+        """Refuse a :class:`~autopar.specs.long_numbers.LongNumber` read as ``key``
+        (``key=<a 5000-digit number>: too large``)."""
+        why = too_large(key, value, f"a model size is at most {MAX_SIZE}, a float field at most 1e15")
+        if why:
+            raise AutoparError(f"{self.source}: {why}")
+
     def require(self, *keys: str, what: str = "") -> Any:
         """First present (non-null) of ``keys``; raises naming the first key when none is."""
         for key in keys:
             if self.raw.get(key) is not None:
+                self.too_large(key, self.raw[key])
                 return self.raw[key]
         hint = f" ({what})" if what else ""
         raise AutoparError(f"{self.source}: missing field '{keys[0]}'{hint}")
 
-    def integer(self, *keys: str, what: str = "", default: Any = _MISSING) -> int:
-        """The first present of ``keys`` as an integer (tagged with that key, see :class:`_FromKey`),
-        else ``default`` (tagged with ``keys[0]``).
+    def integer(self, *keys: str, what: str = "", default: Any = _MISSING, maximum: int | None = None) -> int:
+        """The first present of ``keys`` as an int (``default`` when none is present).
 
         Raises:
-            AutoparError: no key present and no default, or the value is not a whole number.
+            AutoparError: none present and no default, not an integer, a ``LongNumber``,
+                or above ``maximum`` (checked here where a reader loops over the value, e.g.
+                the layer count).
         """
         if default is not _MISSING and all(self.raw.get(k) is None for k in keys):
-            return _from_key(default, keys[0])
+            return default
         key = next((k for k in keys if self.raw.get(k) is not None), keys[0])
         value = self.require(*keys, what=what)
         if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
                 or value != int(value)):
             raise AutoparError(f"{self.source}: field '{key}'={value!r} must be an integer")
-        return _from_key(int(value), key)
+        if maximum is not None and value > maximum:
+            raise AutoparError(f"{self.source}: {key}={int(value)}: must be at most {maximum}")
+        return int(value)
 
     def boolean(self, key: str, default: bool) -> bool:
         """A JSON true/false (strings such as "false" are refused, not read as truthy)."""
@@ -91,11 +78,16 @@ class _Config:
         return value
 
     def number(self, key: str, default: float) -> float:
-        """``key`` as a finite float tagged with it (:class:`_FromKey`), else ``default``."""
+        """``key`` as a finite float, else ``default``.
+
+        Raises:
+            AutoparError: a :class:`~autopar.specs.long_numbers.LongNumber`, not a number, or not finite.
+        """
         value = self.get(key, default)
+        self.too_large(key, value)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise AutoparError(f"{self.source}: field '{key}'={value!r} must be a finite number")
-        return _from_key(float(value), key)
+        return float(value)
 
     def int_list(self, key: str) -> list[int]:
         value = self.get(key, [])
@@ -136,7 +128,7 @@ def _llama_like(cfg: _Config) -> dict[str, Any]:
     if not isinstance(act, str):
         raise AutoparError(f"{cfg.source}: field '{act_key}'={act!r} must be a string such as 'silu'")
     return dict(
-        num_layers=cfg.integer("num_hidden_layers", what="number of decoder layers"),
+        num_layers=cfg.integer("num_hidden_layers", what="number of decoder layers", maximum=MAX_LAYERS),
         hidden_size=hidden,
         num_attention_heads=heads,
         num_kv_heads=cfg.integer("num_key_value_heads", default=heads),
@@ -228,16 +220,13 @@ def _deepseek_v3(cfg: _Config) -> dict[str, Any]:
                            f"{first_dense} below num_hidden_layers={spec['num_layers']}")
     moe_ffn = cfg.integer("moe_intermediate_size")
     nope, rope = cfg.integer("qk_nope_head_dim"), cfg.integer("qk_rope_head_dim")
-    shared = cfg.integer("n_shared_experts", default=0)
-    if shared < 0:  # was reported as autopar's shared_expert_ffn_hidden_size (the product below)
-        raise AutoparError(f"{cfg.source}: field 'n_shared_experts'={shared} must be >= 0")
     return {
         **spec,
-        "head_dim": _from_key(nope + rope, "qk_nope_head_dim + qk_rope_head_dim"),
+        "head_dim": nope + rope,
         "num_experts": cfg.integer("n_routed_experts"),
         "num_experts_per_tok": cfg.integer("num_experts_per_tok"),
         "moe_ffn_hidden_size": moe_ffn,
-        "shared_expert_ffn_hidden_size": _from_key(shared * moe_ffn, "n_shared_experts x moe_intermediate_size"),
+        "shared_expert_ffn_hidden_size": cfg.integer("n_shared_experts", default=0) * moe_ffn,
         "moe_layers": tuple(i for i in range(first_dense, spec["num_layers"]) if i % freq == 0),
         "router_bias": _topk_method(cfg) == "noaux_tc",
         **_group_routing(cfg),
@@ -280,7 +269,7 @@ def _gpt2(cfg: _Config) -> dict[str, Any]:
     if hidden % heads:
         raise AutoparError(f"{cfg.source}: n_embd={hidden} is not divisible by n_head={heads}")
     return dict(
-        num_layers=cfg.integer("n_layer", "num_hidden_layers"),
+        num_layers=cfg.integer("n_layer", "num_hidden_layers", maximum=MAX_LAYERS),
         hidden_size=hidden,
         num_attention_heads=heads,
         num_kv_heads=heads,
@@ -315,9 +304,10 @@ def _rope_theta_and_eps(cfg: _Config, fields: dict[str, Any]) -> dict[str, Any]:
     def number(key: str, value: Any) -> float | None:
         if value is None:
             return None
+        cfg.too_large(key, value)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise AutoparError(f"{cfg.source}: field '{key}'={value!r} must be a finite number")
-        return _from_key(float(value), key)
+        return float(value)
 
     rope = cfg.get("rope_parameters")
     if isinstance(rope, dict) and isinstance(rope.get("full_attention"), dict):
@@ -348,6 +338,13 @@ _READERS: dict[str, Callable[[_Config], dict[str, Any]]] = {
 }
 
 
+def _register_moe_families() -> None:
+    """Add the readers of :mod:`autopar.specs.hf_moe` (GPT-OSS, GLM-4.5, Kimi-K2, Llama 4)."""
+    from autopar.specs.hf_moe import READERS
+
+    _READERS.update(READERS)
+
+
 def model_from_hf_dict(raw: dict[str, Any], name: str, source: str | None = None) -> ModelSpec:
     """Build a :class:`ModelSpec` from a parsed HF config dict.
 
@@ -355,6 +352,8 @@ def model_from_hf_dict(raw: dict[str, Any], name: str, source: str | None = None
         AutoparError: unknown ``model_type``, a missing or malformed field, inconsistent sizes.
     """
     source = source or name
+    if "gpt_oss" not in _READERS:
+        _register_moe_families()
     if not isinstance(raw, dict):
         raise AutoparError(f"{source}: a config.json must hold a JSON object, got {type(raw).__name__}")
     if raw.get("text_config") is not None and not isinstance(raw["text_config"], dict):
@@ -375,13 +374,54 @@ def model_from_hf_dict(raw: dict[str, Any], name: str, source: str | None = None
         )
     fields = reader(cfg)
     fields.update(_rope_theta_and_eps(cfg, fields))
-    keys = {field: value.key for field, value in fields.items() if isinstance(value, _FromKey)}
-    plain = {field: (int(v) if isinstance(v, int) else float(v)) if isinstance(v, _FromKey) else v
-             for field, v in fields.items()}
+    names = {field: next((k for k in keys if raw.get(k) is not None), keys[0]) for field, keys in _CONFIG_KEYS.items()}
     try:
-        return ModelSpec(name=name, **plain)
+        return ModelSpec.model_validate({"name": name, **fields}, context={"names": names})
     except ValidationError as err:
-        raise from_validation_error(err, source, names=keys) from None
+        raise _config_error(err, cfg, names) from None
+
+
+# ModelSpec field -> the config keys it is read from, in the readers' order of preference: an
+# error names the first one the config holds (else the first), with the value the config holds.
+_CONFIG_KEYS: dict[str, tuple[str, ...]] = {
+    "num_layers": ("num_hidden_layers", "n_layer"),
+    "hidden_size": ("hidden_size", "n_embd"),
+    "num_attention_heads": ("num_attention_heads", "n_head"),
+    "num_kv_heads": ("num_key_value_heads", "num_attention_heads", "n_head"),
+    "head_dim": ("head_dim", "qk_nope_head_dim"),
+    "ffn_hidden_size": ("intermediate_size", "n_inner"),
+    "vocab_size": ("vocab_size",),
+    "max_position_embeddings": ("max_position_embeddings", "n_positions", "n_ctx"),
+    "num_experts": ("num_local_experts", "num_experts", "n_routed_experts"),
+    "moe_ffn_hidden_size": ("moe_intermediate_size", "intermediate_size"),
+    "shared_expert_ffn_hidden_size": ("shared_expert_intermediate_size", "n_shared_experts"),
+    "router_num_groups": ("n_group",),
+    "router_group_topk": ("topk_group",),
+    "router_aux_loss_coeff": ("router_aux_loss_coef",),
+    "router_topk_scaling_factor": ("routed_scaling_factor",),
+    "mtp_num_layers": ("num_nextn_predict_layers",),
+    "sliding_window": ("sliding_window",),
+    "num_experts_per_tok": ("num_experts_per_tok", "experts_per_token"),
+    "rope_theta": ("rope_theta", "rotary_emb_base", "rope_parameters"),
+    "norm_eps": ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon"),
+}
+
+
+def _config_error(err: ValidationError, cfg: _Config, names: dict[str, str]) -> AutoparError:
+    """One line for a ``ModelSpec`` validation error of a config: each field is named by the
+    config key it came from (``num_hidden_layers=-1``, not autopar's ``num_layers``) with the value
+    the config holds (``n_shared_experts=-1``, not the derived shared-expert width); cross-field
+    messages already use the keys (``ModelSpec`` names fields through the validation context)."""
+    parts = []
+    for item in err.errors():
+        msg = item["msg"].removeprefix("Value error, ")
+        if not item["loc"]:
+            parts.append(msg)
+            continue
+        field = str(item["loc"][0])
+        key = names.get(field, field)
+        parts.append(f"{key}={cfg.raw.get(key, item.get('input'))!r}: {msg}")
+    return AutoparError(f"{cfg.source}: " + "; ".join(parts))
 
 
 def preset_names() -> list[str]:
@@ -399,23 +439,16 @@ def load_model(name_or_path: str) -> ModelSpec:
     if not name_or_path.strip():
         raise AutoparError(f"--model={name_or_path!r}: empty; give a config.json path or a preset name")
     path = Path(name_or_path)
-    try:
-        is_path, is_dir, is_file = path.suffix == ".json" or path.exists(), path.is_dir(), path.is_file()
-    except OSError as err:  # a name longer than the file system allows (ENAMETOOLONG) was a traceback
-        raise AutoparError(f"--model: cannot read {name_or_path!r} ({err.strerror})") from None
-    if is_path:
-        if is_dir:
-            raise AutoparError(f"--model: {name_or_path!r} is a directory; give its config.json")
-        if not is_file:
-            raise AutoparError(f"--model: file {name_or_path!r} does not exist")
+    if path.suffix == ".json" or os.path.lexists(path):  # lexists: a broken link or a loop is a path too
+        if os.path.isdir(path):  # False for a name the file system cannot hold: read_text names that
+            raise AutoparError(f"--model={name_or_path!r}: is a directory; give its config.json")
+        text = read_text(path, "--model", "expected a config.json")  # a FIFO, /dev/null, a link loop: by kind
         try:
-            raw = json_loads(path.read_text())
-        except (OSError, UnicodeDecodeError) as err:
-            raise AutoparError(f"--model: cannot read {name_or_path!r}: {err}") from None
+            raw = json_loads(text)
         except json.JSONDecodeError as err:
-            raise AutoparError(f"--model: {name_or_path!r} is not valid JSON ({err})") from None
-        except RecursionError as err:  # [[[...]]]
-            raise AutoparError(f"--model: {name_or_path!r}: a value cannot be read ({err})") from None
+            raise AutoparError(f"--model={name_or_path!r}: not valid JSON ({err})") from None
+        except RecursionError:  # [[[...]]]
+            raise AutoparError(f"--model={name_or_path!r}: nested too deeply to be a config.json") from None
         return model_from_hf_dict(raw, name=path.stem, source=str(path))
     if name_or_path not in preset_names():
         raise AutoparError(

@@ -17,7 +17,7 @@ from __future__ import annotations
 from functools import cached_property
 from typing import Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, model_validator
 
 
 class LayerParams(NamedTuple):
@@ -35,6 +35,8 @@ class LayerParams(NamedTuple):
 # Largest width/count a model field may hold: beyond 2^31 the int64 layout arithmetic of the rules
 # and the padded vocabulary (vocab x tp x padding unit) overflows (a config with vocab_size 1e20 crashed).
 MAX_SIZE = 2**31
+# Most decoder layers a model may have (the per-layer tables and the balancer loop over them).
+MAX_LAYERS = 10_000
 
 
 class ModelSpec(BaseModel):
@@ -47,7 +49,7 @@ class ModelSpec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str
-    num_layers: int = Field(gt=0, le=10_000, description="decoder layers (HF num_hidden_layers)")
+    num_layers: int = Field(gt=0, le=MAX_LAYERS, description="decoder layers (HF num_hidden_layers)")
     hidden_size: int = Field(gt=0, le=MAX_SIZE)
     num_attention_heads: int = Field(gt=0, le=MAX_SIZE)
     num_kv_heads: int = Field(gt=0, le=MAX_SIZE, description="key/value heads (GQA groups); = heads for MHA")
@@ -68,6 +70,12 @@ class ModelSpec(BaseModel):
     norm_eps: float | None = Field(default=None, gt=0, lt=1, description="norm epsilon (HF rms_norm_eps / "
                                    "layer_norm_eps); None = the config does not say (Megatron's default 1e-5)")
     dropout: bool = Field(default=False, description="hidden/attention dropout > 0 (masks kept)")
+    sliding_window: int = Field(default=0, ge=0, le=MAX_SIZE, description="keys a sliding-window attention "
+                                "layer sees (HF sliding_window; GPT-OSS 128); 0 = none")
+    window_layers: tuple[int, ...] = Field(default=(), description="indices of the sliding-window layers (HF "
+                                           "layer_types 'sliding_attention')")
+    attention_sinks: bool = Field(default=False, description="learned per-head sink logit in the softmax "
+                                  "(GPT-OSS; Megatron --softmax-type learnable): one parameter per head and layer")
 
     # Mixture of experts (0 experts = dense).
     num_experts: int = Field(default=0, ge=0, le=MAX_SIZE)
@@ -76,6 +84,8 @@ class ModelSpec(BaseModel):
     shared_expert_ffn_hidden_size: int = Field(default=0, ge=0, le=MAX_SIZE, description="all shared experts")
     moe_layers: tuple[int, ...] = Field(default=(), description="indices of MoE layers")
     router_bias: bool = Field(default=False, description="DeepSeek-V3 expert score bias")
+    router_sigmoid: bool = Field(default=False, description="sigmoid router scores without an expert bias "
+                                 "(Llama 4; Megatron --moe-router-score-function sigmoid)")
     router_num_groups: int = Field(default=0, ge=0, le=MAX_SIZE, description="group-limited routing: expert "
                                    "groups (HF n_group, Megatron --moe-router-num-groups); 0 = not group-limited")
     router_group_topk: int = Field(default=0, ge=0, le=MAX_SIZE, description="groups a token may route to (HF "
@@ -94,39 +104,53 @@ class ModelSpec(BaseModel):
     qk_nope_head_dim: int = Field(default=0, ge=0, le=MAX_SIZE)
     qk_rope_head_dim: int = Field(default=0, ge=0, le=MAX_SIZE)
     v_head_dim: int = Field(default=0, ge=0, le=MAX_SIZE)
-    mtp_num_layers: int = Field(default=0, ge=0, le=10_000, description="multi-token-prediction layers (DeepSeek-V3: 1)")
+    mtp_num_layers: int = Field(default=0, ge=0, le=MAX_LAYERS, description="multi-token-prediction layers (DeepSeek-V3: 1)")
 
     @model_validator(mode="after")
-    def _check(self) -> "ModelSpec":
+    def _check(self, info: ValidationInfo) -> "ModelSpec":
+        """Cross-field checks. Fields are named through ``info.context["names"]`` where the caller
+        gives one (the HF reader passes its config keys: ``n_group`` for ``router_num_groups``), so
+        the message names what the user wrote; otherwise by field name."""
+        names = (info.context or {}).get("names", {})
+
+        def n(field: str) -> str:
+            return names.get(field, {"num_kv_heads": "num_key_value_heads"}.get(field, field))
+
         if self.num_attention_heads % self.num_kv_heads:
             raise ValueError(
-                f"num_attention_heads={self.num_attention_heads} is not a multiple of "
-                f"num_key_value_heads={self.num_kv_heads}"
+                f"{n('num_attention_heads')}={self.num_attention_heads} is not a multiple of "
+                f"{n('num_kv_heads')}={self.num_kv_heads}"
             )
         if self.num_experts:
             if not 0 < self.num_experts_per_tok <= self.num_experts:
                 raise ValueError(
-                    f"num_experts_per_tok={self.num_experts_per_tok} must be in 1..num_experts={self.num_experts}"
+                    f"{n('num_experts_per_tok')}={self.num_experts_per_tok} must be in 1..{self.num_experts} "
+                    f"({n('num_experts')})"
                 )
             if self.moe_ffn_hidden_size <= 0:
-                raise ValueError("moe_ffn_hidden_size must be > 0 for a MoE model")
+                raise ValueError(f"{n('moe_ffn_hidden_size')}={self.moe_ffn_hidden_size} must be > 0 for a MoE model")
             bad = [i for i in self.moe_layers if not 0 <= i < self.num_layers]
             if bad:
                 raise ValueError(f"moe_layers {bad} outside 0..{self.num_layers - 1}")
         elif self.moe_layers:
-            raise ValueError("moe_layers given but num_experts is 0")
+            raise ValueError(f"moe_layers given but {n('num_experts')} is 0")
         if self.router_num_groups:  # Megatron-Core moe_utils.group_limited_topk: equal groups, enough experts
             groups, picked = self.router_num_groups, self.router_group_topk
             if not self.num_experts or self.num_experts % groups or not 0 < picked <= groups \
                     or self.num_experts_per_tok > picked * (self.num_experts // groups):
-                raise ValueError(f"router_num_groups={groups} with router_group_topk={picked}: the groups must split "
-                                 f"num_experts={self.num_experts} evenly and the top {picked} groups hold at least "
-                                 f"num_experts_per_tok={self.num_experts_per_tok} experts")
+                raise ValueError(f"{n('router_num_groups')}={groups} with {n('router_group_topk')}={picked}: the "
+                                 f"groups must split {n('num_experts')}={self.num_experts} evenly and the top {picked} "
+                                 f"groups hold at least {n('num_experts_per_tok')}={self.num_experts_per_tok} experts")
+        bad = [i for i in self.window_layers if not 0 <= i < self.num_layers]
+        if bad:
+            raise ValueError(f"window_layers {bad} outside 0..{self.num_layers - 1}")
+        if self.window_layers and not self.sliding_window:
+            raise ValueError(f"sliding-window layers given but {n('sliding_window')} is 0")
         if self.mla and not (self.kv_lora_rank and self.qk_nope_head_dim and self.v_head_dim):
-            raise ValueError("MLA needs kv_lora_rank, qk_nope_head_dim and v_head_dim > 0")
+            raise ValueError(f"MLA needs {n('kv_lora_rank')}, {n('qk_nope_head_dim')} and {n('v_head_dim')} > 0")
         if self.mtp_num_layers > self.num_layers:  # each MTP module is one more decoder layer (1e9 was costed)
-            raise ValueError(f"mtp_num_layers={self.mtp_num_layers} must be at most num_layers={self.num_layers} "
-                             "(DeepSeek-V3 uses 1)")
+            raise ValueError(f"{n('mtp_num_layers')}={self.mtp_num_layers} must be at most "
+                             f"{n('num_layers')}={self.num_layers} (DeepSeek-V3 uses 1)")
         return self
 
     # ----- derived widths -------------------------------------------------------------------
@@ -174,6 +198,11 @@ class ModelSpec(BaseModel):
     def is_moe_layer(self, index: int) -> bool:
         return index in self._moe_layer_set
 
+    @property
+    def window_layer_share(self) -> float:
+        """Fraction of the decoder layers with sliding-window attention (GPT-OSS: 0.5)."""
+        return len(set(self.window_layers)) / self.num_layers
+
     # ----- parameter counts -----------------------------------------------------------------
     def attention_params(self) -> LayerParams:
         """Attention block of one layer, including its input norm.
@@ -204,6 +233,8 @@ class ModelSpec(BaseModel):
             replicated += 2 * self.head_dim
         if self.norms_per_layer > 2:
             replicated += (self.norms_per_layer - 2) // 2 * self.norm_params
+        if self.attention_sinks:
+            tp += self.num_attention_heads  # one sink logit per head (GPT-OSS ``sinks``), split with the heads
         return LayerParams(tp=tp, replicated=replicated, experts=0)
 
     def _mlp_matrix_params(self, ffn: int) -> int:
@@ -224,6 +255,9 @@ class ModelSpec(BaseModel):
         experts = self.num_experts * self._mlp_matrix_params(self.moe_ffn_hidden_size)
         tp = self._mlp_matrix_params(self.shared_expert_ffn_hidden_size)
         replicated += h * self.num_experts + (self.num_experts if self.router_bias else 0)
+        if self.linear_bias:  # GPT-OSS: biased experts (fc1 2f or f, fc2 h each) and router (E)
+            experts += self.num_experts * (self.moe_ffn_hidden_size * (2 if self.gated_mlp else 1) + h)
+            replicated += self.num_experts
         return LayerParams(tp=tp, replicated=replicated, experts=experts)
 
     def layer_params(self, layer_index: int) -> LayerParams:
@@ -262,5 +296,7 @@ class ModelSpec(BaseModel):
         inactive = 0
         if self.is_moe:
             per_expert = self._mlp_matrix_params(self.moe_ffn_hidden_size)
+            if self.linear_bias:
+                per_expert += self.moe_ffn_hidden_size * (2 if self.gated_mlp else 1) + self.hidden_size
             inactive = self.num_moe_layers * (self.num_experts - self.num_experts_per_tok) * per_expert
         return self.num_params - inactive

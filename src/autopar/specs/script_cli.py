@@ -1,5 +1,7 @@
-"""Command-line defaults taken from a launch script (``--script``): explicit options win, then
-the script's values, then autopar's own defaults."""
+"""The defaults of every command's options, in one place: explicit options win, then a launch
+script's values (``--script``), then autopar's own defaults below (:data:`CLI_FALLBACKS`,
+:data:`LAYOUT_FALLBACKS`, per target :data:`TARGET_FALLBACKS` and :func:`sequence_parallel_default`),
+which ``search``, ``estimate``, ``balance``, ``export`` and ``profile`` share."""
 
 from __future__ import annotations
 
@@ -12,10 +14,54 @@ from autopar.specs.script import ScriptPlan
 # autopar's own defaults for options neither the command line nor a script sets.
 CLI_FALLBACKS: dict[str, Any] = dict(nodes=1, devices_per_node=None, gbs=1024, seq_len=4096, precision="bf16",
                                      flash=True, vocab_pad=128)
-LAYOUT_FALLBACKS: dict[str, Any] = dict(tp=1, pp=1, cp=1, vpp=1, ep=1, etp=None, mbs=1, zero=1, sp=False,
+# sp None: :func:`sequence_parallel_default` of the layout's tp and the target framework.
+LAYOUT_FALLBACKS: dict[str, Any] = dict(tp=1, pp=1, cp=1, vpp=1, ep=1, etp=None, mbs=1, zero=1, sp=None,
                                         recompute="none", recompute_layers=None, layers_per_stage=None,
+                                        pipeline_layout=None,
                                         account_for_embedding=False, account_for_loss=False,
                                         recompute_modules=("core_attn",))
+# Sequence parallelism with tp > 1 by target (``--format`` / ``--target``; ``estimate`` and ``balance``
+# cost Megatron-LM): what each framework's own recipes run, so that ``estimate``, ``balance``, ``export``
+# and the search's row for a layout agree when ``--sp/--no-sp`` is not given.
+SP_WITH_TP: dict[str, bool] = {
+    # Megatron-Bridge recipes set sequence_parallel=True with tp > 1 (recipes/llama/llama3_70b.py:
+    # tp 4, pp 4, vpp 5, cp 2, sequence_parallelism=True); Megatron-Core MoE with tp > 1 requires it.
+    "megatron": True,
+    # MindSpeed-LLM example scripts pass --sequence-parallel with TP (examples/mcore/deepseek3/
+    # pretrain_deepseek3_671b_4k_ptd.sh: TP=4 ... --sequence-parallel).
+    "mindspeed": True,
+    # torchtitan's TP plan always shards the sequence (SequenceParallel on the norms; its writer
+    # refuses tp > 1 without sp).
+    "torchtitan": True,
+    # MindFormers parallel_config use_seq_parallel: True (research/llama3/finetune_llama3_70b.yaml).
+    "sapp": True,
+    # Galvatron runs Megatron-Core layers; Megatron SP is its runtime --sequence-parallel
+    # (autopar.export.galvatron), taken as Megatron's default.
+    "galvatron": True,
+    # Megatron-DeepSpeed's recipes leave it off (examples_deepspeed/pretrain_llama2_distributed.sh:
+    # TP=2 without --sequence-parallel; BLOOM's runs too).
+    "deepspeed": False,
+}
+
+
+# Layout defaults that differ by target: torchtitan shards with FSDP2 by default
+# (data_parallel_shard_degree -1, i.e. ZeRO-3) and has no optimizer-only sharding (ZeRO-1).
+TARGET_FALLBACKS: dict[str, dict[str, Any]] = {"torchtitan": {"zero": 3}}
+
+
+def sequence_parallel_default(tp: int, target: str = "megatron") -> bool:
+    """Sequence parallelism when neither ``--sp/--no-sp`` nor a script says: on with tp > 1
+    where the ``target`` framework's recipes run it (:data:`SP_WITH_TP`), off at tp = 1
+    (Megatron switches it off there).
+
+    Raises:
+        AutoparError: an unknown target.
+    """
+    if target not in SP_WITH_TP:
+        raise AutoparError(f"--target={target!r}: allowed {', '.join(SP_WITH_TP)}")
+    return tp > 1 and SP_WITH_TP[target]
+
+
 # Embedding/loss split switches: from the script unless an explicit split replaces them.
 _SCRIPT_ONLY = ("account_for_embedding", "account_for_loss")
 
@@ -50,16 +96,29 @@ def cli_defaults(plan: ScriptPlan | None, values: dict[str, Any]) -> dict[str, A
     return {k: v if v is not None else script.get(k, CLI_FALLBACKS.get(k)) for k, v in values.items()}
 
 
-def layout_defaults(plan: ScriptPlan | None, values: dict[str, Any]) -> dict[str, Any]:
-    """Fill the layout options left None from the script's layout, else :data:`LAYOUT_FALLBACKS`.
-    The embedding/loss split switches come from the script too (also when ``values`` has no
-    such option), except with an explicit ``layers_per_stage``, which replaces them."""
+def layout_defaults(plan: ScriptPlan | None, values: dict[str, Any], target: str = "megatron") -> dict[str, Any]:
+    """Fill the layout options left None from the script's layout, else :data:`LAYOUT_FALLBACKS`
+    with the ``target``'s :data:`TARGET_FALLBACKS` (``target``: the export format, or ``megatron``;
+    ``sp``: :func:`sequence_parallel_default` of the filled tp and ``target``). The embedding/loss split switches come from the script too (also when
+    ``values`` has no such option), except with an explicit ``layers_per_stage`` or ``pipeline_layout``,
+    which replaces every split form of the script (and sets vpp from the layout string)."""
     script = plan.layout if plan is not None else {}
-    filled = {k: v if v is not None else script.get(k, LAYOUT_FALLBACKS.get(k)) for k, v in values.items()}
-    explicit_split = values.get("layers_per_stage") is not None
+    fallbacks = {**LAYOUT_FALLBACKS, **TARGET_FALLBACKS.get(target, {})}
+    filled = {k: v if v is not None else script.get(k, fallbacks.get(k)) for k, v in values.items()}
+    if "sp" in filled and filled["sp"] is None:
+        filled["sp"] = sequence_parallel_default(filled.get("tp") or 1, target)
+    explicit_split = values.get("layers_per_stage") is not None or values.get("pipeline_layout") is not None
     for k in _SCRIPT_ONLY:
         if values.get(k) is None and (k in values or plan is not None):
             filled[k] = False if explicit_split else script.get(k, LAYOUT_FALLBACKS[k])
+    if explicit_split:
+        for k in ("layers_per_stage", "pipeline_layout"):
+            if k in filled:
+                filled[k] = values.get(k)
+        if values.get("pipeline_layout") is not None and values.get("vpp") is None and "vpp" in filled:
+            from autopar.pipeline.layout import PipelineLayout
+
+            filled["vpp"] = PipelineLayout.parse(values["pipeline_layout"], filled.get("pp") or 1).vpp
     return filled
 
 
