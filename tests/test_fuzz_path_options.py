@@ -50,12 +50,6 @@ def _scratch(d: Path) -> Path:
     return d
 
 
-LONG = PATHS[-2:]  # names longer than the file system allows (ENAMETOOLONG)
-#: Owned by other branches (issue 13): validate reports a too-long --csv as "--out=...: cannot write
-#: the report (File name too long)"; --profile-db stats it unguarded (profile/cli.py open_times: OSError).
-OTHERS = {"--csv", "--profile-db"}
-
-
 def _run_path_case(use, path) -> None:
     base, option = use
     with tempfile.TemporaryDirectory() as tmp:  # fresh per example: an output must not become a later input
@@ -67,28 +61,10 @@ def _run_path_case(use, path) -> None:
 @fuzz_settings(60)
 @given(use=st.sampled_from(USES), path=st.sampled_from(PATHS))
 def test_odd_paths(use, path):
-    if use[1] in OTHERS and path in LONG:
-        return  # the xfail property below
     _run_path_case(use, path)
 
 
-@pytest.mark.xfail(strict=False, reason="validate --csv and --profile-db with a name too long for the file system: "
-                   "wrong option named / OSError traceback (validate/ and profile DB are reworked on other "
-                   "branches): remove after merging them")
-@fuzz_settings(4, shrink=False)
-@given(use=st.sampled_from([u for u in USES if u[1] in OTHERS]), path=st.sampled_from(LONG))
-def test_overlong_csv_and_profile_db_names(use, path):
-    _run_path_case(use, path)
-
-
-#: The CLI's empty values and outputs over inputs (issue 13 items 1 and 3) are fixed on another
-#: branch: these two properties are expected failures until it is merged.
-CLI_PATHS_REWORK = pytest.mark.xfail(strict=False, reason="empty path values taken as not given, outputs "
-                                     "overwriting inputs (issue 13, fixed on another branch): remove after merging")
-
-
-@CLI_PATHS_REWORK
-@fuzz_settings(12, shrink=False)
+@fuzz_settings(12)
 @given(use=st.sampled_from(USES), blank=st.sampled_from(["", " "]))
 def test_blank_path_is_refused(use, blank):
     """An empty path is never a file: ``export --from ''`` exported the default layout, ``validate
@@ -110,8 +86,7 @@ SAME_FILE = [
 ]
 
 
-@CLI_PATHS_REWORK
-@fuzz_settings(10, shrink=False)
+@fuzz_settings(10)
 @given(case=st.sampled_from(SAME_FILE), link=st.booleans())
 def test_output_over_an_input_is_refused(case, link):
     """``export --script run.sh --out run.sh`` replaced the launch script with the export."""

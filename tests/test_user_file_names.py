@@ -36,3 +36,13 @@ def test_script_tokenizer_path_too_long_for_the_file_system(tmp_path, flag):
                                         f"{flag} {'a' * 300}", 1))
     err = one_line_error(["estimate", "--script", str(path), "--device", "h100-80gb"])
     assert "the vocabulary size is unknown" in err
+
+
+@pytest.mark.parametrize("args, option", [
+    (["validate", "--out", "{dir}/report", "--csv"], "--csv"),  # was "--out=...: cannot write the report"
+    (["search", "-m", "llama3-8b", "--device", "h100-80gb", "--top", "1", "--profile-db"], "--profile-db"),  # OSError
+])
+def test_input_name_too_long_for_the_file_system(tmp_path, args, option):
+    name = str(tmp_path / ("x" * 300 + ".csv"))
+    err = one_line_error([a.format(dir=tmp_path) for a in args] + [name])
+    assert err.startswith(f"error: {option}='") and err.endswith("': cannot read (File name too long)"), err
