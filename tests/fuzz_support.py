@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 import pytest
-from hypothesis import HealthCheck, Phase, settings
+from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
@@ -43,13 +43,9 @@ settings.register_profile(
 FUZZ_PROFILE = settings.get_profile("fuzz")
 
 
-def fuzz_settings(max_examples: int, shrink: bool = True) -> settings:
-    """The ``fuzz`` profile with ``max_examples`` (overridden by ``AUTOPAR_FUZZ_EXAMPLES``);
-    ``shrink=False`` for a property marked ``xfail``: its known failure is reported as found, not
-    minimised at the suite's expense."""
-    phases = [p for p in Phase if shrink or p not in (Phase.shrink, Phase.explain)]
-    return settings(FUZZ_PROFILE, max_examples=int(os.environ.get("AUTOPAR_FUZZ_EXAMPLES", max_examples)),
-                    phases=phases)
+def fuzz_settings(max_examples: int) -> settings:
+    """The ``fuzz`` profile with ``max_examples`` (overridden by ``AUTOPAR_FUZZ_EXAMPLES``)."""
+    return settings(FUZZ_PROFILE, max_examples=int(os.environ.get("AUTOPAR_FUZZ_EXAMPLES", max_examples)))
 
 
 # A JSON integer of 5,000 digits: beyond Python's default int/str conversion limit (4,300 digits).

@@ -76,8 +76,7 @@ def mutated_header(draw, duplicates: bool) -> tuple[str, list[str]]:
     renamed, or a row cut short or made long."""
     rows = [list(draw(SCORABLE_ROW)), *(list(r) for r in draw(OTHER_ROWS))]
     header = list(HEADER)
-    # the source columns (notes: ETP, VPP ...) change what a row means: covered with the rework's xfail
-    i = draw(st.sampled_from([j for j, c in enumerate(header) if duplicates or c not in SOURCE_COLUMNS]))
+    i = draw(st.sampled_from(range(len(header))))
     name = header[i]
     kind = "duplicate" if duplicates else draw(st.sampled_from(["drop", "rename", "short row", "long row"]))
     if kind == "drop":
@@ -109,13 +108,8 @@ def _run(workdir, text: str, changed: list[str], shape: bool = False) -> None:
 
 
 #: Columns validate reads a row's source family, FLOP definition, ZeRO stage and notes from.
-#: validate/ is being reworked for issue 13 (rows T1-T13 crash it; an unknown source or id is not
-#: given the generic defaults; a reason names the value, not the column): those input classes are
-#: expected failures until that work is merged; everything else must pass now.
 SOURCE_COLUMNS = ["id", "source", "measured_metric", "sp", "zero_or_distopt", "notes"]
 TEXT_COLUMNS = [c for c in HEADER if c not in COUNTS and c not in SOURCE_COLUMNS]
-VALIDATE_REWORK = pytest.mark.xfail(strict=False, reason="validate/ rows crash or name no column (issue 13 "
-                                    "item 1, fixed on another branch): remove after merging it")
 
 
 @fuzz_settings(12)
@@ -125,8 +119,7 @@ def test_measurement_text_cells(workdir, case):
     _run(workdir, *case)
 
 
-@VALIDATE_REWORK
-@fuzz_settings(12, shrink=False)
+@fuzz_settings(12)
 @given(case=mutated_csv(SOURCE_COLUMNS))
 def test_measurement_source_cells(workdir, case):
     """Garbled ids, sources, metrics, sp, ZeRO and notes cells (e.g. ``ZeRO-4``, ``ETP=0``, an id
@@ -134,8 +127,7 @@ def test_measurement_source_cells(workdir, case):
     _run(workdir, *case)
 
 
-@VALIDATE_REWORK
-@fuzz_settings(12, shrink=False)
+@fuzz_settings(12)
 @given(case=mutated_csv(COUNTS))
 def test_measurement_count_cells(workdir, case):
     """Emptied or garbled sizes and layout cells (layers, hidden, heads, tp, pp, dp, mbs, ...):
@@ -150,8 +142,7 @@ def test_measurement_header_and_row_shape(workdir, case):
     _run(workdir, *case, shape=True)
 
 
-@VALIDATE_REWORK
-@fuzz_settings(5, shrink=False)
+@fuzz_settings(5)
 @given(case=mutated_header(duplicates=True))
 def test_measurement_duplicate_header_column(workdir, case):
     """A header naming a column twice: csv.DictReader keeps the last one's cells, so 'hidden' in
@@ -159,8 +150,7 @@ def test_measurement_duplicate_header_column(workdir, case):
     _run(workdir, *case, shape=True)
 
 
-@VALIDATE_REWORK
-@fuzz_settings(3, shrink=False)
+@fuzz_settings(3)
 @given(rows=st.lists(st.sampled_from(OOM_ROWS), min_size=1, max_size=2))
 def test_measurement_rows_all_memory_checks(workdir, rows):
     """Only ``oom_observed`` rows (e.g. BLOOMPQ-0225-07-oom alone): ``ValueError: min() arg is an
