@@ -447,3 +447,4 @@ from autopar.profile.cli import profile_app  # noqa: E402  (the sub-app imports 
 app.add_typer(profile_app, name="profile")
 
 import autopar.pipeline.cli_balance  # noqa: E402,F401  (registers `autopar balance`)
+import autopar.cli_verify  # noqa: E402,F401  (registers `autopar verify` and `autopar calibrate`)

@@ -1,0 +1,152 @@
+"""``autopar verify`` and ``autopar calibrate`` (registered on :data:`autopar.cli.app`).
+
+``verify`` writes one short-run job per layout (the top ``--top`` of a search, or of ``--from``'s
+result), runs them (``--launcher local|slurm``; ``none`` only writes them), reads their logs and
+prints predicted vs measured, re-ranked by the measurement (:mod:`autopar.verify`).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.markup import escape
+
+from autopar.cli import (Device, DeviceFile, DeviceSet, Flash, Gbs, Json, Model, Nodes, PerNode, Precision, SeqLen,
+                         VocabPad, VocabSize, _user_errors, app, console, err_console)
+from autopar.cli_inputs import positive, problem_from_options
+from autopar.errors import AutoparError
+
+LAUNCHERS = ("local", "slurm", "none")
+
+
+def _layouts(p, from_result: str | None, top: int, target: str, max_devices: int | None):
+    """[(rank, estimate)] of the layouts to run, the problem they run on, and the full plans the
+    small runs stand for (rank -> dict)."""
+    from autopar.estimate import estimate
+    from autopar.export.result import strategy_from_result
+    from autopar.search import search as run_search
+    from autopar.verify.shrink import shrink
+
+    if from_result:
+        doc_layouts = []
+        for rank in range(1, top + 1):
+            try:
+                doc_layouts.append((rank, estimate(p, strategy_from_result(from_result, rank, p))))
+            except AutoparError as err:
+                if rank > 1 and str(err).startswith("--rank="):
+                    break  # fewer layouts than --top
+                raise
+    else:
+        doc_layouts = list(enumerate(run_search(p, top, target=target).layouts, 1))
+    if max_devices is None or p.world_size <= max_devices:
+        return p, doc_layouts, {}
+    runs, stands_for, small_p = [], {}, None
+    for rank, e in doc_layouts:
+        small = shrink(p, e.strategy, max_devices)
+        if small_p is not None and small.problem.world_size != small_p.world_size:
+            raise AutoparError(f"--max-devices={max_devices}: layout #{rank} shrinks to {small.problem.world_size} "
+                               f"devices, the others to {small_p.world_size}; verify it in a separate run")
+        small_p = small.problem
+        runs.append((rank, estimate(small.problem, small.strategy)))
+        stands_for[rank] = small.stands_for(p, e)
+    return small_p, runs, stands_for
+
+
+@app.command()
+@_user_errors
+def verify(
+    model: Model = None, device: Device = None, nodes: Nodes = None, devices_per_node: PerNode = None,
+    gbs: Gbs = None, seq_len: SeqLen = None, precision: Precision = None, device_file: DeviceFile = None,
+    device_set: DeviceSet = None, flash_attention: Flash = None, vocab_pad: VocabPad = None,
+    vocab_size: VocabSize = None,
+    script: Annotated[Optional[str], typer.Option(help="Megatron-LM/MindSpeed-LLM launch script: the problem's "
+                                                  "defaults and the job each layout rewrites (never changed)")] = None,
+    toml: Annotated[Optional[str], typer.Option(help="torchtitan job TOML (model name/flavor, optimizer, ...) the "
+                                                "layout's sections are merged into (never changed)")] = None,
+    from_result: Annotated[Optional[str], typer.Option("--from", help="search result JSON (autopar search --json or "
+                                                       "--report's result.json); default: search now")] = None,
+    top: Annotated[int, typer.Option(help="verify the top K layouts")] = 3,
+    out: Annotated[str, typer.Option(help="folder of the job folders (one per layout)")] = "out/verify",
+    iters: Annotated[int, typer.Option(help="training iterations (steps) per job")] = 10,
+    warmup: Annotated[int, typer.Option(help="iterations left out of the measured step time")] = 2,
+    time_limit_s: Annotated[float, typer.Option("--time-limit-s", help="per job; killed (local) or Slurm's "
+                                                "--time")] = 900.0,
+    launcher: Annotated[str, typer.Option(help="local (torchrun here) | slurm (sbatch/srun) | none (write the "
+                                          "jobs only)")] = "local",
+    workdir: Annotated[Optional[str], typer.Option(help="folder the jobs run in (where you run the script) "
+                                                   "\\[default: the current folder]")] = None,
+    data: Annotated[str, typer.Option(help="mock (--mock-data) | script (the script's own data paths)")] = "mock",
+    max_devices: Annotated[Optional[int], typer.Option(help="run smaller: fewer layers, pp stages and dp ranks, "
+                                                       "the same tp/cp/ep/mbs/seq (at most this many devices)")] = None,
+    account: Annotated[Optional[str], typer.Option(help="Slurm --account")] = None,
+    partition: Annotated[Optional[str], typer.Option(help="Slurm --partition")] = None,
+    container_image: Annotated[Optional[str], typer.Option(help="srun --container-image (pyxis)")] = None,
+    container_mounts: Annotated[Optional[str], typer.Option(help="srun --container-mounts (pyxis)")] = None,
+    sbatch_option: Annotated[Optional[list[str]], typer.Option(help="extra #SBATCH option, e.g. "
+                                                               "--qos=high (repeatable)")] = None,
+    record: Annotated[Optional[str], typer.Option(help="store the measured runs in this profile DB (for "
+                                                  "autopar calibrate)")] = None,
+    as_json: Json = False,
+) -> None:
+    """Run the top layouts for a few iterations in your framework; predicted vs measured, re-ranked."""
+    from autopar.cli_paths import refuse_overwriting_inputs
+    from autopar.search.grid import for_target
+    from autopar.specs.targets import check_target
+    from autopar.verify.jobs import write_jobs
+    from autopar.verify.launch import SlurmOptions
+    from autopar.verify.report import report_doc, report_table
+    from autopar.verify.run import run_jobs
+
+    if launcher not in LAUNCHERS:
+        raise AutoparError(f"--launcher={launcher!r}: allowed {', '.join(LAUNCHERS)}")
+    if data not in ("mock", "script"):
+        raise AutoparError(f"--data={data!r}: allowed mock, script")
+    if script and toml:
+        raise AutoparError("--script and --toml: give one (Megatron-LM/MindSpeed-LLM script or torchtitan TOML)")
+    positive("--top", top, upper=100)
+    if not 0 <= warmup < iters:
+        raise AutoparError(f"--warmup={warmup}: must be in [0, --iters={iters})")
+    if not 0 < time_limit_s <= 7 * 86400:
+        raise AutoparError(f"--time-limit-s={time_limit_s}: allowed (0, 604800] (a week)")
+    if max_devices is not None:
+        positive("--max-devices", max_devices)
+    refuse_overwriting_inputs({"--script": script, "--toml": toml, "--from": from_result, "--model": model,
+                               "--device-file": device_file, "--record": record}, {"--out": (out, [Path(out)])})
+    p = problem_from_options(model, device, nodes, devices_per_node, gbs, seq_len, precision, device_file, device_set,
+                             flash_attention, vocab_pad, script, vocab_size)
+    if toml:
+        framework = "torchtitan"
+    else:
+        from autopar.specs.script import read_script
+
+        framework = read_script(script).framework if script else "megatron"
+    check_target(p.cluster.device, framework, "--script" if script else "--toml")
+    p = for_target(p, framework)
+    run_p, layouts, stands_for = _layouts(p, from_result, top, framework, max_devices)
+    jobs = write_jobs(run_p, layouts, out, framework, script=script, toml=toml, iters=iters, mock_data=data == "mock",
+                      workdir=workdir, stands_for=stands_for)
+    for job in jobs:
+        err_console.print(f"wrote {job.folder}", highlight=False)
+    if launcher == "none":
+        return
+    slurm = SlurmOptions(account=account, partition=partition, container_image=container_image,
+                         container_mounts=container_mounts, extra=tuple(sbatch_option or ()))
+    results = run_jobs(jobs, launcher, time_limit_s, slurm, warmup,
+                       on_done=lambda j, r: err_console.print(f"ran {j.name}: {r.failure or 'ok'}", highlight=False))
+    if record:
+        from autopar.verify.calibrate import record_runs
+
+        stored = record_runs(record, run_p, jobs, results)
+        err_console.print(f"stored {stored} measured runs in {record}", highlight=False)
+    if as_json:
+        sys.stdout.write(json.dumps(report_doc(jobs, results), indent=2) + "\n")
+        return
+    console.print(report_table(jobs, results))
+    for job in jobs:
+        if job.stands_for:
+            console.print(f"[bold]{escape(job.name)}[/] stands for {escape(job.stands_for['layout'])}: "
+                          f"{escape(job.stands_for['note'])}", highlight=False, soft_wrap=True)

@@ -1,0 +1,45 @@
+"""Run written jobs one after another and read each log into a result (``result.json`` per job)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Callable
+
+from autopar.verify.jobs import Job
+from autopar.verify.launch import Outcome, SlurmOptions, run_local, run_slurm
+from autopar.verify.logs import RunResult, parse_log
+
+RESULT_FILE = "result.json"
+
+
+def result_of(job: Job, outcome: Outcome | None, warmup: int) -> RunResult:
+    """Parse ``job``'s log (an absent log reads as empty); ``outcome`` None: the job was not run."""
+    text = job.log_path.read_text(errors="replace") if job.log_path.exists() else ""
+    if outcome is None:
+        return parse_log(text, job.framework, seq_len=job.seq_len, global_batch_size=job.global_batch_size,
+                         world_size=job.world_size, exit_code=0 if text else None, warmup=warmup)
+    return parse_log(text, job.framework, seq_len=job.seq_len, global_batch_size=job.global_batch_size,
+                     world_size=job.world_size, exit_code=outcome.exit_code, timed_out=outcome.timed_out,
+                     warmup=warmup)
+
+
+def run_jobs(jobs: list[Job], launcher: str, time_limit_s: float, slurm: SlurmOptions | None = None,
+             warmup: int = 2, on_done: Callable[[Job, RunResult], None] | None = None) -> list[RunResult]:
+    """Run each job (``launcher``: ``local`` or ``slurm``), parse its log, save ``result.json``.
+
+    A failed job is a result (its ``failure`` and ``cause``), never an exception."""
+    results = []
+    for job in jobs:
+        if launcher == "slurm":
+            outcome = run_slurm(job, time_limit_s, slurm or SlurmOptions())
+        else:
+            outcome = run_local(job, time_limit_s)
+        result = result_of(job, outcome, warmup)
+        doc = {"outcome": {"exit_code": outcome.exit_code, "timed_out": outcome.timed_out, "wall_s": outcome.wall_s,
+                           "slurm_job_id": outcome.slurm_job_id}, **result.to_dict()}
+        (Path(job.folder) / RESULT_FILE).write_text(json.dumps(doc, indent=2) + "\n")
+        results.append(result)
+        if on_done:
+            on_done(job, result)
+    return results
