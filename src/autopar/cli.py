@@ -179,13 +179,17 @@ def search(
     target = target or default_target(p.cluster.device)
     check_target(p.cluster.device, target, "--target")
     p = for_target(p, target)
+    from autopar.verify.calibrate import calibrated
+
+    p, calibration = calibrated(p, profile_db, target)  # efficiency factors fitted to stored runs
     if not 0 <= memory_margin < 1:
         raise AutoparError(f"--memory-margin={memory_margin}: must be in [0, 1)")
     if write_script and not script:
         raise AutoparError("--write-script needs --script (the launch script to rewrite)")
     from autopar.profile.cli import print_coverage, profiled
 
-    with profiled(p, profile_db, profile_device, profile_stands_for) as coverage:
+    ops_db = profile_db if calibration is None or calibration["operator_rows"] else None  # a DB of runs only
+    with profiled(p, ops_db, profile_device, profile_stands_for) as coverage:
         modules = recompute_modules_option(p, recompute_modules)
         options = SpaceOptions(recompute_modules=modules) if modules else None
         result = run_search(p, top, memory_margin, options=options, target=target)
@@ -213,6 +217,8 @@ def search(
         doc["megatron_args"] = best_args
         if measured:
             doc["profile"] = measured
+        if calibration:
+            doc["calibration"] = calibration
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return
     console.print(f"[bold]{p.model.name}[/] ({p.model.num_params / 1e9:.1f} B params) on {p.cluster.num_nodes} x "
@@ -232,6 +238,9 @@ def search(
                           highlight=False, soft_wrap=True)
     if measured:
         print_coverage(measured)
+    from autopar.cli_verify import print_calibration
+
+    print_calibration(calibration)
 
 
 # Layout options of ``estimate`` and ``export`` (None = the script's value, else the default shown).

@@ -150,3 +150,58 @@ def verify(
         if job.stands_for:
             console.print(f"[bold]{escape(job.name)}[/] stands for {escape(job.stands_for['layout'])}: "
                           f"{escape(job.stands_for['note'])}", highlight=False, soft_wrap=True)
+
+
+@app.command()
+@_user_errors
+def calibrate(
+    db: Annotated[str, typer.Option("--db", help="profile DB holding runs stored by autopar verify --record")],
+    device: Annotated[Optional[str], typer.Option(help="the device name the runs are stored under (default: "
+                                                  "every device in --db)")] = None,
+    framework: Annotated[Optional[str], typer.Option(help="megatron | mindspeed | torchtitan (default: each "
+                                                     "stored)")] = None,
+    min_runs: Annotated[int, typer.Option(help="runs a factor needs (>= 5% of their step in its class) to be "
+                                          "applied")] = 3,
+    as_json: Json = False,
+) -> None:
+    """Fit the model's efficiency factors to the stored runs (NNLS); later searches with --profile-db use them."""
+    from rich.table import Table
+
+    from autopar.profile.opdb import OpDB
+    from autopar.verify.calibrate import CLASSES, FACTORS, fit, stored_rows
+
+    positive("--min-runs", min_runs, upper=10_000)
+    handle = OpDB(db, "--db", write=False)
+    keys = sorted({(r["device"], r["framework"]) for r in handle.runs(device)
+                   if framework is None or r["framework"] == framework})
+    if not keys:
+        handle.close()
+        raise AutoparError(f"--db={db!r}: holds no verify runs{f' of --device {device!r}' if device else ''}"
+                           f"{f' and --framework {framework!r}' if framework else ''}; store some with autopar verify "
+                           "--record DB")
+    fits = [fit(d, f, stored_rows(handle, d, f), min_runs) for d, f in keys]
+    handle.close()
+    writer = OpDB(db, "--db")
+    for f in fits:
+        writer.put_calibration(f.device, f.framework, {c: (f.multipliers[c], f.runs[c], f.applied[c]) for c in CLASSES})
+    writer.close()
+    if as_json:
+        sys.stdout.write(json.dumps([f.to_dict() for f in fits], indent=2) + "\n")
+        return
+    for f in fits:
+        t = Table(title=f"{f.device}, {f.framework}: {f.runs_used} runs")
+        for col in ("class", "efficiencies", "multiplier", "runs", "applied"):
+            t.add_column(col)
+        for c in CLASSES:
+            t.add_row(c, ", ".join(FACTORS[c]), f"{f.multipliers[c]:.3f}", str(f.runs[c]),
+                      "yes" if f.applied[c] else f"no (< {min_runs} runs)")
+        console.print(t)
+        console.print(f"step-time error on the stored runs: {f.error_before:.1%} before, {f.error_after:.1%} after "
+                      f"(RMS residual {f.residual:.1%})", highlight=False)
+
+
+def print_calibration(summary: dict | None) -> None:
+    """One line naming the efficiency factors a search took from stored runs."""
+    if summary:
+        used = [f"{c} x{v['multiplier']:.3f} ({v['runs']} runs)" for c, v in summary["factors"].items() if v["applied"]]
+        console.print(f"calibrated from runs: {', '.join(used) or 'no factor has enough runs'}", highlight=False)
