@@ -90,3 +90,9 @@ def test_cli_verify_writes_the_top_jobs(tmp_path):
     assert len(list(out.glob("*/job.sh"))) == 2
     res = CliRunner().invoke(app, ["verify", "--script", str(SCRIPT), "--launcher", "pbs", "--out", str(out)])
     assert res.exit_code == 2 and "--launcher='pbs': allowed local, slurm, none" in res.output
+
+
+def test_search_verify_needs_a_script():
+    res = CliRunner().invoke(app, ["search", "--model", "llama3-8b", "--device", "h100-80gb", "--gbs", "16", "--top", "1",
+                                   "--verify", "1"])
+    assert res.exit_code == 2 and "--verify needs --script" in res.output

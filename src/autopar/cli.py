@@ -163,6 +163,9 @@ def search(
                                                   "mindspeed | torchtitan | deepspeed (one recompute for all stages) | "
                                                   "sapp | galvatron (recompute per stage); one that does not run on "
                                                   "--device is refused \\[default: megatron; mindspeed on Ascend]")] = None,
+    verify: Annotated[Optional[int], typer.Option("--verify", help="then run the top K layouts for a few iterations "
+                                                  "with --script (autopar verify's defaults: local torchrun, 10 "
+                                                  "iterations, jobs in out/verify)")] = None,
 ) -> None:
     """Search every valid layout, drop those that do not fit, rank the rest by step time."""
     from autopar.export.megatron import megatron_args
@@ -212,9 +215,15 @@ def search(
         from autopar.report.html import write_report
 
         err_console.print(f"wrote {write_report(p, result, report)}", highlight=False)
+    if verify is not None:
+        from autopar.cli_verify import verify_search
+
+        verified = verify_search(p, result.layouts, verify, script, target)
     if as_json:
         doc = result.to_dict()
         doc["megatron_args"] = best_args
+        if verify is not None:
+            doc["verify"] = verified
         if measured:
             doc["profile"] = measured
         if calibration:

@@ -205,3 +205,26 @@ def print_calibration(summary: dict | None) -> None:
     if summary:
         used = [f"{c} x{v['multiplier']:.3f} ({v['runs']} runs)" for c, v in summary["factors"].items() if v["applied"]]
         console.print(f"calibrated from runs: {', '.join(used) or 'no factor has enough runs'}", highlight=False)
+
+
+def verify_search(p, layouts: list, k: int, script: str | None, target: str) -> dict:
+    """``search --verify K``: the top ``k`` of ``layouts`` (estimates, best first) run as ``autopar
+    verify`` runs them by default (local torchrun, 10 iterations, jobs under ``out/verify``);
+    prints the table on stderr and returns the ``--json`` report.
+
+    Raises:
+        AutoparError: no ``--script`` (torchtitan jobs need ``autopar verify --toml``), ``k`` < 1.
+    """
+    from autopar.verify.jobs import write_jobs
+    from autopar.verify.report import report_doc, report_table
+    from autopar.verify.run import run_jobs
+
+    positive("--verify", k, upper=100)
+    if not script or target == "torchtitan":
+        raise AutoparError("--verify needs --script (a Megatron-LM/MindSpeed-LLM launch script) and --target megatron "
+                           "or mindspeed; for torchtitan run autopar verify --toml")
+    jobs = write_jobs(p, list(enumerate(layouts[:k], 1)), "out/verify", target, script=script)
+    results = run_jobs(jobs, "local", 900.0,
+                       on_done=lambda j, r: err_console.print(f"ran {j.name}: {r.failure or 'ok'}", highlight=False))
+    err_console.print(report_table(jobs, results))
+    return report_doc(jobs, results)
