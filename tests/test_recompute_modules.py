@@ -279,3 +279,13 @@ def test_balance_takes_the_moe_and_fp8_options():
     assert step(skewed.stdout) > step(even.stdout)
     res = _cli(base + ["--fp8-param-storage"])
     assert res.exit_code == 2 and "--fp8-param-storage with --precision=bf16" in res.stderr
+
+
+def test_module_check_does_not_build_a_tuple_per_stage():
+    """A recompute-module set on a layout with a huge pp is checked from the options, not from one
+    entry per stage (pp = 2**31 ran out of memory building ``stage_recompute``)."""
+    from autopar.strategy import Strategy
+
+    assert Strategy(pp=2**31, recompute="selective", recompute_modules=("core_attn", "mla_up_proj")).pp == 2**31
+    with pytest.raises(ValueError, match="applies to selective recompute; this layout recomputes full"):
+        Strategy(pp=2**31, recompute="full", recompute_modules=("core_attn", "mla_up_proj"))

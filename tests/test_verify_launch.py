@@ -37,7 +37,7 @@ def _pids(path) -> list[int]:
 
 def test_time_limit_kills_the_whole_process_group(tmp_path):
     job = _job(tmp_path, ["bash", "-c", "sleep 300 & echo $! >> pids; (sleep 300 & echo $! >> pids; wait) & wait"])
-    [result] = run_jobs([job], "local", time_limit_s=1.0)
+    [result] = run_jobs([job], "local", time_limit_s=3.0)
     pids = _pids(tmp_path / "pids")
     assert len(pids) == 2 and not any(_alive(pid) for pid in pids)
     assert result.failure == "timeout"

@@ -155,9 +155,10 @@ class Strategy(BaseModel):
         Raises:
             ValueError: non-default modules with no selective stage.
         """
-        if self.recompute_modules != DEFAULT_RECOMPUTE_MODULES and "selective" not in self.stage_recompute:
+        options = set(self.recompute_per_stage or (self.recompute,))  # not stage_recompute: pp may be huge
+        if self.recompute_modules != DEFAULT_RECOMPUTE_MODULES and "selective" not in options:
             raise ValueError(f"recompute_modules={','.join(self.recompute_modules)} applies to selective recompute; "
-                             f"this layout recomputes {'/'.join(sorted(set(self.stage_recompute)))} (make recompute, or "
+                             f"this layout recomputes {'/'.join(sorted(options))} (make recompute, or "
                              "a recompute_per_stage entry, selective, or leave the default core_attn)")
         return self
 
