@@ -53,9 +53,11 @@ def test_layout_field_error_names_the_cli_option():
 
 
 def test_zero_with_pp_message_is_accurate():
-    """torchtitan does run FSDP2 with PP; the refusal is autopar's, naming Megatron's --use-torch-fsdp2."""
-    out = runner.invoke(app, ["estimate", *TOY, "--pp", "2", "--zero", "2"]).output
-    assert "zero_with_pp" in out and "--use-torch-fsdp2" in out and "torch FSDP2 exclude" not in out
+    """Megatron-LM runs ZeRO-2 with pp as --use-megatron-fsdp (no refusal); the DeepSpeed target
+    refuses it with DeepSpeed's own PipelineEngine message."""
+    assert "zero_with_pp" not in runner.invoke(app, ["estimate", *TOY, "--pp", "2", "--zero", "2"]).output
+    out = runner.invoke(app, ["export", "--format", "deepspeed", *TOY, "--pp", "2", "--zero", "2"]).output
+    assert "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism" in out and "deepspeed/runtime/pipe" in out
 
 
 def _ranked(*strategies: Strategy) -> list:

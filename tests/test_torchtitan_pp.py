@@ -29,11 +29,12 @@ def _toy(framework: str = "torchtitan"):
     return make_problem(toy_model(vocab_size=128), gbs=16, seq=64, framework=framework)
 
 
-def test_rule_accepts_fsdp_with_pp_on_torchtitan_only():
+def test_rule_accepts_fsdp_with_pp_except_on_deepspeed():
     check_strategy(_toy("torchtitan"), FSDP_PP)  # no error
+    check_strategy(_toy("megatron"), FSDP_PP)  # Megatron-FSDP with pp: validate_args accepts it
     with pytest.raises(LayoutError) as err:
-        check_strategy(_toy("megatron"), FSDP_PP)
-    assert err.value.rules == ("zero_with_pp",) and "--use-torch-fsdp2 refuse it" in str(err.value)
+        check_strategy(_toy("deepspeed"), FSDP_PP)
+    assert err.value.rules == ("zero_with_pp",) and "incompatible with pipeline parallelism" in str(err.value)
     with pytest.raises(LayoutError, match="zero_with_pp"):  # ZeRO-2 is not what torchtitan runs
         check_strategy(_toy("torchtitan"), FSDP_PP.model_copy(update={"zero": 2}))
 
@@ -92,7 +93,7 @@ def test_cli_target_torchtitan_exports_fsdp_with_pp():
     out = CliRunner().invoke(app, ["export", "--format", "torchtitan", *args])
     assert out.exit_code == 0 and "pipeline_parallel_degree = 2" in out.output
     out = CliRunner().invoke(app, ["export", "--format", "megatron", *args])
-    assert out.exit_code == 2 and "zero_with_pp" in out.output
+    assert out.exit_code == 0 and "--use-megatron-fsdp" in out.output and "CUDA_DEVICE_MAX_CONNECTIONS" not in out.output
 
 
 def test_torchtitan_default_split():

@@ -83,6 +83,26 @@ def _modules_reason(p: Problem, s: Strategy) -> str:
     return f"recompute_modules {','.join(s.recompute_modules)}: {'; '.join(bad)}; model {p.model.name} has none"
 
 
+def _zero_with_pp_ok(p: Problem, b: LayoutBatch) -> np.ndarray:
+    """ZeRO-2/3 with pp > 1: Megatron-LM runs it as Megatron-FSDP (``--use-megatron-fsdp``;
+    ``validate_args`` has no pipeline check for it and ``finalize_model_grads.py`` all-reduces
+    the FSDP-sharded embedding gradients across pipeline stages), reduce-scattering every
+    micro-batch as :func:`autopar.cost.stage_time.dp_exposed_s` costs it; torchtitan runs FSDP2
+    (zero 3) with pp; DeepSpeed's PipelineEngine refuses both stages."""
+    fw = p.train.framework
+    return (b.zero <= 1) | (b.pp == 1) | (fw == "megatron") | ((b.zero == 3) & (fw == "torchtitan"))
+
+
+def _zero_with_pp_reason(p: Problem, s: Strategy) -> str:
+    if p.train.framework == "torchtitan":
+        return (f"ZeRO stage {s.zero} with pp={s.pp} on torchtitan: with pipelining torchtitan keeps each stage "
+                "gathered and reduce-scatters once per step (fsdp_reshard_after_forward 'default', "
+                "torchtitan/models/llama3/infra/parallelize.py), which autopar costs as zero 3; use zero 3")
+    return (f"ZeRO stage {s.zero} with pp={s.pp}: DeepSpeed's PipelineEngine asserts 'ZeRO-2 and ZeRO-3 are "
+            "incompatible with pipeline parallelism' (deepspeed/runtime/pipe/engine.py); use zero <= 1 with "
+            "pp > 1, or pp = 1")
+
+
 def _gbs(p: Problem) -> int:
     return p.train.global_batch_size
 
@@ -92,18 +112,20 @@ RULES: tuple[Rule, ...] = (
         "world_size",
         lambda p, b: b.dp * b.tp * b.pp * b.cp == p.world_size,
         lambda p, s: f"dp*tp*pp*cp = {s.dp}*{s.tp}*{s.pp}*{s.cp} = {s.world_size} must equal the "
-        f"world size {p.world_size} ({p.cluster.num_nodes} nodes x {p.cluster.devices_per_node})",
+        f"world size {p.world_size} ({p.cluster.num_nodes} nodes x {p.cluster.devices_per_node}) (Megatron-LM "
+        "megatron/training/arguments.py: 'world size ... is not divisible by total_model_size')",
     ),
     Rule(
         "tp_divides_heads",
         lambda p, b: p.model.num_attention_heads % b.tp == 0,
-        lambda p, s: f"tp={s.tp} must divide num_attention_heads={p.model.num_attention_heads}",
+        lambda p, s: f"tp={s.tp} must divide num_attention_heads={p.model.num_attention_heads} (Megatron-Core "
+        "transformer_config.py: 'num_attention_heads ... must be a multiple of tensor_model_parallel_size')",
     ),
     Rule(
         "tp_divides_kv_heads",
         lambda p, b: p.model.num_kv_heads % b.tp == 0,
         lambda p, s: f"tp={s.tp} must divide num_key_value_heads={p.model.num_kv_heads} "
-        "(autopar does not replicate KV heads across TP ranks)",
+        "(autopar does not replicate KV heads across TP ranks; Megatron-Core transformer_config.py allows a divisor too)",
     ),
     Rule(
         "tp_divides_ffn",
@@ -114,13 +136,13 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "sp_needs_tp",
         lambda p, b: ~b.sp | (b.tp > 1),
-        lambda p, s: "sequence parallelism (--sp) needs tp > 1 (Megatron switches it off at tp=1)",
+        lambda p, s: "sequence parallelism (--sp) needs tp > 1 (megatron/training/arguments.py switches it off at tp=1)",
     ),
     Rule(
         "cp_divides_seq",
         lambda p, b: (b.cp == 1) | (p.train.seq_len % (2 * b.cp) == 0),
         lambda p, s: f"seq_len={p.train.seq_len} must be a multiple of 2*cp={2 * s.cp} "
-        "(Megatron: load-balanced causal context parallelism)",
+        "(megatron/training/arguments.py: 'seq-length should be a multiple of 2 * context-parallel-size')",
     ),
     Rule(
         "sp_divides_seq",
@@ -157,13 +179,15 @@ RULES: tuple[Rule, ...] = (
         "gbs_divisible",
         lambda p, b: _gbs(p) % (b.mbs * b.dp) == 0,
         lambda p, s: f"global batch size {_gbs(p)} must be divisible by mbs*dp = {s.mbs}*{s.dp} = "
-        f"{s.mbs * s.dp}",
+        f"{s.mbs * s.dp} (megatron/core/num_microbatches_calculator.py: 'global batch size ... is not divisible by "
+        "micro batch size ... times data parallel size')",
     ),
     Rule(
         "interleaved_microbatches",
         lambda p, b: (b.vpp == 1) | (b.num_microbatches % b.pp == 0),
         lambda p, s: f"the interleaved schedule needs num_microbatches={s.num_microbatches(_gbs(p))} "
-        f"to be a multiple of pp={s.pp} (Megatron: microbatch group size = pp)",
+        f"to be a multiple of pp={s.pp} (autopar's interleaved schedule runs whole groups of pp micro-batches; "
+        "Megatron-LM main runs a final partial group, megatron/core/pipeline_parallel/schedules.py)",
     ),
     Rule(
         "pipeline_fill",
@@ -171,14 +195,7 @@ RULES: tuple[Rule, ...] = (
         lambda p, s: f"num_microbatches={s.num_microbatches(_gbs(p))} is below pp={s.pp}: the "
         "pipeline never fills (most stages idle)",
     ),
-    Rule(
-        "zero_with_pp",
-        lambda p, b: (b.zero <= 1) | (b.pp == 1) | ((b.zero == 3) & (p.train.framework == "torchtitan")),
-        lambda p, s: f"ZeRO stage {s.zero} shards gradients/parameters per micro-batch and autopar does "
-        "not combine it with pipeline parallelism (DeepSpeed's pipeline engine and Megatron's "
-        "--use-torch-fsdp2 refuse it); use zero <= 1 with pp > 1, or zero 3 on torchtitan (--target/--format "
-        "torchtitan: FSDP2 + PP keeps each stage gathered and reduce-scatters its gradients once per step)",
-    ),
+    Rule("zero_with_pp", _zero_with_pp_ok, _zero_with_pp_reason),
     Rule(
         "recompute_layers",
         lambda p, b: (b.recompute_layers == 0)
@@ -231,6 +248,14 @@ RULES: tuple[Rule, ...] = (
         lambda p, s: f"fp8 parameter storage (--fp8-param-gather) with zero={s.zero}: Megatron-LM asserts "
         "'--fp8-param-gather only supported with distributed optimizer, torch fsdp2, megatron fsdp' "
         "(arguments.py); use zero >= 1",
+    ),
+    Rule(
+        "window_attention_cp",
+        lambda p, b: (b.cp == 1) | (not p.model.window_layers),
+        lambda p, s: f"cp={s.cp} with model {p.model.name}'s sliding-window layers: autopar costs context "
+        "parallelism as Transformer Engine's p2p ring, which asserts 'The context parallel running configs cannot "
+        "support sliding window attention' (TE attention/dot_product_attention/context_parallel.py: window "
+        "layers need cp_comm_type a2a or all_gather); use cp=1",
     ),
 )
 

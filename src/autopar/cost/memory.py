@@ -14,7 +14,9 @@ zero   meaning                      bytes per parameter (fp32 grads)
 ====== ============================ =====================================
 
 N is dp*cp for dense parameters (Megatron's distributed optimizer shards over the DP x CP
-group) and the expert-data-parallel size world/(etp*ep*pp) for routed experts.
+group) and the expert-data-parallel size world/(etp*ep*pp) for routed experts. The 12 B become
+``main_params + exp_avg + exp_avg_sq`` bytes with Megatron's precision-aware optimizer, times
+the share not offloaded to the host (``TrainSpec``, :mod:`autopar.cost.offload`).
 
 Frameworks other than Megatron-LM (``TrainSpec.framework``: DeepSpeed's 16-bit gradients and
 BF16_Optimizer fp32 buffer, torchtitan's fp32 FSDP2 shards, per-op selective recompute and fp32

@@ -38,6 +38,7 @@ from autopar.cost import flops as F
 from autopar.cost import framework
 from autopar.cost import host
 from autopar.cost import moe as moe_cost
+from autopar.cost import offload
 from autopar.cost import mtp
 from autopar.cost import recompute as recompute_cost
 from autopar.cost import tp_overlap
@@ -276,8 +277,11 @@ def dp_exposed_s(p: Problem, batch: LayoutBatch, params: StageParams, t: StageTi
 
 
 def optimizer_time_s(p: Problem, batch: LayoutBatch, params: StageParams) -> np.ndarray:
-    """Adam step over the parameters this device updates (sharded for ZeRO >= 1): memory-bound."""
+    """Adam step over the parameters this device updates (sharded for ZeRO >= 1): memory-bound
+    for the share kept on the device, plus the host-link copies of the share offloaded with
+    ``--optimizer-cpu-offload`` (:func:`autopar.cost.offload.transfer_time_s`)."""
     dense_group = np.where(batch.zero >= 1, batch.dp * batch.cp, 1)
     expert_group = np.where(batch.zero >= 1, p.world_size // (batch.etp * batch.ep * batch.pp), 1)
     local = params.dense / dense_group + params.experts / expert_group
-    return C.memory_time_s(p, ADAM_BYTES_PER_PARAM * local)
+    on_device = offload.device_optimizer_fraction(p) * local
+    return C.memory_time_s(p, ADAM_BYTES_PER_PARAM * on_device) + offload.transfer_time_s(p, local)

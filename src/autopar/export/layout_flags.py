@@ -194,6 +194,18 @@ def flag_words(flags: dict[str, FlagValue]) -> list[str]:
 
 
 def needs_max_connections_env(s: Strategy) -> bool:
-    """Megatron asserts ``CUDA_DEVICE_MAX_CONNECTIONS=1`` when tp > 1 or cp > 1 on GPUs before
-    Blackwell (ecosystem.md 1.3 rule 10)."""
-    return s.tp > 1 or s.cp > 1
+    """Whether Megatron-LM asserts ``CUDA_DEVICE_MAX_CONNECTIONS=1`` for layout ``s``: tp > 1 or
+    cp > 1 on GPUs before Blackwell, unless Megatron-FSDP shards (zero >= 2), which asserts the
+    opposite (:func:`forbids_max_connections_one`). Source: Megatron-LM
+    ``megatron/training/arguments.py`` ``validate_args``: "Using tensor model parallelism or context
+    parallelism require setting the environment variable CUDA_DEVICE_MAX_CONNECTIONS to 1" is
+    asserted only in the branch without ``use_torch_fsdp2`` / ``use_megatron_fsdp`` (ecosystem.md
+    1.3 rule 10)."""
+    return (s.tp > 1 or s.cp > 1) and not forbids_max_connections_one(s)
+
+
+def forbids_max_connections_one(s: Strategy) -> bool:
+    """Whether Megatron-LM refuses ``CUDA_DEVICE_MAX_CONNECTIONS=1`` for layout ``s``: ZeRO-2/3 is
+    written as ``--use-megatron-fsdp`` and ``validate_args`` asserts "FSDP requires
+    CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset." (``megatron/training/arguments.py``)."""
+    return s.zero >= 2

@@ -27,9 +27,10 @@ from pydantic import ValidationError
 
 from autopar.errors import AutoparError, from_validation_error, read_text
 from autopar.specs.bash import ShellScript, check_script_size
-from autopar.specs.bash_arith import evaluate
 from autopar.specs.script_launch import Args, find_launch
+from autopar.specs.script_attention import attention_fields
 from autopar.specs.script_layers import apply_noop_layers, check_cp_comm_type
+from autopar.specs.script_optimizer import optimizer_fields
 from autopar.specs.model import ModelSpec
 from autopar.specs.script_vocab import vocab_size
 from autopar.specs.train import TrainSpec
@@ -130,7 +131,10 @@ def read_script(path: str | Path, text: str | None = None) -> ScriptPlan:
     dp = max(1, world // (layout["tp"] * layout["pp"] * layout["cp"]))
     train = dict(global_batch_size=a.integer("--global-batch-size", mbs * dp), seq_len=a.require("--seq-length"),
                  precision=precision(a), flash_attention=flash_attention(a),
-                 make_vocab_size_divisible_by=a.integer("--make-vocab-size-divisible-by", 128))
+                 make_vocab_size_divisible_by=a.integer("--make-vocab-size-divisible-by", 128),
+                 **optimizer_fields(a))
+    if train["precision"] == "fp8" and a.has("--fp8-param-gather"):
+        train["fp8_param_storage"] = True
     return ScriptPlan(path=path, text=text, framework=framework, args=a, num_nodes=launch.nnodes,
                       devices_per_node=launch.nproc_per_node, model_fields=fields, vocab_error=vocab_error,
                       train_fields=train, layout=layout)
@@ -210,6 +214,7 @@ def model_fields(a: Args, path: Path) -> tuple[dict[str, Any], str | None]:
         norm_eps=a.number("--norm-epsilon", 0.0) if a.has("--norm-epsilon") else None,
     )
     fields.update(_moe_fields(a, num_layers, ffn))
+    fields.update(attention_fields(a, num_layers))
     if mla:
         fields.update(mla=True, q_lora_rank=a.integer("--q-lora-rank", 0), kv_lora_rank=a.integer("--kv-lora-rank", 32),
                       qk_nope_head_dim=a.integer("--qk-head-dim", 128),
@@ -231,6 +236,8 @@ def _moe_fields(a: Args, num_layers: int, ffn: int) -> dict[str, Any]:
     return dict(num_experts=experts, num_experts_per_tok=a.integer("--moe-router-topk", 2), moe_ffn_hidden_size=moe_ffn,
                 shared_expert_ffn_hidden_size=shared, moe_layers=moe_layers(a, num_layers),
                 router_bias=a.has("--moe-router-enable-expert-bias"),
+                router_sigmoid=a.text("--moe-router-score-function", "softmax") == "sigmoid"
+                and not a.has("--moe-router-enable-expert-bias"),
                 router_aux_loss_coeff=a.number("--moe-aux-loss-coeff", 0.0),
                 router_num_groups=a.integer("--moe-router-num-groups", 0),
                 router_group_topk=a.integer("--moe-router-group-topk", 0),
@@ -248,13 +255,8 @@ def moe_layers(a: Args, num_layers: int) -> tuple[int, ...]:
             unreadable expression.
     """
     freq = a.text("--moe-layer-freq", "1")
-    try:
-        pattern = evaluate(freq)
-    except AutoparError as err:
-        raise AutoparError(f"{a.source}: --moe-layer-freq={freq!r}: {err}") from None
+    pattern = a.frequency("--moe-layer-freq", freq, "([0]*3+[1]*58)")
     if isinstance(pattern, int):
-        if pattern < 1:
-            raise AutoparError(f"{a.source}: --moe-layer-freq={pattern}: must be >= 1 or a list such as ([0]*3+[1]*58)")
         pattern = [1 if i % pattern == 0 else 0 for i in range(num_layers)]
     if len(pattern) != num_layers:
         raise AutoparError(f"{a.source}: --moe-layer-freq={freq!r} gives {len(pattern)} layers, "
