@@ -63,7 +63,7 @@ def test_torchtitan_job_merges_the_users_toml(tmp_path):
     s = Strategy(dp=4, tp=2, pp=1, mbs=2, sp=True, zero=3)
     [job] = write_jobs(p, [(1, estimate(p, s))], tmp_path / "v", "torchtitan", toml=base, iters=5)
     doc = tomllib.loads((tmp_path / "v" / job.name / "job.toml").read_text())
-    assert doc["model"] == {"name": "llama3", "flavor": "8B"}
+    assert (doc["model"]["name"], doc["model"]["flavor"]) == ("llama3", "8B")
     assert doc["training"]["steps"] == 5 and doc["training"]["seq_len"] == 4096 and doc["training"]["dataset"] == "c4_test"
     assert doc["parallelism"]["tensor_parallel_degree"] == 2 and doc["parallelism"]["data_parallel_shard_degree"] == 4
     assert doc["checkpoint"]["enable"] is False and doc["job"]["dump_folder"] == job.folder

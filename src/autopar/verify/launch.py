@@ -50,6 +50,22 @@ def _kill_group(pgid: int, sig: int) -> None:
         pass
 
 
+def _group_gone(pgid: int, timeout_s: float) -> bool:
+    """Wait until no process of group ``pgid`` is left to signal (SIGKILL is delivered
+    asynchronously), at most ``timeout_s``; a zombie waiting for its reaper still counts until
+    reaped."""
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        time.sleep(0.02)
+    return False
+
+
 def run_local(job: Job, time_limit_s: float, grace_s: float = GRACE_S) -> Outcome:
     """Run ``job`` on this node, its output (stdout and stderr) into ``job.log_path``.
 
@@ -81,6 +97,7 @@ def run_local(job: Job, time_limit_s: float, grace_s: float = GRACE_S) -> Outcom
             raise
         finally:
             _kill_group(proc.pid, signal.SIGKILL)  # ranks that outlive torchrun
+            _group_gone(proc.pid, grace_s)
     return Outcome(None if timed_out else proc.returncode, timed_out, time.monotonic() - start)
 
 
