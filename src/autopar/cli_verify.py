@@ -69,7 +69,10 @@ def verify(
                                                 "layout's sections are merged into (never changed)")] = None,
     from_result: Annotated[Optional[str], typer.Option("--from", help="search result JSON (autopar search --json or "
                                                        "--report's result.json); default: search now")] = None,
-    top: Annotated[int, typer.Option(help="verify the top K layouts")] = 3,
+    top: Annotated[int, typer.Option(help="verify the top K layouts (up to 100: a black-box search over what the "
+                                     "model keeps, bounded by --budget-s)")] = 3,
+    budget_s: Annotated[Optional[float], typer.Option("--budget-s", help="start no job after this many seconds "
+                                                      "(the rest are reported as not run)")] = None,
     out: Annotated[str, typer.Option(help="folder of the job folders (one per layout)")] = "out/verify",
     iters: Annotated[int, typer.Option(help="training iterations (steps) per job")] = 10,
     warmup: Annotated[int, typer.Option(help="iterations left out of the measured step time")] = 2,
@@ -114,6 +117,8 @@ def verify(
         raise AutoparError(f"--time-limit-s={time_limit_s}: allowed (0, 604800] (a week)")
     if max_devices is not None:
         positive("--max-devices", max_devices)
+    if budget_s is not None and not budget_s > 0:
+        raise AutoparError(f"--budget-s={budget_s:g}: must be > 0 seconds")
     refuse_overwriting_inputs({"--script": script, "--toml": toml, "--from": from_result, "--model": model,
                                "--device-file": device_file, "--record": record}, {"--out": (out, [Path(out)])})
     p = problem_from_options(model, device, nodes, devices_per_node, gbs, seq_len, precision, device_file, device_set,
@@ -136,7 +141,8 @@ def verify(
     slurm = SlurmOptions(account=account, partition=partition, container_image=container_image,
                          container_mounts=container_mounts, extra=tuple(sbatch_option or ()))
     results = run_jobs(jobs, launcher, time_limit_s, slurm, warmup,
-                       on_done=lambda j, r: err_console.print(f"ran {j.name}: {r.failure or 'ok'}", highlight=False))
+                       on_done=lambda j, r: err_console.print(f"ran {j.name}: {r.failure or 'ok'}", highlight=False),
+                       budget_s=budget_s)
     if record:
         from autopar.verify.calibrate import record_runs
 

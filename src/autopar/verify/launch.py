@@ -50,18 +50,37 @@ def _kill_group(pgid: int, sig: int) -> None:
         pass
 
 
+def _live_members(pgid: int) -> bool | None:
+    """Whether group ``pgid`` has a member that is not a zombie (``/proc/PID/stat``: state is field
+    3, the process group field 5); None without ``/proc``."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return None
+    for stat in proc.glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # exited while we looked
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
+
+
 def _group_gone(pgid: int, timeout_s: float) -> bool:
-    """Wait until no process of group ``pgid`` is left to signal (SIGKILL is delivered
-    asynchronously), at most ``timeout_s``; a zombie waiting for its reaper still counts until
-    reaped."""
+    """Wait until no process of group ``pgid`` runs any more (SIGKILL is delivered
+    asynchronously; zombies waiting for their reaper do not count), at most ``timeout_s``."""
     end = time.monotonic() + timeout_s
     while time.monotonic() < end:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
+        live = _live_members(pgid)
+        if live is None:
+            try:
+                os.killpg(pgid, 0)
+            except ProcessLookupError:
+                return True
+            except PermissionError:
+                return False
+        elif not live:
             return True
-        except PermissionError:
-            return False
         time.sleep(0.02)
     return False
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -25,12 +26,22 @@ def result_of(job: Job, outcome: Outcome | None, warmup: int) -> RunResult:
 
 
 def run_jobs(jobs: list[Job], launcher: str, time_limit_s: float, slurm: SlurmOptions | None = None,
-             warmup: int = 2, on_done: Callable[[Job, RunResult], None] | None = None) -> list[RunResult]:
+             warmup: int = 2, on_done: Callable[[Job, RunResult], None] | None = None,
+             budget_s: float | None = None) -> list[RunResult]:
     """Run each job (``launcher``: ``local`` or ``slurm``), parse its log, save ``result.json``.
 
-    A failed job is a result (its ``failure`` and ``cause``), never an exception."""
+    A failed job is a result (its ``failure`` and ``cause``), never an exception. With
+    ``budget_s`` (black-box search over many layouts), no job starts once that many seconds
+    have passed; the rest are results with failure ``not_run``."""
     results = []
+    start = time.monotonic()
     for job in jobs:
+        if budget_s is not None and time.monotonic() - start >= budget_s:
+            result = RunResult(failure="not_run", cause=f"the --budget-s {budget_s:g} s was spent before it started")
+            results.append(result)
+            if on_done:
+                on_done(job, result)
+            continue
         if launcher == "slurm":
             outcome = run_slurm(job, time_limit_s, slurm or SlurmOptions())
         else:

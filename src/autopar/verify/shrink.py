@@ -37,7 +37,8 @@ class Small:
                      f"gradient memory per device is larger)") if s.zero and s.dp != small.dp else ""
         note = (f"reproduces per-device compute, tp{s.tp}/cp{s.cp}/ep{s.ep} collectives and a stage's memory per "
                 f"layer ({self.problem.model.num_layers // small.pp} layers per stage, mbs {s.mbs}, seq "
-                f"{p.train.seq_len}); from the model only: the bubble of {s.pp} stages (run: {small.pp}), "
+                f"{p.train.seq_len}); from the model only: "
+                f"{f'the bubble of {s.pp} stages (run: {small.pp}), ' if s.pp > small.pp else ''}"
                 f"data-parallel gradient traffic over {s.dp} ranks on {p.cluster.num_nodes} nodes (run: {small.dp} "
                 f"on {self.problem.cluster.num_nodes}){zero_note}")
         return {"layout": f"tp{s.tp} pp{s.pp} dp{s.dp} cp{s.cp} ep{s.ep} on {p.world_size} devices",
