@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from autopar.cli import app
 from autopar.estimate import estimate
+from autopar.profile.opdb import OpDB
 from autopar.strategy import Strategy
 from autopar.verify.shrink import shrink
 from conftest import make_problem
@@ -61,7 +62,7 @@ def test_verify_runs_the_top_layouts_and_reranks(tmp_path, monkeypatch):
     out = tmp_path / "verify"
     res = CliRunner().invoke(app, ["verify", "--script", str(script), "--device", "h100-80gb", "--top", "2",
                                    "--iters", "5", "--out", str(out), "--workdir", str(work), "--time-limit-s", "120",
-                                   "--json"])
+                                   "--record", str(tmp_path / "runs.db"), "--json"])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.output[res.output.index("{"):])
     assert doc["runs"] == 2 and doc["failed"] == 0, doc
@@ -71,6 +72,13 @@ def test_verify_runs_the_top_layouts_and_reranks(tmp_path, monkeypatch):
     assert all(r["measured"]["peak_allocated_bytes"] == 20.0 * 2**20 for r in rows)
     assert all(r["predicted"]["step_time_s"] > 0 and r["step_time_error"] is not None for r in rows)
     assert {p: p.read_bytes() for p in work.iterdir()} == before  # nothing written into the user's folder
+    runs = OpDB(tmp_path / "runs.db", write=False).runs("h100-80gb")
+    assert [r["step_time_s"] for r in runs] == [r["measured"]["step_time_s"] for r in sorted(rows, key=lambda r: r["search_rank"])]
+    again = CliRunner().invoke(app, ["verify", "--report-only", "--out", str(out), "--json"])
+    assert again.exit_code == 0, again.output
+    assert json.loads(again.output)["layouts"] == rows  # re-read from the job folders' logs
+    missing = CliRunner().invoke(app, ["verify", "--report-only", "--out", str(work)])
+    assert missing.exit_code == 2 and "holds no jobs autopar verify wrote" in missing.output
 
 
 def test_small_run_keeps_the_per_device_shapes():

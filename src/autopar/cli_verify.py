@@ -93,6 +93,8 @@ def verify(
                                                                "--qos=high (repeatable)")] = None,
     record: Annotated[Optional[str], typer.Option(help="store the measured runs in this profile DB (for "
                                                   "autopar calibrate)")] = None,
+    report_only: Annotated[bool, typer.Option("--report-only", help="write and run nothing: read the jobs and logs "
+                                              "already in --out (e.g. run by hand after --launcher none)")] = False,
     as_json: Json = False,
 ) -> None:
     """Run the top layouts for a few iterations in your framework; predicted vs measured, re-ranked."""
@@ -101,9 +103,13 @@ def verify(
     from autopar.specs.targets import check_target
     from autopar.verify.jobs import write_jobs
     from autopar.verify.launch import SlurmOptions
-    from autopar.verify.report import report_doc, report_table
     from autopar.verify.run import run_jobs
 
+    if report_only:
+        from autopar.verify.run import stored_results
+
+        _report(*stored_results(out, warmup), as_json)
+        return
     if launcher not in LAUNCHERS:
         raise AutoparError(f"--launcher={launcher!r}: allowed {', '.join(LAUNCHERS)}")
     if data not in ("mock", "script"):
@@ -148,6 +154,13 @@ def verify(
 
         stored = record_runs(record, run_p, jobs, results)
         err_console.print(f"stored {stored} measured runs in {record}", highlight=False)
+    _report(jobs, results, as_json)
+
+
+def _report(jobs: list, results: list, as_json: bool) -> None:
+    """Print the verify report (table and small-run notes, or ``--json``)."""
+    from autopar.verify.report import report_doc, report_table
+
     if as_json:
         sys.stdout.write(json.dumps(report_doc(jobs, results), indent=2) + "\n")
         return

@@ -7,7 +7,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from autopar.verify.jobs import Job
+from autopar.errors import AutoparError
+from autopar.verify.jobs import JOB_FILE, Job
 from autopar.verify.launch import Outcome, SlurmOptions, run_local, run_slurm
 from autopar.verify.logs import RunResult, parse_log
 
@@ -54,3 +55,19 @@ def run_jobs(jobs: list[Job], launcher: str, time_limit_s: float, slurm: SlurmOp
         if on_done:
             on_done(job, result)
     return results
+
+
+def stored_results(out: str | Path, warmup: int) -> tuple[list[Job], list[RunResult]]:
+    """The jobs written under ``out`` and their results read from their logs (a job without a
+    log is ``not_run``), in search order.
+
+    Raises:
+        AutoparError: ``out`` holds no job folder (names ``--out``).
+    """
+    folders = sorted(d for d in Path(out).glob("*") if (d / JOB_FILE).is_file())
+    if not folders:
+        raise AutoparError(f"--out={str(out)!r}: holds no jobs autopar verify wrote (no */{JOB_FILE})")
+    jobs = sorted((Job.load(d) for d in folders), key=lambda j: j.rank)
+    results = [result_of(j, None, warmup) if j.log_path.exists() else
+               RunResult(failure="not_run", cause=f"no {j.log_path.name} in {j.folder}") for j in jobs]
+    return jobs, results
