@@ -96,3 +96,16 @@ def test_search_verify_needs_a_script():
     res = CliRunner().invoke(app, ["search", "--model", "llama3-8b", "--device", "h100-80gb", "--gbs", "16", "--top", "1",
                                    "--verify", "1"])
     assert res.exit_code == 2 and "--verify needs --script" in res.output
+
+
+def test_small_run_job_has_fewer_layers_and_devices(tmp_path):
+    from autopar.verify.shrink import shrink
+
+    p = _script_problem()  # 32 layers on 2 x 8
+    small = shrink(p, Strategy(dp=2, tp=2, pp=4, mbs=1, sp=True, zero=1), 4)  # pp 2, dp 1, 8 layers per stage
+    [job] = write_jobs(small.problem, [(1, estimate(small.problem, small.strategy))], tmp_path, "megatron",
+                       script=SCRIPT, stands_for={1: {"layout": "tp2 pp4 dp2", "note": ""}})
+    back = read_script(SCRIPT, (tmp_path / job.name / "job.sh").read_text())
+    assert back.model_fields["num_layers"] == 16 and (back.num_nodes, back.devices_per_node) == (1, 4)
+    got = back.strategy(4, 16)
+    assert (got.tp, got.pp, got.dp) == (2, 2, 1) and back.train_fields["global_batch_size"] == 128

@@ -115,19 +115,30 @@ def short_run_flags(iters: int, folder: Path, mock_data: bool) -> dict[str, str 
 
 
 def megatron_job_script(script: str | Path, p: Problem, e: Estimate, iters: int, folder: Path,
-                        mock_data: bool) -> str:
-    """The user's launch script with layout ``e.strategy`` and the short-run flags.
+                        mock_data: bool, small: bool = False) -> str:
+    """The user's launch script with layout ``e.strategy`` and the short-run flags; a ``small``
+    run (:mod:`autopar.verify.shrink`) also gets ``p``'s fewer layers (``--num-layers``).
 
     Raises:
-        AutoparError: the script's framework cannot express the layout, or the rewritten script
-            does not read back as it (:func:`autopar.export.rewrite.rewrite_script`).
+        AutoparError: the script's framework cannot express the layout, the rewritten script
+            does not read back as it (:func:`autopar.export.rewrite.rewrite_script`), or a small
+            run's layer count does not read back (e.g. a per-layer ``--moe-layer-freq`` list).
     """
     from autopar.export.rewrite import edit_flags, rewrite_script
     from autopar.specs.script import read_script
 
     plan = read_script(script)
     laid_out = read_script(plan.path, rewrite_script(plan, p, e.strategy))
-    return edit_flags(laid_out, short_run_flags(iters, folder, mock_data))
+    flags = short_run_flags(iters, folder, mock_data)
+    if small:
+        flags["--num-layers"] = str(p.model.num_layers)
+    text = edit_flags(laid_out, flags)
+    if small:
+        got = read_script(plan.path, text).model_fields["num_layers"]
+        if got != p.model.num_layers:
+            raise AutoparError(f"{plan.path.name}: the small run needs {p.model.num_layers} layers, the edited script "
+                               f"reads {got}; verify the full layout or edit the layer flags by hand")
+    return text
 
 
 def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -218,7 +229,8 @@ def write_jobs(p: Problem, layouts: list[tuple[int, Estimate]], out: str | Path,
                         "--job.config_file", str(folder / "job.toml"), "--training.steps", str(iters)]
                 name = "job.toml"
             else:
-                text = megatron_job_script(script, p, e, iters, folder, mock_data)  # type: ignore[arg-type]
+                text = megatron_job_script(script, p, e, iters, folder, mock_data,  # type: ignore[arg-type]
+                                           small=rank in (stands_for or {}))
                 argv, name = ["bash", str(folder / "job.sh")], "job.sh"
         except AutoparError as err:
             raise AutoparError(f"layout #{rank}: {err}") from None
