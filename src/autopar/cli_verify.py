@@ -47,6 +47,10 @@ def _layouts(p, from_result: str | None, top: int, target: str, max_devices: int
     runs, stands_for, small_p = [], {}, None
     for rank, e in doc_layouts:
         small = shrink(p, e.strategy, max_devices)
+        if target == "torchtitan" and small.problem.model.num_layers != p.model.num_layers:
+            raise AutoparError(f"--max-devices={max_devices}: layout #{rank} runs small with "
+                               f"{small.problem.model.num_layers} of {p.model.num_layers} layers, and a torchtitan "
+                               "flavor fixes the layer count; allow more devices or verify with --script")
         if small_p is not None and small.problem.world_size != small_p.world_size:
             raise AutoparError(f"--max-devices={max_devices}: layout #{rank} shrinks to {small.problem.world_size} "
                                f"devices, the others to {small_p.world_size}; verify it in a separate run")
