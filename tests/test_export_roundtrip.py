@@ -98,7 +98,9 @@ def test_torchtitan_values():
     ("deepspeed", dict(dp=8, cp=2, zero=1), "cp=2"),
     ("galvatron", dict(dp=16, zero=1), "zero=1"),
     ("mindspeed", dict(dp=8, zero=2), "Megatron FSDP"),
-    ("megatron", dict(dp=4, pp=4, layers_per_stage=(7, 9, 8, 8)), "unequal middle stages"),
+    # Megatron-LM takes unequal middle stages as --pipeline-model-parallel-layout; MindSpeed has no vpp form
+    ("mindspeed", dict(dp=2, pp=4, vpp=2, schedule="interleaved", layers_per_stage=(6, 10, 8, 8)),
+     "cannot be combined with virtual pipeline stages"),
     ("galvatron", dict(dp=8, cp=2, zero=0), "never reads cp_sizes_enc"),
 ])
 def test_refusals(fmt, layout, reason):

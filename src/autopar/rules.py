@@ -16,7 +16,8 @@ from typing import Callable
 
 import numpy as np
 
-from autopar.errors import LayoutError
+from autopar.errors import AutoparError, LayoutError
+from autopar.pipeline.layout import PipelineLayout, layout_of, needs_flexible
 from autopar.problem import Problem
 from autopar.strategy import (DEFAULT_MODULE_MASK, LayoutBatch, Strategy, default_layers_per_stage, module_mask,
                               split_first_middle_last)
@@ -46,6 +47,20 @@ def _uneven_split_ok(p: Problem, b: LayoutBatch) -> np.ndarray:
 def _accounted_layers(p: Problem, b: LayoutBatch) -> np.ndarray:
     """``L' = L + e + l``: decoder layers plus the embedding / loss counted as layers."""
     return _layers(p) + b.account_embedding.astype(np.int64) + b.account_loss.astype(np.int64)
+
+
+def _balanced_ok(p: Problem, b: LayoutBatch) -> np.ndarray:
+    """Where :meth:`~autopar.pipeline.layout.PipelineLayout.balanced` exists for the row's (pp, vpp)
+    (the flexible layout autopar uses where Megatron's default split cannot interleave)."""
+    ok = np.zeros(len(b), dtype=bool)
+    pairs = np.stack([b.pp, b.vpp], axis=1)
+    for pp, vpp in np.unique(pairs, axis=0) if len(b) else []:
+        try:
+            PipelineLayout.balanced(_layers(p), int(pp), int(vpp), p.model.mtp_num_layers)
+        except AutoparError:
+            continue
+        ok |= (b.pp == pp) & (b.vpp == vpp)
+    return ok
 
 
 def _embedding_loss_split_ok(p: Problem, b: LayoutBatch) -> np.ndarray:
@@ -162,11 +177,11 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "interleaved_layer_split",
-        lambda p, b: (b.vpp == 1) | b.accounted
-        | ((_layers(p) % b.pp == 0) & ((_layers(p) // np.maximum(b.pp, 1)) % b.vpp == 0)),
-        lambda p, s: f"interleaving needs num_layers/pp = {_layers(p)}/{s.pp} = {_layers(p) / s.pp:g} to be "
-        f"a whole number divisible by vpp={s.vpp} (Megatron: layers per virtual stage must be an integer; "
-        f"or count the embedding and loss as layers, --embedding-loss-split, if (num_layers + 2)/(pp*vpp) is whole)",
+        lambda p, b: (b.vpp == 1) | b.accounted | ~needs_flexible(_layers(p), b.pp, b.vpp) | _balanced_ok(p, b),
+        lambda p, s: f"num_layers={_layers(p)} with {p.model.mtp_num_layers} MTP layers has no layout over "
+        f"pp={s.pp} x vpp={s.vpp} chunks: neither num_layers/pp = {_layers(p) / s.pp:g} splits over vpp={s.vpp} "
+        "chunks nor does a flexible layout (--pipeline-layout) give each rank a decoder layer and room for the "
+        "embedding, MTP layers and loss",
     ),
     Rule("embedding_loss_split", _embedding_loss_split_ok, _embedding_loss_reason),
     Rule(
@@ -298,6 +313,13 @@ def first_failure(p: Problem, batch: LayoutBatch) -> np.ndarray:
 
 
 def _explicit_split_reasons(p: Problem, s: Strategy) -> list[str]:
+    """Why an explicit split (``pipeline_layout`` or ``layers_per_stage``) is invalid, if it is."""
+    if s.pipeline_layout is not None:
+        try:
+            layout_of(p, s)
+        except AutoparError as err:
+            return [str(err)]
+        return []
     if s.layers_per_stage is None:
         return []
     stages = s.layers_per_stage
@@ -314,8 +336,8 @@ def _explicit_split_reasons(p: Problem, s: Strategy) -> list[str]:
     if sum(stages) != _layers(p):
         reasons.append(f"layers_per_stage {','.join(map(str, stages))} sums to {sum(stages)}, "
                        f"not num_layers={_layers(p)}")
-    if any(n < 1 or n % s.vpp for n in stages):
-        reasons.append(f"every stage of layers_per_stage needs >= 1 layer and a multiple of vpp={s.vpp}")
+    if any(n < 1 for n in stages):
+        reasons.append("every stage of layers_per_stage needs >= 1 layer")
     return reasons
 
 
@@ -327,14 +349,16 @@ def check_strategy(p: Problem, s: Strategy) -> None:
     """
     batch = LayoutBatch.from_strategy(s, p.train.global_batch_size)
     failing = [r for r in RULES if not bool(np.asarray(r.check(p, batch))[0])]
-    if s.layers_per_stage is not None and not (s.account_for_embedding or s.account_for_loss):
-        # an explicit split replaces the default-split rules (with the flags it must equal the default)
+    explicit = s.pipeline_layout is not None or (s.layers_per_stage is not None
+                                                 and not (s.account_for_embedding or s.account_for_loss))
+    if explicit:  # an explicit split replaces the default-split rules (with the flags it must equal the default)
         failing = [r for r in failing if r.name not in {"uneven_layer_split", "interleaved_layer_split"}]
     messages = [f"{r.name}: {r.reason(p, s)}" for r in failing]
     split = _explicit_split_reasons(p, s)
-    messages += [f"layers_per_stage: {m}" for m in split]
+    field = "pipeline_layout" if s.pipeline_layout is not None else "layers_per_stage"
+    messages += [f"{field}: {m}" for m in split]
     if (s.schedule == "interleaved") != (s.vpp > 1):
         messages.append(f"schedule: '{s.schedule}' with vpp={s.vpp}; interleaved 1F1B is exactly vpp > 1")
     if messages:
-        names = tuple(r.name for r in failing) + (("layers_per_stage",) if split else ())
+        names = tuple(r.name for r in failing) + ((field,) if split else ())
         raise LayoutError("invalid layout: " + "; ".join(messages), names)

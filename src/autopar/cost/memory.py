@@ -87,7 +87,10 @@ def model_state_bytes(count, group, zero, weight_bytes, grad_bytes, optimizer_by
 
 def in_flight_microbatches(batch: LayoutBatch, stages: Stages) -> np.ndarray:
     """Micro-batches' worth of activations a stage holds at its peak (may be fractional with
-    interleaving: chunks in flight divided by vpp)."""
+    interleaving: chunks in flight divided by vpp; a layout's own count where ``stages.in_flight``
+    is set, :func:`autopar.cost.stage.all_stages`)."""
+    if stages.in_flight is not None:
+        return stages.in_flight.astype(np.float64)
     one_f_one_b = np.minimum(batch.pp - stages.index, batch.num_microbatches)
     chunks = 2 * (batch.pp - stages.index - 1) + (batch.vpp - 1) * batch.pp + 1
     chunks = np.minimum(chunks, batch.num_microbatches * batch.vpp)
@@ -119,7 +122,8 @@ def stage_activation_bytes(p: Problem, batch: LayoutBatch, stages: Stages) -> np
     in_flight = in_flight_microbatches(batch, stages)
     first, last = stages.is_first(), stages.is_last(batch)
     embedding = np.where(first, np.minimum(batch.pp, batch.num_microbatches) * act.embedding_bytes(p, batch), 0.0)
-    output = np.where(last, fw_mem.output_bytes(p, batch) + mtp.activation_bytes(p, batch), 0.0)
+    output = np.where(last, fw_mem.output_bytes(p, batch), 0.0) + np.where(stages.holds_mtp(batch),
+                                                                           mtp.activation_bytes(p, batch), 0.0)
     dispatch = np.where(n_moe > 0, moe_cost.dispatcher_buffer_bytes(p, batch), 0.0)  # one MoE layer at a time
     return in_flight * kept + fw_mem.backward_transient_bytes(p, working, output) + embedding + dispatch
 

@@ -78,7 +78,8 @@ def stage_time(p: Problem, batch: LayoutBatch, stages: Stages) -> StageTime:
     first, last = stages.is_first(), stages.is_last(batch)
     layers_fwd = n_dense * dense.forward_s + n_moe * moe.forward_s
     extra_fwd = np.where(first, C.embedding_forward_time_s(p, batch), 0.0) + np.where(
-        last, C.output_forward_time_s(p, batch) + mtp.forward_s(p, batch, dense.forward_s, moe.forward_s), 0.0)
+        last, C.output_forward_time_s(p, batch), 0.0) + np.where(
+        stages.holds_mtp(batch), mtp.forward_s(p, batch, dense.forward_s, moe.forward_s), 0.0)
     forward = layers_fwd + extra_fwd
 
     full = batch.recompute == 2
@@ -135,7 +136,7 @@ def stage_time(p: Problem, batch: LayoutBatch, stages: Stages) -> StageTime:
         moe_recomputed = recomputed * n_moe / np.maximum(stages.layers, 1)
         ep_passes = n_moe + 0.5 * moe_recomputed + np.where(selective, recompute_cost.extra_ep_passes(p, batch, n_moe), 0.0)
         ep = ep_passes * moe_cost.layer_comm_s(p, batch)
-        ep = ep + np.where(last, mtp.ep_comm_s(p, batch), 0.0)
+        ep = ep + np.where(stages.holds_mtp(batch), mtp.ep_comm_s(p, batch), 0.0)
     else:
         ep = np.zeros(len(batch))
     backward = 2 * (forward - layers_fwd) + n_dense * dense.backward() + n_moe * moe.backward()

@@ -25,7 +25,7 @@ import tomllib
 from typing import Any
 
 from autopar.errors import AutoparError
-from autopar.export.layout_flags import stage_layers
+from autopar.pipeline.layout import layout_of
 from autopar.export.per_stage import require_default_modules, require_uniform_recompute
 from autopar.problem import Problem
 from autopar.strategy import Strategy
@@ -96,10 +96,17 @@ def _pipeline(p: Problem, s: Strategy) -> dict[str, Any]:
     stages of ``k = pipeline_parallel_layers_per_stage`` weighted slots, the embedding (output) counting
     ``first_less`` (``last_less``) slots (ecosystem.md 3.3 rule 7, ``generate_llm_fqn_per_model_part``):
     with Megatron's embedding/loss-aware split that is ``k = (L+e+l)/(pp*vpp)``, weights ``e``, ``l``;
-    otherwise weights 0 for an even split, or explicit module names for an uneven one without vpp."""
+    otherwise weights 0 for an even split, or explicit module names of every model part for any
+    other layout (:class:`~autopar.pipeline.layout.PipelineLayout`, virtual stage ``v * pp + r`` on
+    rank ``r`` as torchtitan's interleaved schedules place parts; ``module_fqns_per_model_part``).
+
+    Raises:
+        AutoparError: MTP layers off the last stage (torchtitan's models build no MTP block there).
+    """
     if s.pp == 1:
         return {}
-    split = stage_layers(p, s)
+    layout = layout_of(p, s)
+    split = layout.layers_per_stage
     section: dict[str, Any] = {"pipeline_parallel_schedule": "Interleaved1F1B" if s.vpp > 1 else "1F1B",
                                "pipeline_parallel_microbatch_size": s.mbs}
     e, l = int(s.account_for_embedding), int(s.account_for_loss)
@@ -107,16 +114,17 @@ def _pipeline(p: Problem, s: Strategy) -> dict[str, Any]:
         section.update(pipeline_parallel_layers_per_stage=(p.model.num_layers + e + l) // (s.pp * s.vpp),
                        pipeline_parallel_first_stage_less_layers=e, pipeline_parallel_last_stage_less_layers=l)
         return section
-    if len(set(split)) == 1:
+    if len(set(layout.decoder.flatten().tolist())) == 1:
         section.update(pipeline_parallel_layers_per_stage=split[0] // s.vpp,
                        pipeline_parallel_first_stage_less_layers=0, pipeline_parallel_last_stage_less_layers=0)
         return section
-    if s.vpp > 1:
-        raise _refuse(f"uneven split {split} with vpp={s.vpp}")
+    if layout.mtp_rank != s.pp - 1:
+        raise _refuse(f"layout {layout.megatron()} puts the MTP layers on stage {layout.mtp_rank}")
     parts, start = [], 0
-    for i, n in enumerate(split):
-        names = [f"layers.{k}" for k in range(start, start + n)]
-        parts.append((["tok_embeddings"] if i == 0 else []) + names + (["norm", "output"] if i == len(split) - 1 else []))
+    for stage in layout.stages:
+        n = stage.count("t")
+        parts.append((["tok_embeddings"] if "E" in stage else []) + [f"layers.{k}" for k in range(start, start + n)]
+                     + (["norm", "output"] if "L" in stage else []))
         start += n
     section["module_fqns_per_model_part"] = parts
     return section

@@ -299,7 +299,7 @@ def layout_fields(a: Args, num_layers: int) -> dict[str, Any]:
         AutoparError: a size flag below 1, a VPP layer count that does not divide the stage, an
             unknown sharding strategy or recompute method, the embedding/loss flags with
             first/last stage counts, both VPP flags (rule 17), layers per virtual stage with
-            first/last stage counts (rule 18), ``--pipeline-model-parallel-layout`` (not read).
+            first/last stage counts (rule 18), ``--pipeline-model-parallel-layout`` beside another split flag (:func:`pipeline_layout_flag`).
     """
     size = a.size
     tp, pp = size("--tensor-model-parallel-size", 1), size("--pipeline-model-parallel-size", 1)
@@ -308,9 +308,9 @@ def layout_fields(a: Args, num_layers: int) -> dict[str, Any]:
     embedding = a.has("--account-for-embedding-in-pipeline-split")
     loss = a.has("--account-for-loss-in-pipeline-split")
     accounted = num_layers + embedding + loss  # ecosystem.md 1.3 rule 21: L' = L (+1) (+1)
-    if a.has("--pipeline-model-parallel-layout"):  # its split would silently be replaced by the default one
-        raise AutoparError(f"{a.source}: --pipeline-model-parallel-layout is not read by autopar; give the split "
-                           "as --decoder-first/last-pipeline-num-layers or --layers-per-stage instead")
+    layout_text = None
+    if a.has("--pipeline-model-parallel-layout"):
+        layout_text, vpp = pipeline_layout_flag(a, pp, vpp, per_vstage, embedding or loss)
     if vpp is not None and per_vstage is not None:
         raise AutoparError(f"{a.source}: --num-virtual-stages-per-pipeline-rank={vpp} with "
                            f"--num-layers-per-virtual-pipeline-stage={per_vstage}: Megatron-LM accepts at most one")
@@ -352,9 +352,37 @@ def layout_fields(a: Args, num_layers: int) -> dict[str, Any]:
     etp = size("--expert-tensor-parallel-size", tp)
     return dict(tp=tp, pp=pp, vpp=vpp or 1, cp=size("--context-parallel-size", 1), ep=ep, etp=etp,
                 mbs=size("--micro-batch-size", 1), sp=a.has("--sequence-parallel") and tp > 1, zero=zero,
-                recompute=granularity, recompute_layers=layers, layers_per_stage=stage_split(a, num_layers, pp),
-                account_for_embedding=embedding, account_for_loss=loss,
+                recompute=granularity, recompute_layers=layers,
+                layers_per_stage=None if layout_text else stage_split(a, num_layers, pp),
+                account_for_embedding=embedding, account_for_loss=loss, pipeline_layout=layout_text,
                 recompute_modules=modules)
+
+
+def pipeline_layout_flag(a: Args, pp: int, vpp: int | None, per_vstage: int | None,
+                         accounted: bool) -> tuple[str, int]:
+    """``--pipeline-model-parallel-layout``: the layout string (normalised,
+    :meth:`~autopar.pipeline.layout.PipelineLayout.megatron`) and the vpp it sets.
+
+    Raises:
+        AutoparError: a string Megatron-LM cannot parse, a stage count pp does not divide, or the
+            flags Megatron-LM refuses beside it (arguments.py: at most one of it,
+            ``--num-layers-per-virtual-pipeline-stage`` and ``--num-virtual-stages-per-pipeline-rank``;
+            TransformerConfig: not with the first/last stage counts or the account flags).
+    """
+    from autopar.pipeline.layout import PipelineLayout
+
+    flag = "--pipeline-model-parallel-layout"
+    text = a.text(flag) or ""
+    others = [f for f in ("--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank",
+                          "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
+                          "--num-layer-list") if a.has(f)]
+    if accounted:
+        others.append("--account-for-embedding/loss-in-pipeline-split")
+    if others:
+        raise AutoparError(f"{a.source}: {flag}={text!r} with {', '.join(others)}: Megatron-LM takes the layout alone "
+                           "('pipeline_model_parallel_layout cannot be set with other pipeline layout arguments')")
+    layout = PipelineLayout.parse(text, pp, f"{a.source}: {flag}")
+    return layout.megatron(), layout.vpp
 
 
 def stage_split(a: Args, num_layers: int, pp: int) -> tuple[int, ...] | None:

@@ -14,9 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+import numpy as np
 from pydantic import ValidationError
 
 from autopar.errors import AutoparError
+from autopar.pipeline.layout import PipelineLayout
 from autopar.problem import Problem
 from autopar.specs import TrainSpec, load_device, make_cluster
 from autopar.specs.cluster import MAX_NODES, resolve_device_name
@@ -208,7 +210,7 @@ def recipe_of(row: Row) -> Recipe | None:
     return next((r for r in RECIPES if r.applies(row)), None)
 
 
-def strategy_of(row: Row, family: Family, num_layers: int, assumed: list[str]) -> Strategy:
+def strategy_of(row: Row, family: Family, num_layers: int, assumed: list[str], mtp_num_layers: int = 0) -> Strategy:
     """The row's layout; unstated knobs from the family (recorded in ``assumed``).
 
     ``dp`` is ``num_gpus / (tp * pp * cp)`` when the row leaves it empty; ``mbs`` is
@@ -247,7 +249,7 @@ def strategy_of(row: Row, family: Family, num_layers: int, assumed: list[str]) -
         raise Unscorable(f"gbs={gbs} is not a multiple of dp={dp} ({family.name} runs gbs / dp sequences per "
                          "replica; state mbs or a batch that splits)")
     if family.name == "torchtitan" and pp > 1:
-        mbs, vpp, split = torchtitan_pipeline(row, gbs // dp, pp, mbs, vpp, assumed)
+        mbs, vpp, split = torchtitan_pipeline(row, gbs // dp, pp, mbs, vpp, assumed, mtp_num_layers)
     if mbs is None:
         mbs = gbs // dp if per_replica else 1
         assumed.append(f"mbs={mbs}")
@@ -343,7 +345,7 @@ def torchtitan_split(num_layers: int, stages: int) -> tuple[int, ...]:
 
 
 def torchtitan_pipeline(row: Row, local_batch: int, pp: int, mbs: int | None, vpp: int | None,
-                        assumed: list[str]) -> tuple[int, int, dict]:
+                        assumed: list[str], mtp_num_layers: int = 0) -> tuple[int, int, dict]:
     """(mbs, vpp, split fields) of a torchtitan run with pp > 1 whose row leaves them unstated.
 
     torchtitan 2024-12 (the TT2412 benchmark commit 9dec370; ``pipelining_utils.py``): a
@@ -353,11 +355,12 @@ def torchtitan_pipeline(row: Row, local_batch: int, pp: int, mbs: int | None, vp
     pp * stages per rank only on 2025-01-07), so ``num_microbatches = pp`` and
     ``mbs = local_batch / pp``.
     The split is :func:`torchtitan_split`; with vpp 1 it is passed as ``layers_per_stage``, with
-    vpp > 1 as Megatron's embedding/loss-accounted split where that is the same split.
+    vpp > 1 as Megatron's embedding/loss-accounted split where that is the same split, else as
+    the :class:`~autopar.pipeline.layout.PipelineLayout` of its chunks (stage ``i`` on rank
+    ``i % pp``, torchtitan's interleaved placement; ``mtp_num_layers`` of the model before the loss).
 
     Raises:
-        Unscorable: the local batch is not a multiple of pp, or the interleaved split cannot
-            be expressed.
+        Unscorable: the local batch is not a multiple of pp.
     """
     if vpp is None:
         vpp = 2 if "interleaved" in row["notes"].lower() else 1
@@ -374,9 +377,10 @@ def torchtitan_pipeline(row: Row, local_batch: int, pp: int, mbs: int | None, vp
         return mbs, vpp, {"layers_per_stage": chunks} if len(set(chunks)) > 1 else {}
     slots = (layers + 2) // (pp * vpp)
     accounted = (slots - 1,) + (slots,) * (pp * vpp - 2) + (slots - 1,)
-    if (layers + 2) % (pp * vpp) or chunks != accounted or "account_for_loss" not in Strategy.model_fields:
-        raise Unscorable(f"torchtitan's interleaved split {chunks} has no autopar form")
-    return mbs, vpp, {"account_for_embedding": True, "account_for_loss": True}
+    if (layers + 2) % (pp * vpp) == 0 and chunks == accounted:
+        return mbs, vpp, {"account_for_embedding": True, "account_for_loss": True}
+    decoder = np.asarray(chunks, dtype=np.int64).reshape(vpp, pp).T  # [rank, chunk]
+    return mbs, vpp, {"pipeline_layout": PipelineLayout.from_chunks(decoder, mtp_num_layers).megatron()}
 
 
 def recompute_modules_of(row: Row) -> tuple[str, ...]:
@@ -424,7 +428,7 @@ def to_case(row: Row) -> Case:
         assumed.append("source unknown: generic defaults (Megatron-LM, fused attention, no dropout, overlapped grad "
                        "reduce, no TP comm overlap)")
     model = model_of(row, family.dropout, assumed)
-    strategy = strategy_of(row, family, model.num_layers, assumed)
+    strategy = strategy_of(row, family, model.num_layers, assumed, model.mtp_num_layers)
     device = device_of(row)
     gpus = required(row, "num_gpus", "the cluster size is needed")
     per_node = row.int("gpus_per_node") or device.default_devices_per_node
