@@ -181,6 +181,9 @@ def search(
     no_pp: S.NoPp = False, no_cp: S.NoCp = False, no_ep: S.NoEp = False, no_vpp: S.NoVpp = False,
     no_fsdp: S.NoFsdp = False, no_recompute: S.NoRecompute = False, explain: S.Explain = None,
     gbs_range: S.GbsRange = None, plot: S.Plot = None, config: Config = None,
+    verify: Annotated[Optional[int], typer.Option("--verify", help="then run the top K layouts for a few iterations "
+                                                  "with --script (autopar verify's defaults: local torchrun, 10 "
+                                                  "iterations, jobs in out/verify)")] = None,
 ) -> None:
     """Search every valid layout, drop those that do not fit, rank the rest by step time."""
     from autopar.export.megatron import megatron_args
@@ -204,6 +207,9 @@ def search(
     target = target or default_target(p.cluster.device)
     check_target(p.cluster.device, target, "--target")
     p = for_target(p, target)
+    from autopar.verify.calibrate import calibrated
+
+    p, calibration = calibrated(p, profile_db, target)  # efficiency factors fitted to stored runs
     if not 0 <= memory_margin < 1:
         raise AutoparError(f"--memory-margin={memory_margin}: must be in [0, 1)")
     if write_script and not script:
@@ -212,7 +218,8 @@ def search(
         raise AutoparError(f"--min-gain-pct={min_gain_pct:g} applies to --write-script only; add --write-script OUT.sh")
     from autopar.profile.cli import print_coverage, profiled
 
-    with profiled(p, profile_db, profile_device, profile_stands_for) as coverage:
+    ops_db = profile_db if calibration is None or calibration["operator_rows"] else None  # a DB of runs only
+    with profiled(p, ops_db, profile_device, profile_stands_for) as coverage:
         modules = recompute_modules_option(p, recompute_modules)
         options = SpaceOptions(recompute_modules=modules) if modules else None
         if gbs_range:
@@ -240,11 +247,19 @@ def search(
         from autopar.report.html import write_report
 
         err_console.print(f"wrote {write_report(p, result, report)}", highlight=False)
+    if verify is not None:
+        from autopar.cli_verify import verify_search
+
+        verified = verify_search(p, result.layouts, verify, script, target)
     if as_json:
         doc = result.to_dict()
         doc["megatron_args"] = best_args
+        if verify is not None:
+            doc["verify"] = verified
         if measured:
             doc["profile"] = measured
+        if calibration:
+            doc["calibration"] = calibration
         if explained:
             doc["explain"] = explained.to_dict()
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
@@ -266,6 +281,9 @@ def search(
                           highlight=False, soft_wrap=True)
     if measured:
         print_coverage(measured)
+    from autopar.cli_verify import print_calibration
+
+    print_calibration(calibration)
     if explained:
         console.print("\n" + explained.text(), highlight=False, markup=False, soft_wrap=True)
 
@@ -500,3 +518,4 @@ from autopar.profile.cli import profile_app  # noqa: E402  (the sub-app imports 
 app.add_typer(profile_app, name="profile")
 
 import autopar.pipeline.cli_balance  # noqa: E402,F401  (registers `autopar balance`)
+import autopar.cli_verify  # noqa: E402,F401  (registers `autopar verify` and `autopar calibrate`)
