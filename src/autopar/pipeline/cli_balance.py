@@ -154,9 +154,9 @@ def balance_command(
     form: Annotated[str, typer.Option(help="explicit (any split, per-stage recompute) | megatron "
                                       "(equal middle stages, one recompute)")] = "explicit",
     options: Annotated[Optional[str], typer.Option("--options", help="recompute options to choose from, e.g. "
-                                                   "none,selective \\[default: all]")] = None,
+                                                   "none,selective [default: all]")] = None,
     memory_limit_gib: Annotated[Optional[float], typer.Option("--memory-limit-gib", help="usable memory per "
-                                                              "device \\[default: the device's]")] = None,
+                                                              "device [default: the device's]")] = None,
     plot: Annotated[Optional[str], typer.Option("--plot", help="write the timeline + memory figure (PNG)")] = None,
 ) -> None:
     """Balance pipeline stages: layers (per chunk) and recompute per stage vs the even split."""
