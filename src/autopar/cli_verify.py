@@ -174,9 +174,14 @@ def verify(
 
 
 def _report(jobs: list, results: list, as_json: bool) -> None:
-    """Print the verify report (table and small-run notes, or ``--json``)."""
-    from autopar.verify.report import report_doc, report_table
+    """Print the verify report (table and small-run notes, or ``--json``) and write
+    ``report.png`` (predicted vs measured per layout) beside the job folders."""
+    from autopar.verify.report import report_doc, report_png, report_table
 
+    if jobs:
+        png = Path(jobs[0].folder).parent / "report.png"
+        png.write_bytes(report_png(jobs, results))
+        err_console.print(f"wrote {png}", highlight=False)
     if as_json:
         sys.stdout.write(json.dumps(report_doc(jobs, results), indent=2) + "\n")
         return
