@@ -38,7 +38,8 @@ def _options_file(config: Config = None) -> None:
     """Plan the parallel layout of LLM training before spending GPU hours."""
 
 # Options shared by every command that needs a problem (model, cluster, batch).
-Model = Annotated[Optional[str], typer.Option("--model", "-m", help="HF config.json path or preset name (see README)")]
+Model = Annotated[Optional[str], typer.Option("--model", "-m", help="HF config.json path or preset name (e.g. "
+                                                   "llama3-70b, deepseek-v3; all presets: docs/reference/notes.md)")]
 Script = Annotated[Optional[str], typer.Option("--script", help="Megatron-LM/MindSpeed-LLM launch script: model, batch, "
                                                "cluster and layout as defaults (options given here win)")]
 VocabSize = Annotated[Optional[int], typer.Option("--vocab-size", help="vocabulary size: replaces the model's "
