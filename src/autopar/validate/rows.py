@@ -413,6 +413,9 @@ def to_case(row: Row) -> Case:
         raise Unscorable("source without a documented framework default")
     assumed: list[str] = []
     strategy = strategy_of(row, family, assumed)
+    # TP overlap is a layout knob that needs SP with tp > 1 (rule tp_comm_overlap_needs_sp).
+    overlap = tp_overlap_of(row, family) and strategy.sp and strategy.tp > 1
+    strategy = strategy.model_copy(update={"tp_comm_overlap": overlap})
     device = device_of(row)
     per_node = row.int("gpus_per_node") or device.default_devices_per_node
     gpus = row.int("num_gpus")
@@ -425,7 +428,7 @@ def to_case(row: Row) -> Case:
     if flash != family.flash:
         assumed.append(f"{'fused' if flash else 'unfused'} attention ({recipe_of(row).name})")
     train = TrainSpec(global_batch_size=row.int("gbs"), seq_len=row.int("seq_len"), precision=precision_of(row),
-                      flash_attention=flash, tp_comm_overlap=tp_overlap_of(row, family),
+                      flash_attention=flash,
                       overlap_grad_reduce=family.dp_overlap, framework=framework_of(row, family),
                       tp_backward_overlap=tp_backward_overlap_of(row, family),
                       launch_blocking=family.launch_blocking)
