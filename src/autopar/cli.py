@@ -247,6 +247,17 @@ Zero = Annotated[Optional[int], typer.Option("--zero", help="0-3; 1 = Megatron d
                                                 "(export --format torchtitan: 3, FSDP2)")]
 Sp = Annotated[Optional[bool], typer.Option("--sp/--no-sp", help="Megatron sequence parallelism \\[default: on with "
                                             "tp > 1; export --format deepspeed: off, as Megatron-DeepSpeed's recipes]")]
+TpCommOverlap = Annotated[Optional[bool], typer.Option(
+    "--tp-comm-overlap/--no-tp-comm-overlap",
+    help="TP collectives overlapped with their GEMMs, needs SP: Megatron --tp-comm-overlap (TE userbuffers), "
+    "torchtitan async TP, MindSpeed --use-ascend-mc2 \\[default: on with SP for megatron (Megatron-Bridge "
+    "recipes); off for the other formats]")]
+CpCommType = Annotated[Optional[str], typer.Option(
+    "--cp-comm-type", help="context-parallel algorithm: p2p (ring) | a2a (Ulysses) | allgather | a2a+p2p "
+    "(with --cp-a2a) \\[default: p2p]")]
+CpA2a = Annotated[Optional[int], typer.Option(
+    "--cp-a2a", help="a2a+p2p: ranks of the all-to-all group inside cp (Megatron "
+    "--hierarchical-context-parallel-sizes A P, MindSpeed --ulysses-degree-in-cp)")]
 RecomputeOpt = Annotated[Optional[str], typer.Option("--recompute", help="none | selective | full \\[default: none]")]
 RecomputeLayers = Annotated[Optional[int], typer.Option("--recompute-layers", help="full recompute: layers per chunk")]
 ScheduleOpt = Annotated[Optional[str], typer.Option("--schedule", help="1f1b | interleaved (default from vpp)")]
@@ -268,6 +279,7 @@ def estimate(
     device_set: DeviceSet = None, flash_attention: Flash = None, vocab_pad: VocabPad = None,
     tp: Tp = None, pp: Pp = None, dp: Dp = None, cp: Cp = None, vpp: Vpp = None, ep: Ep = None, etp: Etp = None,
     mbs: Mbs = None, zero: Zero = None, sp: Sp = None, recompute: RecomputeOpt = None,
+    tp_comm_overlap: TpCommOverlap = None, cp_comm_type: CpCommType = None, cp_a2a: CpA2a = None,
     recompute_layers: RecomputeLayers = None, schedule: ScheduleOpt = None, layers_per_stage: LayersPerStage = None,
     recompute_per_stage: RecomputePerStage = None, embedding_loss_split: EmbeddingLoss = None,
     memory_margin: Margin = 0.10, as_json: Json = False, script: Script = None, vocab_size: VocabSize = None,
@@ -284,7 +296,8 @@ def estimate(
     layout = dict(tp=tp, pp=pp, cp=cp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, zero=zero, sp=sp, recompute=recompute,
                   recompute_layers=recompute_layers, layers_per_stage=layers_per_stage,
                   recompute_per_stage=recompute_per_stage, account_for_embedding=embedding_loss_split,
-                  account_for_loss=embedding_loss_split, recompute_modules=recompute_modules_option(p, recompute_modules))
+                  account_for_loss=embedding_loss_split, recompute_modules=recompute_modules_option(p, recompute_modules),
+                  tp_comm_overlap=tp_comm_overlap, cp_comm_type=cp_comm_type, cp_a2a=cp_a2a)
     from autopar.profile.cli import print_coverage, profiled
 
     with profiled(p, profile_db, profile_device, profile_stands_for) as coverage:
@@ -362,6 +375,7 @@ def export(
     device_set: DeviceSet = None, flash_attention: Flash = None, vocab_pad: VocabPad = None,
     tp: Tp = None, pp: Pp = None, dp: Dp = None, cp: Cp = None, vpp: Vpp = None, ep: Ep = None, etp: Etp = None,
     mbs: Mbs = None, zero: Zero = None, sp: Sp = None, recompute: RecomputeOpt = None,
+    tp_comm_overlap: TpCommOverlap = None, cp_comm_type: CpCommType = None, cp_a2a: CpA2a = None,
     recompute_layers: RecomputeLayers = None, schedule: ScheduleOpt = None, layers_per_stage: LayersPerStage = None,
     recompute_per_stage: RecomputePerStage = None, embedding_loss_split: EmbeddingLoss = None,
     script: Script = None, vocab_size: VocabSize = None,
@@ -391,7 +405,8 @@ def export(
     layout = dict(tp=tp, pp=pp, cp=cp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, zero=zero, sp=sp, recompute=recompute,
                   recompute_layers=recompute_layers, layers_per_stage=layers_per_stage,
                   recompute_per_stage=recompute_per_stage, account_for_embedding=embedding_loss_split,
-                  account_for_loss=embedding_loss_split, recompute_modules=recompute_modules_option(p, recompute_modules))
+                  account_for_loss=embedding_loss_split, recompute_modules=recompute_modules_option(p, recompute_modules),
+                  tp_comm_overlap=tp_comm_overlap, cp_comm_type=cp_comm_type, cp_a2a=cp_a2a)
     if from_result:
         given = sorted(k for k, v in {**layout, "dp": dp, "schedule": schedule}.items() if v is not None)
         if given:

@@ -148,6 +148,8 @@ def strategy_from_options(p: Problem, script: str | None, layout: dict[str, Any]
     else:
         layout["layers_per_stage"] = None
     plan = read_script(script) if script else None
+    for name in ("tp_comm_overlap", "cp_comm_type", "cp_a2a"):  # commands without these options take the defaults
+        layout.setdefault(name, None)
     lay = layout_defaults(plan, layout, target)
     if per_stage:
         lay["recompute_per_stage"] = tuple(x.strip() for x in per_stage.split(","))

@@ -17,7 +17,9 @@ collectives of its parallel groups:
   ``context_parallel``): ``cp-1`` K/V block exchanges forward, K/V plus dK/dV backward, each
   overlapped with one ring step's attention kernel (only a step's excess is exposed; PyTorch
   gathers all K/V at step 0 instead), the final dK/dV hand-back exposed, and the per-step
-  softmax-correction / gradient-accumulation passes (:func:`autopar.cost.attention.ring_exposed_s`).
+  softmax-correction / gradient-accumulation passes (:func:`autopar.cost.attention.ring_exposed_s`);
+  the layout's ``cp_comm_type`` a2a / allgather / a2a+p2p adds its blocking all-to-alls or
+  all-gathers (:mod:`autopar.cost.cp_comm`).
 * EP: all-to-all dispatch and combine of the top-k token copies per MoE layer, forward and
   backward, placed by the expert rank order (:mod:`autopar.cost.moe`); MTP layers on the last
   stage (:mod:`autopar.cost.mtp`).
@@ -34,6 +36,7 @@ import numpy as np
 
 from autopar.cost import attention as attn
 from autopar.cost import comm
+from autopar.cost import cp_comm
 from autopar.cost import compute as C
 from autopar.cost import flops as F
 from autopar.cost import framework
@@ -117,7 +120,7 @@ def stage_time(p: Problem, batch: LayoutBatch, stages: Stages) -> StageTime:
     # is exposed, and so is the last dK/dV hand-back to its owner after backward's final step.
     # The per-step merge / gradient-accumulation passes run on the compute stream.
     m = p.model
-    exposed_fwd, exposed_bwd = attn.ring_exposed_s(p, batch, dense.attention_s)
+    exposed_fwd, exposed_bwd = cp_comm.exposed_s(p, batch, dense.attention_s)
     merge_fwd_bytes, merge_bwd_bytes = attn.ring_merge_bytes(p, batch)
     fwd_passes = stages.layers + recomputed  # + the core attention Megatron's selective recompute reruns
     fwd_passes = fwd_passes + np.where(selective & recompute_cost.reruns_core_attention(p, batch), stages.layers, 0)

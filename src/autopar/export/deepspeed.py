@@ -45,6 +45,9 @@ def refusal_reason(p: Problem, s: Strategy) -> str | None:
         return f"vpp={s.vpp}: the DeepSpeed pipeline engine has no interleaved schedule"
     if s.cp > 1:
         return f"cp={s.cp}: DeepSpeed has no ring context parallelism"
+    if s.tp_comm_overlap:
+        return ("tp_comm_overlap: Megatron-DeepSpeed has no --tp-comm-overlap (no Transformer Engine userbuffers); "
+                "turn it off (--no-tp-comm-overlap)")
     if p.train.precision == "fp8":
         return "fp8: DeepSpeed's config has no fp8 training section"
     if len(set(split)) > 1:

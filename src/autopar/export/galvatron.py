@@ -55,6 +55,10 @@ def config(p: Problem, s: Strategy) -> dict[str, Any]:
         why = "selective recompute: Galvatron checkpoints whole layers (write per-stage selective with --format sapp)"
     elif s.vpp > 1:
         why = f"vpp={s.vpp}: Galvatron has no interleaved pipeline schedule"
+    elif s.tp_comm_overlap:
+        why = "tp_comm_overlap: Galvatron's runtime has no TP communication overlap switch (--no-tp-comm-overlap)"
+    elif s.cp > 1 and s.cp_comm_type != "p2p":
+        why = f"cp_comm_type={s.cp_comm_type}: Galvatron's context parallelism is Megatron's p2p ring"
     if why:
         raise AutoparError(f"Galvatron cannot express this layout: {why}")
     n = p.model.num_layers

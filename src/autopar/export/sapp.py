@@ -17,6 +17,7 @@ from typing import Any
 
 from autopar.errors import AutoparError
 from autopar.export.layout_flags import stage_layers
+from autopar.export.comm_knobs import require_cp_algorithms, require_no_tp_overlap
 from autopar.export.per_stage import require_default_modules
 from autopar.problem import Problem
 from autopar.strategy import Strategy
@@ -30,6 +31,8 @@ def config(p: Problem, s: Strategy) -> dict[str, Any]:
             modules other than ``core_attn`` (:func:`~autopar.export.per_stage.require_default_modules`).
     """
     require_default_modules("SAPP", s)
+    require_no_tp_overlap("SAPP", s, "its MindFormers arrays have no TP overlap setting")
+    require_cp_algorithms("SAPP", s, ("p2p",))
     split = stage_layers(p, s)
     base = p.model.num_layers // s.pp
     if s.vpp > 1 and any(n % s.vpp for n in split):

@@ -16,6 +16,7 @@ import tomllib
 from typing import Any
 
 from autopar.errors import AutoparError
+from autopar.export.comm_knobs import require_cp_algorithms
 from autopar.export.layout_flags import stage_layers
 from autopar.export.per_stage import require_default_modules, require_uniform_recompute
 from autopar.problem import Problem
@@ -91,6 +92,7 @@ def config(p: Problem, s: Strategy) -> dict[str, Any]:
     require_default_modules("torchtitan", s)
     if s.tp > 1 and not s.sp:
         raise _refuse(f"tp={s.tp} without sequence parallelism (torchtitan's TP always shards activations)")
+    require_cp_algorithms("torchtitan", s, ("p2p",))  # PyTorch's ring attention (context_parallel)
     if s.ep > 1 and s.expert_tp not in (1, s.tp):
         raise _refuse(f"etp={s.expert_tp}; only 1 or tp={s.tp} are allowed")
     if s.recompute == "full" and s.recompute_layers:
@@ -113,6 +115,9 @@ def config(p: Problem, s: Strategy) -> dict[str, Any]:
         "parallelism": parallelism,
         "activation_checkpoint": {"mode": mode, **({"selective_ac_option": "op"} if mode == "selective" else {})},
     }
+    if s.tp_comm_overlap:  # async TP (autopar.cost.tp_overlap); torchtitan's parallelize raises without compile
+        parallelism["enable_async_tensor_parallel"] = True
+        doc["compile"] = {"enable": True}
     if p.train.precision == "fp8":
         doc["model"] = {"converters": [FLOAT8_SECTION]}
         doc["quantize"] = {"linear": {"float8": {"enable_fsdp_float8_all_gather": shard > 1,

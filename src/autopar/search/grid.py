@@ -23,6 +23,7 @@ from autopar.cost.stage import bounding_stages
 from autopar.cost.step import evaluate
 from autopar.errors import AutoparError
 from autopar.estimate import DEFAULT_MEMORY_MARGIN, Estimate, estimate
+from autopar.export.comm_knobs import CP_ALGORITHMS, TP_OVERLAP_TARGETS
 from autopar.export.per_stage import MODULE_TARGETS, PER_STAGE_OPTIONS
 from autopar.pipeline.rebalance import TARGETS, TableCache, rank, rebalance_estimate
 from autopar.problem import Problem
@@ -168,6 +169,8 @@ def search(
             raise AutoparError(f"--recompute-modules {','.join(pinned)} with --target {target}: only "
                                f"{', '.join(MODULE_TARGETS)} writes recompute modules other than core_attn")
         options = replace(options or SpaceOptions(), recompute_modules=DEFAULT_RECOMPUTE_MODULES)
+    options = replace(options or SpaceOptions(), tp_comm_overlap=target in TP_OVERLAP_TARGETS,
+                      cp_comm_types=CP_ALGORITHMS.get(target, ("p2p",)))  # what the target can write
     batch = enumerate_layouts(p, options)
     failed = first_failure(p, batch)
     rejected = {rule.name: int(np.sum(failed == i)) for i, rule in enumerate(RULES) if np.any(failed == i)}
