@@ -200,8 +200,8 @@ def _layer_edit(key, value, index=3):
 @pytest.mark.parametrize("edit, needle", [
     (lambda d: d.update(pp=10**9), "pp=1000000000 x vpp=1 exceeds the 16 layers"),
     (lambda d: d.update(pp=4, vpp=8), "pp=4 x vpp=8 exceeds the 16 layers"),
-    (lambda d: d.update(num_microbatches=10**9), "num_microbatches=1000000000: balancing simulates every "
-     "micro-batch, at most 100000"),
+    (lambda d: d.update(num_microbatches=10**9), "num_microbatches=1000000000: balancing takes at most 100,000 "
+     "micro-batches per step"),
     (_layer_edit("recompute_s", [1, 2]), "layers[3].recompute_s=[1, 2]: expected a mapping from recompute options"),
     (_layer_edit("recompute_s", {"bogus": 1.0}), "layers[3].recompute_s={'bogus': 1.0}"),
     (_layer_edit("forward_s", True), "layers[3].forward_s=True: expected a number"),

@@ -1,6 +1,6 @@
 """Which export formats run on which device (issue 15 item 4): MindSpeed-LLM and MindFormers (sapp)
-on Ascend only, Megatron-LM / torchtitan / Megatron-DeepSpeed on NVIDIA and ROCm, Galvatron on
-NVIDIA; the others are refused with one line (exit 2) by ``export`` and ``search --target``."""
+on Ascend only, Megatron-LM / torchtitan / Megatron-DeepSpeed on NVIDIA and ROCm, Galvatron and
+Megatron-Bridge on NVIDIA; the others are refused with one line (exit 2) by ``export`` and ``search --target``."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from autopar.specs import load_device
 from autopar.specs.targets import TARGETS_BY_VENDOR, default_target, target_refusal
 
 runner = CliRunner()
-FORMATS = ("megatron", "mindspeed", "torchtitan", "deepspeed", "galvatron", "sapp")
-RUNS_ON = {"nvidia": {"megatron", "torchtitan", "deepspeed", "galvatron"},
+FORMATS = ("megatron", "megatron-bridge", "mindspeed", "torchtitan", "deepspeed", "galvatron", "sapp")
+RUNS_ON = {"nvidia": {"megatron", "megatron-bridge", "torchtitan", "deepspeed", "galvatron"},
            "amd": {"megatron", "torchtitan", "deepspeed"}, "huawei": {"mindspeed", "sapp"}}
 
 
@@ -43,7 +43,8 @@ ARGS = ["--model", "llama3-8b", "--nodes", "1", "--gbs", "64", "--seq-len", "409
 
 
 @pytest.mark.parametrize(("cmd", "device", "target", "allowed"), [
-    (["export", "--format", "mindspeed", "--tp", "2"], "h100-80gb", "mindspeed", "megatron, torchtitan, deepspeed, galvatron"),
+    (["export", "--format", "mindspeed", "--tp", "2"], "h100-80gb", "mindspeed",
+     "megatron, megatron-bridge, torchtitan, deepspeed, galvatron"),
     (["export", "--format", "megatron", "--tp", "2"], "ascend-910c", "megatron", "mindspeed, sapp"),
     (["search", "--target", "galvatron"], "mi300x", "galvatron", "megatron, torchtitan, deepspeed"),
     (["search", "--target", "sapp"], "MI355X", "sapp", "megatron, torchtitan, deepspeed"),

@@ -159,5 +159,5 @@ def test_unknown_search_target_names_the_option():
 
     res = CliRunner().invoke(app, ["search", "--model", "llama3-8b", "--device", "h100-80gb", "--target", "megatronn"])
     assert res.exit_code == 2
-    assert res.output.strip() == ("error: --target='megatronn': allowed megatron, mindspeed, torchtitan, deepspeed, "
+    assert res.output.strip() == ("error: --target='megatronn': allowed megatron, megatron-bridge, mindspeed, torchtitan, deepspeed, "
                                   "galvatron, sapp")

@@ -70,7 +70,7 @@ def test_write_script_top_n(tmp_path):
     out = tmp_path / "plan.sh"
     assert [x.name for x in script_paths(out, 3)] == ["plan.sh", "plan.2.sh", "plan.3.sh"]
     res = CliRunner().invoke(app, ["search", "--script", str(MIXTRAL), "--device", "h100-80gb", "--top", "3",
-                                   "--write-script", str(out)])
+                                   "--write-script", str(out), "--min-gain-pct", "0"])
     assert res.exit_code == 0, res.output
     for path in script_paths(out, 3):
         plan = read_script(path)
@@ -87,7 +87,7 @@ def test_write_script_never_overwrites_its_input(tmp_path):
     script.write_text(MIXTRAL.read_text())
     for out, top in ((script, "1"), (tmp_path / "run.1.sh", "1"), (tmp_path / "x" / ".." / "run.sh", "2")):
         res = CliRunner().invoke(app, ["search", "--script", str(script), "--device", "h100-80gb", "--top", top,
-                                       "--write-script", str(out)])
+                                       "--write-script", str(out), "--min-gain-pct", "0"])
         if out.name == "run.1.sh":
             assert res.exit_code == 0 and script.read_text() == MIXTRAL.read_text()
             continue

@@ -11,12 +11,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from autopar.export import galvatron, megatron, megatron_deepspeed, mindspeed, sapp, torchtitan
+from autopar.export import galvatron, megatron, megatron_bridge, megatron_deepspeed, mindspeed, sapp, torchtitan
 from autopar.problem import Problem
 from autopar.strategy import Strategy
 
 WRITERS: dict[str, Callable[[Problem, Strategy], str]] = {
     "megatron": megatron.write,
+    "megatron-bridge": megatron_bridge.write,
     "mindspeed": mindspeed.write,
     "torchtitan": torchtitan.write,
     "deepspeed": megatron_deepspeed.write,

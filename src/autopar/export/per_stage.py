@@ -21,7 +21,7 @@ from autopar.strategy import DEFAULT_RECOMPUTE_MODULES, Strategy
 # Export format -> recompute options it can set stage by stage.
 PER_STAGE_OPTIONS: dict[str, tuple[str, ...]] = {"sapp": ("none", "selective", "full"), "galvatron": ("none", "full")}
 # Export formats that write selective recompute of other modules than core_attn.
-MODULE_TARGETS: tuple[str, ...] = ("megatron",)
+MODULE_TARGETS: tuple[str, ...] = ("megatron", "megatron-bridge")
 
 
 def require_uniform_recompute(framework: str, s: Strategy) -> None:

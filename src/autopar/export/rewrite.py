@@ -88,8 +88,9 @@ class _Editor:
         self.edits: list[tuple[int, int, str]] = []
         self.claimed: dict[str, str] = {}
         self.inserts: list[str] = []
+        self.changes: list[tuple[str, str, str]] = []  # (flag or variable, old, new), in edit order
 
-    def set_value(self, hit: _Hit, value: str) -> None:
+    def set_value(self, hit: _Hit, value: str, flag: str) -> None:
         raw = self.text[hit.value_start:hit.value_end]
         if raw.strip("\"'") == value:
             return
@@ -97,14 +98,19 @@ class _Editor:
         spans = self.sh.assignments.get(m.group(1), []) if m else []
         if m and len(spans) == 1 and self.claimed.get(m.group(1), value) == value:
             a, b = spans[0]
-            if self.text[a:b].strip("\"'").isdigit():
+            old = self.text[a:b].strip("\"'")
+            if old.isdigit():
                 if m.group(1) not in self.claimed:
                     self.claimed[m.group(1)] = value
                     self.edits.append((a, b, value))
+                    if old != value:
+                        self.changes.append((f"{flag} (via {m.group(1)}=)", old, value))
                 return
         self.edits.append((hit.value_start, hit.value_end, value))
+        self.changes.append((flag, raw or "(no value)", value))
 
-    def remove(self, hit: _Hit) -> None:
+    def remove(self, hit: _Hit, flag: str) -> None:
+        self.changes.append((flag, self.text[hit.value_start:hit.value_end] if hit.has_value else "on", "(removed)"))
         line_start = self.text.rfind("\n", 0, hit.start) + 1
         line_end = self.text.find("\n", hit.end)
         line_end = len(self.text) if line_end < 0 else line_end
@@ -167,9 +173,11 @@ def _env_edits(ed: _Editor, s: Strategy) -> None:
         for a, b in spans:
             if ed.text[a:b].strip("\"'") != "1":
                 ed.edits.append((a, b, "1"))
+                ed.changes.append((ENV, ed.text[a:b], "1"))
         return
     pos = ed.text.find("\n") + 1 if ed.text.startswith("#!") else 0
     ed.edits.append((pos, pos, f"export {ENV}=1\n"))
+    ed.changes.append((ENV, "(unset)", "1"))
 
 
 def rewrite_script(plan: ScriptPlan, p: Problem, s: Strategy) -> str:
@@ -179,6 +187,17 @@ def rewrite_script(plan: ScriptPlan, p: Problem, s: Strategy) -> str:
         AutoparError: the layout cannot be expressed in the script's framework, or the edited
             script does not read back as ``s`` on ``p``'s cluster.
     """
+    return rewrite_with_changes(plan, p, s)[0]
+
+
+def rewrite_with_changes(plan: ScriptPlan, p: Problem, s: Strategy) -> tuple[str, list[tuple[str, str, str]]]:
+    """:func:`rewrite_script` and what it changed: ``(flag, old, new)`` per edit (a flag set
+    through a variable is named with it, ``--tensor-model-parallel-size (via TP=)``; ``(absent)``
+    / ``(removed)`` / ``on`` for flags inserted, deleted or switched on).
+
+    Raises:
+        AutoparError: as :func:`rewrite_script`.
+    """
     ed = _Editor(plan)
     clean = ed.sh.clean
     for flag, value in _target_flags(plan, p, s).items():
@@ -187,24 +206,27 @@ def rewrite_script(plan: ScriptPlan, p: Problem, s: Strategy) -> str:
         hits = _hits(clean, flag, flag not in SWITCHES)
         if value is None:
             for hit in hits:
-                ed.remove(hit)
+                ed.remove(hit, flag)
         elif value is True:
-            ed.inserts += [] if hits else [flag]
+            if not hits:
+                ed.inserts.append(flag)
+                ed.changes.append((flag, "(absent)", "on"))
         elif hits:
             for hit in hits:
-                ed.set_value(hit, value)
+                ed.set_value(hit, value, flag)
         elif value != _ABSENT_MEANS.get(flag, str(s.tp) if flag == "--expert-tensor-parallel-size" else None):
             ed.inserts.append(f"{flag} {value}")
+            ed.changes.append((flag, "(absent)", value))
     for names, value in ((("--nnodes",), p.cluster.num_nodes),
                          (("--nproc_per_node", "--nproc-per-node"), p.cluster.devices_per_node)):
         for name in names:
             for hit in _hits(clean, name, True):
-                ed.set_value(hit, str(value))
+                ed.set_value(hit, str(value), name)
     _env_edits(ed, s)
     ed.insert_block()
     new = ed.apply()
     _verify(plan, new, p, s)
-    return new
+    return new, ed.changes
 
 
 def _layout_key(p: Problem, s: Strategy) -> dict[str, object]:
@@ -234,28 +256,79 @@ def script_paths(out: str | Path, count: int) -> list[Path]:
     return [out] + [stem.with_name(f"{stem.name}.{i}{out.suffix}") for i in range(2, count + 1)]
 
 
-def write_scripts(script: str | Path, p: Problem, result: SearchResult, out: str | Path) -> list[Path]:
-    """Rewrite ``script`` once per ranked layout of ``result`` into :func:`script_paths`.
+def write_scripts(script: str | Path, p: Problem, result: SearchResult, out: str | Path,
+                  min_gain_pct: float | None = None) -> list[str]:
+    """Rewrite ``script`` for the ranked layouts of ``result`` worth it, into :func:`script_paths`
+    (layout #k into the k-th name), and say what changed.
 
+    A layout is written only when its predicted step time beats the script's own layout on the
+    same problem by at least ``min_gain_pct`` percent (default
+    :func:`~autopar.export.rewrite_checks.default_min_gain_pct`: autopar's step-time MAPE on
+    similar validation rows), or when the script's layout cannot run there (a rule, or memory).
+    A ``--load`` checkpoint saved under another tp/pp/ep or format queues one ``warning:`` line
+    (:func:`~autopar.export.rewrite_checks.checkpoint_warning`, via
+    :func:`autopar.cli_inputs.warn_on_success`).
+
+    Returns:
+        Lines for stderr: per file written, ``wrote PATH (#k, ...)`` then one ``  FLAG: old -> new``
+        line per change.
     Raises:
-        AutoparError: a layout that the script's framework cannot express (its rank is named),
-            an output path that is ``script`` itself, or a file that cannot be written.
+        AutoparError: ``min_gain_pct`` outside 0..100; no layout predicted to gain enough (the
+            best gain, the threshold and where it comes from are named: the script is left
+            alone); a layout the script's framework cannot express (its rank is named); an output
+            path that is ``script`` itself; or a file that cannot be written.
     """
+    from autopar.cli_inputs import warn_on_success
+    from autopar.export.rewrite_checks import (MEGATRON_DEFAULT_CKPT_FORMAT, checkpoint_warning, default_min_gain_pct,
+                                               gain_pct, script_baseline, target_set)
+
+    if min_gain_pct is not None and not 0 <= min_gain_pct <= 100:
+        raise AutoparError(f"--min-gain-pct={min_gain_pct}: must be a percentage in 0..100")
     plan = read_script(script)
     paths = script_paths(out, len(result.layouts))
     source = Path(script).resolve()
     if any(path.resolve() == source for path in paths):
         raise AutoparError(f"--write-script={str(out)!r}: would overwrite the --script it rewrites; "
                            "name another file")
-    texts = []
-    for rank, e in enumerate(result.layouts, 1):
+    threshold = default_min_gain_pct(p) if min_gain_pct is None else min_gain_pct
+    why = (f"--min-gain-pct {threshold:g}" if min_gain_pct is not None else
+           f"the default --min-gain-pct {threshold:g}, autopar's step-time MAPE on {target_set(p)} validation rows")
+    baseline = script_baseline(plan, p)
+    chosen = []
+    for rank, (path, e) in enumerate(zip(paths, result.layouts), 1):
+        gain = gain_pct(baseline, e.step_time_s)
+        if gain is None or gain >= threshold:
+            chosen.append((rank, path, e, gain))
+    if not chosen:
+        best = gain_pct(baseline, result.layouts[0].step_time_s)
+        than = f"{best:.1f}% faster" if best >= 0 else f"{-best:.1f}% slower"
+        raise AutoparError(f"--write-script: the best layout is predicted {than} than the script's own "
+                           f"({result.layouts[0].step_time_s:.3f} s vs {baseline.step_time_s:.3f} s per step), "
+                           f"below {why}; {Path(script).name} is left as it is (pass a lower --min-gain-pct to "
+                           "rewrite anyway)")
+    lines, texts = [], []
+    for rank, path, e, gain in chosen:
         try:
-            texts.append(rewrite_script(plan, p, e.strategy))
+            text, changes = rewrite_with_changes(plan, p, e.strategy)
         except AutoparError as err:
             raise AutoparError(f"layout #{rank}: {err}") from None
+        texts.append((path, text))
+        said = baseline.reason if gain is None else f"predicted {gain:.1f}% faster than the script's layout"
+        lines.append(f"wrote {path} (#{rank}, {said}):")
+        lines += [f"  {flag}: {old} -> {new}" for flag, old, new in changes] or ["  (no flag changed)"]
+    for _, path, e, _ in chosen:
+        s = e.strategy
+        fmt = layout_flags(p, s, plan.framework).get("--ckpt-format", KEEP)  # type: ignore[arg-type]
+        fmt = plan.args.text("--ckpt-format") or MEGATRON_DEFAULT_CKPT_FORMAT if fmt == KEEP else fmt
+        warning = checkpoint_warning(plan, {"tp": s.tp, "pp": s.pp, "ep": s.ep}, str(fmt))
+        if warning:
+            warn_on_success(f"{path.name}: {warning}")
+    skipped = [str(rank) for rank in range(1, len(result.layouts) + 1) if rank not in {c[0] for c in chosen}]
+    if skipped:
+        lines.append(f"not written: #{', #'.join(skipped)} (predicted gain below {why})")
     try:
-        for path, text in zip(paths, texts):
+        for path, text in texts:
             path.write_text(text)
     except OSError as err:
         raise AutoparError(f"--write-script={str(out)!r}: cannot write ({err.strerror})") from None
-    return paths
+    return lines

@@ -31,16 +31,19 @@ from autopar.pipeline import ilp
 from autopar.pipeline.folded import FoldedTable, fold, surrogate_s
 from autopar.pipeline.layers import LayerTable
 from autopar.pipeline.schedules import check_schedule, in_flight_chunks
-from autopar.pipeline.simulate import PipelineTimes, SimulationResult, simulate
+from autopar.pipeline.simulate import PipelineTimes, SimulationResult
+from autopar.pipeline.steady import simulate_bounded
 from autopar.pipeline.split import dp_split, megatron_split
 from autopar.strategy import default_layers_per_stage
 
 FORMS = ("explicit", "megatron")
-# The event simulation costs about 0.15 ms per micro-batch (pp 4, 16 layers): 100k keeps a
-# balance run under ~20 s; real jobs run tens to a few thousand micro-batches per step.
+# Real jobs run tens to a few thousand micro-batches per step. The simulation's cost does not grow
+# with their number beyond a few pp (autopar.pipeline.steady extrapolates the steady state, within
+# MAX_SIMULATED_OPS), so this only keeps the input in a meaningful range.
 MAX_MICROBATCHES = 100_000
-# The exact split is a dynamic program quadratic in the layer count: 1,000 layers take ~10 s at
-# pp 64, 10,000 would take ~15 min; the deepest published models have about 130 layers.
+# The exact split is a dynamic program quadratic in the layer count, pp * (L/vpp)^2 per recompute
+# option: 1,024 layers at pp 32 take ~0.3 s per option (split.min_max_split), 10,000 would take
+# ~30 s and 400 MB per stage; the deepest published models have about 130 layers.
 MAX_LAYERS = 1024
 GIB = 2.0**30
 
@@ -133,7 +136,7 @@ def _cost(table: LayerTable, folded: FoldedTable, bounds: np.ndarray, options: n
           num_microbatches: int, schedule: str) -> PlanCost:
     ranks = np.arange(table.pp)
     times = _chunk_times(table, bounds, options, vpp)
-    sim = simulate(times, num_microbatches, schedule, _chunk_activations(table, bounds, options, vpp))
+    sim = simulate_bounded(times, num_microbatches, schedule, _chunk_activations(table, bounds, options, vpp))
     memory = folded.rank_bytes(ranks, bounds[:-1], bounds[1:], options)
     counts = np.repeat(np.diff(bounds)[:, None], vpp, axis=1)
     return PlanCost(counts, tuple(table.options[r] for r in options), memory, sim)
@@ -186,8 +189,8 @@ def balance(table: LayerTable, vpp: int, num_microbatches: int, schedule: str,
         raise AutoparError(f"num_layers={table.num_layers}: balancing splits at most {MAX_LAYERS} layers "
                            "(the exact split is quadratic in the layer count)")
     if num_microbatches > MAX_MICROBATCHES:
-        raise AutoparError(f"num_microbatches={num_microbatches}: balancing simulates every micro-batch, at most "
-                           f"{MAX_MICROBATCHES}; lower --gbs or raise --mbs/--dp")
+        raise AutoparError(f"num_microbatches={num_microbatches}: balancing takes at most {MAX_MICROBATCHES:,} "
+                           "micro-batches per step; lower --gbs or raise --mbs/--dp")
     if form not in FORMS:
         raise AutoparError(f"form={form!r}: allowed {', '.join(FORMS)}")
     names = tuple(options) if options else table.options

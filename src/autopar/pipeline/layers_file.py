@@ -17,20 +17,29 @@ JSON or YAML::
 
 The recompute options are the keys of the first layer's ``activation_bytes`` (every layer must
 give the same keys). Stages carry no fixed (embedding / output) parts.
+
+Bounded work: a file over :data:`MAX_FILE_BYTES` bytes, more than
+:data:`autopar.pipeline.balance.MAX_LAYERS` layers or more than :data:`MAX_OPTIONS` recompute
+options is refused before the table is built (the split's cost grows with layers squared times
+options).
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from autopar.errors import AutoparError, read_text
+from autopar.pipeline.balance import MAX_LAYERS
 from autopar.pipeline.layers import LayerTable
 
 
+MAX_FILE_BYTES = 16_000_000  # 1,024 layers of 16 options take under 1 MB of JSON
+MAX_OPTIONS = 16  # recompute options per layer (Megatron has three: none, selective, full)
 MAX_LAYER_S = 3600.0  # one layer's forward/backward/recompute or one send: an hour is a typo, not a time
 MAX_BYTES = 1e15  # one layer's or one device's bytes (as autopar.specs.cluster.MAX_MEMORY_BYTES): 1e308 summed to inf
 
@@ -95,6 +104,9 @@ def load_layers_file(path: str) -> LayersFile:
     Raises:
         AutoparError: unreadable file, missing or malformed field (named in the message).
     """
+    if Path(path).is_file() and Path(path).stat().st_size > MAX_FILE_BYTES:  # before reading it
+        raise AutoparError(f"--layers {path}: {Path(path).stat().st_size:,} bytes, beyond the {MAX_FILE_BYTES:,} a "
+                           f"table of {MAX_LAYERS:,} layers needs")
     text = read_text(path, "--layers", "expected JSON or YAML")
     try:
         doc = _parse(text)
@@ -110,12 +122,18 @@ def load_layers_file(path: str) -> LayersFile:
     layers = doc.get("layers")
     if not isinstance(layers, list) or not layers:
         raise AutoparError(f"{path}: 'layers' must be a non-empty list of per-layer entries")
+    if len(layers) > MAX_LAYERS:
+        raise AutoparError(f"{path}: {len(layers):,} layers: balancing splits at most {MAX_LAYERS:,} layers (the exact "
+                           "split is quadratic in the layer count)")
     if pp * vpp > len(layers):
         raise AutoparError(f"{path}: pp={pp} x vpp={vpp} exceeds the {len(layers)} layers: some stage would be empty")
     first = layers[0].get("activation_bytes") if isinstance(layers[0], dict) else None
     if not isinstance(first, dict) or not first:
         raise AutoparError(f"{path}: layers[0].activation_bytes must map recompute option -> bytes")
     options = tuple(str(k) for k in first)
+    if len(options) > MAX_OPTIONS:
+        raise AutoparError(f"{path}: layers[0].activation_bytes has {len(options)} recompute options, at most "
+                           f"{MAX_OPTIONS} (the split is searched once per option)")
     rows = []
     for i, layer in enumerate(layers):
         if not isinstance(layer, dict):

@@ -22,8 +22,14 @@ from autopar.errors import AutoparError
 from autopar.pipeline.layers import chunk_op_times_s
 from autopar.pipeline.schedules import check_schedule
 from autopar.pipeline.simulate import PipelineTimes
+from autopar.pipeline.steady import RECURRENCE_REL_TOL, recurrence
 from autopar.problem import Problem
 from autopar.strategy import LayoutBatch, Strategy
+
+# Ops (one forward, or one recompute + backward, of a micro-batch on a chunk) one static simulation
+# may run: ~150 bytes and ~0.5 us each, so ~300 MB and ~1 s (pp 63 and 100,000 micro-batches
+# were 12.6 million ops and 1.9 GB).
+MAX_STATIC_OPS = 2_000_000
 
 
 def _levels(after: np.ndarray, needs: np.ndarray) -> np.ndarray:
@@ -80,7 +86,7 @@ def _rank_graph(schedule: str, pp: int, vpp: int, m: int) -> tuple[np.ndarray, .
     per rank): ``backward`` (bool; a backward runs its recompute first), ``chunk``, ``rank``,
     ``after`` (the previous op on the rank) and ``needs`` (the op whose output it waits for),
     both flat indices with ``pp * W`` = none, ``hop`` (1.0 where that input comes from another
-    stage and pays one p2p transfer).
+    stage and pays one p2p transfer), ``microbatch``.
     """
     backward, mb, chunk = _orders(schedule, pp, vpp, m)
     rank = np.broadcast_to(np.arange(pp)[:, None], backward.shape)
@@ -99,7 +105,7 @@ def _rank_graph(schedule: str, pp: int, vpp: int, m: int) -> tuple[np.ndarray, .
     bwd = backward & (j < last)
     needs[bwd], hop[bwd] = b_at[j[bwd] + 1, mb[bwd]], 1.0
     after = np.where(flat % width > 0, flat - 1, n)
-    return backward.ravel(), chunk.ravel(), rank.ravel(), after.ravel(), needs.ravel(), hop.ravel()
+    return backward.ravel(), chunk.ravel(), rank.ravel(), after.ravel(), needs.ravel(), hop.ravel(), mb.ravel()
 
 
 @lru_cache(maxsize=32)
@@ -107,9 +113,9 @@ def _graph(schedule: str, pp: int, vpp: int, ms: tuple[int, ...]) -> tuple:
     """The schedules for each micro-batch count in ``ms`` side by side, their ops sorted by
     dependency depth so that each depth is one vector step for all of them.
 
-    Returns ``(backward, chunk, rank, after, needs, hop, cuts, lasts)``: the op arrays of
-    :func:`_rank_graph` in depth order (``after``/``needs`` as positions in that order, the
-    total op count = none), ``cuts`` the depth boundaries and ``lasts[g]`` the positions of
+    Returns ``(backward, chunk, rank, after, needs, hop, cuts, lasts, microbatch)``: the op
+    arrays of :func:`_rank_graph` in depth order (``after``/``needs`` as positions in that order,
+    the total op count = none), ``cuts`` the depth boundaries and ``lasts[g]`` the positions of
     schedule ``g``'s last op on every rank.
 
     Raises:
@@ -117,13 +123,13 @@ def _graph(schedule: str, pp: int, vpp: int, ms: tuple[int, ...]) -> tuple:
     """
     parts, offset, lasts = [], 0, []
     for m in ms:
-        backward, chunk, rank, after, needs, hop = _rank_graph(schedule, pp, vpp, m)
+        backward, chunk, rank, after, needs, hop, mb = _rank_graph(schedule, pp, vpp, m)
         n = len(after)
         shift = lambda x: np.where(x == n, -1, x + offset)  # noqa: E731  (-1: none, fixed below)
-        parts.append((backward, chunk, rank, shift(after), shift(needs), hop))
+        parts.append((backward, chunk, rank, shift(after), shift(needs), hop, mb))
         lasts.append(offset + np.arange(1, pp + 1) * (n // pp) - 1)
         offset += n
-    backward, chunk, rank, after, needs, hop = (np.concatenate(x) for x in zip(*parts))
+    backward, chunk, rank, after, needs, hop, mb = (np.concatenate(x) for x in zip(*parts))
     after, needs = np.where(after < 0, offset, after), np.where(needs < 0, offset, needs)
     level = _levels(after, needs)
     if np.any(level < 0):
@@ -134,17 +140,18 @@ def _graph(schedule: str, pp: int, vpp: int, ms: tuple[int, ...]) -> tuple:
     position[offset] = offset
     cuts = np.searchsorted(level[order], np.arange(level.max() + 2)).tolist()
     return (backward[order], chunk[order], rank[order], position[after[order]], position[needs[order]],
-            hop[order], cuts, [position[x] for x in lasts])
+            hop[order], cuts, [position[x] for x in lasts], mb[order])
 
 
-def _simulate_static(fwd: np.ndarray, bwd: np.ndarray, rec: np.ndarray, p2p_s: np.ndarray, ms: tuple[int, ...],
-                     schedule: str) -> np.ndarray:
-    """Makespans ``(c, len(ms))`` of a static schedule for ``c`` p2p times and each micro-batch
-    count in ``ms``: every op ends at ``max(previous op on its rank, its input + p2p) +
+def _static_ends_s(fwd: np.ndarray, bwd: np.ndarray, rec: np.ndarray, p2p_s: np.ndarray, ms: tuple[int, ...],
+                   schedule: str) -> tuple[np.ndarray, tuple]:
+    """End time of every op, ``(c, ops)`` for ``c`` p2p times, in the order of :func:`_graph`
+    (returned too): every op ends at ``max(previous op on its rank, its input + p2p) +
     duration`` (recompute, then backward), computed one dependency depth at a time for all
-    ops of that depth (:func:`_graph`), which is exactly list scheduling of each rank's order."""
+    ops of that depth, which is exactly list scheduling of each rank's order."""
     pp, vpp = fwd.shape
-    backward, chunk, rank, after, needs, hop, cuts, lasts = _graph(schedule, pp, vpp, ms)
+    graph = _graph(schedule, pp, vpp, ms)
+    backward, chunk, rank, after, needs, hop, cuts = graph[:7]
     first = np.where(backward, rec[rank, chunk], fwd[rank, chunk])
     second = np.where(backward, bwd[rank, chunk], 0.0)
     delay = np.asarray(p2p_s, dtype=float)[:, None] * hop
@@ -152,7 +159,15 @@ def _simulate_static(fwd: np.ndarray, bwd: np.ndarray, rec: np.ndarray, p2p_s: n
     for a, b in zip(cuts[:-1], cuts[1:]):
         start = np.maximum(end[:, after[a:b]], end[:, needs[a:b]] + delay[:, a:b])
         end[:, a:b] = (start + first[a:b]) + second[a:b]
-    return np.stack([end[:, last].max(axis=1) for last in lasts], axis=1)
+    return end[:, :-1], graph
+
+
+def _simulate_static(fwd: np.ndarray, bwd: np.ndarray, rec: np.ndarray, p2p_s: np.ndarray, ms: tuple[int, ...],
+                     schedule: str) -> np.ndarray:
+    """Makespans ``(c, len(ms))`` of a static schedule for ``c`` p2p times and each micro-batch
+    count in ``ms`` (:func:`_static_ends_s`)."""
+    end, graph = _static_ends_s(fwd, bwd, rec, p2p_s, ms, schedule)
+    return np.stack([end[:, last].max(axis=1) for last in graph[7]], axis=1)
 
 
 def static_makespan_s(times: PipelineTimes, num_microbatches: int, schedule: str) -> float:
@@ -170,29 +185,64 @@ def static_makespans_s(times: PipelineTimes, p2p_s: np.ndarray, num_microbatches
     ``p2p_s`` (``times.p2p_s`` is ignored).
 
     With many micro-batches the schedule reaches a periodic steady state (a max-plus linear
-    system; Baccelli et al., "Synchronization and Linearity", 1992, ch. 3) where each further
-    group of ``pp`` micro-batches adds the same time. When ``m > 4 * pp`` the makespans of
-    ``k * pp`` micro-batches for k = 1, 2, 3, 4 are simulated side by side; if two successive
-    increments agree (to 1e-9; k = 1..3, else 2..4) the makespan is extrapolated linearly,
-    otherwise ``m`` is simulated in full.
+    system; Baccelli et al., "Synchronization and Linearity", 1992, ch. 3): every op recurs
+    ``delta`` seconds later every ``c`` micro-batches. As :mod:`autopar.pipeline.steady` does for
+    the event simulation, ``10 * pp`` micro-batches are simulated, ``(c, delta)`` is read from
+    the ops of a window past the warm-up (:func:`autopar.pipeline.steady.recurrence`) and the
+    makespan extrapolated from a step with ``m``'s remainder modulo ``c``; without a recurrence
+    the warm-up doubles. Fewer micro-batches, GPipe, and steps with no recurrence found within
+    :data:`MAX_STATIC_OPS` are simulated in full, up to :data:`MAX_STATIC_OPS` ops.
 
     Raises:
-        AutoparError: ``zb-h1`` (its W placement is dynamic: use ``simulate``), or sizes the
-            schedule cannot run.
+        AutoparError: ``zb-h1`` (its W placement is dynamic: use ``simulate``), sizes the
+            schedule cannot run, or a full simulation beyond :data:`MAX_STATIC_OPS` ops.
     """
     if schedule == "zb-h1":
         raise AutoparError("schedule='zb-h1': use autopar.pipeline.simulate.simulate (dynamic W placement)")
     fwd, bwd, rec = (np.asarray(x, dtype=float) for x in (times.forward_s, times.backward_s, times.recompute_s))
-    pp, m = fwd.shape[0], num_microbatches
-    check_schedule(schedule, pp, fwd.shape[1], m)
+    (pp, vpp), m = fwd.shape, num_microbatches
+    check_schedule(schedule, pp, vpp, m)
     p2p_s = np.asarray(p2p_s, dtype=float)
-    if m > 4 * pp and schedule != "gpipe":
-        spans = _simulate_static(fwd, bwd, rec, p2p_s, (pp, 2 * pp, 3 * pp, 4 * pp), schedule).T
-        for first in (0, 1):  # steady state usually holds from pp micro-batches on; else one group later
-            a, b, c = spans[first:first + 3]
-            if np.all(np.abs((c - b) - (b - a)) <= 1e-9 * c):
-                return c + (m - (first + 3) * pp) * (c - b) / pp
+    step = pp if schedule == "interleaved" else 1  # the schedule's own period in micro-batches
+    warmup = 2 * pp
+    while schedule != "gpipe":
+        size = warmup + 8 * pp  # warm-up, window 4pp, shift <= 2pp, drain 2pp
+        size += (m - size) % step
+        if size >= m or 2 * pp * vpp * size > MAX_STATIC_OPS:
+            break
+        found = _extrapolated_s(fwd, bwd, rec, p2p_s, m, schedule, size, warmup, step)
+        if found is not None:
+            return found
+        warmup *= 2
+    if 2 * pp * vpp * m > MAX_STATIC_OPS:
+        what = "GPipe's backwards wait for every forward" if schedule == "gpipe" else "no periodic steady state found"
+        raise AutoparError(f"num_microbatches={m}: the {schedule} pipeline (pp={pp}, vpp={vpp}) is simulated op by op "
+                           f"({what}) up to pp * vpp * num_microbatches = {MAX_STATIC_OPS // 2:,}; lower --gbs or "
+                           "raise --mbs/--dp")
     return _simulate_static(fwd, bwd, rec, p2p_s, (m,), schedule)[:, 0]
+
+
+def _extrapolated_s(fwd: np.ndarray, bwd: np.ndarray, rec: np.ndarray, p2p_s: np.ndarray, m: int, schedule: str,
+                    size: int, warmup: int, step: int) -> np.ndarray | None:
+    """Makespans ``(c,)`` of ``m`` micro-batches from the recurrence of a ``size`` step's ops past
+    ``warmup`` micro-batches, or None when some p2p time has none yet."""
+    pp, vpp = fwd.shape
+    end, graph = _static_ends_s(fwd, bwd, rec, p2p_s, (size,), schedule)
+    backward, chunk, rank, microbatch = graph[0], graph[1], graph[2], graph[8]
+    row = (rank * 2 + backward) * vpp + chunk  # one row per (rank, kind, chunk)
+    found = []
+    for ends in end:
+        op_s = np.full((2 * pp * vpp, size), np.nan)
+        op_s[row, microbatch] = ends
+        cycle = recurrence(op_s, warmup, 4 * pp, 2 * pp, step, RECURRENCE_REL_TOL * float(ends.max()))
+        if cycle is None:
+            return None
+        found.append(cycle)
+    finals = [size + (m - size) % c for c, _ in found]  # m's remainder modulo each cycle
+    sizes = tuple(sorted(set(finals)))
+    spans = _simulate_static(fwd, bwd, rec, p2p_s, sizes, schedule)
+    return np.array([spans[i, sizes.index(f)] + (m - f) // c * delta
+                     for i, (f, (c, delta)) in enumerate(zip(finals, found))])
 
 
 def simulated_costs(p: Problem, s: Strategy, batch: LayoutBatch, stages: Stages, costs: StepCosts) -> StepCosts:

@@ -2,7 +2,8 @@
 
 Top panel: one row per pipeline stage, each op of :func:`autopar.pipeline.simulate.simulate`'s
 timeline as a bar (forward, recompute, backward, weight gradient in distinct colours), so the
-bubbles show as white gaps. Bottom panel: peak memory per stage of the balanced and the even
+bubbles show as white gaps. A step extrapolated from its steady state
+(:mod:`autopar.pipeline.steady`) draws the step it was simulated with, and the title says so. Bottom panel: peak memory per stage of the balanced and the even
 split against the device limit. Uses matplotlib's Agg backend (no display needed).
 """
 
@@ -53,12 +54,15 @@ def plot_plan(plan: BalancePlan, path: str | Path, title: str = "") -> Path:
     ax_t.set_yticks(range(pp))
     ax_t.set_yticklabels([f"stage {i} ({n} L, {r})" for i, (n, r) in
                           enumerate(zip(best.layers_per_stage, best.recompute))], fontsize=8)
-    ax_t.set_xlim(0, sim.makespan_s * scale * 1.01)
+    shown_s = max((op.end_s for op in sim.timeline), default=sim.makespan_s)  # the step drawn
+    ax_t.set_xlim(0, shown_s * scale * 1.01)
     ax_t.set_xlabel(f"time ({unit})")
     even = plan.even
     vs = f", even split {even.makespan_s * scale:.1f} {unit}" if even is not None else ""
+    drawn = "" if sim.timeline_microbatches is None else \
+        f"\n(drawn: the same schedule with {sim.timeline_microbatches} micro-batches; the step extrapolated from its steady state)"
     ax_t.set_title(f"{title + ': ' if title else ''}balanced timeline, step {sim.makespan_s * scale:.1f} {unit}{vs}, "
-                   f"bubble {sim.bubble_fraction:.1%}", fontsize=10)
+                   f"bubble {sim.bubble_fraction:.1%}{drawn}", fontsize=10)
     used = [k for k in COLOURS if any(by_kind[k][s] for s in range(pp))]
     ax_t.legend(handles=[Patch(color=COLOURS[k], label=k.replace("_", " ")) for k in used] +
                 [Patch(facecolor="white", edgecolor="grey", label="bubble (idle)")],

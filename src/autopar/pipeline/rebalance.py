@@ -42,7 +42,7 @@ from autopar.pipeline.split import dp_split, megatron_split, min_max_split
 from autopar.problem import Problem
 from autopar.strategy import Strategy, simplicity_key
 
-TARGETS: tuple[str, ...] = ("megatron", "mindspeed", "torchtitan", "deepspeed", "galvatron", "sapp")
+TARGETS: tuple[str, ...] = ("megatron", "megatron-bridge", "mindspeed", "torchtitan", "deepspeed", "galvatron", "sapp")
 EVEN_SPLIT_TARGETS: tuple[str, ...] = ("deepspeed",)  # formats that cannot write an uneven split
 ILP_TIME_LIMIT_S = 0.25  # per layout; HiGHS keeps its best answer when the limit cuts the search (machine-dependent)
 # Run the ILP only if it could gain more than 1% of the surrogate step time: the min-max split is

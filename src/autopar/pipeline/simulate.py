@@ -27,6 +27,7 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -60,9 +61,9 @@ class PipelineTimes:
         return cls(full(forward_s), full(backward_s), full(recompute_s), p2p_s)
 
 
-@dataclass(frozen=True)
-class TimelineOp:
-    """One op of the timeline: ``kind`` is forward / backward / recompute / weight_grad."""
+class TimelineOp(NamedTuple):
+    """One op of the timeline: ``kind`` is forward / backward / recompute / weight_grad (a named
+    tuple: the simulation makes one per op, and a frozen dataclass took a third of its time)."""
 
     stage: int
     kind: str
@@ -82,6 +83,9 @@ class SimulationResult:
         peak_in_flight: ``(pp,)`` most (micro-batch, chunk) activations held at once per rank.
         peak_activation_bytes: ``(pp,)`` peak of the held activations (0 if none were given).
         timeline: every op, in the order it was scheduled.
+        timeline_microbatches: None when ``timeline`` is this step's; else the step was
+            extrapolated from its periodic steady state (:mod:`autopar.pipeline.steady`) and
+            ``timeline`` is that of the same schedule with this many micro-batches.
     """
 
     makespan_s: float
@@ -89,6 +93,7 @@ class SimulationResult:
     peak_in_flight: np.ndarray
     peak_activation_bytes: np.ndarray
     timeline: list[TimelineOp]
+    timeline_microbatches: int | None = None
 
 
 def _check_times(times: PipelineTimes, schedule: str) -> tuple[int, int]:
@@ -129,45 +134,51 @@ def simulate(times: PipelineTimes, num_microbatches: int, schedule: str,
         raise AutoparError(f"activation_bytes: shape {act.shape}, expected (pp, vpp) = ({pp}, {vpp})")
     zero_bubble = schedule == "zb-h1"
     w_frac = times.weight_grad_fraction if zero_bubble else 0.0
-    fwd, rec = np.asarray(times.forward_s, float), np.asarray(times.recompute_s, float)
-    bwd = np.asarray(times.backward_s, float) * (1 - w_frac)
-    wgt = np.asarray(times.backward_s, float) * w_frac
+    # Python floats (the same doubles as numpy's) per [rank][chunk]: scalar numpy indexing is slow.
+    fwd, rec = np.asarray(times.forward_s, float).tolist(), np.asarray(times.recompute_s, float).tolist()
+    bwd = (np.asarray(times.backward_s, float) * (1 - w_frac)).tolist()
+    wgt = (np.asarray(times.backward_s, float) * w_frac).tolist()
+    size = act.tolist()
+    duration = {"F": fwd, "B": bwd, "R": rec}
+    deferred = [deferred_weight_grads(schedule, r, pp) for r in range(pp)]
+    p2p_s = times.p2p_s
     # Expand each backward into (recompute,) backward; R (or B) waits for the gradient.
     expanded = []
     for r, order in enumerate(orders):
         ops = []
         for kind, mb, c in order:
-            if kind == "B" and rec[r, c] > 0:
+            if kind == "B" and rec[r][c] > 0:
                 ops.append(("R", mb, c))
             ops.append((kind, mb, c))
         expanded.append(ops)
 
-    f_end = np.full((num_virtual, m), np.nan)
-    b_end = np.full((num_virtual, m), np.nan)
+    nan = math.nan
+    f_end = [[nan] * m for _ in range(num_virtual)]
+    b_end = [[nan] * m for _ in range(num_virtual)]
     waiting: dict[tuple[str, int, int], list[int]] = {}
     pointer = [0] * pp
     pending_w: list[list[tuple[int, int]]] = [[] for _ in range(pp)]
     free_s = [0.0] * pp
-    busy_s = np.zeros(pp)
+    busy_s = [0.0] * pp
     events: list[list[tuple[float, int, int, float]]] = [[] for _ in range(pp)]  # (time, +1/-1, chunk, bytes)
     timeline: list[TimelineOp] = []
     heap = [(0.0, r) for r in range(pp)]
 
-    def run(r: int, kind: str, mb: int, c: int, start: float, duration: float) -> float:
-        end = start + duration
+    def run(r: int, kind: str, mb: int, c: int, start: float, duration_s: float) -> float:
+        end = start + duration_s
         timeline.append(TimelineOp(r, KIND_NAMES[kind], mb, c, start, end))
         if kind == "W":
-            events[r].append((end, -1, c, act[r, c]))
-        busy_s[r] += duration
+            events[r].append((end, -1, c, size[r][c]))
+        busy_s[r] += duration_s
         free_s[r] = end
         return end
 
     def dependency(r: int, kind: str, mb: int, c: int) -> tuple[tuple[str, int, int] | None, float]:
         j = c * pp + r
         if kind == "F":
-            return (None, 0.0) if j == 0 else (("F", j - 1, mb), f_end[j - 1, mb] + times.p2p_s)
-        if kind in ("R", "B") and not (kind == "B" and rec[r, c] > 0):
-            return (None, f_end[j, mb]) if j == num_virtual - 1 else (("B", j + 1, mb), b_end[j + 1, mb] + times.p2p_s)
+            return (None, 0.0) if j == 0 else (("F", j - 1, mb), f_end[j - 1][mb] + p2p_s)
+        if kind in ("R", "B") and not (kind == "B" and rec[r][c] > 0):
+            return (None, f_end[j][mb]) if j == num_virtual - 1 else (("B", j + 1, mb), b_end[j + 1][mb] + p2p_s)
         return None, 0.0  # B after its own R
 
     while heap:
@@ -177,16 +188,16 @@ def simulate(times: PipelineTimes, num_microbatches: int, schedule: str,
         if pointer[r] == len(ops):
             if pending_w[r]:
                 mb, c = pending_w[r].pop(0)
-                run(r, "W", mb, c, now, wgt[r, c])
+                run(r, "W", mb, c, now, wgt[r][c])
                 heapq.heappush(heap, (free_s[r], r))
             continue
         kind, mb, c = ops[pointer[r]]
         key, ready = dependency(r, kind, mb, c)
         unknown = math.isnan(ready)
-        too_many = len(pending_w[r]) > deferred_weight_grads(schedule, r, pp)
+        too_many = len(pending_w[r]) > deferred[r]
         if pending_w[r] and (too_many or unknown or ready > now):
             wmb, wc = pending_w[r].pop(0)
-            run(r, "W", wmb, wc, now, wgt[r, wc])
+            run(r, "W", wmb, wc, now, wgt[r][wc])
             heapq.heappush(heap, (free_s[r], r))
             continue
         if unknown:
@@ -194,18 +205,17 @@ def simulate(times: PipelineTimes, num_microbatches: int, schedule: str,
             continue
         start = max(now, ready)
         j = c * pp + r
-        duration = {"F": fwd, "B": bwd, "R": rec}[kind][r, c]
-        end = run(r, kind, mb, c, start, duration)
+        end = run(r, kind, mb, c, start, duration[kind][r][c])
         pointer[r] += 1
         if kind == "F":
-            f_end[j, mb] = end
-            events[r].append((start, 1, c, act[r, c]))
+            f_end[j][mb] = end
+            events[r].append((start, 1, c, size[r][c]))
         elif kind == "B":
-            b_end[j, mb] = end
+            b_end[j][mb] = end
             if zero_bubble:
                 pending_w[r].append((mb, c))
             else:
-                events[r].append((end, -1, c, act[r, c]))
+                events[r].append((end, -1, c, size[r][c]))
         for waiter in waiting.pop((kind, j, mb), []):
             heapq.heappush(heap, (free_s[waiter], waiter))
         heapq.heappush(heap, (free_s[r], r))
@@ -215,11 +225,11 @@ def simulate(times: PipelineTimes, num_microbatches: int, schedule: str,
     makespan = max(op.end_s for op in timeline)
     peak_count, peak_bytes = np.zeros(pp, dtype=np.int64), np.zeros(pp)
     for r in range(pp):
-        count, held = 0, 0.0
-        for _, delta, _, size in sorted(events[r], key=lambda e: (e[0], e[1])):  # frees first at ties
+        count, held, most, most_bytes = 0, 0.0, 0, 0.0
+        for _, delta, _, nbytes in sorted(events[r], key=lambda e: (e[0], e[1])):  # frees first at ties
             count += delta
-            held += delta * size
-            peak_count[r] = max(peak_count[r], count)
-            peak_bytes[r] = max(peak_bytes[r], held)
-    bubble = 1 - float(busy_s.sum()) / (pp * makespan) if makespan > 0 else 0.0
+            held += delta * nbytes
+            most, most_bytes = max(most, count), max(most_bytes, held)
+        peak_count[r], peak_bytes[r] = most, most_bytes
+    bubble = 1 - float(np.array(busy_s).sum()) / (pp * makespan) if makespan > 0 else 0.0
     return SimulationResult(makespan, bubble, peak_count, peak_bytes, timeline)

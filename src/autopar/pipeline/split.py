@@ -27,57 +27,72 @@ def dp_split(table: FoldedTable, option: int) -> np.ndarray | None:
     return None if found is None else found[0]
 
 
+BLOCK = 64  # end positions per step of the DP: a (K+1) x 64 block of float64 stays in the CPU cache
+
+
 def min_max_split(table: FoldedTable, options: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     """Split and per-rank option (among column indices ``options``) minimising the slowest
     rank's time under the memory limit: ``(bounds, chosen)`` of shapes ``(pp + 1,)`` and
     ``(pp,)``, or None when nothing fits. Exact for that bottleneck (each rank takes the
     fastest option that fits its range, ties to the smaller memory); ties between splits go to
-    the smaller peak memory."""
+    the smaller peak memory. Computed :data:`BLOCK` end positions at a time over the starts
+    before them (the same arithmetic as all ``(K+1)^2`` ranges at once, 5x less memory traffic:
+    1,024 positions at pp 32 took 10 s)."""
     positions, pp = table.positions, table.pp
-    start = np.arange(positions + 1)[:, None]
-    end = np.arange(positions + 1)[None, :]
-    ordered = start < end
     limit = table.memory_limit_bytes
-    # Range sums over [start, end) are the same for every rank; only the fixed parts differ.
-    span_static = table.static_bytes[end] - table.static_bytes[start]
-    spans = [(int(o), table.time_s[end, o] - table.time_s[start, o],
-              table.activation_bytes[end, o] - table.activation_bytes[start, o]) for o in options]
+    options = [int(o) for o in options]
 
-    def stage(rank: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        best_t = np.full(ordered.shape, np.inf)
-        best_m = np.full(ordered.shape, np.inf)
-        best_o = np.zeros(ordered.shape, dtype=np.int64)
-        for option, span_time, span_act in spans:
-            time = span_time + table.stage_time_s[rank, option]
-            mem = span_static + table.in_flight[rank] * span_act + table.stage_bytes[rank, option]
-            time = np.where(ordered & (mem <= limit), time, np.inf)
+    def stage(rank: int, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Time, memory and option of ``rank`` owning ``[start, end)``, shape ``(len(starts), len(ends))``
+        (inf where the range is empty or fits no option)."""
+        start, end = starts[:, None], ends[None, :]
+        empty = start >= end
+        span_static = table.static_bytes[end] - table.static_bytes[start]
+        best_t = best_m = best_o = None
+        for option in options:
+            span_act = table.activation_bytes[end, option] - table.activation_bytes[start, option]
+            mem = span_static + table.in_flight[rank] * span_act
+            mem += table.stage_bytes[rank, option]
+            time = table.time_s[end, option] - table.time_s[start, option]
+            time += table.stage_time_s[rank, option]
+            time[empty | ~(mem <= limit)] = np.inf  # nan memory fits nowhere
+            if best_t is None:  # the first option: every finite time beats inf
+                best_t, best_m, best_o = time, mem, np.full(time.shape, option)
+                best_m[np.isinf(time) & ~(mem < np.inf)] = np.inf
+                continue
             better = (time < best_t) | ((time == best_t) & (mem < best_m))
             best_t, best_m = np.where(better, time, best_t), np.where(better, mem, best_m)
             best_o = np.where(better, option, best_o)
         return best_t, best_m, best_o
 
-    time, mem, opt = stage(0)
-    picked = [opt]
-    best_t, best_m = time[0].copy(), mem[0].copy()
+    all_ends = np.arange(positions + 1)
+    time, mem, opt = stage(0, np.zeros(1, dtype=np.int64), all_ends)
+    best_t, best_m = time[0], mem[0]
+    picked = np.zeros((pp, positions + 1), dtype=np.int64)  # option of rank r's range ending at e
+    picked[0] = opt[0]
     back = np.zeros((pp, positions + 1), dtype=np.int64)
-    columns = np.arange(positions + 1)
     for rank in range(1, pp):
-        time, mem, opt = stage(rank)
-        picked.append(opt)
-        cand_t = np.maximum(best_t[:, None], time)
-        cand_m = np.maximum(best_m[:, None], mem)
-        low = cand_t.min(axis=0)
-        tie = cand_t <= low * (1 + 1e-12)
-        choice = np.argmin(np.where(tie, cand_m, np.inf), axis=0)
-        back[rank] = choice
-        best_t, best_m = low, cand_m[choice, columns]
+        low_t, low_m = np.empty(positions + 1), np.empty(positions + 1)
+        for e0 in range(0, positions + 1, BLOCK):
+            ends = all_ends[e0:e0 + BLOCK]
+            starts = all_ends[:ends[-1]] if ends[-1] > 0 else all_ends[:1]  # a range ends after its start
+            time, mem, opt = stage(rank, starts, ends)
+            cand_t = np.maximum(best_t[starts, None], time)
+            cand_m = np.maximum(best_m[starts, None], mem)
+            low = cand_t.min(axis=0)
+            tie = cand_t <= low * (1 + 1e-12)
+            choice = np.argmin(np.where(tie, cand_m, np.inf), axis=0)
+            columns = np.arange(len(ends))
+            back[rank, ends], picked[rank, ends] = choice, opt[choice, columns]
+            low_t[ends], low_m[ends] = low, cand_m[choice, columns]
+        best_t, best_m = low_t, low_m
     if not np.isfinite(best_t[positions]):
         return None
     bounds = np.zeros(pp + 1, dtype=np.int64)
     bounds[pp] = positions
     for rank in range(pp - 1, 0, -1):
         bounds[rank] = back[rank, bounds[rank + 1]]
-    return bounds, np.array([picked[r][bounds[r], bounds[r + 1]] for r in range(pp)])
+    return bounds, np.array([picked[r, bounds[r + 1]] for r in range(pp)])
 
 
 def megatron_bounds(positions: int, pp: int) -> np.ndarray:

@@ -27,6 +27,7 @@ from autopar.export.comm_knobs import CP_ALGORITHMS, TP_OVERLAP_TARGETS
 from autopar.export.per_stage import MODULE_TARGETS, PER_STAGE_OPTIONS
 from autopar.pipeline.rebalance import TARGETS, TableCache, rank, rebalance_estimate
 from autopar.problem import Problem
+from autopar.problem_record import problem_record
 from autopar.rules import RULES, first_failure
 from autopar.space import SpaceOptions, enumerate_layouts
 from autopar.strategy import DEFAULT_RECOMPUTE_MODULES, SIMPLICITY_ORDER, LayoutBatch, Strategy
@@ -48,6 +49,7 @@ class SearchResult:
     target: str = "megatron"
     not_writable: int = 0  # fitting layouts skipped because the target's writer refuses them
     extra: dict[str, Any] = field(default_factory=dict)
+    problem: dict[str, Any] | None = None  # autopar.problem_record.problem_record of the problem searched
 
     def to_dict(self) -> dict[str, Any]:
         """The stable search JSON documented in the README."""
@@ -60,6 +62,7 @@ class SearchResult:
             "search_time_s": self.search_time_s,
             "target": self.target,
             "not_writable": self.not_writable,
+            "problem": self.problem,
         }
 
 
@@ -163,6 +166,10 @@ def search(
     if target not in TARGETS:
         raise AutoparError(f"--target={target!r}: allowed {', '.join(TARGETS)}")
     p = for_target(p, target)
+    if target == "megatron-bridge":  # a model without a recipe: refused once, not per layout
+        from autopar.export.megatron_bridge import recipe_for
+
+        recipe_for(p)
     if target not in MODULE_TARGETS:  # only Megatron-LM writes other recompute modules than core_attn
         pinned = options.recompute_modules if options else None
         if pinned not in (None, DEFAULT_RECOMPUTE_MODULES):
@@ -219,4 +226,5 @@ def search(
         global_batch_size=p.train.global_batch_size,
         target=target,
         not_writable=len(refused),
+        problem=problem_record(p),
     )

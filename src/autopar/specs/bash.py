@@ -13,25 +13,48 @@ value the planner needs is never guessed.
 Semantics follow the bash manual (``man bash``: QUOTING, PARAMETER EXPANSION, ARITHMETIC
 EVALUATION, Word Splitting). Control flow (``if``/``for``/functions) is not interpreted: every
 statement is read top to bottom.
+
+Work is bounded, so that any input is read in about a second or refused with one error line: a
+script of at most :data:`MAX_SCRIPT_CHARS` characters and :data:`MAX_SCRIPT_LINES` lines (and statements), each
+statement expanding to at most :data:`MAX_EXPANDED_CHARS` characters and all of them together to at
+most :data:`MAX_TOTAL_EXPANDED_CHARS`, expansions nested at most :data:`MAX_NESTING` deep (``${A:-${B:-...}}``,
+``$((...$((...))...))``) and arithmetic following at most :data:`MAX_NESTING` variables that name
+other variables (``A=B``, ``B=A`` is a cycle, named in the message as bash would only loop).
 """
 
 from __future__ import annotations
 
-import ast
-import math
-import operator
+import functools
 import re
 import shlex
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from autopar.errors import AutoparError
+from autopar.specs.bash_arith import evaluate
 
 _MARK_OPEN, _MARK_CLOSE, _SPACE = "\x01", "\x02", "\x03"
 _ASSIGN = re.compile(r"\s*(?:(?:export|local|readonly|declare(?:\s+-\w+)*)\s+)?([A-Za-z_]\w*)(\+?)=")
 _NAME = re.compile(r"[A-Za-z_]\w*")
 _BRACED = re.compile(r"(#?)([A-Za-z_]\w*|\d+)(\[[@*\d]+\])?(?:(:?[-=+?])(.*))?", re.S)
+_EXPANDS = re.compile(r"[\\'\"`$]")  # what expand() acts on outside single quotes
+_SHLEX_SPECIAL = re.compile(r"[\\'\";&|<>]")  # text without these splits at whitespace alone
+# the rest of a "..." string, backslash escapes kept (the unrolled loop: linear, no backtracking)
+_DOUBLE_QUOTED_END = re.compile(r'[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+_SHLEX_WORD = re.compile(r"[^ \t\r\n]+")  # shlex's whitespace
 Value = str | list[str]
+
+# Bounds on the work of reading one script (see the module docstring). Launch scripts hold a few
+# KB and tens of statements; Megatron-LM's and MindSpeed-LLM's examples are under 10 KB.
+MAX_SCRIPT_CHARS = 1_000_000
+MAX_SCRIPT_LINES = 10_000
+# One expanded statement (a variable's value or a command line): A="$A$A" forty times grew to 2^40
+# characters (a hang; shlex's tokeniser is quadratic in the length).
+MAX_EXPANDED_CHARS = 100_000
+MAX_TOTAL_EXPANDED_CHARS = 2_000_000  # all statements together (10,000 lines x "$LONG_ARGS")
+# ${A:-${A:-...}} 400 deep overflowed Python's stack; bash's own arithmetic stops at 1,024 levels
+# ("expression recursion level exceeded"); launch scripts nest two or three.
+MAX_NESTING = 32
 
 
 def unknown(reason: str) -> str:
@@ -73,28 +96,58 @@ class ShellScript:
     variables: dict[str, Value] = field(default_factory=dict)
     commands: list[tuple[Statement, list[str]]] = field(default_factory=list)
     assignments: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+    _depth: int = field(default=0, repr=False)  # expand() calls in progress (nesting)
+    _chain: list[str] = field(default_factory=list, repr=False)  # variables arithmetic is resolving
+    _expanded_chars: int = field(default=0, repr=False)  # all statements so far
 
     def __post_init__(self) -> None:
+        """Read every statement.
+
+        Raises:
+            AutoparError: a script beyond :data:`MAX_SCRIPT_CHARS` or :data:`MAX_SCRIPT_LINES`
+                (before any parsing), a statement beyond the expansion bounds, unbalanced quotes
+                or brackets.
+        """
+        check_script_size(len(self.text), self.text.count("\n") + 1)
         statements, self.clean = split_statements(self.text)
+        check_script_size(len(self.text), len(statements))  # "X=1;" repeated on one line
         for st in statements:
             self._run(st)
+
+    def _words(self, what: str, text: str) -> list[str]:
+        """``text`` expanded and split into words; ``what`` names it in the error.
+
+        Raises:
+            AutoparError: the expansion passes :data:`MAX_EXPANDED_CHARS`, or the script's
+                expansions together pass :data:`MAX_TOTAL_EXPANDED_CHARS`.
+        """
+        try:
+            expanded = self.expand(text)
+        except _TooLong:
+            raise AutoparError(f"{what} expands to more than {MAX_EXPANDED_CHARS:,} characters, beyond what a "
+                               "launch script needs") from None
+        self._expanded_chars += len(expanded)
+        if self._expanded_chars > MAX_TOTAL_EXPANDED_CHARS:
+            raise AutoparError(f"the script's statements expand to more than {MAX_TOTAL_EXPANDED_CHARS:,} characters "
+                               f"together (at {what}), beyond what a launch script needs")
+        return split_words(expanded)
 
     def _run(self, st: Statement) -> None:
         m = _ASSIGN.match(st.clean)
         if not m:
-            argv = [w for w in split_words(_checked("a command", self.expand(st.clean))) if w]
+            argv = [w for w in self._words("a command", st.clean) if w]
             if argv:
                 self.commands.append((st, argv))
             return
         name, append, rest = m.group(1), m.group(2), st.clean[m.end():]
         if rest.startswith("("):
             close = _matching(rest, 0)
-            words = [w for w in split_words(_checked(f"variable {name}", self.expand(rest[1:close]))) if w]
+            words = [w for w in self._words(f"variable {name}", rest[1:close]) if w]
             old = self.variables.get(name, [])
             self.variables[name] = (list(old) if append and isinstance(old, list) else []) + words
             return
         word_end = _word_end(rest)
-        words = split_words(_checked(f"variable {name}", self.expand(rest[:word_end])))
+        words = self._words(f"variable {name}", rest[:word_end])
         value = words[0] if words else ""
         old = self.variables.get(name, "")
         self.variables[name] = (_scalar(old) + value) if append else value
@@ -112,15 +165,42 @@ class ShellScript:
 
         The result is shell-quoted text for :func:`split_words`: values substituted outside
         double quotes are word-split (bash Word Splitting), inside double quotes they stay one word.
+
+        Raises:
+            AutoparError: expansions nested more than :data:`MAX_NESTING` deep.
+            _TooLong: the result passes :data:`MAX_EXPANDED_CHARS` (the caller names the statement).
         """
+        if self._depth >= MAX_NESTING:
+            raise AutoparError(f"expansions nested more than {MAX_NESTING} deep (${{...${{...}}...}} or "
+                               f"$((...$((...))...))) near {text[:40]!r}")
+        self._depth += 1
+        try:
+            return self._expand(text)
+        finally:
+            self._depth -= 1
+
+    def _expand(self, text: str) -> str:
         out: list[str] = []
-        i, quote = 0, ""
+        size, i, quote = 0, 0, ""
         while i < len(text):
+            if size > MAX_EXPANDED_CHARS:
+                raise _TooLong
+            if quote == "'":  # copy up to and with the closing quote
+                close = text.find("'", i)
+                close = len(text) - 1 if close < 0 else close
+                out.append(text[i:close + 1])
+                size += close + 1 - i
+                i, quote = close + 1, ""
+                continue
+            special = _EXPANDS.search(text, i)
+            if special is None or special.start() > i:  # plain text up to the next special character
+                stop = len(text) if special is None else special.start()
+                out.append(text[i:stop])
+                size += stop - i
+                i = stop
+                continue
             c = text[i]
-            if quote == "'":
-                out.append(c)
-                quote = "" if c == "'" else quote
-            elif c == "\\" and i + 1 < len(text):
+            if c == "\\" and i + 1 < len(text):
                 out.append(text[i:i + 2])
                 i += 1
             elif c in "'\"" and (not quote or c == quote):
@@ -142,10 +222,14 @@ class ShellScript:
                     out.append(f'" {words} "' if quote else words)
                 else:
                     out.append(self._emit(value, bool(quote)))
+                size += len(out[-1])
                 continue
             else:
                 out.append(c)
+            size += len(out[-1])
             i += 1
+        if size > MAX_EXPANDED_CHARS:
+            raise _TooLong
         return "".join(out)
 
     @staticmethod
@@ -175,7 +259,7 @@ class ShellScript:
     def _braced(self, body: str) -> Value:
         m = _BRACED.fullmatch(body)
         if not m:
-            return unknown(f"${{{body}}} is not supported")
+            return unknown(f"${{{body[:40]}}} is not supported")
         count, name, index, op, word = m.groups()
         value = self.variables.get(name)
         if index and index[1:-1] not in "@*":
@@ -206,96 +290,62 @@ class ShellScript:
         except _Unknown as err:
             return unknown(str(err))
         except AutoparError as err:
-            return unknown(f"$(({expr})): {err}")
+            return unknown(f"$(({expr.strip()[:40]})): {err}")
 
     def _integer(self, name: str) -> int:
-        value = self.lookup(name)
-        value = _scalar(value)
+        """The integer value of variable ``name`` in arithmetic; a value naming another variable
+        is evaluated in turn (bash), at most :data:`MAX_NESTING` deep.
+
+        Raises:
+            _Unknown: the value is only known at run time, the variables form a cycle, or the
+                chain is longer than :data:`MAX_NESTING`.
+        """
+        if name in self._chain:
+            cycle = " -> ".join(self._chain[self._chain.index(name):] + [name])
+            raise _Unknown(f"variables {cycle[:120]} refer to each other in arithmetic")
+        if len(self._chain) >= MAX_NESTING:
+            raise _Unknown(f"${self._chain[0]} names another variable more than {MAX_NESTING} times in arithmetic")
+        value = _scalar(self.lookup(name))
         if unknown_reason(value):
             raise _Unknown(unknown_reason(value))
-        return evaluate(value.strip() or "0", self._integer)
+        self._chain.append(name)
+        try:
+            return evaluate(value.strip() or "0", self._integer)
+        finally:
+            self._chain.pop()
 
 
 class _Unknown(Exception):
     """An arithmetic operand whose value is only known at run time."""
 
 
-_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Mod: operator.mod,
-           ast.Pow: operator.pow, ast.FloorDiv: operator.floordiv,
-           ast.Div: lambda a, b: int(a / b) if isinstance(a, int) else operator.truediv(a, b)}
+class _TooLong(Exception):
+    """An expansion passed :data:`MAX_EXPANDED_CHARS` (the statement is named by the caller)."""
 
 
-MAX_MAGNITUDE = 2**63  # bash arithmetic is 64-bit: a larger value is a typo, and 10**10**10 would never finish
-MAX_LIST_LENGTH = 100_000  # a layer pattern longer than any model (num_layers <= 10,000)
-# One expanded statement (a variable's value or a command line): launch scripts hold a few KB, and
-# A="$A$A" forty times grew to 2^40 characters (a hang; shlex's tokeniser is quadratic in the length).
-MAX_EXPANDED_CHARS = 100_000
-
-
-def _checked(what: str, expanded: str) -> str:
-    """``expanded`` if it is at most :data:`MAX_EXPANDED_CHARS` long.
+def check_script_size(num_chars: int, num_lines: int) -> None:
+    """Refuse a script beyond :data:`MAX_SCRIPT_CHARS` characters or :data:`MAX_SCRIPT_LINES`
+    lines (or statements) before reading it (``num_chars`` may be a file's size in bytes, an
+    upper bound).
 
     Raises:
-        AutoparError: names the variable (or "a command") and the limit.
+        AutoparError: the size, the bound and what launch scripts hold.
     """
-    if len(expanded) > MAX_EXPANDED_CHARS:
-        raise AutoparError(f"{what} expands to {len(expanded):,} characters, beyond the {MAX_EXPANDED_CHARS:,} "
-                           "a launch script needs")
-    return expanded
-
-
-def _check_operands(op: ast.operator, left, right) -> None:
-    """Refuse a power or list repetition whose result would not fit (before computing it)."""
-    if isinstance(op, ast.Pow) and isinstance(left, int) and isinstance(right, int) and abs(left) > 1 \
-            and right * math.log2(abs(left)) > 63:
-        raise AutoparError(f"{left}**{right} is beyond 64-bit shell arithmetic")
-    if isinstance(op, ast.Mult) and isinstance(left, list) and isinstance(right, int) \
-            and len(left) * right > MAX_LIST_LENGTH:
-        raise AutoparError(f"a list of {len(left)} x {right} entries is longer than {MAX_LIST_LENGTH}")
-
-
-def evaluate(expr: str, names=None):
-    """Evaluate integer arithmetic (``+ - * / % **``, parentheses, names) or a Megatron list
-    expression such as ``([0]*3+[1]*58)`` (lists, ``list*int``, ``list+list``).
-
-    ``/`` truncates towards zero like bash. ``names(name)`` resolves bare identifiers.
-
-    Raises:
-        AutoparError: anything else (calls, attributes, strings, division by zero), a value of
-            :data:`MAX_MAGNITUDE` or more, a list longer than :data:`MAX_LIST_LENGTH`.
-    """
-    def ev(node):
-        if isinstance(node, ast.Expression):
-            return ev(node.body)
-        if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
-            if abs(node.value) >= MAX_MAGNITUDE:
-                raise AutoparError(f"{str(node.value)[:40]}... is beyond 64-bit shell arithmetic")
-            return node.value
-        if isinstance(node, (ast.List, ast.Tuple)):
-            return [ev(e) for e in node.elts]
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-            v = ev(node.operand)
-            return -v if isinstance(node.op, ast.USub) else v
-        if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
-            left, right = ev(node.left), ev(node.right)
-            _check_operands(node.op, left, right)
-            value = _BINARY[type(node.op)](left, right)
-            if isinstance(value, int) and abs(value) >= MAX_MAGNITUDE:
-                raise AutoparError(f"{ast.unparse(node)[:80]} is beyond 64-bit shell arithmetic")
-            return value
-        if isinstance(node, ast.Name) and names is not None:
-            return names(node.id)
-        raise AutoparError(f"unsupported expression {ast.unparse(node)!r}")
-
-    try:
-        return ev(ast.parse(expr.strip(), mode="eval"))
-    except (SyntaxError, TypeError, ValueError, ZeroDivisionError, RecursionError, MemoryError) as err:
-        raise AutoparError(f"cannot evaluate {expr[:80]!r}: {err}") from None
+    if num_chars > MAX_SCRIPT_CHARS:
+        raise AutoparError(f"{num_chars:,} bytes, beyond the {MAX_SCRIPT_CHARS:,} a launch script is read up to "
+                           "(they hold a few KB)")
+    if num_lines > MAX_SCRIPT_LINES:
+        raise AutoparError(f"{num_lines:,} lines or statements, beyond the {MAX_SCRIPT_LINES:,} a launch script is "
+                           "read up to (they hold tens to hundreds)")
 
 
 def split_words(text: str) -> list[str]:
     """Split shell-quoted text into words (:mod:`shlex`, POSIX rules); an unbalanced quote is an
-    error. Operators (``|``, ``;``, ``&&``, redirections) become words of their own."""
+    error. Operators (``|``, ``;``, ``&&``, redirections) become words of their own. Text with no
+    quote, backslash or operator is split at whitespace directly (what shlex does with it; its
+    set-up alone costs 20 us, most of a 500,000-line script's reading time)."""
+    if not _SHLEX_SPECIAL.search(text):
+        return _SHLEX_WORD.findall(text)
     lexer = shlex.shlex(text, posix=True, punctuation_chars=";&|<>")
     lexer.whitespace_split = True
     lexer.commenters = ""
@@ -309,31 +359,42 @@ def _scalar(value: Value) -> str:
     return value[0] if isinstance(value, list) and value else value if isinstance(value, str) else ""
 
 
-def _unquoted(text: str, start: int = 0) -> Iterator[tuple[int, str]]:
-    """``(index, char)`` of each character of ``text`` from ``start`` that is outside quotes and
-    not backslash-escaped (bash rules: nothing escapes inside ``'...'``)."""
-    i, quote = start, ""
-    while i < len(text):
-        c = text[i]
-        if quote:
-            if c == "\\" and quote == '"':
-                i += 1
-            elif c == quote:
-                quote = ""
-        elif c in "'\"":
-            quote = c
-        elif c == "\\":
-            i += 1
+@functools.lru_cache(maxsize=8)
+def _stops(wanted: str) -> re.Pattern:
+    """A pattern matching a character of ``wanted`` (``\\s``: whitespace), a quote or a backslash."""
+    return re.compile("[" + re.escape(wanted.replace("\\s", "")) + ("\\s" if "\\s" in wanted else "") + "\\\\'\"]")
+
+
+def _unquoted(text: str, start: int, wanted: str) -> Iterator[tuple[int, str]]:
+    """``(index, char)`` of each character of ``text`` from ``start`` that is in ``wanted``
+    (``\\s``: any whitespace), outside quotes and not backslash-escaped (bash rules: nothing
+    escapes inside ``'...'``). Jumps from one candidate to the next (a regular expression), so
+    a long statement costs little."""
+    stops, i = _stops(wanted), start
+    while (m := stops.search(text, i)) is not None:
+        i, c = m.start(), m.group()
+        if c == "\\":
+            i += 2
+        elif c == "'":
+            close = text.find("'", i + 1)
+            if close < 0:
+                return
+            i = close + 1
+        elif c == '"':
+            close = _DOUBLE_QUOTED_END.match(text, i + 1)
+            if close is None:
+                return
+            i = close.end()
         else:
             yield i, c
-        i += 1
+            i += 1
 
 
 def _word_end(text: str) -> int:
     """Index just after the first shell word of ``text`` (quotes, ``$(...)`` and ``${...}``
     respected)."""
     depth = 0
-    for i, c in _unquoted(text):
+    for i, c in _unquoted(text, 0, "\\s;&|<>(){}"):
         if c in "({" and (depth or text[i - 1 : i] == "$"):
             depth += 1
         elif c in ")}" and depth:
@@ -350,7 +411,7 @@ def _matching(text: str, i: int, open_: str = "(", close: str = ")") -> int:
         AutoparError: unbalanced brackets.
     """
     depth = 0
-    for j, c in _unquoted(text, i):
+    for j, c in _unquoted(text, i, open_ + close):
         if c == open_:
             depth += 1
         elif c == close:

@@ -26,7 +26,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from autopar.errors import AutoparError, from_validation_error, read_text
-from autopar.specs.bash import ShellScript, evaluate
+from autopar.specs.bash import ShellScript, check_script_size
+from autopar.specs.bash_arith import evaluate
 from autopar.specs.script_launch import Args, find_launch
 from autopar.specs.script_comm import comm_fields
 from autopar.specs.script_layers import apply_noop_layers
@@ -98,12 +99,21 @@ class ScriptPlan:
 def read_script(path: str | Path, text: str | None = None) -> ScriptPlan:
     """Read a launch script file (or ``text`` under that name) into a :class:`ScriptPlan`.
 
+    A file over :data:`autopar.specs.bash.MAX_SCRIPT_CHARS` bytes is refused before it is read
+    (the other reading bounds: :mod:`autopar.specs.bash`).
+
     Raises:
-        AutoparError: unreadable file, no launch command, a required flag missing, a value only
-            known at run time, fp32 training (autopar plans bf16/fp16/fp8).
+        AutoparError: unreadable file, a file beyond the reading bounds, no launch command, a
+            required flag missing, a value only known at run time, fp32 training (autopar plans
+            bf16/fp16/fp8).
     """
     path = Path(path)
     if text is None:
+        try:
+            if path.is_file():  # a regular file: its size before reading it (a FIFO has none)
+                check_script_size(path.stat().st_size, 0)
+        except AutoparError as err:
+            raise AutoparError(f"--script={str(path)!r}: {err}") from None
         text = read_text(path, "--script", "a bash launch script is UTF-8 text")
     try:
         sh = ShellScript(text)

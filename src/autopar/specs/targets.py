@@ -1,7 +1,8 @@
 """Which training frameworks (``autopar export`` formats, ``search --target``) run on which
 accelerator family (:attr:`autopar.specs.cluster.DeviceSpec.vendor`).
 
-* NVIDIA (CUDA): Megatron-LM, torchtitan, Megatron-DeepSpeed, Galvatron (its runtime builds on
+* NVIDIA (CUDA): Megatron-LM, Megatron-Bridge (NVIDIA's recipes over Megatron-Core; it requires
+  Transformer Engine's CUDA build), torchtitan, Megatron-DeepSpeed, Galvatron (its runtime builds on
   CUDA-only kernels: flash-attn and Megatron-Core's fused ops).
 * AMD (ROCm): Megatron-LM (AMD's ROCm/Megatron-LM port, documented in the ROCm "training a model
   with Megatron-LM" guide), torchtitan (PyTorch's ROCm build; the ROCm training guides cover it) and
@@ -19,12 +20,12 @@ from autopar.specs.cluster import DeviceSpec
 
 # Export formats that run on each accelerator family, the default (the search's --target) first.
 TARGETS_BY_VENDOR: dict[str, tuple[str, ...]] = {
-    "nvidia": ("megatron", "torchtitan", "deepspeed", "galvatron"),
+    "nvidia": ("megatron", "megatron-bridge", "torchtitan", "deepspeed", "galvatron"),
     "amd": ("megatron", "torchtitan", "deepspeed"),
     "huawei": ("mindspeed", "sapp"),
 }
 _FAMILY = {"nvidia": "NVIDIA GPUs", "amd": "AMD GPUs (ROCm)", "huawei": "Huawei Ascend NPUs"}
-_NAME = {"megatron": "Megatron-LM", "mindspeed": "MindSpeed-LLM", "torchtitan": "torchtitan",
+_NAME = {"megatron": "Megatron-LM", "megatron-bridge": "Megatron-Bridge", "mindspeed": "MindSpeed-LLM", "torchtitan": "torchtitan",
          "deepspeed": "Megatron-DeepSpeed", "galvatron": "Galvatron", "sapp": "MindFormers (SAPP)"}
 
 
