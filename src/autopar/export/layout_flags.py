@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Literal
 
 from autopar.errors import AutoparError
-from autopar.export.comm_knobs import require_cp_algorithms
+from autopar.export.comm_knobs import require_cp_algorithms, te_a2a_heads_reason
 from autopar.export.per_stage import require_default_modules, require_uniform_recompute
 from autopar.problem import Problem
 from autopar.strategy import DEFAULT_RECOMPUTE_MODULES, Strategy, default_layers_per_stage
@@ -188,11 +188,9 @@ def layout_flags(p: Problem, s: Strategy, dialect: Dialect = "megatron") -> dict
         flags["--ulysses-degree-in-cp"] = str(a2a) if hierarchical else None
         flags["--cp-comm-type"] = None
     else:
-        kv_heads = p.model.num_kv_heads // s.tp
-        if s.cp > 1 and a2a > 1 and kv_heads % a2a:  # TE AttnFuncWithCPAndQKVOA2A asserts it for K and V too
-            raise AutoparError(f"Megatron-LM: cp_comm_type={s.cp_comm_type} scatters heads over {a2a} ranks but "
-                               f"num_key_value_heads/tp = {kv_heads} is not divisible by it (Transformer Engine "
-                               "context_parallel.py requires it for K and V)")
+        why = te_a2a_heads_reason(p, s)
+        if why:
+            raise AutoparError(f"Megatron-LM: {why}")
         flags["--cp-comm-type"] = s.cp_comm_type if s.cp > 1 and s.cp_comm_type != "p2p" else None
         flags["--hierarchical-context-parallel-sizes"] = f"{a2a} {s.cp // a2a}" if hierarchical else None
     flags.update(_split_flags(p, s, dialect))

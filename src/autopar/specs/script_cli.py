@@ -54,6 +54,9 @@ TP_OVERLAP_WITH_SP: dict[str, bool] = {
     "mindspeed": False,
     # torchtitan's parallelism.enable_async_tensor_parallel defaults to false, as in its llama3 tomls.
     "torchtitan": False,
+    # Megatron-Bridge's recipes run it, but with a userbuffers config tuned per shape, which its writer
+    # does not write (autopar.export.megatron_bridge refuses tp_comm_overlap).
+    "megatron-bridge": False,
     # No TP overlap switch in these (autopar.export.comm_knobs).
     "sapp": False, "galvatron": False, "deepspeed": False,
 }
