@@ -30,6 +30,7 @@ from autopar.specs.bash import ShellScript, check_script_size
 from autopar.specs.bash_arith import evaluate
 from autopar.specs.script_launch import Args, find_launch
 from autopar.specs.script_comm import comm_fields
+from autopar.specs.script_refused import refuse_unmodelled
 from autopar.specs.script_layers import apply_noop_layers
 from autopar.specs.model import ModelSpec
 from autopar.specs.script_vocab import vocab_size
@@ -122,6 +123,7 @@ def read_script(path: str | Path, text: str | None = None) -> ScriptPlan:
     launch = find_launch(sh, path.name)
     a = launch.args
     framework = "mindspeed" if any(a.has(f) for f in MINDSPEED_FLAGS) else "megatron"
+    refuse_unmodelled(a)
     fields, vocab_error = model_fields(a, path)
     mbs = a.integer("--micro-batch-size", 1)
     layout = layout_fields(a, fields["num_layers"])
