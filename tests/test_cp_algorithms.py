@@ -145,3 +145,19 @@ def test_mindspeed_ulysses_is_no_longer_costed_as_the_ring(tmp_path):
     assert ulysses["strategy"]["cp_comm_type"] == "a2a" and ring["strategy"]["cp_comm_type"] == "p2p"
     assert ulysses["time_breakdown_s"]["cp_comm"] != ring["time_breakdown_s"]["cp_comm"]
     assert ulysses["step_time_s"] != ring["step_time_s"]
+
+
+def test_deepspeed_ulysses_is_written_as_ds_sequence_parallel():
+    # Megatron-DeepSpeed: --ds-sequence-parallel-size N (Ulysses), not with --sequence-parallel; the K/V
+    # heads are scattered too (8 kv heads / tp 1 over cp 4: 2 each).
+    from autopar.export.megatron_deepspeed import write
+
+    p = make_problem("llama3-8b", nodes=2, seq=8192)
+    text = write(p, Strategy(dp=4, cp=4, cp_comm_type="a2a", zero=1))
+    assert "--ds-sequence-parallel-size 4" in text and "--sequence-parallel " not in text
+    for layout, needle in ((dict(dp=4, cp=4), "DeepSpeed's sequence parallelism is Ulysses"),
+                           (dict(dp=2, tp=2, sp=True, cp=4, cp_comm_type="a2a"), "cannot be combined with "
+                                                                                  "--sequence-parallel"),
+                           (dict(dp=1, tp=2, cp=8, cp_comm_type="a2a"), "num_key_value_heads/tp = 4 is not divisible")):
+        with pytest.raises(AutoparError, match=needle):
+            write(p, Strategy(**layout, zero=1))

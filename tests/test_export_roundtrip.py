@@ -98,7 +98,7 @@ def test_torchtitan_values():
     ("torchtitan", dict(dp=16, tp=1, ep=2, etp=1, zero=3), "ep"),
     ("torchtitan", dict(dp=4, tp=4, sp=False, zero=3), "without sequence parallelism"),
     ("deepspeed", dict(dp=8, pp=2, zero=2), "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"),
-    ("deepspeed", dict(dp=8, cp=2, zero=1), "cp=2"),
+    ("deepspeed", dict(dp=8, cp=2, zero=1), "cp=2 with cp_comm_type=p2p: DeepSpeed's sequence parallelism is Ulysses"),
     ("galvatron", dict(dp=16, zero=1), "zero=1"),
     ("mindspeed", dict(dp=8, zero=2), "Megatron FSDP"),
     ("megatron", dict(dp=4, pp=4, layers_per_stage=(7, 9, 8, 8)), "unequal middle stages"),

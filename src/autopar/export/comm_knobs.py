@@ -11,7 +11,8 @@ overlap (``Strategy.tp_comm_overlap``) and the context-parallel algorithm
   hybrid_cp_algo with ``--ulysses-degree-in-cp``; no all-gather algorithm.
 * torchtitan: ``parallelism.enable_async_tensor_parallel`` with ``compile.enable`` (its
   ``parallelize`` raises without compile); CP is PyTorch's ring only.
-* DeepSpeed (Megatron-DeepSpeed), Galvatron, SAPP (MindFormers arrays): neither knob.
+* DeepSpeed (Megatron-DeepSpeed): Ulysses only (``a2a``, ``--ds-sequence-parallel-size``); no TP overlap.
+* Galvatron, SAPP (MindFormers arrays): neither knob.
 """
 
 from __future__ import annotations
@@ -58,4 +59,4 @@ def te_a2a_heads_reason(p: Problem, s: Strategy) -> str | None:
 TP_OVERLAP_TARGETS = frozenset({"megatron", "mindspeed", "torchtitan"})
 CP_ALGORITHMS: dict[str, tuple[str, ...]] = {"megatron": ("p2p", "a2a", "allgather", "a2a+p2p"),
                                              "megatron-bridge": ("p2p", "a2a", "allgather", "a2a+p2p"),
-                                             "mindspeed": ("p2p", "a2a", "a2a+p2p")}
+                                             "mindspeed": ("p2p", "a2a", "a2a+p2p"), "deepspeed": ("a2a",)}
