@@ -143,3 +143,23 @@ def test_search_offers_overlap_only_where_the_target_writes_it():
     p = make_problem("llama3-70b", nodes=8, gbs=512, seq=8192)
     assert any(e.strategy.tp_comm_overlap for e in search(p, top_k=5).layouts)
     assert not any(e.strategy.tp_comm_overlap for e in search(p, top_k=5, target="deepspeed").layouts)
+
+
+def test_overlap_needs_tp_inside_one_nvlink_domain():
+    # TE issue #1071: comm+GEMM overlap only with single-node tensor parallelism (H100: 8 per node).
+    p = make_problem("llama3-70b", nodes=2, gbs=64, seq=8192)
+    check_strategy(p, Strategy(dp=2, tp=8, sp=True, tp_comm_overlap=True))
+    with pytest.raises(LayoutError, match="tp_comm_overlap_in_node: TP communication overlap with tp=16 spans more "
+                                          "than one NVLink domain of 8 devices"):
+        check_strategy(p, Strategy(dp=1, tp=16, sp=True, tp_comm_overlap=True))
+
+
+def test_default_overlap_is_off_when_tp_leaves_the_node():
+    # GPT-3 175B (96 heads) at tp 16 over two of the eight 8-GPU nodes: SP on, overlap off by default; asked for, refused.
+    args = ["estimate", "--model", "gpt3-175b", "--device", "h100-80gb", "--nodes", "8", "--tp", "16", "--pp", "4",
+            "--json"]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["strategy"]["sp"] is True and json.loads(res.stdout)["strategy"]["tp_comm_overlap"] is False
+    res = runner.invoke(app, args + ["--tp-comm-overlap"])
+    assert res.exit_code == 2 and "tp_comm_overlap_in_node" in res.stderr

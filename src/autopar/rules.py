@@ -136,6 +136,13 @@ RULES: tuple[Rule, ...] = (
         "MC2 and torchtitan's async TP overlap the SP all-gather / reduce-scatter",
     ),
     Rule(
+        "tp_comm_overlap_in_node",
+        lambda p, b: ~b.tp_comm_overlap | (b.tp <= p.cluster.fast_domain_size),
+        lambda p, s: f"TP communication overlap with tp={s.tp} spans more than one NVLink domain of "
+        f"{p.cluster.fast_domain_size} devices: Transformer Engine's userbuffers (CUDA multicast / IPC; TE issue "
+        "#1071) and PyTorch's symmetric memory for async TP work within one domain only",
+    ),
+    Rule(
         "cp_a2a_divides_cp",
         lambda p, b: b.cp % b.cp_a2a == 0,
         lambda p, s: f"the all-to-all group of context parallelism ({s.cp_a2a_size}) must divide cp={s.cp} "
