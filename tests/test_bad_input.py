@@ -372,9 +372,12 @@ def test_empty_model_name():
     # rule 18: uneven first/last stages need the stage-count form; 8,8,8,8 was estimated as vpp 2
     ("--bf16", "--bf16 \\\n    --num-layers-per-virtual-pipeline-stage 4 --decoder-first-pipeline-num-layers 8",
      "--num-layers-per-virtual-pipeline-stage=4 with --decoder-first/last-pipeline-num-layers"),
-    # an explicit layout string was ignored: the estimate used the default split instead
+    # Megatron-LM TransformerConfig: the layout string alone, not with the first/last stage counts
+    ("--bf16", "--bf16 \\\n    --pipeline-model-parallel-layout Et*8|t*8|t*8|t*8L --decoder-first-pipeline-num-layers 8",
+     "Megatron-LM takes the layout alone"),
+    # quotes inside GPT_ARGS="..." reach Megatron-LM literally, which refuses the character
     ("--bf16", "--bf16 \\\n    --pipeline-model-parallel-layout 'Et*8|t*8|t*8|t*8L'",
-     "--pipeline-model-parallel-layout is not read by autopar"),
+     "\"'\" is not a layer character"),
 ])
 def test_launch_script_pipeline_forms_megatron_refuses(tmp_path, old, new, needle):
     path = tmp_path / "job.sh"

@@ -53,9 +53,11 @@ def test_layout_field_error_names_the_cli_option():
 
 
 def test_zero_with_pp_message_is_accurate():
-    """torchtitan does run FSDP2 with PP; the refusal is autopar's, naming Megatron's --use-torch-fsdp2."""
-    out = runner.invoke(app, ["estimate", *TOY, "--pp", "2", "--zero", "2"]).output
-    assert "zero_with_pp" in out and "--use-torch-fsdp2" in out and "torch FSDP2 exclude" not in out
+    """Megatron-LM runs ZeRO-2 with pp as --use-megatron-fsdp (no refusal); the DeepSpeed target
+    refuses it with DeepSpeed's own PipelineEngine message."""
+    assert "zero_with_pp" not in runner.invoke(app, ["estimate", *TOY, "--pp", "2", "--zero", "2"]).output
+    out = runner.invoke(app, ["export", "--format", "deepspeed", *TOY, "--pp", "2", "--zero", "2"]).output
+    assert "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism" in out and "deepspeed/runtime/pipe" in out
 
 
 def _ranked(*strategies: Strategy) -> list:
@@ -119,7 +121,7 @@ def test_megatron_fsdp_export_has_the_required_flags():
 def test_search_names_why_megatron_cannot_run_a_free_split(monkeypatch):
     """--target sapp/galvatron may choose a split with unequal middle stages and one recompute
     option (e.g. llama3-70b on 32 A100-80GB: 20,20,21,19). The table used to end with "#1 sets
-    recompute per stage", which was false; it now gives Megatron's own refusal."""
+    recompute per stage", which was false; Megatron-LM runs it with its layout string."""
     from autopar.estimate import estimate
     from autopar.search.grid import SearchResult
 
@@ -135,10 +137,10 @@ def test_search_names_why_megatron_cannot_run_a_free_split(monkeypatch):
     assert out.exit_code == 0, out.output
     tail = " ".join(out.stdout.split())
     assert "sets recompute per stage" not in tail
-    assert "Megatron-LM cannot run #1 (Megatron-LM: split 7,8,9,8 has unequal middle stages" in tail
-    assert tail.endswith("write it with autopar export --format sapp")
+    # Unequal middle stages are a Megatron --pipeline-model-parallel-layout (first/last flags cannot say it).
+    assert "Megatron-LM cannot run #1" not in tail
     doc = runner.invoke(app, ["search", *ascend, "--top", "1", "--target", "sapp", "--json"]).stdout
-    assert json.loads(doc)["megatron_args"] is None
+    assert "--pipeline-model-parallel-layout 'Et*7|t*8|t*9|t*8L'" in json.loads(doc)["megatron_args"]
 
 
 def test_search_with_another_target_points_to_its_export():

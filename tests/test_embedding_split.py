@@ -23,7 +23,9 @@ from autopar.rules import RULE_NAMES, check_strategy, first_failure
 from autopar.space import enumerate_layouts
 from autopar.specs.script import read_script
 from autopar.specs.script_cli import layout_defaults
-from autopar.strategy import Strategy, default_layers_per_stage, layers_per_chunk
+from autopar.errors import AutoparError
+from autopar.pipeline.layout import PipelineLayout, layout_of
+from autopar.strategy import Strategy, default_layers_per_stage
 from autopar.validate.measurements import read_rows
 from autopar.validate.rows import to_case
 from conftest import MEASUREMENTS, make_problem, toy_model
@@ -45,7 +47,12 @@ def _failing(p, s) -> tuple[str, ...]:
 def test_rule_accepts_126_layers_pp8_vpp8_only_with_both_flags():
     check_strategy(P126, PP8_VPP8)  # (126 + 2) / (8 * 8) = 2 per chunk
     plain = PP8_VPP8.model_copy(update=dict(account_for_embedding=False, account_for_loss=False))
-    assert _failing(P126, plain) == ("interleaved_layer_split",)  # 126 / 8 = 15.75
+    # 126 / 8 = 15.75 does not interleave evenly: the flexible default, (126 + 2) / 64 = 2 slots per
+    # chunk with E and L one slot each, is exactly the split the two flags give.
+    assert _failing(P126, plain) == ()
+    assert (layout_of(P126, plain).decoder == layout_of(P126, PP8_VPP8).decoder).all()
+    # vpp 32: 16 slots per rank over 32 chunks leave the embedding chunk no slot.
+    assert _failing(P126, plain.model_copy(update=dict(vpp=32))) == ("interleaved_layer_split",)
     # One flag: 127 is not a multiple of 64.
     assert _failing(P126, PP8_VPP8.model_copy(update=dict(account_for_loss=False))) == ("embedding_loss_split",)
     # vpp 16: 128 / 128 = 1 slot per chunk would leave the embedding chunk without a decoder layer.
@@ -58,21 +65,21 @@ def test_vectorised_rule_agrees_with_the_single_layout_check():
         PP8_VPP8, PP8_VPP8.model_copy(update=dict(account_for_embedding=False, account_for_loss=False)),
         PP8_VPP8.model_copy(update=dict(account_for_loss=False)))])
     names = [RULE_NAMES[i] if i >= 0 else None for i in first_failure(P126, batch)]
-    assert names == [None, "interleaved_layer_split", "embedding_loss_split"]
+    assert names == [None, None, "embedding_loss_split"]  # the second: a flexible layout (see above)
 
 
 def test_per_chunk_and_per_stage_layer_counts_by_hand():
-    chunks = layers_per_chunk(126, 8, 8, True, True)
+    chunks = PipelineLayout.accounted(126, 8, 8, True, True).decoder
     assert chunks[0, 0] == 1 and chunks[7, 7] == 1  # embedding + 1 layer, 1 layer + loss
     others = np.ones((8, 8), dtype=bool)
     others[0, 0] = others[7, 7] = False
     assert (chunks[others] == 2).all() and chunks.sum() == 126
     assert default_layers_per_stage(126, 8, True, True) == (15,) + (16,) * 6 + (15,)
     # Embedding only: 7 + 1 = 8 slots over pp 2 x vpp 2 -> [[1, 2], [2, 2]].
-    assert layers_per_chunk(7, 2, 2, True, False).tolist() == [[1, 2], [2, 2]]
+    assert PipelineLayout.accounted(7, 2, 2, True, False).decoder.tolist() == [[1, 2], [2, 2]]
     assert default_layers_per_stage(7, 2, True, False) == (3, 4)
-    with pytest.raises(ValueError, match="127 is not a multiple of pp\\*vpp = 64"):
-        layers_per_chunk(126, 8, 8, True, False)
+    with pytest.raises(AutoparError, match="127 is not a multiple of pp\\*vpp = 64"):
+        PipelineLayout.accounted(126, 8, 8, True, False)
     assert estimate(P126, PP8_VPP8).strategy.layers_per_stage == (15,) + (16,) * 6 + (15,)
 
 
@@ -204,9 +211,13 @@ def test_cli_estimate_takes_the_switch_and_names_it_when_missing():
     strategy = json.loads(out.output)["strategy"]
     assert strategy["account_for_embedding"] and strategy["account_for_loss"]
     assert strategy["layers_per_stage"] == [15] + [16] * 6 + [15]
-    refused = CliRunner().invoke(app, args)
-    assert refused.exit_code == 2 and "--embedding-loss-split" in refused.output
-    assert "Traceback" not in refused.output
+    # Without the switch 126 / 8 does not interleave: the flexible default places E and L as one
+    # slot each, the same chunks (the switch's split written as a layout string), the same costs.
+    flexible = CliRunner().invoke(app, args + ["--json"])
+    assert flexible.exit_code == 0, flexible.output
+    plain = json.loads(flexible.output)
+    assert plain["strategy"]["pipeline_layout"] == "Et|(tt|)*62tL"
+    assert plain["step_time_s"] == pytest.approx(json.loads(out.output)["step_time_s"], rel=1e-12)
 
 
 def test_script_switches_fill_the_command_line_layout_unless_a_split_is_given(tmp_path):

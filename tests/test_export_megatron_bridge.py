@@ -23,6 +23,7 @@ from autopar.cli import app
 from autopar.errors import AutoparError
 from autopar.export import WRITERS
 from autopar.export.megatron_bridge import overrides, recipe_for
+from autopar.pipeline.layout import PipelineLayout, layout_of
 from autopar.search import search
 from autopar.strategy import Strategy, default_layers_per_stage
 from conftest import make_problem
@@ -71,15 +72,18 @@ def assert_runs_the_plan(p, s: Strategy, text: str) -> None:
     assert (mbs, gbs) == (s.mbs, p.train.global_batch_size)
     assert gbs // (mbs * s.dp) == p.train.global_batch_size // (s.mbs * s.dp) and gbs % (mbs * s.dp) == 0
     assert ov["++dataset.seq_length"] == ov["++dataset.sequence_length"] == m("seq_length") == p.train.seq_len
-    # pipeline split: Megatron-Core's even split unless first/last counts or the embedding/loss switches say so
-    assert m("pipeline_model_parallel_layout") is None
+    # pipeline split: Megatron-Core's even split unless first/last counts, the embedding/loss switches or a
+    # layout string (what the first/last counts cannot say: 21 layers on a middle rank of vpp 2) say so
+    written = m("pipeline_model_parallel_layout")
+    assert written is None or (PipelineLayout.parse(written, s.pp) == layout_of(p, s)
+                               and m("num_layers_in_first_pipeline_stage") is None)
     assert (m("account_for_embedding_in_pipeline_split"), m("account_for_loss_in_pipeline_split")) == \
         (s.account_for_embedding, s.account_for_loss)
     split = s.layers_per_stage or default_layers_per_stage(p.model.num_layers, s.pp, s.account_for_embedding,
                                                            s.account_for_loss) or (p.model.num_layers,)
     first, last = m("num_layers_in_first_pipeline_stage"), m("num_layers_in_last_pipeline_stage")
     if first is None:
-        assert len(set(split)) == 1 or s.account_for_embedding or s.account_for_loss
+        assert len(set(split)) == 1 or s.account_for_embedding or s.account_for_loss or written
     else:
         middle = (p.model.num_layers - first - last) // (s.pp - 2) if s.pp > 2 else None
         assert (first, *[middle] * (s.pp - 2), last) == tuple(split)
@@ -152,9 +156,15 @@ def test_recipes_are_the_models_own():
     assert recipe_for(renamed) == "llama3_8b_pretrain_config"  # the shape decides, not the name
 
 
+def test_unequal_middle_stages_are_a_layout_string():
+    p = make_problem("llama3-8b")
+    ov = overrides(p, Strategy(dp=2, pp=4, layers_per_stage=(7, 9, 8, 8)))
+    assert ov["model.pipeline_model_parallel_layout"] == "Et*7|t*9|t*8|t*8L"
+    assert ov["model.num_layers_in_first_pipeline_stage"] is None
+
+
 @pytest.mark.parametrize("model, train, layout, reason", [
     ("mixtral-8x7b", {}, dict(dp=8), "no pretrain recipe builds model mixtral-8x7b"),
-    ("llama3-8b", {}, dict(dp=2, pp=4, layers_per_stage=(7, 9, 8, 8)), "split 7,9,8,8 has unequal middle stages"),
     ("llama3-8b", {}, dict(dp=2, pp=4, recompute_per_stage=("full", "none", "none", "none")),
      "recompute per stage full,none,none,none"),
     ("llama3-8b", dict(precision="fp8"), dict(dp=8), "fp8_param_gather=True"),

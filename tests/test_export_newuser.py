@@ -83,7 +83,8 @@ def test_torchtitan_toml_says_it_is_sections_to_merge():
     head = text.splitlines()[:3]
     assert all(line.startswith("# ") for line in head) and "llama3-8b" in head[0] and "[model]" in head[1]
     assert tomllib.loads(text) == torchtitan.config(p, Strategy(dp=8, zero=3))
-    assert set(tomllib.loads(text)) == {"training", "parallelism", "activation_checkpoint"}
+    # [model] converters and [compile] override what the model's own train config turns on
+    assert set(tomllib.loads(text)) == {"training", "parallelism", "activation_checkpoint", "model", "compile"}
 
 
 def test_search_target_deepspeed_costs_as_deepspeed():

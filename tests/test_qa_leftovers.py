@@ -108,6 +108,14 @@ def test_noop_layers_are_identity_positions_in_the_split(tmp_path):
     assert plan.model_spec().num_layers == 30 and plan.layout["layers_per_stage"] == (6, 10, 10, 4)
 
 
+def test_noop_layers_with_virtual_stages_are_a_layout(tmp_path):
+    # 8 positions over pp 2 x vpp 2: chunk v of rank r holds positions 2(2v + r), +1; noop 6 leaves
+    # rank 1's second chunk (positions 6, 7) one real layer: E t t | t t | t t | t L.
+    plan = read_script(_script(tmp_path, "--noop-layers 6 --num-layers-per-virtual-pipeline-stage 2", 8, 2))
+    assert plan.model_fields["num_layers"] == 7
+    assert (plan.layout["vpp"], plan.layout["pipeline_layout"]) == (2, "Ett|(tt|)*2tL")
+
+
 def test_noop_layers_renumber_moe_layers(tmp_path):
     plan = read_script(_script(tmp_path, "--noop-layers 1,2 --num-experts 4 --moe-layer-freq 2", 8, 1))
     m = plan.model_spec()
@@ -128,7 +136,7 @@ def test_noop_layers_cost_like_the_real_layer_count(tmp_path):
     ("--noop-layers 8", 8, 2, "each index must be in 0..7"),
     ("--noop-layers 1,x", 8, 2, "expected layer indices like 61,62,63"),
     ("--noop-layers 4,5,6,7", 8, 2, "leaves pipeline stage 1 without a real layer"),
-    ("--noop-layers 6 --num-layers-per-virtual-pipeline-stage 2", 8, 2, "with virtual pipeline stages (vpp=2)"),
+    ("--noop-layers 6 --num-virtual-stages-per-pipeline-rank 4", 12, 2, "with virtual pipeline stages (vpp=4)"),
     ("--noop-layers 6", 9, 2, "--num-layers=9 (noop layers included) is not divisible by pp=2"),
 ])
 def test_noop_layers_refusals(tmp_path, extra, layers, pp, needle):

@@ -159,9 +159,9 @@ def test_search_offers_the_memory_saving_set_where_the_model_has_it():
 
 
 def test_deepseek_v3_search_picks_the_memory_saving_modules():
-    # On 256 x 8 H100 (gbs 4096, seq 4096) the best plans recompute the cheap, memory-heavy
-    # modules instead of whole layers.
-    p = make_problem("deepseek-v3", nodes=256, per_node=8, gbs=4096, seq=4096)
+    # On 64 x 8 H100 (gbs 4096, seq 4096) the best plans recompute the cheap, memory-heavy
+    # modules instead of whole layers (on 256 x 8 they fit without recompute).
+    p = make_problem("deepseek-v3", nodes=64, per_node=8, gbs=4096, seq=4096)
     best = search(p, top_k=1).layouts[0].strategy
     assert best.recompute == "selective" and "mla_up_proj" in best.recompute_modules
 
@@ -279,3 +279,13 @@ def test_balance_takes_the_moe_and_fp8_options():
     assert step(skewed.stdout) > step(even.stdout)
     res = _cli(base + ["--fp8-param-storage"])
     assert res.exit_code == 2 and "--fp8-param-storage with --precision=bf16" in res.stderr
+
+
+def test_module_check_does_not_build_a_tuple_per_stage():
+    """A recompute-module set on a layout with a huge pp is checked from the options, not from one
+    entry per stage (pp = 2**31 ran out of memory building ``stage_recompute``)."""
+    from autopar.strategy import Strategy
+
+    assert Strategy(dp=1, pp=2**31, recompute="selective", recompute_modules=("core_attn", "mla_up_proj")).pp == 2**31
+    with pytest.raises(ValueError, match="applies to selective recompute; this layout recomputes full"):
+        Strategy(dp=1, pp=2**31, recompute="full", recompute_modules=("core_attn", "mla_up_proj"))

@@ -19,7 +19,7 @@ def test_layout_label_marks_the_embedding_loss_and_balanced_splits():
     # Megatron's own splits are unmarked: even, and first/last lighter for 30 layers on pp 4 (7, 8, 8, 7).
     for split in ((8, 8, 8, 8), (7, 8, 8, 7)):
         assert split_mark(SimpleNamespace(strategy=Strategy(dp=2, pp=4, layers_per_stage=split))) == ""
-    assert set(SPLIT_MARKS) == {"+", "~"}
+    assert set(SPLIT_MARKS) == {"+", "~", "*"}
 
 
 def test_html_table_explains_the_marks_it_uses():

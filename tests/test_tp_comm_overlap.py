@@ -127,8 +127,9 @@ def test_exports_write_or_refuse_overlap():
     assert "--use-ascend-mc2" in mindspeed and "--tp-comm-overlap" not in mindspeed
     titan = make_problem("llama3-8b", nodes=2, gbs=256, seq=4096, framework="torchtitan")
     toml = WRITERS["torchtitan"](titan, s.model_copy(update={"zero": 3}))
-    assert "enable_async_tensor_parallel = true" in toml and "[compile]" in toml
-    assert "enable_async_tensor_parallel" not in WRITERS["torchtitan"](titan, Strategy(dp=4, tp=4, sp=True, zero=3))
+    assert "enable_async_tensor_parallel = true" in toml and "[compile]\nenable = true" in toml
+    plain = WRITERS["torchtitan"](titan, Strategy(dp=4, tp=4, sp=True, zero=3))
+    assert "enable_async_tensor_parallel = false" in plain and "[compile]\nenable = false" in plain
     for fmt, needle in (("galvatron", "Galvatron cannot express this layout: tp_comm_overlap"),
                         ("sapp", "SAPP cannot express this layout: TP communication overlap")):
         with pytest.raises(AutoparError, match=needle):

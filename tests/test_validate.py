@@ -1,7 +1,6 @@
 """``autopar validate``: the report's arithmetic (not the accuracy level)."""
 
 import csv
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -92,28 +91,6 @@ def test_moe_and_fp8_target_sets_are_reported_apart_from_dense_bf16():
     assert "| MoE (any precision): step time / throughput | 2 | 20.0 | 30.0 | <= 10, max 25 |" in lines
     assert "| fp8 dense: step time / throughput | 1 | 5.0 | 5.0 | <= 10, max 25 |" in lines
     assert "| fp8 dense: peak memory | 1 | 20.0 | 20.0 | <= 10 |" in lines
-
-
-def test_etp_from_the_row_notes():
-    from autopar.validate.rows import Row, expert_tp_of
-
-    assert expert_tp_of(Row({"notes": "prec=BF16; EP=64 ETP=1; GA=128"})) == 1
-    assert expert_tp_of(Row({"notes": "prec=BF16; EP=8 ETP=4; GA=8"})) == 4
-    assert expert_tp_of(Row({"notes": "prec=BF16; GA=8"})) is None  # Megatron default: etp = tp
-
-
-def test_precision_from_the_note_takes_the_first_named_16_bit_type():
-    from autopar.validate.rows import Row, precision_of
-
-    def prec(note):
-        return precision_of(Row({"notes": note}))
-    # BLOOM 02-25: fp16 (the bf16 optimizer is only mentioned); 02-28: BF16_Optimizer runs bf16.
-    assert prec("prec=mixed (fp16 assumed: BF16 optimizer only introduced 02-28); 48 nodes") == "fp16"
-    assert prec("prec=BF16 (BF16_Optimizer, fp32 grad accumulation); 48 nodes") == "bf16"
-    assert prec("prec=mixed fp16/bf16 (not specified)") == "bf16"
-    assert prec("prec=fp16 mixed") == "fp16"
-    assert prec("prec=BF16 + Float8 linears") == "fp8"
-    assert prec("prec=mixed") == "bf16"
 
 
 def test_memory_families_set_their_framework():

@@ -38,9 +38,11 @@ def test_min_gain_constants_are_the_validation_mape():
 
 
 def test_default_threshold_by_problem():
-    assert default_min_gain_pct(make_problem("llama3-8b")) == 4.6
-    assert default_min_gain_pct(make_problem("llama3-8b", precision="fp8")) == 5.9
-    assert default_min_gain_pct(make_problem("mixtral-8x7b", precision="fp8")) == 13.2
+    """A problem takes its validation set's error: dense bf16, dense fp8, and MoE whatever the precision."""
+    assert default_min_gain_pct(make_problem("llama3-8b")) == MIN_GAIN_PCT["bf16/fp16 dense"]
+    assert default_min_gain_pct(make_problem("llama3-8b", precision="fp8")) == MIN_GAIN_PCT["fp8 dense"]
+    assert default_min_gain_pct(make_problem("mixtral-8x7b", precision="fp8")) == MIN_GAIN_PCT["MoE (any precision)"]
+    assert len(set(MIN_GAIN_PCT.values())) == 3
 
 
 def test_gain_is_relative_to_the_scripts_step_time():

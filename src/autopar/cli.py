@@ -157,8 +157,8 @@ def search(
                                                         "(--top N writes OUT.sh, OUT.2.sh, ...)")] = None,
     min_gain_pct: Annotated[Optional[float], typer.Option(help="--write-script: least predicted gain over the "
                                                           "script's own layout, % \\[default: autopar's step-time "
-                                                          "MAPE on similar validation rows: 4.6 dense, 5.9 fp8, "
-                                                          "13.2 MoE]")] = None,
+                                                          "MAPE on similar validation rows: 4.6 dense, 6.5 fp8, "
+                                                          "24.8 MoE]")] = None,
     report: Annotated[Optional[str], typer.Option(help="write result.json, PNG charts and report.html here")] = None,
     profile_db: ProfileDb = None, profile_device: ProfileDevice = None, profile_stands_for: ProfileStandsFor = None,
     moe_token_imbalance: MoeImbalance = None, fp8_param_storage: Fp8ParamStorage = None,
@@ -271,6 +271,10 @@ ScheduleOpt = Annotated[Optional[str], typer.Option("--schedule", help="1f1b | i
 LayersPerStage = Annotated[Optional[str], typer.Option("--layers-per-stage", help="explicit split, e.g. 7,8,8,7")]
 RecomputePerStage = Annotated[Optional[str], typer.Option(
     "--recompute-per-stage", help="recompute option of each stage, e.g. full,selective,none,none")]
+PipelineLayoutOpt = Annotated[Optional[str], typer.Option(
+    "--pipeline-layout", help="Megatron-LM --pipeline-model-parallel-layout string: embedding E, decoder layers t, "
+    "MTP layers m and loss L of each virtual stage, | between stages, (...)*n repeats, e.g. "
+    "\"Et|(tt|)*30mL\"; sets vpp (stages / pp); replaces --layers-per-stage and --embedding-loss-split")]
 EmbeddingLoss = Annotated[Optional[bool], typer.Option(
     "--embedding-loss-split/--no-embedding-loss-split",
     help="count the embedding and the loss as one layer each in the pipeline split (Megatron "
@@ -289,6 +293,7 @@ def estimate(
     tp_comm_overlap: TpCommOverlap = None, cp_comm_type: CpCommType = None, cp_a2a: CpA2a = None,
     recompute_layers: RecomputeLayers = None, schedule: ScheduleOpt = None, layers_per_stage: LayersPerStage = None,
     recompute_per_stage: RecomputePerStage = None, embedding_loss_split: EmbeddingLoss = None,
+    pipeline_layout: PipelineLayoutOpt = None,
     memory_margin: Margin = 0.10, as_json: Json = False, script: Script = None, vocab_size: VocabSize = None,
     profile_db: ProfileDb = None, profile_device: ProfileDevice = None, profile_stands_for: ProfileStandsFor = None,
     moe_token_imbalance: MoeImbalance = None, fp8_param_storage: Fp8ParamStorage = None,
@@ -301,7 +306,7 @@ def estimate(
     p = problem_from_options(model, device, nodes, devices_per_node, gbs, seq_len, precision, device_file, device_set,
                  flash_attention, vocab_pad, script, vocab_size, moe_token_imbalance, fp8_param_storage)
     layout = dict(tp=tp, pp=pp, cp=cp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, zero=zero, sp=sp, recompute=recompute,
-                  recompute_layers=recompute_layers, layers_per_stage=layers_per_stage,
+                  recompute_layers=recompute_layers, layers_per_stage=layers_per_stage, pipeline_layout=pipeline_layout,
                   recompute_per_stage=recompute_per_stage, account_for_embedding=embedding_loss_split,
                   account_for_loss=embedding_loss_split, recompute_modules=recompute_modules_option(p, recompute_modules),
                   tp_comm_overlap=tp_comm_overlap, cp_comm_type=cp_comm_type, cp_a2a=cp_a2a)
@@ -386,6 +391,7 @@ def export(
     tp_comm_overlap: TpCommOverlap = None, cp_comm_type: CpCommType = None, cp_a2a: CpA2a = None,
     recompute_layers: RecomputeLayers = None, schedule: ScheduleOpt = None, layers_per_stage: LayersPerStage = None,
     recompute_per_stage: RecomputePerStage = None, embedding_loss_split: EmbeddingLoss = None,
+    pipeline_layout: PipelineLayoutOpt = None,
     script: Script = None, vocab_size: VocabSize = None,
     moe_token_imbalance: MoeImbalance = None, fp8_param_storage: Fp8ParamStorage = None,
     recompute_modules: RecomputeModules = None,
@@ -421,7 +427,7 @@ def export(
 
     check_target(p.cluster.device, fmt, "--format")
     layout = dict(tp=tp, pp=pp, cp=cp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, zero=zero, sp=sp, recompute=recompute,
-                  recompute_layers=recompute_layers, layers_per_stage=layers_per_stage,
+                  recompute_layers=recompute_layers, layers_per_stage=layers_per_stage, pipeline_layout=pipeline_layout,
                   recompute_per_stage=recompute_per_stage, account_for_embedding=embedding_loss_split,
                   account_for_loss=embedding_loss_split, recompute_modules=recompute_modules_option(p, recompute_modules),
                   tp_comm_overlap=tp_comm_overlap, cp_comm_type=cp_comm_type, cp_a2a=cp_a2a)

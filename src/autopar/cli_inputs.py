@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from autopar.cost import offload
 from autopar.errors import AutoparError
 from autopar.problem import Problem
 from autopar.specs import TrainSpec, load_device, make_cluster
@@ -69,6 +70,21 @@ def recompute_modules_option(p: Problem, text: str | None) -> tuple[str, ...] | 
     return modules
 
 
+# TrainSpec fields only a launch script sets (no command-line option): optimizer-state dtypes and offload
+# (autopar.specs.script_optimizer) and fp8 weight storage (--fp8-param-gather).
+SCRIPT_STATE_FIELDS = ("grad_dtype", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype",
+                       "optimizer_offload_fraction", "optimizer_offload_overlap", "fp8_param_storage")
+
+
+def script_state_fields(plan, precision: str) -> dict[str, Any]:
+    """The :data:`SCRIPT_STATE_FIELDS` a script set (``plan`` a ScriptPlan or None); its
+    ``--fp8-param-gather`` only when the planned ``precision`` is still fp8."""
+    fields = {k: v for k, v in (plan.train_fields.items() if plan else ()) if k in SCRIPT_STATE_FIELDS}
+    if precision != "fp8":
+        fields.pop("fp8_param_storage", None)
+    return fields
+
+
 def problem_from_options(model: str | None, device: str | None, nodes: int | None, devices_per_node: int | None,
                          gbs: int | None, seq_len: int | None, precision: str | None, device_file: str | None,
                          device_set: list[str] | None, flash: bool | None, vocab_pad: int | None,
@@ -109,9 +125,13 @@ def problem_from_options(model: str | None, device: str | None, nodes: int | Non
         raise AutoparError(f"--fp8-param-storage with --precision={precision}: fp8 parameter storage needs "
                            "--precision fp8")
     cluster = make_cluster(dev, nodes, devices_per_node)
+    state = script_state_fields(plan, precision)
+    if fp8_param_storage is not None:
+        state["fp8_param_storage"] = bool(fp8_param_storage)
     train = TrainSpec(global_batch_size=gbs, seq_len=seq_len, precision=precision, flash_attention=flash,
-                      make_vocab_size_divisible_by=vocab_pad, moe_token_imbalance=imbalance,
-                      fp8_param_storage=bool(fp8_param_storage))
+                      make_vocab_size_divisible_by=vocab_pad, moe_token_imbalance=imbalance, **state)
+    if train.optimizer_offload_fraction:
+        offload.host_bandwidth_bytes_per_s(Problem(spec, cluster, train))  # a device without the number: one error
     if spec.max_position_embeddings and seq_len > spec.max_position_embeddings:
         warn_on_success(f"--seq-len {seq_len} exceeds the model's max_position_embeddings "
                         f"{spec.max_position_embeddings}; planning anyway (Megatron needs it raised)")

@@ -12,7 +12,8 @@ from autopar.cost.step import TIME_KEYS, evaluate
 from autopar.pipeline.makespan import simulated_costs
 from autopar.problem import Problem
 from autopar.rules import check_strategy
-from autopar.strategy import Strategy, default_layers_per_stage
+from autopar.pipeline.layout import layout_of, split_fields
+from autopar.strategy import Strategy
 
 DEFAULT_MEMORY_MARGIN = 0.10  # a layout above 90% of device memory is "marginal"
 
@@ -66,6 +67,7 @@ class Estimate:
             "recompute_modules": list(s.recompute_modules),
             "account_for_embedding": s.account_for_embedding, "account_for_loss": s.account_for_loss,
             "tp_comm_overlap": s.tp_comm_overlap, "cp_comm_type": s.cp_comm_type, "cp_a2a": s.cp_a2a,
+            "pipeline_layout": s.pipeline_layout,
         }
         return {
             "strategy": strategy,
@@ -93,14 +95,14 @@ def estimate(p: Problem, s: Strategy, memory_margin: float = DEFAULT_MEMORY_MARG
         LayoutError: the layout breaks a validity rule (every broken rule is named).
     """
     check_strategy(p, s)
-    if s.layers_per_stage is None:
-        s = s.model_copy(update={"layers_per_stage": default_layers_per_stage(p.model.num_layers, s.pp,
-                                                                          s.account_for_embedding,
-                                                                          s.account_for_loss)})
+    if s.layers_per_stage is None and s.pipeline_layout is None:  # write the split out
+        if s.account_for_embedding or s.account_for_loss:
+            s = s.model_copy(update={"layers_per_stage": layout_of(p, s).layers_per_stage})
+        else:
+            s = s.model_copy(update=split_fields(layout_of(p, s)))
     batch, stages = all_stages(p, s)
     rows = [batch.take(np.array([i])) for i in range(s.pp)]  # stage i with its own recompute option
-    views = [Stages(index=stages.index[i:i + 1], start=stages.start[i:i + 1], layers=stages.layers[i:i + 1])
-             for i in range(s.pp)]
+    views = [stages.take(np.array([i])) for i in range(s.pp)]
     costs = evaluate(p, rows[0], views, [np.ones(1)] * s.pp, rows)
     if s.pp > 1 and (len(set(stages.layers.tolist())) > 1 or s.recompute_per_stage):  # uneven: simulate
         costs = simulated_costs(p, s, batch, stages, costs)

@@ -16,7 +16,8 @@ from typing import Callable
 
 import numpy as np
 
-from autopar.errors import LayoutError
+from autopar.errors import AutoparError, LayoutError
+from autopar.pipeline.layout import PipelineLayout, layout_of, needs_flexible
 from autopar.problem import Problem
 from autopar.strategy import (DEFAULT_MODULE_MASK, LayoutBatch, Strategy, default_layers_per_stage, module_mask,
                               split_first_middle_last)
@@ -46,6 +47,20 @@ def _uneven_split_ok(p: Problem, b: LayoutBatch) -> np.ndarray:
 def _accounted_layers(p: Problem, b: LayoutBatch) -> np.ndarray:
     """``L' = L + e + l``: decoder layers plus the embedding / loss counted as layers."""
     return _layers(p) + b.account_embedding.astype(np.int64) + b.account_loss.astype(np.int64)
+
+
+def _balanced_ok(p: Problem, b: LayoutBatch) -> np.ndarray:
+    """Where :meth:`~autopar.pipeline.layout.PipelineLayout.balanced` exists for the row's (pp, vpp)
+    (the flexible layout autopar uses where Megatron's default split cannot interleave)."""
+    ok = np.zeros(len(b), dtype=bool)
+    pairs = np.stack([b.pp, b.vpp], axis=1)
+    for pp, vpp in np.unique(pairs, axis=0) if len(b) else []:
+        try:
+            PipelineLayout.balanced(_layers(p), int(pp), int(vpp), p.model.mtp_num_layers)
+        except AutoparError:
+            continue
+        ok |= (b.pp == pp) & (b.vpp == vpp)
+    return ok
 
 
 def _embedding_loss_split_ok(p: Problem, b: LayoutBatch) -> np.ndarray:
@@ -83,6 +98,26 @@ def _modules_reason(p: Problem, s: Strategy) -> str:
     return f"recompute_modules {','.join(s.recompute_modules)}: {'; '.join(bad)}; model {p.model.name} has none"
 
 
+def _zero_with_pp_ok(p: Problem, b: LayoutBatch) -> np.ndarray:
+    """ZeRO-2/3 with pp > 1: Megatron-LM runs it as Megatron-FSDP (``--use-megatron-fsdp``;
+    ``validate_args`` has no pipeline check for it and ``finalize_model_grads.py`` all-reduces
+    the FSDP-sharded embedding gradients across pipeline stages), reduce-scattering every
+    micro-batch as :func:`autopar.cost.stage_time.dp_exposed_s` costs it; torchtitan runs FSDP2
+    (zero 3) with pp; DeepSpeed's PipelineEngine refuses both stages."""
+    fw = p.train.framework
+    return (b.zero <= 1) | (b.pp == 1) | (fw == "megatron") | ((b.zero == 3) & (fw == "torchtitan"))
+
+
+def _zero_with_pp_reason(p: Problem, s: Strategy) -> str:
+    if p.train.framework == "torchtitan":
+        return (f"ZeRO stage {s.zero} with pp={s.pp} on torchtitan: with pipelining torchtitan keeps each stage "
+                "gathered and reduce-scatters once per step (fsdp_reshard_after_forward 'default', "
+                "torchtitan/models/llama3/infra/parallelize.py), which autopar costs as zero 3; use zero 3")
+    return (f"ZeRO stage {s.zero} with pp={s.pp}: DeepSpeed's PipelineEngine asserts 'ZeRO-2 and ZeRO-3 are "
+            "incompatible with pipeline parallelism' (deepspeed/runtime/pipe/engine.py); use zero <= 1 with "
+            "pp > 1, or pp = 1")
+
+
 def _gbs(p: Problem) -> int:
     return p.train.global_batch_size
 
@@ -92,18 +127,20 @@ RULES: tuple[Rule, ...] = (
         "world_size",
         lambda p, b: b.dp * b.tp * b.pp * b.cp == p.world_size,
         lambda p, s: f"dp*tp*pp*cp = {s.dp}*{s.tp}*{s.pp}*{s.cp} = {s.world_size} must equal the "
-        f"world size {p.world_size} ({p.cluster.num_nodes} nodes x {p.cluster.devices_per_node})",
+        f"world size {p.world_size} ({p.cluster.num_nodes} nodes x {p.cluster.devices_per_node}) (Megatron-LM "
+        "megatron/training/arguments.py: 'world size ... is not divisible by total_model_size')",
     ),
     Rule(
         "tp_divides_heads",
         lambda p, b: p.model.num_attention_heads % b.tp == 0,
-        lambda p, s: f"tp={s.tp} must divide num_attention_heads={p.model.num_attention_heads}",
+        lambda p, s: f"tp={s.tp} must divide num_attention_heads={p.model.num_attention_heads} (Megatron-Core "
+        "transformer_config.py: 'num_attention_heads ... must be a multiple of tensor_model_parallel_size')",
     ),
     Rule(
         "tp_divides_kv_heads",
         lambda p, b: p.model.num_kv_heads % b.tp == 0,
         lambda p, s: f"tp={s.tp} must divide num_key_value_heads={p.model.num_kv_heads} "
-        "(autopar does not replicate KV heads across TP ranks)",
+        "(autopar does not replicate KV heads across TP ranks; Megatron-Core transformer_config.py allows a divisor too)",
     ),
     Rule(
         "tp_divides_ffn",
@@ -114,13 +151,13 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "sp_needs_tp",
         lambda p, b: ~b.sp | (b.tp > 1),
-        lambda p, s: "sequence parallelism (--sp) needs tp > 1 (Megatron switches it off at tp=1)",
+        lambda p, s: "sequence parallelism (--sp) needs tp > 1 (megatron/training/arguments.py switches it off at tp=1)",
     ),
     Rule(
         "cp_divides_seq",
         lambda p, b: (b.cp == 1) | (p.train.seq_len % (2 * b.cp) == 0),
         lambda p, s: f"seq_len={p.train.seq_len} must be a multiple of 2*cp={2 * s.cp} "
-        "(Megatron: load-balanced causal context parallelism)",
+        "(megatron/training/arguments.py: 'seq-length should be a multiple of 2 * context-parallel-size')",
     ),
     Rule(
         "sp_divides_seq",
@@ -167,11 +204,11 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "interleaved_layer_split",
-        lambda p, b: (b.vpp == 1) | b.accounted
-        | ((_layers(p) % b.pp == 0) & ((_layers(p) // np.maximum(b.pp, 1)) % b.vpp == 0)),
-        lambda p, s: f"interleaving needs num_layers/pp = {_layers(p)}/{s.pp} = {_layers(p) / s.pp:g} to be "
-        f"a whole number divisible by vpp={s.vpp} (Megatron: layers per virtual stage must be an integer; "
-        f"or count the embedding and loss as layers, --embedding-loss-split, if (num_layers + 2)/(pp*vpp) is whole)",
+        lambda p, b: (b.vpp == 1) | b.accounted | ~needs_flexible(_layers(p), b.pp, b.vpp) | _balanced_ok(p, b),
+        lambda p, s: f"num_layers={_layers(p)} with {p.model.mtp_num_layers} MTP layers has no layout over "
+        f"pp={s.pp} x vpp={s.vpp} chunks: neither num_layers/pp = {_layers(p) / s.pp:g} splits over vpp={s.vpp} "
+        "chunks nor does a flexible layout (--pipeline-layout) give each rank a decoder layer and room for the "
+        "embedding, MTP layers and loss",
     ),
     Rule("embedding_loss_split", _embedding_loss_split_ok, _embedding_loss_reason),
     Rule(
@@ -184,13 +221,15 @@ RULES: tuple[Rule, ...] = (
         "gbs_divisible",
         lambda p, b: _gbs(p) % (b.mbs * b.dp) == 0,
         lambda p, s: f"global batch size {_gbs(p)} must be divisible by mbs*dp = {s.mbs}*{s.dp} = "
-        f"{s.mbs * s.dp}",
+        f"{s.mbs * s.dp} (megatron/core/num_microbatches_calculator.py: 'global batch size ... is not divisible by "
+        "micro batch size ... times data parallel size')",
     ),
     Rule(
         "interleaved_microbatches",
         lambda p, b: (b.vpp == 1) | (b.num_microbatches % b.pp == 0),
         lambda p, s: f"the interleaved schedule needs num_microbatches={s.num_microbatches(_gbs(p))} "
-        f"to be a multiple of pp={s.pp} (Megatron: microbatch group size = pp)",
+        f"to be a multiple of pp={s.pp} (autopar's interleaved schedule runs whole groups of pp micro-batches; "
+        "Megatron-LM main runs a final partial group, megatron/core/pipeline_parallel/schedules.py)",
     ),
     Rule(
         "pipeline_fill",
@@ -198,14 +237,7 @@ RULES: tuple[Rule, ...] = (
         lambda p, s: f"num_microbatches={s.num_microbatches(_gbs(p))} is below pp={s.pp}: the "
         "pipeline never fills (most stages idle)",
     ),
-    Rule(
-        "zero_with_pp",
-        lambda p, b: (b.zero <= 1) | (b.pp == 1) | ((b.zero == 3) & (p.train.framework == "torchtitan")),
-        lambda p, s: f"ZeRO stage {s.zero} shards gradients/parameters per micro-batch and autopar does "
-        "not combine it with pipeline parallelism (DeepSpeed's pipeline engine and Megatron's "
-        "--use-torch-fsdp2 refuse it); use zero <= 1 with pp > 1, or zero 3 on torchtitan (--target/--format "
-        "torchtitan: FSDP2 + PP keeps each stage gathered and reduce-scatters its gradients once per step)",
-    ),
+    Rule("zero_with_pp", _zero_with_pp_ok, _zero_with_pp_reason),
     Rule(
         "recompute_layers",
         lambda p, b: (b.recompute_layers == 0)
@@ -259,6 +291,14 @@ RULES: tuple[Rule, ...] = (
         "'--fp8-param-gather only supported with distributed optimizer, torch fsdp2, megatron fsdp' "
         "(arguments.py); use zero >= 1",
     ),
+    Rule(
+        "window_attention_cp",
+        lambda p, b: (b.cp == 1) | (not p.model.window_layers),
+        lambda p, s: f"cp={s.cp} with model {p.model.name}'s sliding-window layers: autopar costs context "
+        "parallelism as Transformer Engine's p2p ring, which asserts 'The context parallel running configs cannot "
+        "support sliding window attention' (TE attention/dot_product_attention/context_parallel.py: window "
+        "layers need cp_comm_type a2a or all_gather); use cp=1",
+    ),
 )
 
 RULE_NAMES: tuple[str, ...] = tuple(r.name for r in RULES)
@@ -300,6 +340,13 @@ def first_failure(p: Problem, batch: LayoutBatch) -> np.ndarray:
 
 
 def _explicit_split_reasons(p: Problem, s: Strategy) -> list[str]:
+    """Why an explicit split (``pipeline_layout`` or ``layers_per_stage``) is invalid, if it is."""
+    if s.pipeline_layout is not None:
+        try:
+            layout_of(p, s)
+        except AutoparError as err:
+            return [str(err)]
+        return []
     if s.layers_per_stage is None:
         return []
     stages = s.layers_per_stage
@@ -316,8 +363,8 @@ def _explicit_split_reasons(p: Problem, s: Strategy) -> list[str]:
     if sum(stages) != _layers(p):
         reasons.append(f"layers_per_stage {','.join(map(str, stages))} sums to {sum(stages)}, "
                        f"not num_layers={_layers(p)}")
-    if any(n < 1 or n % s.vpp for n in stages):
-        reasons.append(f"every stage of layers_per_stage needs >= 1 layer and a multiple of vpp={s.vpp}")
+    if any(n < 1 for n in stages):
+        reasons.append("every stage of layers_per_stage needs >= 1 layer")
     return reasons
 
 
@@ -329,14 +376,16 @@ def check_strategy(p: Problem, s: Strategy) -> None:
     """
     batch = LayoutBatch.from_strategy(s, p.train.global_batch_size)
     failing = [r for r in RULES if not bool(np.asarray(r.check(p, batch))[0])]
-    if s.layers_per_stage is not None and not (s.account_for_embedding or s.account_for_loss):
-        # an explicit split replaces the default-split rules (with the flags it must equal the default)
+    explicit = s.pipeline_layout is not None or (s.layers_per_stage is not None
+                                                 and not (s.account_for_embedding or s.account_for_loss))
+    if explicit:  # an explicit split replaces the default-split rules (with the flags it must equal the default)
         failing = [r for r in failing if r.name not in {"uneven_layer_split", "interleaved_layer_split"}]
     messages = [f"{r.name}: {r.reason(p, s)}" for r in failing]
     split = _explicit_split_reasons(p, s)
-    messages += [f"layers_per_stage: {m}" for m in split]
+    field = "pipeline_layout" if s.pipeline_layout is not None else "layers_per_stage"
+    messages += [f"{field}: {m}" for m in split]
     if (s.schedule == "interleaved") != (s.vpp > 1):
         messages.append(f"schedule: '{s.schedule}' with vpp={s.vpp}; interleaved 1F1B is exactly vpp > 1")
     if messages:
-        names = tuple(r.name for r in failing) + (("layers_per_stage",) if split else ())
+        names = tuple(r.name for r in failing) + ((field,) if split else ())
         raise LayoutError("invalid layout: " + "; ".join(messages), names)

@@ -18,6 +18,8 @@ in-flight activations ``1 + (pp - 1) / (pp * vpp)`` are the smallest, and offeri
 divisor doubled the 405B search (0.5 s to 1.1 s). With vpp 1 they are not offered: whenever ``(L + 2) % pp == 0`` and
 ``L % pp != 0`` they give the same split as the default uneven one (first and last stage one
 layer lighter), so they would only duplicate layouts.
+Where neither interleaves (DeepSeek-V3's 61 layers on any pp), a flexible
+``--pipeline-model-parallel-layout`` is offered for two vpp values (:func:`_flexible_vpps`).
 The rules (:mod:`autopar.rules`) then reject what Megatron-LM would reject, by name.
 """
 
@@ -83,11 +85,37 @@ def _grid(p: Problem, opt: SpaceOptions) -> list[tuple[int, int, int, int, int]]
                 if pp > 1 and layers % pp == 0:
                     vpps += [v for v in divisors(layers // pp) if 2 <= v <= opt.max_vpp]
                 out.extend((tp, cp, pp, v, 0) for v in vpps)
+                accounted = []
                 if pp > 1 and (layers + 2) % pp == 0:
                     accounted = [v for v in divisors((layers + 2) // pp)
                                  if 2 <= v <= opt.max_vpp and v not in vpps and (layers + 2) // (pp * v) >= 2]
                     out.extend((tp, cp, pp, v, 1) for v in accounted[-1:])
+                if pp > 1 and len(vpps) == 1 and not accounted:
+                    out.extend((tp, cp, pp, v, 0) for v in _flexible_vpps(p, pp, opt.max_vpp))
     return out
+
+
+def _flexible_vpps(p: Problem, pp: int, max_vpp: int) -> list[int]:
+    """The vpp values offered with a flexible layout (:func:`autopar.pipeline.layout.default_layout`)
+    for a pp whose layers interleave neither evenly nor with the embedding/loss flags: the two
+    largest powers of two with at least 2 slots per chunk, ``(L + mtp + 2) / (pp * vpp) >= 2``
+    (the embedding, MTP layers and loss counted as slots), whose balanced layout exists. DeepSeek-V3
+    (64 slots): pp 4 -> vpp 8, 4; pp 8 -> 4, 2; pp 16 -> 2 (NVIDIA's Megatron-Bridge recipes run
+    pp 4 x vpp 4, pp 8 x vpp 4 and pp 16 x vpp 2)."""
+    from autopar.pipeline.layout import PipelineLayout
+
+    m = p.model
+    slots = m.num_layers + m.mtp_num_layers + 2
+    found = []
+    v = 2
+    while v <= max_vpp and slots // (pp * v) >= 2:
+        try:
+            PipelineLayout.balanced(m.num_layers, pp, v, m.mtp_num_layers)
+            found.append(v)
+        except AutoparError:
+            pass
+        v *= 2
+    return found[-2:]
 
 
 def _recompute_options(p: Problem, pp: int, vpp: int, opt: SpaceOptions) -> list[tuple[int, int, int]]:

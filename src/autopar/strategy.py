@@ -100,6 +100,12 @@ class Strategy(BaseModel):
     MindSpeed ``--ulysses-degree-in-cp``); ``None`` = ``cp`` for ``a2a``, 1 for ``p2p``/``allgather``
     (:attr:`cp_a2a_size`). Costs: :mod:`autopar.cost.cp_comm`.
 
+    ``pipeline_layout``: Megatron-LM's ``--pipeline-model-parallel-layout`` string (embedding,
+    decoder, MTP layers and loss of every virtual stage; :mod:`autopar.pipeline.layout`), any
+    split including unequal and empty chunks; it sets vpp and excludes ``layers_per_stage`` and
+    the account flags. Every split form resolves to one
+    :class:`~autopar.pipeline.layout.PipelineLayout` (:func:`autopar.pipeline.layout.layout_of`).
+
     ``account_for_embedding`` / ``account_for_loss``: Megatron-LM's
     ``--account-for-embedding-in-pipeline-split`` / ``--account-for-loss-in-pipeline-split``
     (two flags, as there: either can be set alone). Each counts the input embedding (output
@@ -133,6 +139,23 @@ class Strategy(BaseModel):
     tp_comm_overlap: bool = False
     cp_comm_type: CpCommType = "p2p"
     cp_a2a: int | None = Field(default=None, gt=0, le=MAX_SIZE)
+    pipeline_layout: str | None = Field(default=None, min_length=1, max_length=100_000)
+
+    @model_validator(mode="after")
+    def _one_split_form(self) -> "Strategy":
+        """``pipeline_layout`` replaces the other split fields, as in Megatron-LM.
+
+        Raises:
+            ValueError: ``pipeline_layout`` with ``layers_per_stage`` or the account flags
+                (TransformerConfig: 'pipeline_model_parallel_layout cannot be set with other
+                pipeline layout arguments').
+        """
+        if self.pipeline_layout is not None and (self.layers_per_stage is not None or self.account_for_embedding
+                                                 or self.account_for_loss):
+            raise ValueError("pipeline_layout cannot be combined with layers_per_stage or the embedding/loss split "
+                             "(Megatron-LM: 'pipeline_model_parallel_layout cannot be set with other pipeline "
+                             "layout arguments')")
+        return self
 
     @model_validator(mode="before")
     @classmethod
@@ -174,9 +197,10 @@ class Strategy(BaseModel):
         Raises:
             ValueError: non-default modules with no selective stage.
         """
-        if self.recompute_modules != DEFAULT_RECOMPUTE_MODULES and "selective" not in self.stage_recompute:
+        options = set(self.recompute_per_stage or (self.recompute,))  # not stage_recompute: pp may be huge
+        if self.recompute_modules != DEFAULT_RECOMPUTE_MODULES and "selective" not in options:
             raise ValueError(f"recompute_modules={','.join(self.recompute_modules)} applies to selective recompute; "
-                             f"this layout recomputes {'/'.join(sorted(set(self.stage_recompute)))} (make recompute, or "
+                             f"this layout recomputes {'/'.join(sorted(options))} (make recompute, or "
                              "a recompute_per_stage entry, selective, or leave the default core_attn)")
         return self
 
@@ -285,30 +309,6 @@ def split_first_middle_last(num_layers: np.ndarray, pp: np.ndarray, embedding: n
     return first, middle, last
 
 
-def layers_per_chunk(num_layers: int, pp: int, vpp: int, embedding: bool = False,
-                     loss: bool = False) -> np.ndarray:
-    """Decoder layers of each model chunk under Megatron's default interleaved split, shape
-    ``(pp, vpp)`` (``[rank, chunk]``; with vpp 1 one column).
-
-    Each chunk holds ``(L + e + l) / (pp * vpp)`` slots; the embedding takes one on chunk 0 of
-    rank 0 and the loss one on chunk vpp-1 of rank pp-1 (Megatron-Core
-    ``get_num_layers_to_build``: first / last virtual stage builds one layer fewer). E.g. 126
-    layers, pp 8, vpp 8, both: chunk [0, 0] and [7, 7] hold 1 layer, every other chunk 2.
-
-    Raises:
-        ValueError: ``L + e + l`` is not a multiple of ``pp * vpp`` (the rules reject such a
-            layout first: ``interleaved_layer_split`` / ``embedding_loss_split``).
-    """
-    total = num_layers + int(embedding) + int(loss)
-    if total % (pp * vpp):
-        raise ValueError(f"num_layers={num_layers} (+{int(embedding)} embedding +{int(loss)} loss) = {total} "
-                         f"is not a multiple of pp*vpp = {pp * vpp}")
-    chunks = np.full((pp, vpp), total // (pp * vpp), dtype=np.int64)
-    chunks[0, 0] -= int(embedding)
-    chunks[-1, -1] -= int(loss)
-    return chunks
-
-
 @dataclass
 class LayoutBatch:
     """Columns of ``n`` layouts (each an int/bool numpy array of shape ``(n,)``).
@@ -402,18 +402,24 @@ class LayoutBatch:
             cp_a2a=col(s.cp_a2a_size),
         )
 
-    def strategy(self, i: int, num_layers: int) -> Strategy:
-        """Row ``i`` as a :class:`Strategy` with its default stage split written out."""
-        pp = int(self.pp[i])
+    def strategy(self, i: int, num_layers: int, mtp_num_layers: int = 0) -> Strategy:
+        """Row ``i`` as a :class:`Strategy` with its default stage split written out (a flexible
+        ``pipeline_layout`` where the default split cannot interleave:
+        :func:`autopar.pipeline.layout.default_layout`)."""
+        from autopar.pipeline.layout import default_layout, split_fields
+
+        pp, vpp = int(self.pp[i]), int(self.vpp[i])
         recompute = RECOMPUTE_NAMES[int(self.recompute[i])]
         embedding, loss = bool(self.account_embedding[i]), bool(self.account_loss[i])
+        split = ({"layers_per_stage": default_layers_per_stage(num_layers, pp, embedding, loss)} if embedding or loss
+                 else split_fields(default_layout(num_layers, pp, vpp, mtp_num_layers)))
         return Strategy(
-            dp=int(self.dp[i]), tp=int(self.tp[i]), pp=pp, vpp=int(self.vpp[i]), cp=int(self.cp[i]),
+            dp=int(self.dp[i]), tp=int(self.tp[i]), pp=pp, vpp=vpp, cp=int(self.cp[i]),
             ep=int(self.ep[i]), etp=int(self.etp[i]), mbs=int(self.mbs[i]), sp=bool(self.sp[i]),
             zero=int(self.zero[i]), recompute=recompute,
             recompute_layers=int(self.recompute_layers[i]) or None,
             schedule="interleaved" if self.vpp[i] > 1 else "1f1b",
-            layers_per_stage=default_layers_per_stage(num_layers, pp, embedding, loss),
+            **split,
             recompute_modules=module_names(int(self.recompute_modules[i])) if recompute == "selective"
             else DEFAULT_RECOMPUTE_MODULES,
             account_for_embedding=embedding, account_for_loss=loss,

@@ -17,7 +17,14 @@ op by op so it generalises:
 * full recompute keeps only the layer input (2*s*b*h, sharded by SP);
 * MoE layers: :func:`autopar.cost.moe.moe_block_bytes` (router scores, the expert MLPs on the
   ``n*k*etp/tp`` token copies routed to the local experts whatever ``ep`` is, so EP does not
-  shrink activations, the combine input and shared experts).
+  shrink activations, and shared experts);
+* fp8 under Megatron-LM (Transformer Engine): every fp8 linear layer saves its own fp8-quantized
+  input for the weight gradient instead of the bf16 tensor (TE ``module/linear.py``,
+  ``layernorm_linear.py``, ``grouped_linear.py`` forward: ``saved_inputmat = inputmat`` after
+  quantizing, ``update_usage(rowwise_usage=False, columnwise_usage=True)``: 1 B per element);
+  a bf16 tensor some other op saves anyway (the flash-attention output, the norm input, the
+  SwiGLU input) stays, so the attention output is held twice (2 B + 1 B):
+  :func:`linear_input_bytes`. torchtitan's float8 (torchao) is not modelled this way.
 
 Units: bytes. Shapes: arrays broadcast with the ``LayoutBatch`` columns.
 """
@@ -31,6 +38,13 @@ from autopar.problem import Problem
 from autopar.strategy import LayoutBatch
 
 BF16 = 2  # bytes per activation element (bf16/fp16 training)
+
+
+def linear_input_bytes(p: Problem) -> int:
+    """Bytes per element a linear layer saves of its input for the backward pass: 1 for fp8
+    training under Megatron-LM (Transformer Engine keeps the fp8 copy it computed with; module
+    docstring), else 2 (the bf16/fp16 input itself)."""
+    return 1 if p.train.precision == "fp8" and p.train.framework == "megatron" else BF16
 
 
 def _tokens(p: Problem, batch: LayoutBatch) -> np.ndarray:
@@ -56,7 +70,8 @@ def attention_bytes(p: Problem, batch: LayoutBatch, selective: np.ndarray) -> np
     drop = 1.0 if m.dropout else 0.0
     h = m.hidden_size
     on = lambda name: selective & batch.module_on(name)  # noqa: E731
-    out = BF16 * n * h * 2 / shard  # norm input and QKV GEMM input
+    lin = linear_input_bytes(p)
+    out = (BF16 + lin) * n * h / shard  # norm input and QKV GEMM input
     if m.mla:
         # Megatron-Core multi_latent_attention.py: the duplicated down-projections run on the SP
         # shard; q/kv latents are kept as norm input and up-projection input (2 each), the
@@ -69,13 +84,16 @@ def attention_bytes(p: Problem, batch: LayoutBatch, selective: np.ndarray) -> np
     else:
         qkv_width = m.q_width + 2 * m.kv_width
     out = out + BF16 * n * qkv_width / t
-    attn_out = BF16 * n * m.v_width / t  # flash output = output-projection input
+    # The output-projection input; the same bf16 tensor as the core-attention output, which the
+    # fused kernel saves too, unless fp8 keeps a separate 1-byte copy (module docstring).
+    proj_in = lin * n * m.v_width / t
+    attn_out = BF16 * n * m.v_width / t + (proj_in if lin != BF16 else 0.0)
     if p.train.flash_attention:
         internals = 4 * n * m.num_attention_heads / t  # fp32 log-sum-exp
     else:
         scores = n * p.train.seq_len * m.num_attention_heads / t  # elements of one s x s/cp map set
         internals = BF16 * scores + drop * (scores + BF16 * scores)  # softmax (+ mask, dropout out)
-    core = attn_out + np.where(on("core_attn"), 0.0, internals)
+    core = np.where(on("core_attn"), proj_in, attn_out + internals)
     return out + core + drop * n * h / shard
 
 
@@ -94,13 +112,17 @@ def mlp_bytes(p: Problem, batch: LayoutBatch, moe: bool, selective: np.ndarray |
     h = m.hidden_size
     selective = np.zeros(len(batch), dtype=bool) if selective is None else selective
     on = lambda name: selective & batch.module_on(name)  # noqa: E731
-    per_ffn = 6 if m.gated_mlp else 4  # bytes per token per unit of FFN width (see module doc)
-    out = BF16 * n * h * 2 / shard + drop * n * h / shard  # norm input, fc1 input, mask
+    lin = linear_input_bytes(p)
+    # bytes per token per unit of FFN width (see module doc): fc1 output (2f gated) and fc2 input
+    per_ffn = (4 if m.gated_mlp else 2) + lin
     if not moe:
-        internals = BF16 * n * h / shard + per_ffn * n * m.ffn_hidden_size / t  # fc1 input, fc1/act outputs
+        out = (BF16 + lin) * n * h / shard + drop * n * h / shard  # norm input, fc1 input, mask
+        internals = lin * n * h / shard + per_ffn * n * m.ffn_hidden_size / t  # fc1 input, fc1/act outputs
         return out + per_ffn * n * m.ffn_hidden_size / t - np.where(on("mlp"), internals, 0.0)
+    out = BF16 * n * h * 2 / shard + drop * n * h / shard  # norm input, router/dispatcher input, mask
     block = moe_cost.moe_block_bytes(p, batch)
-    act_out = BF16 * moe_cost.expert_rows(p, batch) * m.moe_ffn_hidden_size / batch.etp
+    # moe_act frees the activation output; under fp8 fc2 keeps its own 1-byte copy, so nothing.
+    act_out = BF16 * moe_cost.expert_rows(p, batch) * m.moe_ffn_hidden_size / batch.etp * (lin == BF16)
     parts = np.where(on("moe_act"), act_out, 0.0) + np.where(on("shared_experts"), moe_cost.shared_expert_bytes(p, batch), 0.0)
     freed = np.where(on("moe"), block, parts) + np.where(on("layernorm"), BF16 * n * h / shard, 0.0)
     return out + block - freed

@@ -24,6 +24,7 @@ from autopar.cost import attention as attn
 from autopar.cost import flops as F
 from autopar.cost import fp8
 from autopar.cost import moe as moe_cost
+from autopar.cost import window
 from autopar.cost.hooks import installed
 from autopar.problem import Problem
 from autopar.strategy import LayoutBatch
@@ -78,7 +79,8 @@ def core_attention_times_s(p: Problem, batch: LayoutBatch) -> tuple[np.ndarray, 
     instead of twice the forward ones. The forward part is what selective recompute repeats.
     """
     if p.train.flash_attention:
-        return attention_time_s(p, F.attention_core_flops(p, batch), attn.block_efficiency(p, batch)), 0.0
+        efficiency = window.mixed_block_efficiency(p.model, p.train.seq_len, attn.block_efficiency(p, batch))
+        return attention_time_s(p, F.attention_core_flops(p, batch), efficiency), 0.0
     fwd_bytes, bwd_bytes = F.unfused_softmax_bytes(p, batch)
     kernels = 2 if p.model.dropout else 1
     bmm_s = sum(gemm_time_s(p, g) for g in F.unfused_attention_gemms(p, batch))

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from autopar.cost import moe as moe_cost
+from autopar.cost import window
 from autopar.problem import Problem
 from autopar.strategy import LayoutBatch
 
@@ -107,11 +108,14 @@ def mlp_gemms(p: Problem, batch: LayoutBatch, moe: bool, imbalance: bool = True)
 
 
 def attention_core_flops(p: Problem, batch: LayoutBatch) -> np.ndarray:
-    """Forward FLOPs of QK^T and softmax(.)V, causal (half of the full matrix), per rank."""
+    """Forward FLOPs of QK^T and softmax(.)V, causal (half of the full matrix), per rank, for the
+    model's mean layer: sliding-window layers scale with ``seq*window``, not ``seq^2/2``
+    (:func:`autopar.cost.window.mean_key_fraction`)."""
     m = p.model
     n = tokens(p, batch)
     per_key = m.attention_head_dim + (m.v_head_dim if m.mla else m.head_dim)
-    return 2.0 * n * p.train.seq_len * m.num_attention_heads * per_key / batch.tp * 0.5
+    full = 2.0 * n * p.train.seq_len * m.num_attention_heads * per_key / batch.tp * 0.5
+    return full * window.mean_key_fraction(m, p.train.seq_len)
 
 
 def unfused_attention_gemms(p: Problem, batch: LayoutBatch) -> list[Gemm]:

@@ -10,11 +10,16 @@ differently. Every rule below holds for any model trained with that framework.
 =========== ======================================= ========== ============== =========
 framework   optimizer                               weights    gradients      optimizer
 =========== ======================================= ========== ============== =========
-megatron    distributed optimizer                   2          grad_dtype (4) 12
+megatron    distributed optimizer                   2          grad_dtype (4) 12 (*)
 deepspeed   BF16_Optimizer (bf16, ZeRO 0/1)         2          2 + 4 (full)   12
 deepspeed   ZeRO optimizer (fp16, or ZeRO >= 2)     2          2              12
 torchtitan  FSDP2, fp32 params, bf16 compute        4          4              8
 =========== ======================================= ========== ============== =========
+
+(*) Megatron: master weight + Adam m + v in ``main_params_dtype`` / ``exp_avg_dtype`` /
+``exp_avg_sq_dtype`` (precision-aware optimizer, :class:`autopar.specs.train.TrainSpec`;
+12 B when all are fp32, 8 B with DeepSeek-V3's bf16 moments), times the share not offloaded to
+the host (:func:`autopar.cost.offload.device_optimizer_fraction`).
 
 * DeepSpeed ``deepspeed/runtime/bf16_optimizer.py`` (``BF16_Optimizer._setup_for_real_optimizer``):
   the bf16 weights live in one flat buffer, the fp32 gradient accumulation buffer
@@ -61,6 +66,7 @@ from __future__ import annotations
 import numpy as np
 
 from autopar.cost import activations as act
+from autopar.cost import offload
 from autopar.problem import Problem
 from autopar.strategy import LayoutBatch
 
@@ -86,7 +92,9 @@ def state_bytes_per_param(p: Problem, zero) -> tuple:
 
     The unsharded gradient bytes are held in full whatever the ZeRO stage (DeepSpeed
     BF16_Optimizer's fp32 accumulation buffer). Example: DeepSpeed bf16 with ZeRO-1 over N = 8
-    ranks: 2 + 2 + 4 + 12/8 = 9.5 B/param; Megatron: 2 + 4 + 12/8 = 7.5 B/param.
+    ranks: 2 + 2 + 4 + 12/8 = 9.5 B/param; Megatron: 2 + 4 + 12/8 = 7.5 B/param; Megatron with bf16
+    main gradients, bf16 moments and half the shard offloaded: 2 + 2 + (4 + 2 + 2) * 0.5 / 8 =
+    4.5 B/param.
     """
     zero = np.asarray(zero)
     fw = p.train.framework
@@ -95,7 +103,8 @@ def state_bytes_per_param(p: Problem, zero) -> tuple:
     if fw == "deepspeed":
         bf16_optimizer = (p.train.precision == "bf16") & (zero <= 1)
         return BF16, BF16, np.where(bf16_optimizer, FP32, 0), MASTER_AND_ADAM_BYTES
-    return BF16, p.train.grad_bytes, np.zeros(zero.shape), MASTER_AND_ADAM_BYTES
+    optimizer = p.train.optimizer_bytes_per_param * offload.device_optimizer_fraction(p)
+    return BF16, p.train.grad_bytes, np.zeros(zero.shape), optimizer
 
 
 def op_sac(p: Problem) -> bool:

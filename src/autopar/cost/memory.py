@@ -14,7 +14,9 @@ zero   meaning                      bytes per parameter (fp32 grads)
 ====== ============================ =====================================
 
 N is dp*cp for dense parameters (Megatron's distributed optimizer shards over the DP x CP
-group) and the expert-data-parallel size world/(etp*ep*pp) for routed experts.
+group) and the expert-data-parallel size world/(etp*ep*pp) for routed experts. The 12 B become
+``main_params + exp_avg + exp_avg_sq`` bytes with Megatron's precision-aware optimizer, times
+the share not offloaded to the host (``TrainSpec``, :mod:`autopar.cost.offload`).
 
 Frameworks other than Megatron-LM (``TrainSpec.framework``: DeepSpeed's 16-bit gradients and
 BF16_Optimizer fp32 buffer, torchtitan's fp32 FSDP2 shards, per-op selective recompute and fp32
@@ -86,7 +88,10 @@ def model_state_bytes(count, group, zero, weight_bytes, grad_bytes, optimizer_by
 
 def in_flight_microbatches(batch: LayoutBatch, stages: Stages) -> np.ndarray:
     """Micro-batches' worth of activations a stage holds at its peak (may be fractional with
-    interleaving: chunks in flight divided by vpp)."""
+    interleaving: chunks in flight divided by vpp; a layout's own count where ``stages.in_flight``
+    is set, :func:`autopar.cost.stage.all_stages`)."""
+    if stages.in_flight is not None:
+        return stages.in_flight.astype(np.float64)
     one_f_one_b = np.minimum(batch.pp - stages.index, batch.num_microbatches)
     chunks = 2 * (batch.pp - stages.index - 1) + (batch.vpp - 1) * batch.pp + 1
     chunks = np.minimum(chunks, batch.num_microbatches * batch.vpp)
@@ -118,7 +123,8 @@ def stage_activation_bytes(p: Problem, batch: LayoutBatch, stages: Stages) -> np
     in_flight = in_flight_microbatches(batch, stages)
     first, last = stages.is_first(), stages.is_last(batch)
     embedding = np.where(first, np.minimum(batch.pp, batch.num_microbatches) * act.embedding_bytes(p, batch), 0.0)
-    output = np.where(last, fw_mem.output_bytes(p, batch) + mtp.activation_bytes(p, batch), 0.0)
+    output = np.where(last, fw_mem.output_bytes(p, batch), 0.0) + np.where(stages.holds_mtp(batch),
+                                                                           mtp.activation_bytes(p, batch), 0.0)
     dispatch = np.where(n_moe > 0, moe_cost.dispatcher_buffer_bytes(p, batch), 0.0)  # one MoE layer at a time
     return in_flight * kept + fw_mem.backward_transient_bytes(p, working, output) + embedding + dispatch
 

@@ -63,23 +63,33 @@ def routed_expert_bytes(p: Problem, batch: LayoutBatch) -> np.ndarray:
     """Saved activations of the routed experts per MoE layer and micro-batch: the gathered fc1
     input (``rows x h``) and the fc1 output / activation (SwiGLU: 2f in + f out = 6 B per unit of
     width per row; GeLU 4 B) on the ``moe_ffn/etp`` slice. For ``k`` = 1 and tp = etp = 1 this is
-    exactly a dense MLP of width ``moe_ffn`` (Korthikanti et al. 2022, sec. 4.1)."""
+    exactly a dense MLP of width ``moe_ffn`` (Korthikanti et al. 2022, sec. 4.1). Under fp8
+    (Megatron-LM / TE ``GroupedLinear``) the fc1 and fc2 inputs are kept as their 1-byte fp8
+    copies (:func:`autopar.cost.activations.linear_input_bytes`): ``rows*h + 5 rows*f`` bytes."""
+    from autopar.cost.activations import linear_input_bytes
+
     m = p.model
     rows = expert_rows(p, batch)
-    per_ffn = 6 if m.gated_mlp else 4
-    return BF16 * rows * m.hidden_size + per_ffn * rows * m.moe_ffn_hidden_size / batch.etp
+    lin = linear_input_bytes(p)
+    per_ffn = (4 if m.gated_mlp else 2) + lin
+    return lin * rows * m.hidden_size + per_ffn * rows * m.moe_ffn_hidden_size / batch.etp
 
 
 def moe_block_bytes(p: Problem, batch: LayoutBatch) -> np.ndarray:
     """Everything a MoE layer's MLP block keeps besides its input norm: fp32 router logits and
-    scores (``2 x 4 x n*E`` on the SP shard), the routed experts, the combine input that
-    unpermute keeps to differentiate the probabilities (``k`` copies of the SP shard), and the
-    shared experts (a TP-split dense MLP of width ``shared_ffn``). Megatron-Core ``router.py``,
-    ``moe_utils.unpermute``, ``shared_experts.py``."""
+    scores (``2 x 4 x n*E`` on the SP shard), the routed experts, and the shared experts (a
+    TP-split dense MLP of width ``shared_ffn``). Megatron-Core ``router.py``, ``shared_experts.py``.
+
+    Megatron-Core since core_v0.13.0 multiplies the routing probabilities into the expert
+    activation (``experts.py`` ``TEGroupedMLP.forward``: ``weighted_bias_swiglu_impl(fc1_output,
+    bias, permuted_probs)``, or ``activation_func_with_probs``) and unpermutes without them, so
+    the combine keeps nothing. Other frameworks (``TrainSpec.framework``) are costed as
+    Megatron-Core 0.12 ran it: ``moe_utils.unpermute(..., probs)`` keeps its input, ``k`` copies
+    of the SP shard (``2*n*k*h/shard`` bytes), to differentiate the probabilities."""
     m = p.model
     n, shard = tokens(p, batch), sp_shard(batch)
     router = 2 * FP32 * n * m.num_experts / shard
-    combine = BF16 * n * m.num_experts_per_tok * m.hidden_size / shard
+    combine = 0.0 if p.train.framework == "megatron" else BF16 * n * m.num_experts_per_tok * m.hidden_size / shard
     return router + routed_expert_bytes(p, batch) + combine + shared_expert_bytes(p, batch)
 
 

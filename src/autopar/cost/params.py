@@ -68,9 +68,10 @@ def stage_params(p: Problem, batch: LayoutBatch, stages: Stages) -> StageParams:
     head = np.where(last & (~first | (not model.tie_word_embeddings)), vocab_shard, 0.0)
     final_norm = np.where(last, model.norm_params, 0.0)
 
-    mtp_dense, mtp_experts = mtp.params(p, batch)  # MTP block (and its embedding copy) on the last stage
-    dense = tp_part + replicated + embedding + head + final_norm + np.where(last, mtp_dense, 0.0)
-    experts = experts + np.where(last, mtp_experts, 0.0)
+    mtp_dense, mtp_experts = mtp.params(p, batch)  # MTP block (and its embedding copy) where the layout puts it
+    holds = stages.holds_mtp(batch)
+    dense = tp_part + replicated + embedding + head + final_norm + np.where(holds, mtp_dense, 0.0)
+    experts = experts + np.where(holds, mtp_experts, 0.0)
     layer_max = biggest[0] / batch.tp + biggest[1] + biggest[2] / (batch.ep * batch.etp)
     return StageParams(dense=dense, experts=experts, layer_max=layer_max)
 

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autopar.pipeline.layout import chunk_in_flight, layout_of
 from autopar.problem import Problem
-from autopar.strategy import (RECOMPUTE_CODES, LayoutBatch, Strategy, default_layers_per_stage,
-                              split_first_middle_last)
+from autopar.strategy import RECOMPUTE_CODES, LayoutBatch, Strategy, split_first_middle_last
 
 
 @dataclass
@@ -26,11 +26,26 @@ class Stages:
         index: pipeline rank of the stage (0-based).
         start: first decoder layer of the stage.
         layers: decoder layers on the stage (summed over its vpp model chunks).
+        mtp: True where the stage holds the MTP layers (None: the last stage, Megatron's default).
+        in_flight: micro-batches' worth of the stage's layer activations at its peak (None: the
+            schedule's count for equal chunks, :func:`autopar.cost.memory.in_flight_microbatches`);
+            set for layouts with unequal chunks, whose chunks hold different counts.
     """
 
     index: np.ndarray
     start: np.ndarray
     layers: np.ndarray
+    mtp: np.ndarray | None = None
+    in_flight: np.ndarray | None = None
+
+    def holds_mtp(self, batch: LayoutBatch) -> np.ndarray:
+        """Where the stage holds the MTP layers (bool, ``(n,)``)."""
+        return self.is_last(batch) if self.mtp is None else self.mtp
+
+    def take(self, index: np.ndarray) -> "Stages":
+        """The rows at ``index`` (boolean mask or integer indices)."""
+        pick = lambda a: None if a is None else a[index]  # noqa: E731
+        return Stages(self.index[index], self.start[index], self.layers[index], pick(self.mtp), pick(self.in_flight))
 
     def is_first(self) -> np.ndarray:
         return self.index == 0
@@ -44,7 +59,9 @@ def bounding_stages(p: Problem, batch: LayoutBatch) -> list[Stages]:
     coincide; the embedding/loss-aware split when the layout counts them as layers). For 1F1B
     and interleaved schedules every other stage holds no more memory and no
     more time than one of these: middle stages have equal layers and fewer micro-batches in
-    flight than stage 1."""
+    flight than stage 1. Where the default split cannot interleave, the flexible
+    :meth:`~autopar.pipeline.layout.PipelineLayout.balanced` layout keeps its stage sums (its
+    chunks differ; the single-layout estimate costs them chunk by chunk)."""
     num_layers = p.model.num_layers
     first, middle, last = split_first_middle_last(np.full(len(batch), num_layers), batch.pp,
                                                   batch.account_embedding, batch.account_loss)
@@ -62,15 +79,22 @@ def all_stages(p: Problem, s: Strategy) -> tuple[LayoutBatch, Stages]:
     """Every stage of one layout: the layout repeated ``pp`` times and its stage rows (row ``i``
     carries stage ``i``'s recompute option, :attr:`Strategy.stage_recompute`).
 
+    The stages come from the layout's :class:`~autopar.pipeline.layout.PipelineLayout`: decoder
+    layers per rank, the rank holding the MTP layers, and each rank's activation peak with its
+    own chunks (:func:`~autopar.pipeline.layout.chunk_in_flight` weighted by the chunks' layers;
+    with equal chunks the schedule's usual count).
+
     Raises:
-        ValueError: the layout has no default split (callers check the rules first).
+        AutoparError: the layout's split is invalid (callers check the rules first).
     """
-    split = s.layers_per_stage or default_layers_per_stage(p.model.num_layers, s.pp, s.account_for_embedding,
-                                                           s.account_for_loss)
-    if split is None:
-        raise ValueError(f"no layer split for pp={s.pp}")
+    layout = layout_of(p, s)
     batch = LayoutBatch.from_strategy(s, p.train.global_batch_size).take(np.zeros(s.pp, dtype=np.int64))
     batch.recompute = np.array([RECOMPUTE_CODES[name] for name in s.stage_recompute], dtype=np.int64)
-    layers = np.asarray(split, dtype=np.int64)
+    decoder = layout.decoder
+    layers = decoder.sum(axis=1)
     start = np.concatenate([[0], np.cumsum(layers)[:-1]])
-    return batch, Stages(index=np.arange(s.pp), start=start, layers=layers)
+    m = s.num_microbatches(p.train.global_batch_size)
+    in_flight = np.array([chunk_in_flight(s.pp, s.vpp, r, m) @ decoder[r] / max(int(layers[r]), 1)
+                          for r in range(s.pp)])
+    mtp = np.arange(s.pp) == layout.mtp_rank
+    return batch, Stages(index=np.arange(s.pp), start=start, layers=layers, mtp=mtp, in_flight=in_flight)

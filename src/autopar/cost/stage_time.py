@@ -42,6 +42,7 @@ from autopar.cost import flops as F
 from autopar.cost import framework
 from autopar.cost import host
 from autopar.cost import moe as moe_cost
+from autopar.cost import offload
 from autopar.cost import mtp
 from autopar.cost import recompute as recompute_cost
 from autopar.cost import tp_overlap
@@ -81,7 +82,8 @@ def stage_time(p: Problem, batch: LayoutBatch, stages: Stages) -> StageTime:
     first, last = stages.is_first(), stages.is_last(batch)
     layers_fwd = n_dense * dense.forward_s + n_moe * moe.forward_s
     extra_fwd = np.where(first, C.embedding_forward_time_s(p, batch), 0.0) + np.where(
-        last, C.output_forward_time_s(p, batch) + mtp.forward_s(p, batch, dense.forward_s, moe.forward_s), 0.0)
+        last, C.output_forward_time_s(p, batch), 0.0) + np.where(
+        stages.holds_mtp(batch), mtp.forward_s(p, batch, dense.forward_s, moe.forward_s), 0.0)
     forward = layers_fwd + extra_fwd
 
     full = batch.recompute == 2
@@ -133,7 +135,7 @@ def stage_time(p: Problem, batch: LayoutBatch, stages: Stages) -> StageTime:
         moe_recomputed = recomputed * n_moe / np.maximum(stages.layers, 1)
         ep_passes = n_moe + 0.5 * moe_recomputed + np.where(selective, recompute_cost.extra_ep_passes(p, batch, n_moe), 0.0)
         ep = ep_passes * moe_cost.layer_comm_s(p, batch)
-        ep = ep + np.where(last, mtp.ep_comm_s(p, batch), 0.0)
+        ep = ep + np.where(stages.holds_mtp(batch), mtp.ep_comm_s(p, batch), 0.0)
     else:
         ep = np.zeros(len(batch))
     backward = 2 * (forward - layers_fwd) + n_dense * dense.backward() + n_moe * moe.backward()
@@ -275,8 +277,11 @@ def dp_exposed_s(p: Problem, batch: LayoutBatch, params: StageParams, t: StageTi
 
 
 def optimizer_time_s(p: Problem, batch: LayoutBatch, params: StageParams) -> np.ndarray:
-    """Adam step over the parameters this device updates (sharded for ZeRO >= 1): memory-bound."""
+    """Adam step over the parameters this device updates (sharded for ZeRO >= 1): memory-bound
+    for the share kept on the device, plus the host-link copies of the share offloaded with
+    ``--optimizer-cpu-offload`` (:func:`autopar.cost.offload.transfer_time_s`)."""
     dense_group = np.where(batch.zero >= 1, batch.dp * batch.cp, 1)
     expert_group = np.where(batch.zero >= 1, p.world_size // (batch.etp * batch.ep * batch.pp), 1)
     local = params.dense / dense_group + params.experts / expert_group
-    return C.memory_time_s(p, ADAM_BYTES_PER_PARAM * local)
+    on_device = offload.device_optimizer_fraction(p) * local
+    return C.memory_time_s(p, ADAM_BYTES_PER_PARAM * on_device) + offload.transfer_time_s(p, local)

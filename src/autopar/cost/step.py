@@ -57,6 +57,9 @@ def _cost_views(p: Problem, batches: list[LayoutBatch], views: list[Stages]) -> 
     k, n = len(views), len(batches[0])
     rows = LayoutBatch.concat(batches)
     stages = Stages(*(np.concatenate([getattr(v, f) for v in views]) for f in ("index", "start", "layers")))
+    for name in ("mtp", "in_flight"):  # set only where every view has them (all_stages rows)
+        if all(getattr(v, name) is not None for v in views):
+            setattr(stages, name, np.concatenate([getattr(v, name) for v in views]))
     params = stage_params(p, rows, stages)
     t = T.stage_time(p, rows, stages)
     mem = stage_memory(p, rows, stages)

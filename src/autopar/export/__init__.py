@@ -11,18 +11,45 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
+from autopar.errors import AutoparError
 from autopar.export import galvatron, megatron, megatron_bridge, megatron_deepspeed, mindspeed, sapp, torchtitan
 from autopar.problem import Problem
 from autopar.strategy import Strategy
 
+
+
+def megatron_only_features(fmt: str, write: Callable[[Problem, Strategy], str],
+                           model_features: bool = True) -> Callable[[Problem, Strategy], str]:
+    """``write`` that first refuses what only the Megatron-LM export writes: non-fp32 optimizer
+    dtypes, optimizer offload or bf16 main gradients (``--use-precision-aware-optimizer``,
+    ``--optimizer-cpu-offload``, ``--grad-reduce-in-bf16``),
+    and with ``model_features`` sliding-window layers and attention sinks (``--window-size``,
+    ``--softmax-type learnable``), which this format's writer would drop. Megatron-Bridge builds
+    the model from its recipe (window layers included) but sets fp32 optimizer state itself
+    (:data:`autopar.export.megatron_bridge.OPTIMIZER_DTYPES`), so it checks the optimizer only."""
+    def checked(p: Problem, s: Strategy) -> str:
+        t, m = p.train, p.model
+        # 16-bit main gradients of bf16/fp8 training: Megatron-LM's --grad-reduce-in-bf16 (fp16 reduces in fp16
+        # everywhere); the other writers keep (Megatron-Bridge: set) fp32 gradients.
+        bf16_grads = t.grad_dtype != "fp32" and t.precision != "fp16"
+        if t.optimizer_dtypes_set or t.optimizer_offload_fraction > 0 or bf16_grads:
+            raise AutoparError(f"export --format {fmt}: the script's optimizer dtypes / optimizer offload / bf16 main "
+                               "gradients are Megatron-LM's (--use-precision-aware-optimizer, --optimizer-cpu-offload, "
+                               "--grad-reduce-in-bf16); use --format megatron or drop them")
+        if model_features and (m.window_layers or m.attention_sinks):
+            raise AutoparError(f"export --format {fmt}: model {m.name} has sliding-window layers / attention sinks, "
+                               "which this format's export does not write; use --format megatron")
+        return write(p, s)
+    return checked
+
+
 WRITERS: dict[str, Callable[[Problem, Strategy], str]] = {
     "megatron": megatron.write,
-    "megatron-bridge": megatron_bridge.write,
+    "megatron-bridge": megatron_only_features("megatron-bridge", megatron_bridge.write, model_features=False),
     "mindspeed": mindspeed.write,
-    "torchtitan": torchtitan.write,
-    "deepspeed": megatron_deepspeed.write,
-    "galvatron": galvatron.write,
-    "sapp": sapp.write,
+    **{fmt: megatron_only_features(fmt, write) for fmt, write in (
+        ("torchtitan", torchtitan.write), ("deepspeed", megatron_deepspeed.write), ("galvatron", galvatron.write),
+        ("sapp", sapp.write))},
 }
 # Format -> write(problem, strategy, out) for ``--out``, returning the paths written.
 FILE_WRITERS: dict[str, Callable[[Problem, Strategy, Path], list[Path]]] = {

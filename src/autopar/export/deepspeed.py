@@ -35,13 +35,20 @@ def refusal_reason(p: Problem, s: Strategy) -> str | None:
     (``GPTModelPipe``: the pipeline engine partitions by transformer-layer count,
     ``partition_method='type:transformer'``, and recomputes in chunks of
     ``--checkpoint-num-layers``: "deepspeed's pipeline doesn't support the block recompute
-    method"); ``megatron/arguments.py`` (model flags: no MoE router of Megatron-core's kind, no
+    method"; without the pipeline, pp = 1, ``ParallelTransformer._checkpointed_forward`` in
+    ``megatron/model/transformer.py`` runs ``--recompute-method block``); ``megatron/arguments.py`` (model flags: no MoE router of Megatron-core's kind, no
     MLA, no QK-norm, no bias on QKV only, no multi-token prediction).
     """
     m = p.model
+    missing = [name for name, on in (("MoE", m.is_moe), ("MLA", m.mla), ("QK-norm", m.qk_norm),
+                                     ("QKV-only bias", m.qkv_bias and not m.linear_bias),
+                                     ("multi-token prediction", m.mtp_num_layers > 0)) if on]
+    if missing:  # the model's own reason first: no layout of it can be written
+        return f"{m.name}: {', '.join(missing)} has no Megatron-DeepSpeed pretrain_gpt.py flag autopar can write"
     split = stage_layers(p, s)
     if s.zero >= 2 and s.pp > 1:
-        return f"zero={s.zero} with pp={s.pp}: ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"
+        return (f"zero={s.zero} with pp={s.pp}: DeepSpeed's PipelineEngine asserts 'ZeRO-2 and ZeRO-3 are "
+                "incompatible with pipeline parallelism' (deepspeed/runtime/pipe/engine.py)")
     if s.vpp > 1:
         return f"vpp={s.vpp}: the DeepSpeed pipeline engine has no interleaved schedule"
     if s.cp > 1 and s.cp_comm_type != "a2a":
@@ -61,14 +68,10 @@ def refusal_reason(p: Problem, s: Strategy) -> str | None:
     if len(set(split)) > 1:
         return (f"split {','.join(map(str, split))}: Megatron-DeepSpeed's pipeline partitions by transformer-layer "
                 "count (partition_method type:transformer); use a layer count divisible by pp")
-    if s.recompute == "full" and s.recompute_layers:
-        return (f"recompute_layers={s.recompute_layers} (block recompute): DeepSpeed's pipeline recomputes every "
-                "layer in chunks (--checkpoint-num-layers); use full recompute of all layers")
-    missing = [name for name, on in (("MoE", m.is_moe), ("MLA", m.mla), ("QK-norm", m.qk_norm),
-                                     ("QKV-only bias", m.qkv_bias and not m.linear_bias),
-                                     ("multi-token prediction", m.mtp_num_layers > 0)) if on]
-    if missing:
-        return f"{m.name}: {', '.join(missing)} has no Megatron-DeepSpeed pretrain_gpt.py flag autopar can write"
+    if s.recompute == "full" and s.recompute_layers and s.pp > 1:
+        return (f"recompute_layers={s.recompute_layers} (block recompute) with pp={s.pp}: DeepSpeed's pipeline "
+                "(GPTModelPipe) recomputes every layer in chunks (--checkpoint-num-layers); use full recompute of "
+                "all layers, or pp=1")
     return None
 
 
@@ -93,7 +96,7 @@ def config(p: Problem, s: Strategy) -> dict[str, Any]:
         "fp16": {"enabled": p.train.precision == "fp16", "loss_scale": 0},
         "gradient_clipping": 1.0,
     }
-    if s.recompute == "full":
+    if s.recompute == "full" and not s.recompute_layers:
         doc["activation_checkpointing"] = {"partition_activations": False, "contiguous_memory_optimization": False,
                                            "cpu_checkpointing": False}
     return doc

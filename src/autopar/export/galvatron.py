@@ -1,19 +1,28 @@
 """Galvatron (Hetu-Galvatron) JSON strategy: per-layer encodings of one uniform layout.
 
-Keys, read from Hetu-Galvatron's runtime configs and tests (``galvatron/core``,
-``tests/``): ``pp_deg``, ``pp_division`` ("a,b,..." layers per stage), ``chunks``
-(micro-batches), ``global_bsz``, ``pipeline_type`` (``pipedream_flush`` = 1F1B), per layer
-comma strings ``tp_sizes_enc``, ``tp_consecutive_flags``, ``cp_sizes_enc``, ``dp_types_enc``
-(1 = that layer uses ZeRO-3/FSDP), ``use_sp`` (Ulysses instead of TP; 0 here, Megatron SP is
-Galvatron's runtime ``--sequence-parallel``), ``checkpoint`` (full recompute of the layer),
-``ep_sizes_enc``/``tp_of_ep_sizes_enc`` for MoE, ``default_dp_type`` (``ddp``/``zero2``/``zero3``),
-``vtp``/``vsp`` (vocabulary TP / Ulysses) and ``embed_sdp``. Recompute per stage
+Which Galvatron: the release ``pip install hetu-galvatron`` installs, 2.4.0, whose reader is
+``galvatron/core/runtime/hybrid_parallel_config.py`` (``get_hybrid_parallel_configs_api``,
+``config2strategy``). It reads ``pp_deg``, ``pp_division`` ("a,b,..." layers per stage),
+``chunks`` (micro-batches), ``global_bsz``, ``pipeline_type`` (``pipedream_flush`` = 1F1B), per
+layer comma strings ``tp_sizes_enc``, ``tp_consecutive_flags``, ``dp_types_enc`` (1 = that layer
+uses ZeRO-3/FSDP), ``use_sp`` (1 = DeepSpeed Ulysses instead of Megatron TP, so 0 here),
+``checkpoint`` (full recompute of the layer), ``default_dp_type`` (``ddp``/``zero2``), ``vtp`` /
+``vsp`` (vocabulary TP / Ulysses) and ``embed_sdp`` (ZeRO-3 for the embedding and head).
+GitHub main renamed ``embed_sdp`` to ``vocab_sdp`` and added ``vcp``, ``cp_sizes_enc``,
+``ep_sizes_enc``, ``tp_of_ep_sizes_enc``: the JSON carries both spellings of the renamed key and
+``vcp`` / ``cp_sizes_enc`` = 1, so either version runs the same plan. What only main can run is
+refused, because 2.4.0 never reads those keys and silently runs something else (with cp > 1 its
+data parallelism becomes dp x cp): context parallelism, expert parallelism, and MoE models at
+all (2.4.0's ``galvatron/models`` are GPT, Llama, BERT, T5, ViT and Swin).
+
+Not a JSON key: Megatron sequence parallelism is Galvatron's runtime ``--sequence-parallel``
+(2.4.0 takes Megatron's argument, off by default; main's ``sequence_parallel`` is on by
+default); pass it with the JSON where the plan has ``sp``. Recompute per stage
 (:attr:`~autopar.strategy.Strategy.recompute_per_stage`) maps to the per-layer ``checkpoint``
-flags. Refused: ZeRO-1 (not a Galvatron data-parallel type), selective recompute on any stage
-(Galvatron checkpoints whole layers), interleaved pipelines (no VPP in Galvatron), and fp8
-training: the precision is not a strategy-JSON key but Galvatron's runtime argument
-``mixed_precision``, whose choices are fp32, fp16 and bf16 (``galvatron/core/runtime/args_schema.py``,
-``GalvatronParallelArgs``); Galvatron has no fp8 (Transformer Engine) path.
+flags. Refused also: ZeRO-1 (not a Galvatron data-parallel type), selective recompute on any
+stage (Galvatron checkpoints whole layers), interleaved pipelines (no VPP in Galvatron), and fp8
+training: the precision is Galvatron's runtime ``mixed_precision`` (fp32, fp16, bf16), which
+has no fp8 (Transformer Engine) path.
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ from autopar.export.layout_flags import stage_layers
 from autopar.problem import Problem
 from autopar.strategy import Strategy
 
+RELEASE = "2.4.0"  # the hetu-galvatron release on PyPI whose reader this JSON is written for
 _DP_TYPE = {0: "ddp", 2: "zero2", 3: "zero2"}  # zero 3 = zero2 default + per-layer fsdp flag 1
 
 
@@ -43,10 +53,14 @@ def config(p: Problem, s: Strategy) -> dict[str, Any]:
     """The Galvatron strategy dict.
 
     Raises:
-        AutoparError: fp8 training, ZeRO-1, selective recompute or vpp > 1 (see the module docstring).
+        AutoparError: fp8 training, ZeRO-1, selective recompute, vpp > 1, a MoE model or cp > 1 (see the
+            module docstring).
     """
     why = None
-    if p.train.precision == "fp8":
+    if p.model.is_moe:  # the model's own reason first: no layout of it can be written
+        why = (f"{p.model.name} is a MoE model: hetu-galvatron {RELEASE} has no MoE model (galvatron/models) and never "
+               "reads ep_sizes_enc / tp_of_ep_sizes_enc; only its GitHub main trains MoE")
+    elif p.train.precision == "fp8":
         why = ("precision fp8: Galvatron trains in fp32, fp16 or bf16 only (its --mixed_precision choices); "
                "fp8 layouts are written by --format megatron or torchtitan")
     elif s.zero == 1:
@@ -57,8 +71,10 @@ def config(p: Problem, s: Strategy) -> dict[str, Any]:
         why = f"vpp={s.vpp}: Galvatron has no interleaved pipeline schedule"
     elif s.tp_comm_overlap:
         why = "tp_comm_overlap: Galvatron's runtime has no TP communication overlap switch (--no-tp-comm-overlap)"
-    elif s.cp > 1 and s.cp_comm_type != "p2p":
-        why = f"cp_comm_type={s.cp_comm_type}: Galvatron's context parallelism is Megatron's p2p ring"
+    elif s.cp > 1:
+        why = (f"cp={s.cp}: hetu-galvatron {RELEASE} never reads cp_sizes_enc (hybrid_parallel_config.py "
+               "config2strategy), so its data parallelism would become dp x cp; only its GitHub main runs context "
+               "parallelism")
     if why:
         raise AutoparError(f"Galvatron cannot express this layout: {why}")
     n = p.model.num_layers
@@ -69,10 +85,8 @@ def config(p: Problem, s: Strategy) -> dict[str, Any]:
         "pipeline_type": "pipedream_flush", "tp_sizes_enc": enc(s.tp), "tp_consecutive_flags": enc(1),
         "cp_sizes_enc": enc(s.cp), "dp_types_enc": enc(1 if s.zero == 3 else 0), "use_sp": enc(0),
         "checkpoint": ",".join(map(str, _checkpointed(p, s))), "default_dp_type": _DP_TYPE[s.zero],
-        "vtp": s.tp, "vsp": 0, "embed_sdp": int(s.zero == 3),
+        "vtp": s.tp, "vsp": 0, "vcp": s.cp, "embed_sdp": int(s.zero == 3), "vocab_sdp": int(s.zero == 3),
     }
-    if p.model.is_moe:
-        doc.update(ep_sizes_enc=enc(s.ep), tp_of_ep_sizes_enc=enc(s.expert_tp))
     return doc
 
 

@@ -10,13 +10,15 @@ with that value), ``True`` (a switch that must be present), ``None`` (must be ab
 
 from __future__ import annotations
 
+import shlex
 from typing import Literal
 
 from autopar.errors import AutoparError
 from autopar.export.comm_knobs import require_cp_algorithms, te_a2a_heads_reason
 from autopar.export.per_stage import require_default_modules, require_uniform_recompute
+from autopar.pipeline.layout import layout_of
 from autopar.problem import Problem
-from autopar.strategy import DEFAULT_RECOMPUTE_MODULES, Strategy, default_layers_per_stage
+from autopar.strategy import DEFAULT_RECOMPUTE_MODULES, Strategy
 
 Dialect = Literal["megatron", "mindspeed"]
 FlagValue = str | bool | None
@@ -39,29 +41,30 @@ _SAME_LINE_AS_PREVIOUS = {"--decoder-last-pipeline-num-layers": "--decoder-first
 FSDP_STRATEGY = {2: "optim_grads", 3: "optim_grads_params"}
 # Recompute flags autopar does not model; MindSpeed-LLM's partial recompute (ecosystem.md 2).
 _ALWAYS_ABSENT = ("--recompute-activations", "--distribute-saved-activations", "--use-torch-fsdp2",
-                  "--overlap-param-gather-with-optimizer-step", "--pipeline-model-parallel-layout")
+                  "--overlap-param-gather-with-optimizer-step")
 _MINDSPEED_RECOMPUTE = ("--recompute-activation-function", "--recompute-activation-function-num-layers",
                         "--recompute-norm", "--recompute-norm-num-layers")
 
 
 def stage_layers(p: Problem, s: Strategy) -> tuple[int, ...]:
-    """The layout's layers per pipeline stage (its explicit split or the default one)."""
-    split = s.layers_per_stage or default_layers_per_stage(p.model.num_layers, s.pp, s.account_for_embedding,
-                                                           s.account_for_loss)
-    return tuple(split or (p.model.num_layers,))
+    """The layout's decoder layers per pipeline stage (:func:`autopar.pipeline.layout.layout_of`)."""
+    return layout_of(p, s).layers_per_stage
 
 
 def _split_flags(p: Problem, s: Strategy, dialect: Dialect) -> dict[str, FlagValue]:
-    """Pipeline split: Megatron first/last stage counts (ecosystem.md 1.3 rules 18, 21), or its
-    embedding/loss switches (rules 21-22: instead of first/last), or MindSpeed
+    """Pipeline split: Megatron first/last stage counts (ecosystem.md 1.3 rules 18, 21), its
+    embedding/loss switches (rules 21-22: instead of first/last), or, for any other layout
+    (unequal middle stages or chunks, MTP off the last rank), ``--pipeline-model-parallel-layout``
+    (shell-quoted; it sets vpp, so no vpp flag beside it: arguments.py); MindSpeed
     ``--num-layer-list`` (section 2), and the VPP flag each accepts. MindSpeed-LLM gets an
     embedding/loss-aware split without vpp as the same ``--num-layer-list``.
 
     Raises:
-        AutoparError: a split the dialect cannot express (MindSpeed-LLM: the embedding/loss
-            switches with vpp > 1).
+        AutoparError: a split the dialect cannot express (MindSpeed-LLM: an uneven split or
+            unequal chunks with vpp > 1, the MTP layers off the last stage).
     """
-    split = stage_layers(p, s)
+    layout = layout_of(p, s)
+    split = layout.layers_per_stage
     uneven = len(set(split)) > 1
     accounted = s.account_for_embedding or s.account_for_loss
     flags: dict[str, FlagValue] = {"--decoder-first-pipeline-num-layers": None,
@@ -69,7 +72,8 @@ def _split_flags(p: Problem, s: Strategy, dialect: Dialect) -> dict[str, FlagVal
                                    "--num-virtual-stages-per-pipeline-rank": None,
                                    "--num-layers-per-virtual-pipeline-stage": None,
                                    "--account-for-embedding-in-pipeline-split": None,
-                                   "--account-for-loss-in-pipeline-split": None}
+                                   "--account-for-loss-in-pipeline-split": None,
+                                   "--pipeline-model-parallel-layout": None}
     if dialect == "mindspeed" and accounted and s.vpp > 1:
         raise AutoparError(f"MindSpeed-LLM: the embedding/loss-aware split (vpp={s.vpp}) has no flag there "
                            "(--num-layer-list cannot be combined with virtual pipeline stages); use vpp=1 or "
@@ -81,19 +85,23 @@ def _split_flags(p: Problem, s: Strategy, dialect: Dialect) -> dict[str, FlagVal
             flags["--num-virtual-stages-per-pipeline-rank"] = str(s.vpp)
         return flags
     if dialect == "mindspeed":
-        if uneven and s.vpp > 1:
+        if layout.mtp_rank != s.pp - 1:
+            raise AutoparError(f"MindSpeed-LLM: layout {layout.megatron()} puts the MTP layers on stage "
+                               f"{layout.mtp_rank}; MindSpeed places them on the last stage")
+        if (uneven or layout.first_last() is None) and s.vpp > 1:
             raise AutoparError(f"MindSpeed-LLM: --num-layer-list cannot be combined with virtual pipeline stages "
-                               f"(vpp={s.vpp}); split {','.join(map(str, split))} is uneven")
+                               f"(vpp={s.vpp}); layout {layout.megatron()} (split {','.join(map(str, split))}) "
+                               "is uneven")
         if uneven:
             flags["--num-layer-list"] = ",".join(map(str, split))
         elif s.vpp > 1:
             flags["--num-layers-per-virtual-pipeline-stage"] = str(split[0] // s.vpp)
         return flags
+    first_last = layout.first_last() if s.pp > 1 else (None, None)
+    if first_last is None:  # only the layout string says it
+        flags["--pipeline-model-parallel-layout"] = shlex.quote(layout.megatron())
+        return flags
     if uneven:
-        middle = split[1:-1]
-        if len(set(middle)) > 1:
-            raise AutoparError(f"Megatron-LM: split {','.join(map(str, split))} has unequal middle stages; only the "
-                               "first and last stage counts can differ (--decoder-first/last-pipeline-num-layers)")
         flags["--decoder-first-pipeline-num-layers"] = str(split[0])
         flags["--decoder-last-pipeline-num-layers"] = str(split[-1])
     if s.vpp > 1:
@@ -213,6 +221,18 @@ def flag_words(flags: dict[str, FlagValue]) -> list[str]:
 
 
 def needs_max_connections_env(s: Strategy) -> bool:
-    """Megatron asserts ``CUDA_DEVICE_MAX_CONNECTIONS=1`` when tp > 1 or cp > 1 on GPUs before
-    Blackwell (ecosystem.md 1.3 rule 10)."""
-    return s.tp > 1 or s.cp > 1
+    """Whether Megatron-LM asserts ``CUDA_DEVICE_MAX_CONNECTIONS=1`` for layout ``s``: tp > 1 or
+    cp > 1 on GPUs before Blackwell, unless Megatron-FSDP shards (zero >= 2), which asserts the
+    opposite (:func:`forbids_max_connections_one`). Source: Megatron-LM
+    ``megatron/training/arguments.py`` ``validate_args``: "Using tensor model parallelism or context
+    parallelism require setting the environment variable CUDA_DEVICE_MAX_CONNECTIONS to 1" is
+    asserted only in the branch without ``use_torch_fsdp2`` / ``use_megatron_fsdp`` (ecosystem.md
+    1.3 rule 10)."""
+    return (s.tp > 1 or s.cp > 1) and not forbids_max_connections_one(s)
+
+
+def forbids_max_connections_one(s: Strategy) -> bool:
+    """Whether Megatron-LM refuses ``CUDA_DEVICE_MAX_CONNECTIONS=1`` for layout ``s``: ZeRO-2/3 is
+    written as ``--use-megatron-fsdp`` and ``validate_args`` asserts "FSDP requires
+    CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset." (``megatron/training/arguments.py``)."""
+    return s.zero >= 2

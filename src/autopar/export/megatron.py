@@ -14,6 +14,7 @@ from autopar.errors import AutoparError
 from autopar.export.layout_flags import Dialect, flag_words, layout_flags
 from autopar.export.layout_flags import needs_max_connections_env as needs_env
 from autopar.problem import Problem
+from autopar.specs.script_attention import attention_args
 from autopar.strategy import Strategy
 
 
@@ -51,8 +52,8 @@ def model_args(p: Problem, dialect: Dialect = "megatron") -> list[str]:
     if m.position_embedding == "rope" and m.rope_theta is not None and m.rope_theta.is_integer():
         # Megatron's --rotary-base is an int (default 10000; Llama 3 needs 500000, Qwen 1000000).
         args.append(f"--rotary-base {int(m.rope_theta)}")
-    if m.max_position_embeddings:
-        args.append(f"--max-position-embeddings {max(m.max_position_embeddings, p.train.seq_len)}")
+    # Megatron asserts the flag is set (arguments.py validate_args); a config without it gets the sequence length.
+    args.append(f"--max-position-embeddings {max(m.max_position_embeddings or 0, p.train.seq_len)}")
     args.append(f"--vocab-size {m.vocab_size} --make-vocab-size-divisible-by {p.train.make_vocab_size_divisible_by}")
     if not m.dropout:
         args.append("--attention-dropout 0.0 --hidden-dropout 0.0")
@@ -65,7 +66,10 @@ def model_args(p: Problem, dialect: Dialect = "megatron") -> list[str]:
                     f"--v-head-dim {m.v_head_dim}")
     if m.mtp_num_layers:
         args.append(f"--mtp-num-layers {m.mtp_num_layers}")
-    return args
+    if (m.window_layers or m.attention_sinks) and dialect != "megatron":
+        raise AutoparError("sliding-window layers / attention sinks: MindSpeed-LLM's flags for them are not known "
+                           "to autopar; export --format megatron")
+    return args + attention_args(m)
 
 
 def moe_args(p: Problem, dialect: Dialect = "megatron") -> list[str]:
@@ -83,6 +87,9 @@ def moe_args(p: Problem, dialect: Dialect = "megatron") -> list[str]:
       auxiliary loss at the DeepSeek-V3 report's alpha = 0.0001 (sec. 4.2), the router that
       :data:`autopar.cost.host.ROUTER_OPS_DEEPSEEK` counts (Megatron's default coefficient 0 turns
       the loss off);
+    * sigmoid scores without a bias (Llama 4, ``router_sigmoid``): ``--moe-router-score-function
+      sigmoid``; a softmax top-1 router: ``--moe-router-pre-softmax`` (``TransformerConfig`` raises
+      "Please use --moe-router-pre-softmax when topk is 1" otherwise);
     * softmax top-k routers: the config's load-balancing loss coefficient (HF
       ``router_aux_loss_coef``) as ``--moe-aux-loss-coeff``, under Megatron's default
       ``aux_loss`` balancing, the router :data:`autopar.cost.host.ROUTER_OPS_TOPK` counts.
@@ -101,8 +108,13 @@ def moe_args(p: Problem, dialect: Dialect = "megatron") -> list[str]:
         args.append("--moe-router-score-function sigmoid --moe-router-enable-expert-bias")
         if dialect == "megatron":
             args.append("--moe-router-load-balancing-type seq_aux_loss --moe-aux-loss-coeff 1e-4")
-    elif m.router_aux_loss_coeff:  # softmax top-k (Mixtral, Qwen3-MoE): Megatron's default aux_loss, coefficient 0
-        args.append(f"--moe-aux-loss-coeff {m.router_aux_loss_coeff:g}")
+    else:
+        if m.router_sigmoid:  # Llama 4
+            args.append("--moe-router-score-function sigmoid")
+        elif m.num_experts_per_tok == 1 and dialect == "megatron":  # TransformerConfig raises without it
+            args.append("--moe-router-pre-softmax")
+        if m.router_aux_loss_coeff:  # softmax top-k (Mixtral, Qwen3-MoE): Megatron's default aux_loss, coefficient 0
+            args.append(f"--moe-aux-loss-coeff {m.router_aux_loss_coeff:g}")
     if m.router_num_groups and dialect == "megatron":
         args.append(f"--moe-router-num-groups {m.router_num_groups} --moe-router-group-topk {m.router_group_topk}")
     if m.router_topk_scaling_factor is not None and dialect == "megatron":
@@ -122,6 +134,7 @@ def parallel_args(p: Problem, s: Strategy, dialect: Dialect = "megatron") -> lis
     args.append("--" + p.train.precision if p.train.precision != "fp8" else "--bf16 --fp8-format hybrid")
     if p.train.fp8_param_storage:
         args.append(fp8_param_gather_flag(s))
+    args.extend(optimizer_state_args(p, dialect))
     if p.train.flash_attention:
         args.append("--attention-backend auto" if dialect == "megatron" else "--use-flash-attn")
     return args
@@ -141,8 +154,39 @@ def fp8_param_gather_flag(s: Strategy) -> str:
     return "--fp8-param-gather"
 
 
+def optimizer_state_args(p: Problem, dialect: Dialect = "megatron") -> list[str]:
+    """Gradient / optimizer-state dtypes and optimizer offload, as :mod:`autopar.specs.script_optimizer`
+    reads them back: ``--use-precision-aware-optimizer`` with the dtypes that are not fp32,
+    ``--optimizer-cpu-offload --optimizer-offload-fraction F`` (``--overlap-cpu-optimizer-d2h-h2d``);
+    bf16 main gradients alone are ``--grad-reduce-in-bf16``. Nothing for Megatron's defaults.
+
+    Raises:
+        AutoparError: any of them for MindSpeed-LLM (``dialect='mindspeed'``), whose flags autopar
+            does not know.
+    """
+    t = p.train
+    aware = t.optimizer_dtypes_set or t.optimizer_offload_fraction > 0
+    if not (aware or t.grad_dtype != "fp32"):
+        return []
+    if dialect != "megatron":
+        raise AutoparError("optimizer dtypes / optimizer offload / bf16 main gradients: MindSpeed-LLM's flags for "
+                           "them are not known to autopar; export --format megatron")
+    if not aware:
+        return ["--grad-reduce-in-bf16"]
+    words = ["--use-precision-aware-optimizer"]
+    dtypes = {"--main-grads-dtype": t.grad_dtype, "--main-params-dtype": t.main_params_dtype,
+              "--exp-avg-dtype": t.exp_avg_dtype, "--exp-avg-sq-dtype": t.exp_avg_sq_dtype}
+    words += [f"{flag} {value}" for flag, value in dtypes.items() if value != "fp32"]
+    if t.optimizer_offload_fraction > 0:
+        words.append(f"--optimizer-cpu-offload --optimizer-offload-fraction {t.optimizer_offload_fraction:g}")
+        if t.optimizer_offload_overlap:
+            words.append("--overlap-cpu-optimizer-d2h-h2d")
+    return [" ".join(words)]
+
+
 def needs_max_connections_env(p: Problem, s: Strategy) -> bool:
-    """Megatron asserts ``CUDA_DEVICE_MAX_CONNECTIONS=1`` when tp > 1 or cp > 1 (pre-Blackwell)."""
+    """Megatron asserts ``CUDA_DEVICE_MAX_CONNECTIONS=1`` when tp > 1 or cp > 1 (pre-Blackwell)
+    without Megatron-FSDP, and refuses it with FSDP (:func:`autopar.export.layout_flags.needs_max_connections_env`)."""
     return needs_env(s)
 
 

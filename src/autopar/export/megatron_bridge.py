@@ -30,7 +30,8 @@ from typing import Any
 
 from autopar.errors import AutoparError
 from autopar.export.comm_knobs import te_a2a_heads_reason
-from autopar.export.layout_flags import FSDP_STRATEGY, stage_layers
+from autopar.export.layout_flags import FSDP_STRATEGY
+from autopar.pipeline.layout import layout_of
 from autopar.export.per_stage import require_uniform_recompute
 from autopar.problem import Problem
 from autopar.strategy import Strategy
@@ -96,9 +97,7 @@ def _check(p: Problem, s: Strategy) -> None:
     """Refuse what a named recipe plus overrides cannot run as planned.
 
     Raises:
-        AutoparError: recompute per stage (one ``model.recompute_granularity``); a split with
-            unequal middle stages (Megatron-Core ``num_layers_in_first/last_pipeline_stage`` set
-            the outer two only); fp8 without fp8 parameter storage (every fp8 recipe of
+        AutoparError: recompute per stage (one ``model.recompute_granularity``); fp8 without fp8 parameter storage (every fp8 recipe of
             ``mixed_precision.py`` sets ``fp8_param_gather=True``, and ``MixedPrecisionConfig.setup``
             copies it onto the model and DDP config) or with zero 0 (Megatron-LM: fp8 parameter
             gathering needs the distributed optimizer); fp16 with fp32 gradients (``fp16_mixed``
@@ -106,10 +105,6 @@ def _check(p: Problem, s: Strategy) -> None:
             TP communication overlap (``CommOverlapConfig`` needs a userbuffers config per shape).
     """
     require_uniform_recompute("Megatron-Bridge", s)
-    split = stage_layers(p, s)
-    if len(set(split[1:-1])) > 1 and not (s.account_for_embedding or s.account_for_loss):
-        raise AutoparError(f"Megatron-Bridge: split {','.join(map(str, split))} has unequal middle stages; "
-                           "model.num_layers_in_first/last_pipeline_stage set only the first and last stage")
     if p.train.precision == "fp8" and not p.train.fp8_param_storage:
         raise AutoparError("Megatron-Bridge: its fp8 recipes (mixed_precision.py) all gather parameters in fp8 "
                            "(fp8_param_gather=True); plan with --fp8-param-storage, or export --format megatron")
@@ -138,9 +133,10 @@ def overrides(p: Problem, s: Strategy) -> dict[str, Any]:
       ``expert_tensor_parallel_size`` (etp; null = tp for dense models), ``sequence_parallel``;
       dp is what remains of the launcher's world (``ConfigContainer.get_data_parallel_size``:
       world / (tp * pp * cp));
-    * split: ``pipeline_model_parallel_layout=null`` (DeepSeek-V3's recipe sets one per (pp, vpp)),
-      ``num_layers_in_first/last_pipeline_stage`` for an uneven split, or
-      ``account_for_embedding/loss_in_pipeline_split``;
+    * split: ``num_layers_in_first/last_pipeline_stage`` for an uneven split,
+      ``account_for_embedding/loss_in_pipeline_split``, or ``pipeline_model_parallel_layout`` for
+      any other :class:`~autopar.pipeline.layout.PipelineLayout` (unequal middle stages or chunks;
+      null otherwise, replacing the one DeepSeek-V3's recipe sets per (pp, vpp));
     * batch and sequence: ``train.micro_batch_size``, ``train.global_batch_size``,
       ``dataset.seq_length`` and ``model.seq_length`` (``validate`` asserts they agree; ``++``: in
       Megatron-Bridge 0.3 the dataset field is Megatron-Core's ``sequence_length`` and
@@ -169,9 +165,12 @@ def overrides(p: Problem, s: Strategy) -> dict[str, Any]:
     """
     recipe_for(p)
     _check(p, s)
-    split = stage_layers(p, s)
+    layout = layout_of(p, s)
+    split = layout.layers_per_stage
     accounted = s.account_for_embedding or s.account_for_loss
-    uneven = len(set(split)) > 1 and not accounted
+    # what num_layers_in_first/last_pipeline_stage cannot say (unequal middle stages or chunks) is a layout
+    flexible = not accounted and s.pp > 1 and layout.first_last() is None
+    uneven = len(set(split)) > 1 and not accounted and not flexible
     full = s.recompute == "full"
     sharded, fsdp = s.zero >= 1, s.zero >= 2
     out: dict[str, Any] = {
@@ -182,7 +181,7 @@ def overrides(p: Problem, s: Strategy) -> dict[str, Any]:
         "model.expert_model_parallel_size": s.ep if p.model.is_moe else 1,
         "model.expert_tensor_parallel_size": s.expert_tp if p.model.is_moe else None,
         "model.sequence_parallel": s.sp,
-        "model.pipeline_model_parallel_layout": None,
+        "model.pipeline_model_parallel_layout": layout.megatron() if flexible else None,
         "model.num_layers_in_first_pipeline_stage": split[0] if uneven else None,
         "model.num_layers_in_last_pipeline_stage": split[-1] if uneven else None,
         "model.account_for_embedding_in_pipeline_split": s.account_for_embedding,

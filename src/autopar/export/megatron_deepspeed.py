@@ -20,7 +20,10 @@ Megatron-LM): ``megatron/arguments.py`` and ``examples_deepspeed/pretrain_llama2
 ``--deepspeed-activation-checkpointing``). Full recompute is the legacy ``--checkpoint-activations``
 with ``--checkpoint-num-layers 1``: the form ``GPTModelPipe`` turns into the pipeline engine's
 ``activation_checkpoint_interval`` (``megatron/model/gpt_model.py``; the fork keeps the flag
-because "DeepSpeed still relies on the old activation checkpointing mechanism").
+because "DeepSpeed still relies on the old activation checkpointing mechanism"). Full recompute
+of the first N layers (``recompute_layers``, pp = 1 only) is ``--recompute-granularity full
+--recompute-method block --recompute-num-layers N``, which ``ParallelTransformer`` runs without
+DeepSpeed's checkpointing (``megatron/model/transformer.py`` ``_checkpointed_forward``).
 """
 
 from __future__ import annotations
@@ -31,7 +34,6 @@ from pathlib import Path
 
 from autopar.errors import AutoparError
 from autopar.export.deepspeed import config
-from autopar.export.layout_flags import needs_max_connections_env
 from autopar.problem import Problem
 from autopar.strategy import Strategy
 
@@ -55,7 +57,9 @@ def layout_args(p: Problem, s: Strategy) -> list[str]:
         args.append(f"--ds-sequence-parallel-size {s.cp}")
     args += [f"--micro-batch-size {s.mbs}", f"--global-batch-size {p.train.global_batch_size}",
              f"--seq-length {p.train.seq_len}"]
-    if s.recompute == "full":
+    if s.recompute == "full" and s.recompute_layers:  # pp = 1 only (refusal_reason): Megatron's own block recompute
+        args.append(f"--recompute-granularity full --recompute-method block --recompute-num-layers {s.recompute_layers}")
+    elif s.recompute == "full":
         args.append("--checkpoint-activations --checkpoint-num-layers 1 --deepspeed-activation-checkpointing")
     elif s.recompute == "selective":
         args.append("--recompute-granularity selective")
@@ -90,6 +94,15 @@ def model_args(p: Problem) -> list[str]:
     if not m.dropout:
         args.append("--attention-dropout 0 --hidden-dropout 0")
     return args
+
+
+def needs_max_connections_env(s: Strategy) -> bool:
+    """Megatron-DeepSpeed raises "Using sequence parallelism requires setting the environment
+    variable CUDA_DEVICE_MAX_CONNECTIONS to 1" on CUDA (``megatron/arguments.py``
+    ``validate_args``; its async TP all-reduce is off under DeepSpeed, so sequence parallelism is
+    the one trigger). ZeRO here is DeepSpeed's, which asserts nothing about the variable; tp > 1
+    sets it too (the setting Megatron's TP overlap expects)."""
+    return s.sp or s.tp > 1
 
 
 def deepspeed_args(s: Strategy, config_path: str) -> list[str]:

@@ -3,8 +3,8 @@
 Only the flags of :func:`autopar.export.layout_flags.layout_flags` (parallel sizes, SP,
 VPP and uneven split, optimizer sharding and DP overlap, recompute, micro and global batch),
 the launcher's ``--nnodes`` / ``--nproc_per_node``, ``--seq-length`` and the
-``CUDA_DEVICE_MAX_CONNECTIONS`` export (Megatron asserts it for tp > 1 or cp > 1, ecosystem.md
-1.3 rule 10) are touched. How each is edited:
+``CUDA_DEVICE_MAX_CONNECTIONS`` export (Megatron asserts 1 for tp > 1 or cp > 1 and refuses 1
+under Megatron-FSDP, ecosystem.md 1.3 rule 10) are touched. How each is edited:
 
 * a flag whose value is ``$X`` / ``${X}``, where ``X`` is assigned once to a literal integer,
   gets its *assignment* rewritten (``TP=2`` -> ``TP=8``), so paths and arithmetic built from
@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autopar.errors import AutoparError
-from autopar.export.layout_flags import KEEP, SWITCHES, FlagValue, layout_flags, needs_max_connections_env, stage_layers
+from autopar.export.layout_flags import (KEEP, SWITCHES, FlagValue, forbids_max_connections_one, layout_flags,
+                                        needs_max_connections_env, stage_layers)
 from autopar.problem import Problem
 from autopar.search import SearchResult
 from autopar.specs.bash import ShellScript
@@ -165,10 +166,23 @@ def _target_flags(plan: ScriptPlan, p: Problem, s: Strategy) -> dict[str, FlagVa
     return flags
 
 
+# What an ``export CUDA_DEVICE_MAX_CONNECTIONS=1`` becomes under Megatron-FSDP, which refuses 1:
+# CUDA's own default number of connections (CUDA C Programming Guide, environment variables).
+FSDP_MAX_CONNECTIONS = "8"
+
+
 def _env_edits(ed: _Editor, s: Strategy) -> None:
+    """Set ``CUDA_DEVICE_MAX_CONNECTIONS`` to what Megatron-LM asserts for ``s``: 1 where it
+    needs it (inserted when missing), :data:`FSDP_MAX_CONNECTIONS` where the script sets 1 and
+    Megatron-FSDP refuses it."""
+    spans = ed.sh.assignments.get(ENV)
+    if forbids_max_connections_one(s):
+        for a, b in spans or ():
+            if ed.text[a:b].strip("\"'") == "1":
+                ed.edits.append((a, b, FSDP_MAX_CONNECTIONS))
+        return
     if not needs_max_connections_env(s):
         return
-    spans = ed.sh.assignments.get(ENV)
     if spans:
         for a, b in spans:
             if ed.text[a:b].strip("\"'") != "1":

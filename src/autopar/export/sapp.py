@@ -16,8 +16,8 @@ import json
 from typing import Any
 
 from autopar.errors import AutoparError
-from autopar.export.layout_flags import stage_layers
 from autopar.export.comm_knobs import require_cp_algorithms, require_no_tp_overlap
+from autopar.pipeline.layout import layout_of
 from autopar.export.per_stage import require_default_modules
 from autopar.problem import Problem
 from autopar.strategy import Strategy
@@ -26,32 +26,37 @@ from autopar.strategy import Strategy
 def config(p: Problem, s: Strategy) -> dict[str, Any]:
     """``{"pipeline_stage", "pp_interleave_num", "offset", "recompute", "select_recompute"}``.
 
+    ``offset``: each chunk's layers minus ``L // (pp * vpp)``
+    (:meth:`~autopar.pipeline.layout.PipelineLayout.sapp_offsets`; ``[vpp][pp]`` with vpp, any
+    unequal chunks included); ``recompute`` / ``select_recompute`` per chunk the same way.
+
     Raises:
-        AutoparError: with vpp > 1, a stage whose layers are not a multiple of vpp; recompute
-            modules other than ``core_attn`` (:func:`~autopar.export.per_stage.require_default_modules`).
+        AutoparError: recompute modules other than ``core_attn``
+            (:func:`~autopar.export.per_stage.require_default_modules`); MTP layers off the last stage
+            (MindFormers builds them after the last decoder layer).
     """
     require_default_modules("SAPP", s)
     require_no_tp_overlap("SAPP", s, "its MindFormers arrays have no TP overlap setting")
     require_cp_algorithms("SAPP", s, ("p2p",))
-    split = stage_layers(p, s)
-    base = p.model.num_layers // s.pp
-    if s.vpp > 1 and any(n % s.vpp for n in split):
-        raise AutoparError(f"SAPP arrays: split {split} with vpp={s.vpp}: every stage needs a multiple of vpp layers")
+    layout = layout_of(p, s)
+    if layout.mtp_rank != s.pp - 1:
+        raise AutoparError(f"SAPP arrays: layout {layout.megatron()} puts the MTP layers on stage "
+                           f"{layout.mtp_rank}; MindFormers places them on the last stage")
+    chunks = layout.decoder  # (pp, vpp)
     options = s.stage_recompute
-    full = [min(n, s.recompute_layers or n) if r == "full" else 0 for n, r in zip(split, options)]
-    selective = [n if r == "selective" else 0 for n, r in zip(split, options)]
-    per_chunk = lambda counts: [[c // s.vpp for c in counts] for _ in range(s.vpp)]  # noqa: E731
-    offset: list[Any] = [n - base for n in split]
-    recompute: list[Any] = full
+    full = [[min(int(n), s.recompute_layers or int(n)) if options[r] == "full" else 0 for n in row]
+            for r, row in enumerate(chunks)]
+    selective = [[int(n) if options[r] == "selective" else 0 for n in row] for r, row in enumerate(chunks)]
+    by_chunk = lambda counts: [[row[v] for row in counts] for v in range(s.vpp)]  # noqa: E731  [vpp][pp]
+    recompute: list[Any] = [sum(row) for row in full]
     select: Any = s.recompute == "selective"
     if s.recompute_per_stage:
-        select = selective
+        select = [sum(row) for row in selective]
     if s.vpp > 1:
-        offset = [[n // s.vpp - base // s.vpp for n in split] for _ in range(s.vpp)]
-        recompute = per_chunk(full)
-        select = per_chunk(selective) if s.recompute_per_stage else select
-    return {"pipeline_stage": s.pp, "pp_interleave_num": s.vpp, "offset": offset, "recompute": recompute,
-            "select_recompute": select}
+        recompute = by_chunk(full)
+        select = by_chunk(selective) if s.recompute_per_stage else select
+    return {"pipeline_stage": s.pp, "pp_interleave_num": s.vpp, "offset": layout.sapp_offsets(),
+            "recompute": recompute, "select_recompute": select}
 
 
 def write(p: Problem, s: Strategy) -> str:

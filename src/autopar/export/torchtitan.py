@@ -7,7 +7,17 @@ run as planned is refused, never approximated: ZeRO-1 (FSDP2 shards parameters t
 replicates everything), Megatron TP without sequence-parallel sharding (torchtitan's TP always
 shards norms/activations), DDP combined with any other parallelism (rule 8), expert TP other
 than 1 or tp (rule 3), ``recompute_layers`` N (torchtitan's integer option checkpoints every
-N-th layer, a different policy), an uneven split with virtual stages, ``seq % (2*tp*cp)`` (rule 4).
+N-th layer, a different policy), an uneven split with virtual stages, ``seq % (2*tp*cp)`` (rule 4),
+and what torchtitan's model for the architecture cannot run (:func:`model_refusal`: Qwen3 has no
+pipelining, DeepSeek-V3's flex attention no context parallelism, Mixtral-style MoE no model).
+
+The sections are merged into the model's own train config (e.g. ``llama3_405b.toml``), so every
+setting the plan depends on is written even where it is torchtitan's default, overriding what
+that config turns on: ``[model] converters`` (``[]`` unless fp8: the 405B config enables float8),
+``[parallelism] enable_async_tensor_parallel`` (the layout's ``tp_comm_overlap``, costed by
+:mod:`autopar.cost.tp_overlap`; true needs ``[compile] enable = true``, torchtitan's parallelize
+raises without it), ``pipeline_parallel_degree`` (also 1) and ``[compile] enable = false`` without
+async TP (the time model has no torch.compile fusion).
 """
 
 from __future__ import annotations
@@ -17,7 +27,7 @@ from typing import Any
 
 from autopar.errors import AutoparError
 from autopar.export.comm_knobs import require_cp_algorithms
-from autopar.export.layout_flags import stage_layers
+from autopar.pipeline.layout import layout_of
 from autopar.export.per_stage import require_default_modules, require_uniform_recompute
 from autopar.problem import Problem
 from autopar.strategy import Strategy
@@ -29,6 +39,40 @@ FLOAT8_SECTION = "quantize.linear.float8"
 
 def _refuse(why: str) -> AutoparError:
     return AutoparError(f"torchtitan cannot express this layout: {why}")
+
+
+def torchtitan_model(p: Problem) -> str | None:
+    """The torchtitan 0.2.2 model (``torchtitan/models/<name>``) that runs ``p``'s architecture:
+    ``deepseek_v3`` for MLA + MoE, ``qwen3`` for QK-norm attention, ``llama3`` for the other dense
+    decoders, None for a MoE model without MLA (Mixtral: torchtitan's MoE models are DeepSeek-V3,
+    Qwen3-MoE and Llama 4, each with its own router and attention)."""
+    m = p.model
+    if m.mla:
+        return "deepseek_v3" if m.is_moe else None
+    if m.qk_norm:
+        return "qwen3"
+    return None if m.is_moe else "llama3"
+
+
+def model_refusal(p: Problem, s: Strategy) -> str | None:
+    """Why torchtitan 0.2.2's model for ``p`` cannot run ``s``, in torchtitan's own words, or None.
+
+    Sources (tag v0.2.2): ``torchtitan/models/qwen3/__init__.py`` (``pipelining_fn=None``;
+    ``torchtitan/train.py`` raises "Pipeline Parallel is enabled but qwen3 does not support
+    pipelining"); ``torchtitan/models/deepseek_v3/model/args.py`` (every DeepSeek-V3 flavor has
+    ``attn_type="flex"``; ``update_from_config`` raises "Context Parallel only supports SDPA
+    attention")."""
+    name = torchtitan_model(p)
+    if name is None:
+        return (f"{p.model.name}: torchtitan 0.2.2 has no model for a MoE without MLA or QK-norm (its models: "
+                "llama3, llama4, qwen3, deepseek_v3; torchtitan/models)")
+    if name == "qwen3" and s.pp > 1:
+        return (f"pp={s.pp}: 'Pipeline Parallel is enabled but qwen3 does not support pipelining' (torchtitan/train.py;"
+                " the qwen3 TrainSpec has no pipelining_fn)")
+    if name == "deepseek_v3" and s.cp > 1:
+        return (f"cp={s.cp}: 'Context Parallel only supports SDPA attention' (torchtitan/models/deepseek_v3/model/"
+                "args.py); DeepSeek-V3's flavors use flex attention")
+    return None
 
 
 def _dp_degrees(s: Strategy, other: int) -> tuple[int, int, str]:
@@ -54,28 +98,35 @@ def _pipeline(p: Problem, s: Strategy) -> dict[str, Any]:
     stages of ``k = pipeline_parallel_layers_per_stage`` weighted slots, the embedding (output) counting
     ``first_less`` (``last_less``) slots (ecosystem.md 3.3 rule 7, ``generate_llm_fqn_per_model_part``):
     with Megatron's embedding/loss-aware split that is ``k = (L+e+l)/(pp*vpp)``, weights ``e``, ``l``;
-    otherwise weights 0 for an even split, or explicit module names for an uneven one without vpp."""
+    otherwise weights 0 for an even split, or explicit module names of every model part for any
+    other layout (:class:`~autopar.pipeline.layout.PipelineLayout`, virtual stage ``v * pp + r`` on
+    rank ``r`` as torchtitan's interleaved schedules place parts; ``module_fqns_per_model_part``).
+
+    Raises:
+        AutoparError: MTP layers off the last stage (torchtitan's models build no MTP block there).
+    """
     if s.pp == 1:
         return {}
-    split = stage_layers(p, s)
-    section: dict[str, Any] = {"pipeline_parallel_degree": s.pp,
-                               "pipeline_parallel_schedule": "Interleaved1F1B" if s.vpp > 1 else "1F1B",
+    layout = layout_of(p, s)
+    split = layout.layers_per_stage
+    section: dict[str, Any] = {"pipeline_parallel_schedule": "Interleaved1F1B" if s.vpp > 1 else "1F1B",
                                "pipeline_parallel_microbatch_size": s.mbs}
     e, l = int(s.account_for_embedding), int(s.account_for_loss)
     if e or l:  # Megatron's embedding/loss-aware split is torchtitan's weighted one (ecosystem.md 3.3 rule 7)
         section.update(pipeline_parallel_layers_per_stage=(p.model.num_layers + e + l) // (s.pp * s.vpp),
                        pipeline_parallel_first_stage_less_layers=e, pipeline_parallel_last_stage_less_layers=l)
         return section
-    if len(set(split)) == 1:
+    if len(set(layout.decoder.flatten().tolist())) == 1:
         section.update(pipeline_parallel_layers_per_stage=split[0] // s.vpp,
                        pipeline_parallel_first_stage_less_layers=0, pipeline_parallel_last_stage_less_layers=0)
         return section
-    if s.vpp > 1:
-        raise _refuse(f"uneven split {split} with vpp={s.vpp}")
+    if layout.mtp_rank != s.pp - 1:
+        raise _refuse(f"layout {layout.megatron()} puts the MTP layers on stage {layout.mtp_rank}")
     parts, start = [], 0
-    for i, n in enumerate(split):
-        names = [f"layers.{k}" for k in range(start, start + n)]
-        parts.append((["tok_embeddings"] if i == 0 else []) + names + (["norm", "output"] if i == len(split) - 1 else []))
+    for stage in layout.stages:
+        n = stage.count("t")
+        parts.append((["tok_embeddings"] if "E" in stage else []) + [f"layers.{k}" for k in range(start, start + n)]
+                     + (["norm", "output"] if "L" in stage else []))
         start += n
     section["module_fqns_per_model_part"] = parts
     return section
@@ -90,6 +141,9 @@ def config(p: Problem, s: Strategy) -> dict[str, Any]:
     """
     require_uniform_recompute("torchtitan", s)
     require_default_modules("torchtitan", s)
+    why = model_refusal(p, s)
+    if why:
+        raise _refuse(why)
     if s.tp > 1 and not s.sp:
         raise _refuse(f"tp={s.tp} without sequence parallelism (torchtitan's TP always shards activations)")
     require_cp_algorithms("torchtitan", s, ("p2p",))  # PyTorch's ring attention (context_parallel)
@@ -106,7 +160,8 @@ def config(p: Problem, s: Strategy) -> dict[str, Any]:
     parallelism = {"data_parallel_replicate_degree": replicate, "data_parallel_shard_degree": shard,
                    "fsdp_reshard_after_forward": reshard, "tensor_parallel_degree": s.tp,
                    "context_parallel_degree": s.cp, "expert_parallel_degree": s.ep,
-                   "expert_tensor_parallel_degree": s.expert_tp if s.ep > 1 else 1, **_pipeline(p, s)}
+                   "expert_tensor_parallel_degree": s.expert_tp if s.ep > 1 else 1,
+                   "enable_async_tensor_parallel": False, "pipeline_parallel_degree": s.pp, **_pipeline(p, s)}
     mode = {"none": "none", "selective": "selective", "full": "full"}[s.recompute]
     doc: dict[str, Any] = {
         "training": {"local_batch_size": local, "global_batch_size": p.train.global_batch_size,
@@ -115,11 +170,12 @@ def config(p: Problem, s: Strategy) -> dict[str, Any]:
         "parallelism": parallelism,
         "activation_checkpoint": {"mode": mode, **({"selective_ac_option": "op"} if mode == "selective" else {})},
     }
+    doc["model"] = {"converters": [FLOAT8_SECTION] if p.train.precision == "fp8" else []}
+    doc["compile"] = {"enable": False}
     if s.tp_comm_overlap:  # async TP (autopar.cost.tp_overlap); torchtitan's parallelize raises without compile
         parallelism["enable_async_tensor_parallel"] = True
         doc["compile"] = {"enable": True}
     if p.train.precision == "fp8":
-        doc["model"] = {"converters": [FLOAT8_SECTION]}
         doc["quantize"] = {"linear": {"float8": {"enable_fsdp_float8_all_gather": shard > 1,
                                                 "precompute_float8_dynamic_scale_for_fsdp": shard > 1,
                                                 "filter_fqns": ["output"]}}}
@@ -154,7 +210,8 @@ def to_toml(doc: dict[str, Any], prefix: str = "") -> str:
 # its debug model), so the file is a set of sections to merge, not a whole job config.
 HEADER = ("# torchtitan v0.2 job config sections for {model}, written by autopar export --format torchtitan.\n"
           "# Merge them into the model's own TOML (its [model] name and flavor, [job], [optimizer],\n"
-          "# [lr_scheduler], dataset, steps), or pass each field as --section.field on the command line.\n")
+          "# [lr_scheduler], dataset, steps); every key here replaces that file's (on the command line\n"
+          "# --section.field cannot give converters = [], the empty list that turns float8 off).\n")
 
 
 def write(p: Problem, s: Strategy) -> str:

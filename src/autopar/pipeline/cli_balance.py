@@ -7,6 +7,7 @@ or the per-layer costs from ``--layers FILE`` (see :mod:`autopar.pipeline.layers
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -23,6 +24,7 @@ from autopar.cli_paths import refuse_overwriting_inputs
 from autopar.errors import AutoparError
 from autopar.specs.cluster import MAX_MEMORY_BYTES
 from autopar.pipeline.balance import FORMS, BalancePlan
+from autopar.pipeline.layout import PipelineLayout
 from autopar.strategy import DEFAULT_RECOMPUTE_MODULES, default_layers_per_stage
 
 GIB = 2.0**30
@@ -55,18 +57,22 @@ def balance_table(plan: BalancePlan) -> Table:
 
 
 def megatron_flags(plan: BalancePlan, accounted: bool = False,
-                   modules: tuple[str, ...] = DEFAULT_RECOMPUTE_MODULES) -> str:
-    """Megatron-LM arguments for the balanced split (first/last stage layers, recompute), or a
-    note when the split or the per-stage recompute is not expressible. ``accounted``: the layout
+                   modules: tuple[str, ...] = DEFAULT_RECOMPUTE_MODULES, mtp_num_layers: int = 0) -> str:
+    """Megatron-LM arguments for the balanced split (first/last stage layers, or
+    ``--pipeline-model-parallel-layout`` where those cannot say it: unequal middle stages; recompute),
+    or a note when the per-stage recompute is not expressible. ``accounted``: the layout
     counts the embedding/loss as layers, which Megatron does not combine with first/last counts.
     ``modules``: what selective recompute re-runs (``--recompute-modules``, written when not
-    Megatron's default ``core_attn``)."""
+    Megatron's default ``core_attn``). ``mtp_num_layers``: MTP layers, placed before the loss."""
     first_last = plan.megatron_first_last
     split = plan.best.layers_per_stage
-    if first_last is None:
-        return f"(not Megatron-expressible: middle stages differ, {list(split)}; use the SAPP offset)"
     flags = []
-    if len(split) > 1 and len(set(split)) > 1:
+    if first_last is None:
+        layout = PipelineLayout.from_chunks(plan.best.layers_per_chunk, mtp_num_layers)
+        flags.append(f"--pipeline-model-parallel-layout {shlex.quote(layout.megatron())}")
+        if accounted:
+            flags.append("(instead of --account-for-embedding/loss-in-pipeline-split: Megatron-LM takes one or the other)")
+    elif len(split) > 1 and len(set(split)) > 1:
         flags += [f"--decoder-first-pipeline-num-layers {first_last[0]}",
                   f"--decoder-last-pipeline-num-layers {first_last[1]}"]
         if accounted:
@@ -97,16 +103,16 @@ def sapp_arrays(plan: BalancePlan) -> dict[str, list]:
     layers minus ``L // (pp * vpp)`` (MindFormers ``docs/feature_cards/Offset_Recompute.md``)."""
     chunks = plan.best.layers_per_chunk  # shape (pp, vpp)
     by_chunk = chunks.T.tolist()  # [chunk][stage]
-    base = int(chunks.sum()) // chunks.size
+    offsets = PipelineLayout.from_chunks(chunks).sapp_offsets()
     names = plan.best.recompute  # one option per stage
-    arrays = {"offset": [[n - base for n in row] for row in by_chunk],
+    arrays = {"offset": offsets if len(by_chunk) > 1 else [offsets],
               "recompute": [[n if r == "full" else 0 for n, r in zip(row, names)] for row in by_chunk],
               "select_recompute": [[n if r == "selective" else 0 for n, r in zip(row, names)] for row in by_chunk]}
     return {k: v[0] if len(by_chunk) == 1 else v for k, v in arrays.items()}
 
 
 def print_plan(plan: BalancePlan, accounted: bool = False,
-               modules: tuple[str, ...] = DEFAULT_RECOMPUTE_MODULES) -> None:
+               modules: tuple[str, ...] = DEFAULT_RECOMPUTE_MODULES, mtp_num_layers: int = 0) -> None:
     """Print the balanced plan: table, SAPP arrays, Megatron flags, step time vs even split
     (``accounted``, ``modules``: see :func:`megatron_flags`)."""
     console.print(balance_table(plan))
@@ -116,7 +122,8 @@ def print_plan(plan: BalancePlan, accounted: bool = False,
         " (SAPP's own selective recompute, not --recompute-modules " + ",".join(modules) + ")"
     console.print(f"SAPP recompute: {arrays['recompute']}, select_recompute: {arrays['select_recompute']}{other}",
                   highlight=False, soft_wrap=True)
-    console.print(f"Megatron-LM:    {megatron_flags(plan, accounted, modules)}", highlight=False, soft_wrap=True)
+    console.print(f"Megatron-LM:    {megatron_flags(plan, accounted, modules, mtp_num_layers)}", highlight=False,
+                  soft_wrap=True)
     best, even = plan.best, plan.even
     line = f"Pipeline step time (simulated): balanced {_fmt_time(best.makespan_s)}"
     if even is not None:
@@ -186,6 +193,7 @@ def balance_command(
             raise AutoparError(f"--layers with {', '.join(clash)}: the layer file gives the costs, sizes and "
                                "memory limit; drop those options or --layers")
 
+        mtp_num_layers = 0  # a layer file has no MTP layers
         loaded = load_layers_file(layers)
         table, num_vpp, m, sched = loaded.table, loaded.vpp, loaded.num_microbatches, schedule or loaded.schedule
         if limit is not None:
@@ -207,7 +215,7 @@ def balance_command(
                       recompute_layers=recompute_layers, layers_per_stage=None,
                       recompute_modules=recompute_modules_option(p, recompute_modules))
         s = strategy_from_options(p, script, layout, dp, schedule)
-        modules = s.recompute_modules
+        modules, mtp_num_layers = s.recompute_modules, p.model.mtp_num_layers
         check_strategy(p, s)
         if s.pp == 1:
             raise AutoparError("--pp=1: nothing to balance (give --pp 2 or more)")
@@ -230,7 +238,7 @@ def balance_command(
         limit_name = f"--memory-limit-gib={memory_limit_gib:g}"
     plan = balance(table, num_vpp, m, sched, options=names, form=form, baseline=baseline, even_split=even_split,
                    limit_name=limit_name)
-    print_plan(plan, accounted, modules)
+    print_plan(plan, accounted, modules, mtp_num_layers)
     if plot:
         from autopar.pipeline.plot import plot_plan
 

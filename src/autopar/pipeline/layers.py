@@ -24,7 +24,8 @@ from autopar.cost.stage import Stages
 from autopar.cost.stage_time import p2p_time_s, stage_time
 from autopar.errors import AutoparError
 from autopar.problem import Problem
-from autopar.strategy import RECOMPUTE_NAMES, LayoutBatch, Strategy, layers_per_chunk
+from autopar.pipeline.layout import layout_of
+from autopar.strategy import RECOMPUTE_NAMES, LayoutBatch, Strategy
 
 
 @dataclass(frozen=True)
@@ -103,21 +104,20 @@ def chunk_op_times_s(p: Problem, s: Strategy, batch: LayoutBatch, stages: Stages
     ``batch``/``stages``: every stage of ``s`` (:func:`autopar.cost.stage.all_stages`). A
     stage's time is its fixed part (the stage with no layer: embedding, output layer and loss)
     plus its layers' share, linear in the layers (module docstring). The layers' share goes to
-    the chunks in proportion to their layers (equal, or :func:`autopar.strategy.layers_per_chunk`
-    with the embedding/loss counted as layers); the fixed part to the chunk that holds it:
-    chunk 0 of each rank, chunk vpp-1 of the last rank (output layer and loss), as in
-    :mod:`autopar.pipeline.balance`.
+    the chunks in proportion to their decoder layers (:func:`autopar.pipeline.layout.layout_of`:
+    equal, accounted, or any flexible layout); the fixed part to the chunk that holds it: chunk 0
+    of each rank, chunk vpp-1 of the last rank (output layer and loss) and of the rank holding
+    the MTP layers, as in :mod:`autopar.pipeline.balance`.
     """
     op = op_times_s(p, batch, stages)
-    fixed = op_times_s(p, batch, Stages(index=stages.index, start=stages.start, layers=np.zeros_like(stages.layers)))
+    fixed = op_times_s(p, batch, Stages(index=stages.index, start=stages.start, layers=np.zeros_like(stages.layers),
+                                        mtp=stages.mtp))
     per_layer = (op - fixed) / np.maximum(stages.layers, 1)
-    if s.account_for_embedding or s.account_for_loss:
-        counts = layers_per_chunk(p.model.num_layers, s.pp, s.vpp, s.account_for_embedding, s.account_for_loss)
-    else:
-        counts = np.repeat(stages.layers[:, None] / s.vpp, s.vpp, axis=1)
-    out = per_layer[:, :, None] * counts[None]
+    layout = layout_of(p, s)
+    out = per_layer[:, :, None] * layout.decoder[None].astype(np.float64)
     holder = np.zeros(s.pp, dtype=np.int64)
     holder[-1] = s.vpp - 1 if s.pp > 1 else 0
+    holder[layout.mtp_rank] = s.vpp - 1 if s.pp > 1 else 0
     out[:, np.arange(s.pp), holder] += fixed
     return out
 

@@ -85,7 +85,7 @@ def _with(s: Strategy, bounds: np.ndarray, options: tuple[str, ...]) -> Strategy
     fields = s.model_dump()
     # A balanced split is a --decoder-first/last one: it replaces an embedding/loss-aware split.
     fields.update(layers_per_stage=split, recompute=None, recompute_layers=None, recompute_per_stage=options,
-                  account_for_embedding=False, account_for_loss=False)
+                  account_for_embedding=False, account_for_loss=False, pipeline_layout=None)
     return Strategy.model_validate(fields)
 
 
@@ -107,7 +107,8 @@ def balanced_strategy(p: Problem, s: Strategy, memory_limit_bytes: float, cache:
     if split == s.layers_per_stage:
         return None
     # A balanced split is a --decoder-first/last one: it replaces an embedding/loss-aware split.
-    return s.model_copy(update={"layers_per_stage": split, "account_for_embedding": False, "account_for_loss": False})
+    return s.model_copy(update={"layers_per_stage": split, "account_for_embedding": False, "account_for_loss": False,
+                                "pipeline_layout": None})
 
 
 def per_stage_candidates(p: Problem, s: Strategy, memory_limit_bytes: float, options: tuple[str, ...],

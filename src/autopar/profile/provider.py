@@ -48,6 +48,7 @@ from autopar.cost import attention as attn
 from autopar.cost import compute as C
 from autopar.cost import flops as F
 from autopar.cost import fp8
+from autopar.cost import window
 from autopar.problem import Problem
 from autopar.profile.opdb import OpDB, OpTime
 from autopar.profile.shapes import Op, OpRows, gemm_rows, layer_dims, layer_rows
@@ -153,9 +154,11 @@ class ProfileTimes:
     def _attention(self, p: Problem, batch: LayoutBatch, r: OpRows) -> Timed:
         """The attention core per row: ``cp`` measured blocks, or the analytic fused kernel."""
         n = len(batch)
-        analytic = np.broadcast_to(C.attention_time_s(p, F.attention_core_flops(p, batch),
-                                                      attn.block_efficiency(p, batch)), (n,))
+        efficiency = window.mixed_block_efficiency(p.model, p.train.seq_len, attn.block_efficiency(p, batch))
+        analytic = np.broadcast_to(C.attention_time_s(p, F.attention_core_flops(p, batch), efficiency), (n,))
         fwd, bwd, hit = self._rows(r.name, r.dims, n)
+        if p.model.window_layers:  # the profiled causal SDPA has no window: its time is not these layers'
+            hit = np.zeros_like(hit)
         return Timed(r, np.where(hit, fwd * batch.cp, analytic), np.where(hit, bwd * batch.cp, 2 * analytic), hit)
 
     def _layer_profile(self, p: Problem, batch: LayoutBatch, moe: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -17,14 +17,18 @@ SPLIT_MARKS = {"+": "+el (+e, +l): embedding and loss counted as pipeline layers
                     "--account-for-embedding/loss-in-pipeline-split)",
                "~": "~: a balanced split of the layers, not the default one (even; when pp does not divide the "
                     "layers, ceil(L/pp) per middle stage and the rest on the first and last); layers_per_stage in "
-                    "the JSON"}
+                    "the JSON",
+               "*": "*: a flexible Megatron --pipeline-model-parallel-layout (unequal chunks; the layers do not "
+                    "split evenly over pp x vpp); pipeline_layout in the JSON and under the estimate"}
 
 
 def split_mark(e: Estimate) -> str:
-    """``+el`` (``+e``, ``+l``) when the split counts the embedding (loss) as a layer, ``~`` when
+    """``*`` for a flexible ``pipeline_layout``, ``+el`` (``+e``, ``+l``) when the split counts the embedding (loss) as a layer, ``~`` when
     ``layers_per_stage`` differs from :func:`~autopar.strategy.default_layers_per_stage` for the
     layout's pp and switches (the balancer's split), else ``""``."""
     s = e.strategy
+    if s.pipeline_layout is not None:
+        return "*"
     mark = ("+" + "e" * s.account_for_embedding + "l" * s.account_for_loss
             if s.account_for_embedding or s.account_for_loss else "")
     if s.pp > 1 and s.layers_per_stage:
@@ -200,5 +204,11 @@ def print_estimate(console: Console, e: Estimate) -> None:
     )
     for note in recompute_notes([e]):
         console.print(note, highlight=False, soft_wrap=True)
+    if e.strategy.pipeline_layout is not None:
+        from autopar.pipeline.layout import PipelineLayout
+
+        chunks = PipelineLayout.parse(e.strategy.pipeline_layout, e.strategy.pp).describe()
+        console.print(f"pipeline layout {e.strategy.pipeline_layout} (decoder layers per rank, chunk by chunk: "
+                      f"{chunks})", highlight=False, soft_wrap=True)
     console.print(memory_table(e))
     console.print(time_table(e))

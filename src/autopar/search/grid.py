@@ -190,7 +190,7 @@ def search(
     fits = costs.peak_memory_bytes <= capacity
     if not np.any(fits):
         best = int(np.argmin(costs.peak_memory_bytes))
-        layout = valid.strategy(best, p.model.num_layers)
+        layout = valid.strategy(best, p.model.num_layers, p.model.mtp_num_layers)
         raise AutoparError(
             f"no layout fits in {capacity / GIB:.1f} GiB per device: the smallest predicted peak is "
             f"{costs.peak_memory_bytes[best] / GIB:.1f} GiB (tp={layout.tp} pp={layout.pp} cp={layout.cp} "
@@ -202,7 +202,7 @@ def search(
     refused: list[str] = []
 
     def writable(i: int) -> bool:
-        reason = refusal(p, target, valid.strategy(i, p.model.num_layers))
+        reason = refusal(p, target, valid.strategy(i, p.model.num_layers, p.model.mtp_num_layers))
         if reason is not None:
             refused.append(reason)
         return reason is None
@@ -211,7 +211,7 @@ def search(
     if not order:
         raise AutoparError(f"no fitting layout can be written for --target {target}: "
                            f"{len(refused):,} refused, e.g. {refused[0]}")
-    layouts = [estimate(p, valid.strategy(int(i), p.model.num_layers), memory_margin) for i in order]
+    layouts = [estimate(p, valid.strategy(int(i), p.model.num_layers, p.model.mtp_num_layers), memory_margin) for i in order]
     cache = TableCache()  # one layer table per shard shape across the top k
     layouts = _unique(rank([rebalance_estimate(p, e, memory_margin, target, cache, use_ilp=False) for e in layouts]))
     if target in PER_STAGE_OPTIONS and layouts[0].strategy.pp > 1:  # the integer program polishes #1 only

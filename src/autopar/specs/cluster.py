@@ -92,6 +92,10 @@ class DeviceSpec(BaseModel):
     intra_node_comm_efficiency: float = Field(default=0.8, ge=MIN_EFFICIENCY, le=1)
     inter_node_comm_efficiency: float = Field(default=0.85, ge=MIN_EFFICIENCY, le=1)
     framework_overhead_bytes: float = Field(default=2.0 * GIB, ge=0, le=MAX_MEMORY_BYTES)
+    host_bandwidth_bytes_per_s: float | None = Field(
+        default=None, ge=MIN_BANDWIDTH_BYTES_PER_S, le=MAX_BANDWIDTH_BYTES_PER_S,
+        description="host <-> device link per direction (PCIe, or NVLink-C2C on Grace): optimizer offload "
+        "copies (autopar.cost.offload); None: unknown, offload refused")
     host_op_s: float = Field(default=13.5e-6, ge=0, le=MAX_LATENCY_S, description="host (CPU) seconds per eager framework op: "
                              "Python + PyTorch dispatch + kernel launch (autopar.cost.host)")
 

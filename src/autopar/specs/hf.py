@@ -332,6 +332,13 @@ _READERS: dict[str, Callable[[_Config], dict[str, Any]]] = {
 }
 
 
+def _register_moe_families() -> None:
+    """Add the readers of :mod:`autopar.specs.hf_moe` (GPT-OSS, GLM-4.5, Kimi-K2, Llama 4)."""
+    from autopar.specs.hf_moe import READERS
+
+    _READERS.update(READERS)
+
+
 def model_from_hf_dict(raw: dict[str, Any], name: str, source: str | None = None) -> ModelSpec:
     """Build a :class:`ModelSpec` from a parsed HF config dict.
 
@@ -339,6 +346,8 @@ def model_from_hf_dict(raw: dict[str, Any], name: str, source: str | None = None
         AutoparError: unknown ``model_type``, a missing or malformed field, inconsistent sizes.
     """
     source = source or name
+    if "gpt_oss" not in _READERS:
+        _register_moe_families()
     if not isinstance(raw, dict):
         raise AutoparError(f"{source}: a config.json must hold a JSON object, got {type(raw).__name__}")
     if raw.get("text_config") is not None and not isinstance(raw["text_config"], dict):
@@ -385,6 +394,8 @@ _CONFIG_KEYS: dict[str, tuple[str, ...]] = {
     "router_aux_loss_coeff": ("router_aux_loss_coef",),
     "router_topk_scaling_factor": ("routed_scaling_factor",),
     "mtp_num_layers": ("num_nextn_predict_layers",),
+    "sliding_window": ("sliding_window",),
+    "num_experts_per_tok": ("num_experts_per_tok", "experts_per_token"),
     "rope_theta": ("rope_theta", "rotary_emb_base", "rope_parameters"),
     "norm_eps": ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon"),
 }

@@ -70,6 +70,12 @@ class ModelSpec(BaseModel):
     norm_eps: float | None = Field(default=None, gt=0, lt=1, description="norm epsilon (HF rms_norm_eps / "
                                    "layer_norm_eps); None = the config does not say (Megatron's default 1e-5)")
     dropout: bool = Field(default=False, description="hidden/attention dropout > 0 (masks kept)")
+    sliding_window: int = Field(default=0, ge=0, le=MAX_SIZE, description="keys a sliding-window attention "
+                                "layer sees (HF sliding_window; GPT-OSS 128); 0 = none")
+    window_layers: tuple[int, ...] = Field(default=(), description="indices of the sliding-window layers (HF "
+                                           "layer_types 'sliding_attention')")
+    attention_sinks: bool = Field(default=False, description="learned per-head sink logit in the softmax "
+                                  "(GPT-OSS; Megatron --softmax-type learnable): one parameter per head and layer")
 
     # Mixture of experts (0 experts = dense).
     num_experts: int = Field(default=0, ge=0, le=MAX_SIZE)
@@ -78,6 +84,8 @@ class ModelSpec(BaseModel):
     shared_expert_ffn_hidden_size: int = Field(default=0, ge=0, le=MAX_SIZE, description="all shared experts")
     moe_layers: tuple[int, ...] = Field(default=(), description="indices of MoE layers")
     router_bias: bool = Field(default=False, description="DeepSeek-V3 expert score bias")
+    router_sigmoid: bool = Field(default=False, description="sigmoid router scores without an expert bias "
+                                 "(Llama 4; Megatron --moe-router-score-function sigmoid)")
     router_num_groups: int = Field(default=0, ge=0, le=MAX_SIZE, description="group-limited routing: expert "
                                    "groups (HF n_group, Megatron --moe-router-num-groups); 0 = not group-limited")
     router_group_topk: int = Field(default=0, ge=0, le=MAX_SIZE, description="groups a token may route to (HF "
@@ -133,6 +141,11 @@ class ModelSpec(BaseModel):
                 raise ValueError(f"{n('router_num_groups')}={groups} with {n('router_group_topk')}={picked}: the "
                                  f"groups must split {n('num_experts')}={self.num_experts} evenly and the top {picked} "
                                  f"groups hold at least {n('num_experts_per_tok')}={self.num_experts_per_tok} experts")
+        bad = [i for i in self.window_layers if not 0 <= i < self.num_layers]
+        if bad:
+            raise ValueError(f"window_layers {bad} outside 0..{self.num_layers - 1}")
+        if self.window_layers and not self.sliding_window:
+            raise ValueError(f"sliding-window layers given but {n('sliding_window')} is 0")
         if self.mla and not (self.kv_lora_rank and self.qk_nope_head_dim and self.v_head_dim):
             raise ValueError(f"MLA needs {n('kv_lora_rank')}, {n('qk_nope_head_dim')} and {n('v_head_dim')} > 0")
         if self.mtp_num_layers > self.num_layers:  # each MTP module is one more decoder layer (1e9 was costed)
@@ -185,6 +198,11 @@ class ModelSpec(BaseModel):
     def is_moe_layer(self, index: int) -> bool:
         return index in self._moe_layer_set
 
+    @property
+    def window_layer_share(self) -> float:
+        """Fraction of the decoder layers with sliding-window attention (GPT-OSS: 0.5)."""
+        return len(set(self.window_layers)) / self.num_layers
+
     # ----- parameter counts -----------------------------------------------------------------
     def attention_params(self) -> LayerParams:
         """Attention block of one layer, including its input norm.
@@ -215,6 +233,8 @@ class ModelSpec(BaseModel):
             replicated += 2 * self.head_dim
         if self.norms_per_layer > 2:
             replicated += (self.norms_per_layer - 2) // 2 * self.norm_params
+        if self.attention_sinks:
+            tp += self.num_attention_heads  # one sink logit per head (GPT-OSS ``sinks``), split with the heads
         return LayerParams(tp=tp, replicated=replicated, experts=0)
 
     def _mlp_matrix_params(self, ffn: int) -> int:
@@ -235,6 +255,9 @@ class ModelSpec(BaseModel):
         experts = self.num_experts * self._mlp_matrix_params(self.moe_ffn_hidden_size)
         tp = self._mlp_matrix_params(self.shared_expert_ffn_hidden_size)
         replicated += h * self.num_experts + (self.num_experts if self.router_bias else 0)
+        if self.linear_bias:  # GPT-OSS: biased experts (fc1 2f or f, fc2 h each) and router (E)
+            experts += self.num_experts * (self.moe_ffn_hidden_size * (2 if self.gated_mlp else 1) + h)
+            replicated += self.num_experts
         return LayerParams(tp=tp, replicated=replicated, experts=experts)
 
     def layer_params(self, layer_index: int) -> LayerParams:
@@ -273,5 +296,7 @@ class ModelSpec(BaseModel):
         inactive = 0
         if self.is_moe:
             per_expert = self._mlp_matrix_params(self.moe_ffn_hidden_size)
+            if self.linear_bias:
+                per_expert += self.moe_ffn_hidden_size * (2 if self.gated_mlp else 1) + self.hidden_size
             inactive = self.num_moe_layers * (self.num_experts - self.num_experts_per_tok) * per_expert
         return self.num_params - inactive

@@ -27,11 +27,12 @@ from pydantic import ValidationError
 
 from autopar.errors import AutoparError, from_validation_error, read_text
 from autopar.specs.bash import ShellScript, check_script_size
-from autopar.specs.bash_arith import evaluate
 from autopar.specs.script_launch import Args, find_launch
+from autopar.specs.script_attention import attention_fields
 from autopar.specs.script_comm import comm_fields
-from autopar.specs.script_refused import refuse_unmodelled
 from autopar.specs.script_layers import apply_noop_layers
+from autopar.specs.script_optimizer import optimizer_fields
+from autopar.specs.script_refused import refuse_unmodelled
 from autopar.specs.model import ModelSpec
 from autopar.specs.script_vocab import vocab_size
 from autopar.specs.train import TrainSpec
@@ -133,7 +134,10 @@ def read_script(path: str | Path, text: str | None = None) -> ScriptPlan:
     dp = max(1, world // (layout["tp"] * layout["pp"] * layout["cp"]))
     train = dict(global_batch_size=a.integer("--global-batch-size", mbs * dp), seq_len=a.require("--seq-length"),
                  precision=precision(a), flash_attention=flash_attention(a),
-                 make_vocab_size_divisible_by=a.integer("--make-vocab-size-divisible-by", 128))
+                 make_vocab_size_divisible_by=a.integer("--make-vocab-size-divisible-by", 128),
+                 **optimizer_fields(a))
+    if train["precision"] == "fp8" and a.has("--fp8-param-gather"):
+        train["fp8_param_storage"] = True
     return ScriptPlan(path=path, text=text, framework=framework, args=a, num_nodes=launch.nnodes,
                       devices_per_node=launch.nproc_per_node, model_fields=fields, vocab_error=vocab_error,
                       train_fields=train, layout=layout)
@@ -213,6 +217,7 @@ def model_fields(a: Args, path: Path) -> tuple[dict[str, Any], str | None]:
         norm_eps=a.number("--norm-epsilon", 0.0) if a.has("--norm-epsilon") else None,
     )
     fields.update(_moe_fields(a, num_layers, ffn))
+    fields.update(attention_fields(a, num_layers))
     if mla:
         fields.update(mla=True, q_lora_rank=a.integer("--q-lora-rank", 0), kv_lora_rank=a.integer("--kv-lora-rank", 32),
                       qk_nope_head_dim=a.integer("--qk-head-dim", 128),
@@ -234,6 +239,8 @@ def _moe_fields(a: Args, num_layers: int, ffn: int) -> dict[str, Any]:
     return dict(num_experts=experts, num_experts_per_tok=a.integer("--moe-router-topk", 2), moe_ffn_hidden_size=moe_ffn,
                 shared_expert_ffn_hidden_size=shared, moe_layers=moe_layers(a, num_layers),
                 router_bias=a.has("--moe-router-enable-expert-bias"),
+                router_sigmoid=a.text("--moe-router-score-function", "softmax") == "sigmoid"
+                and not a.has("--moe-router-enable-expert-bias"),
                 router_aux_loss_coeff=a.number("--moe-aux-loss-coeff", 0.0),
                 router_num_groups=a.integer("--moe-router-num-groups", 0),
                 router_group_topk=a.integer("--moe-router-group-topk", 0),
@@ -251,13 +258,8 @@ def moe_layers(a: Args, num_layers: int) -> tuple[int, ...]:
             unreadable expression.
     """
     freq = a.text("--moe-layer-freq", "1")
-    try:
-        pattern = evaluate(freq)
-    except AutoparError as err:
-        raise AutoparError(f"{a.source}: --moe-layer-freq={freq!r}: {err}") from None
+    pattern = a.frequency("--moe-layer-freq", freq, "([0]*3+[1]*58)")
     if isinstance(pattern, int):
-        if pattern < 1:
-            raise AutoparError(f"{a.source}: --moe-layer-freq={pattern}: must be >= 1 or a list such as ([0]*3+[1]*58)")
         pattern = [1 if i % pattern == 0 else 0 for i in range(num_layers)]
     if len(pattern) != num_layers:
         raise AutoparError(f"{a.source}: --moe-layer-freq={freq!r} gives {len(pattern)} layers, "
@@ -300,7 +302,7 @@ def layout_fields(a: Args, num_layers: int) -> dict[str, Any]:
         AutoparError: a size flag below 1, a VPP layer count that does not divide the stage, an
             unknown sharding strategy or recompute method, the embedding/loss flags with
             first/last stage counts, both VPP flags (rule 17), layers per virtual stage with
-            first/last stage counts (rule 18), ``--pipeline-model-parallel-layout`` (not read).
+            first/last stage counts (rule 18), ``--pipeline-model-parallel-layout`` beside another split flag (:func:`pipeline_layout_flag`).
     """
     size = a.size
     tp, pp = size("--tensor-model-parallel-size", 1), size("--pipeline-model-parallel-size", 1)
@@ -309,9 +311,9 @@ def layout_fields(a: Args, num_layers: int) -> dict[str, Any]:
     embedding = a.has("--account-for-embedding-in-pipeline-split")
     loss = a.has("--account-for-loss-in-pipeline-split")
     accounted = num_layers + embedding + loss  # ecosystem.md 1.3 rule 21: L' = L (+1) (+1)
-    if a.has("--pipeline-model-parallel-layout"):  # its split would silently be replaced by the default one
-        raise AutoparError(f"{a.source}: --pipeline-model-parallel-layout is not read by autopar; give the split "
-                           "as --decoder-first/last-pipeline-num-layers or --layers-per-stage instead")
+    layout_text = None
+    if a.has("--pipeline-model-parallel-layout"):
+        layout_text, vpp = pipeline_layout_flag(a, pp, vpp, per_vstage, embedding or loss)
     if vpp is not None and per_vstage is not None:
         raise AutoparError(f"{a.source}: --num-virtual-stages-per-pipeline-rank={vpp} with "
                            f"--num-layers-per-virtual-pipeline-stage={per_vstage}: Megatron-LM accepts at most one")
@@ -353,9 +355,37 @@ def layout_fields(a: Args, num_layers: int) -> dict[str, Any]:
     etp = size("--expert-tensor-parallel-size", tp)
     return dict(tp=tp, pp=pp, vpp=vpp or 1, cp=size("--context-parallel-size", 1), ep=ep, etp=etp,
                 mbs=size("--micro-batch-size", 1), sp=a.has("--sequence-parallel") and tp > 1, zero=zero,
-                recompute=granularity, recompute_layers=layers, layers_per_stage=stage_split(a, num_layers, pp),
-                account_for_embedding=embedding, account_for_loss=loss,
+                recompute=granularity, recompute_layers=layers,
+                layers_per_stage=None if layout_text else stage_split(a, num_layers, pp),
+                account_for_embedding=embedding, account_for_loss=loss, pipeline_layout=layout_text,
                 recompute_modules=modules)
+
+
+def pipeline_layout_flag(a: Args, pp: int, vpp: int | None, per_vstage: int | None,
+                         accounted: bool) -> tuple[str, int]:
+    """``--pipeline-model-parallel-layout``: the layout string (normalised,
+    :meth:`~autopar.pipeline.layout.PipelineLayout.megatron`) and the vpp it sets.
+
+    Raises:
+        AutoparError: a string Megatron-LM cannot parse, a stage count pp does not divide, or the
+            flags Megatron-LM refuses beside it (arguments.py: at most one of it,
+            ``--num-layers-per-virtual-pipeline-stage`` and ``--num-virtual-stages-per-pipeline-rank``;
+            TransformerConfig: not with the first/last stage counts or the account flags).
+    """
+    from autopar.pipeline.layout import PipelineLayout
+
+    flag = "--pipeline-model-parallel-layout"
+    text = a.text(flag) or ""
+    others = [f for f in ("--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank",
+                          "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
+                          "--num-layer-list") if a.has(f)]
+    if accounted:
+        others.append("--account-for-embedding/loss-in-pipeline-split")
+    if others:
+        raise AutoparError(f"{a.source}: {flag}={text!r} with {', '.join(others)}: Megatron-LM takes the layout alone "
+                           "('pipeline_model_parallel_layout cannot be set with other pipeline layout arguments')")
+    layout = PipelineLayout.parse(text, pp, f"{a.source}: {flag}")
+    return layout.megatron(), layout.vpp
 
 
 def stage_split(a: Args, num_layers: int, pp: int) -> tuple[int, ...] | None:

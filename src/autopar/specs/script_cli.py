@@ -17,6 +17,7 @@ CLI_FALLBACKS: dict[str, Any] = dict(nodes=1, devices_per_node=None, gbs=1024, s
 # sp None: :func:`sequence_parallel_default`; tp_comm_overlap None: :func:`tp_comm_overlap_default` of the layout's tp and the target framework.
 LAYOUT_FALLBACKS: dict[str, Any] = dict(tp=1, pp=1, cp=1, vpp=1, ep=1, etp=None, mbs=1, zero=1, sp=None,
                                         recompute="none", recompute_layers=None, layers_per_stage=None,
+                                        pipeline_layout=None,
                                         account_for_embedding=False, account_for_loss=False,
                                         recompute_modules=("core_attn",), tp_comm_overlap=None, cp_comm_type="p2p",
                                         cp_a2a=None)
@@ -113,7 +114,8 @@ def layout_defaults(plan: ScriptPlan | None, values: dict[str, Any], target: str
     with the ``target``'s :data:`TARGET_FALLBACKS` (``target``: the export format, or ``megatron``;
     ``sp``: :func:`sequence_parallel_default` of the filled tp and ``target``; ``tp_comm_overlap``:
     :func:`tp_comm_overlap_default` of the filled tp, sp and ``target``). The embedding/loss split switches come from the script too (also when
-    ``values`` has no such option), except with an explicit ``layers_per_stage``, which replaces them."""
+    ``values`` has no such option), except with an explicit ``layers_per_stage`` or ``pipeline_layout``,
+    which replaces every split form of the script (and sets vpp from the layout string)."""
     script = plan.layout if plan is not None else {}
     fallbacks = {**LAYOUT_FALLBACKS, **TARGET_FALLBACKS.get(target, {})}
     filled = {k: v if v is not None else script.get(k, fallbacks.get(k)) for k, v in values.items()}
@@ -123,10 +125,18 @@ def layout_defaults(plan: ScriptPlan | None, values: dict[str, Any], target: str
         filled["tp_comm_overlap"] = tp_comm_overlap_default(filled.get("tp") or 1, bool(filled.get("sp")), target)
     if values.get("cp_comm_type") not in (None, "a2a+p2p") and values.get("cp_a2a") is None:
         filled["cp_a2a"] = None  # the script's hierarchical group size goes with its a2a+p2p only
-    explicit_split = values.get("layers_per_stage") is not None
+    explicit_split = values.get("layers_per_stage") is not None or values.get("pipeline_layout") is not None
     for k in _SCRIPT_ONLY:
         if values.get(k) is None and (k in values or plan is not None):
             filled[k] = False if explicit_split else script.get(k, LAYOUT_FALLBACKS[k])
+    if explicit_split:
+        for k in ("layers_per_stage", "pipeline_layout"):
+            if k in filled:
+                filled[k] = values.get(k)
+        if values.get("pipeline_layout") is not None and values.get("vpp") is None and "vpp" in filled:
+            from autopar.pipeline.layout import PipelineLayout
+
+            filled["vpp"] = PipelineLayout.parse(values["pipeline_layout"], filled.get("pp") or 1).vpp
     return filled
 
 

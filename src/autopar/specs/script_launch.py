@@ -14,6 +14,7 @@ from pathlib import Path
 
 from autopar.errors import AutoparError
 from autopar.specs.bash import ShellScript, unknown_reason
+from autopar.specs.bash_arith import evaluate
 
 _LAUNCH_MODULES = {"torch.distributed.run", "torch.distributed.launch"}
 
@@ -79,6 +80,22 @@ class Args:
             return default if value is None else float(value)
         except ValueError:
             raise AutoparError(f"{self.source}: {flag}={value!r}: expected a number") from None
+
+    def frequency(self, flag: str, default: str, example: str) -> int | list:
+        """A Megatron layer-frequency flag (``moe_freq_type``): an integer >= 1 or an evaluated
+        list expression such as ``([0]*3+[1]*58)``; ``example`` is shown when it is below 1.
+
+        Raises:
+            AutoparError: an unreadable expression, or an integer below 1.
+        """
+        text = self.text(flag, default)
+        try:
+            value = evaluate(text)
+        except AutoparError as err:
+            raise AutoparError(f"{self.source}: {flag}={text!r}: {err}") from None
+        if isinstance(value, int) and value < 1:
+            raise AutoparError(f"{self.source}: {flag}={value}: must be >= 1 or a list such as {example}")
+        return value
 
     def probability(self, flag: str, default: float) -> float:
         """A dropout rate: a number in [0, 1] (``nan`` or ``-1`` would silently mean "no dropout").

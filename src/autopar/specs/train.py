@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from autopar.specs.cluster import Precision
+
+DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}  # bytes per element of a stored dtype
 
 
 class TrainSpec(BaseModel):
@@ -16,6 +18,16 @@ class TrainSpec(BaseModel):
     weights in ``precision`` (2 B for bf16/fp16), main gradients in ``grad_dtype`` (fp32 = 4 B,
     Megatron's default ``accumulate_allreduce_grads_in_fp32`` for bf16), optimizer state
     fp32 master weights + Adam m + v (12 B).
+
+    Megatron-LM's precision-aware optimizer (``--use-precision-aware-optimizer``, Transformer
+    Engine ``FusedAdam`` with ``master_weight_dtype`` / ``exp_avg_dtype`` / ``exp_avg_sq_dtype``;
+    ``megatron/training/arguments.py`` of core_v0.15.0) stores the master weights in
+    ``main_params_dtype`` and Adam's moments in ``exp_avg_dtype`` / ``exp_avg_sq_dtype``
+    (DeepSeek-V3 technical report, arXiv:2412.19437, sec. 3.3.3: "we adopt the BF16 data format
+    instead of FP32 to track the first and second moments in the AdamW optimizer"). Optimizer
+    offload (``--optimizer-cpu-offload --optimizer-offload-fraction F``, Megatron-Core
+    ``optimizer/cpu_offloading/hybrid_optimizer.py``) keeps the fraction F of this device's
+    optimizer shard (master weights + moments) in host memory (:mod:`autopar.cost.offload`).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -23,7 +35,26 @@ class TrainSpec(BaseModel):
     global_batch_size: int = Field(gt=0, description="sequences per optimizer step (gbs)")
     seq_len: int = Field(gt=0, description="tokens per sequence")
     precision: Precision = "bf16"
-    grad_dtype: Literal["fp32", "bf16"] = "fp32"
+    grad_dtype: Literal["fp32", "bf16"] = Field(
+        default="fp32", description="main gradients (Megatron --main-grads-dtype, or bf16 with "
+        "--grad-reduce-in-bf16 / Megatron-Bridge ddp.grad_reduce_in_fp32=False): bytes per gradient "
+        "in memory and on the data-parallel wire")
+    main_params_dtype: Literal["fp32", "fp16"] = Field(
+        default="fp32", description="optimizer master weights (Megatron --main-params-dtype; "
+        "not fp32 needs --use-precision-aware-optimizer)")
+    exp_avg_dtype: Literal["fp32", "fp16", "bf16", "fp8"] = Field(
+        default="fp32", description="Adam first moment (Megatron --exp-avg-dtype)")
+    exp_avg_sq_dtype: Literal["fp32", "fp16", "bf16", "fp8"] = Field(
+        default="fp32", description="Adam second moment (Megatron --exp-avg-sq-dtype)")
+    optimizer_offload_fraction: float = Field(
+        default=0.0, ge=0.0, le=1.0,
+        description="share of this device's optimizer shard (master weights + moments) kept and "
+        "stepped in host memory (Megatron --optimizer-cpu-offload --optimizer-offload-fraction F; "
+        "0 = no offload)")
+    optimizer_offload_overlap: bool = Field(
+        default=False,
+        description="gradient D2H and parameter H2D copies of the offloaded shard overlapped with "
+        "each other and the CPU step, parameter by parameter (Megatron --overlap-cpu-optimizer-d2h-h2d)")
     flash_attention: bool = Field(default=True, description="fused attention: no s^2 activations")
     make_vocab_size_divisible_by: int = Field(default=128, gt=0, description="Megatron vocab padding unit (x tp)")
     moe_token_imbalance: float = Field(
@@ -59,10 +90,30 @@ class TrainSpec(BaseModel):
         "= FSDP2 with fp32 sharded parameters, per-op selective AC, fp32 full-vocabulary loss "
         "(autopar.cost.framework_memory)")
 
+    @model_validator(mode="after")
+    def _offload_is_megatron(self) -> "TrainSpec":
+        """Optimizer dtypes and offload are Megatron-LM features (the other frameworks' optimizers
+        are costed as they run, :mod:`autopar.cost.framework_memory`)."""
+        if self.framework != "megatron" and (self.optimizer_offload_fraction or self.optimizer_dtypes_set):
+            raise ValueError(f"framework={self.framework}: optimizer offload and optimizer dtypes are "
+                             "Megatron-LM's (--optimizer-cpu-offload, --use-precision-aware-optimizer)")
+        return self
+
+    @property
+    def optimizer_dtypes_set(self) -> bool:
+        """Whether any optimizer-state dtype differs from fp32 (needs the precision-aware optimizer)."""
+        return (self.main_params_dtype, self.exp_avg_dtype, self.exp_avg_sq_dtype) != ("fp32",) * 3
+
+    @property
+    def optimizer_bytes_per_param(self) -> int:
+        """Master weight + Adam m + v bytes per parameter before sharding: 12 with fp32, 4 + 2 + 2
+        = 8 with DeepSeek-V3's bf16 moments, 2 + 1 + 1 = 4 with fp16 masters and fp8 moments."""
+        return DTYPE_BYTES[self.main_params_dtype] + DTYPE_BYTES[self.exp_avg_dtype] + DTYPE_BYTES[self.exp_avg_sq_dtype]
+
     @property
     def tokens_per_step(self) -> int:
         return self.global_batch_size * self.seq_len
 
     @property
     def grad_bytes(self) -> int:
-        return 4 if self.grad_dtype == "fp32" else 2
+        return DTYPE_BYTES[self.grad_dtype]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from autopar.errors import AutoparError
 from autopar.validate.report import write_report
-from autopar.validate.measurements import read_rows
+from autopar.validate.measurements import read_rows, row_label
 from autopar.validate.score import Result, score_rows
 
 #: The published measurements shipped with the package (sources and column meanings in the
@@ -20,7 +20,8 @@ DEFAULT_CSV = Path(__file__).resolve().parents[1] / "data" / "validation" / "mea
 
 
 def run_validation(csv_path: str | Path, out_dir: str | Path) -> tuple[list[Result], dict[str, Path]]:
-    """Score every row of ``csv_path`` and write the report into ``out_dir``.
+    """Score every row of ``csv_path`` and write the report into ``out_dir``. Rows that cannot be
+    scored are listed in ``rows.md`` with their reason.
 
     Raises:
         AutoparError: the CSV does not exist or is malformed (see :func:`read_rows`), or no row
@@ -29,7 +30,7 @@ def run_validation(csv_path: str | Path, out_dir: str | Path) -> tuple[list[Resu
     results = score_rows(read_rows(csv_path))
     if all(r.predicted is None for r in results):
         raise AutoparError(f"--csv={str(csv_path)!r}: none of the {len(results)} rows can be scored "
-                           f"(first: {results[0].row.id}: {results[0].reason})")
+                           f"(first: {row_label(results[0].row.id)}: {results[0].reason})")
     return results, write_report(results, Path(out_dir))
 
 

@@ -63,7 +63,7 @@ def read_rows(path: str | Path) -> list[Row]:
         if None in cells or None in cells.values():
             raise AutoparError(f"--csv={str(path)!r} line {line}: {'more' if None in cells else 'fewer'} cells "
                                f"than the {len(header)} columns of the header")
-        _check_numbers(Row(cells), f"--csv={str(path)!r} line {line} ({cells['id'] or 'no id'})")
+        _check_numbers(Row(cells), f"--csv={str(path)!r} line {line} ({row_label(cells['id']) if cells['id'] else 'no id'})")
     return [Row(cells) for _, cells in rows]
 
 
@@ -74,9 +74,16 @@ _COUNT_COLUMNS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_
                   "tp", "pp", "vpp", "cp", "ep", "dp", "mbs", "gbs")
 
 
+def row_label(row_id: str) -> str:
+    """The row id as error lines show it: bare when it is plain printable text, else Python's
+    ``repr`` (an id with a newline or tab must not split or blur the one error line)."""
+    return row_id if row_id and row_id.isprintable() and row_id == row_id.strip() else repr(row_id)
+
+
 def _check_numbers(row: Row, where: str) -> None:
     """Counts are whole numbers >= 1 (``num_experts``/``topk`` may be 0), the measured value a
-    finite number > 0 (``oom_observed``: 0 or 1); empty cells are left to the family defaults.
+    finite number > 0 (``oom_observed``: 0 or 1; ``mfu``: a percentage, at most 100); empty
+    cells are left to the family defaults.
 
     Raises:
         AutoparError: names the line, the column, the value and what is allowed.
@@ -96,7 +103,12 @@ def _check_numbers(row: Row, where: str) -> None:
         value = float(text)
     except ValueError:
         value = math.nan
-    allowed = (0.0, 1.0) if row["measured_metric"] == "oom_observed" else None
-    if allowed and value not in allowed or not allowed and not (math.isfinite(value) and value > 0):
-        raise AutoparError(f"{where}: measured_value={text!r}: expected "
-                           f"{'0 or 1' if allowed else 'a finite number > 0'}")
+    metric = row["measured_metric"]
+    if metric == "oom_observed":
+        ok, expected = value in (0.0, 1.0), "0 or 1 (oom_observed)"
+    elif metric == "mfu":
+        ok, expected = 0 < value <= 100, "a percentage in (0, 100] (mfu)"
+    else:
+        ok, expected = math.isfinite(value) and value > 0, "a finite number > 0"
+    if not ok:
+        raise AutoparError(f"{where}: measured_value={text!r}: expected {expected}")

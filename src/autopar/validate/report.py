@@ -138,10 +138,10 @@ def oom_check(results: list[Result]) -> list[str]:
             continue
         if r.metric == "oom_observed":
             ok = r.predicted == 1.0
-            lines.append(f"| {r.row.id} | went OOM | {'does not fit' if ok else 'fits'} | {'ok' if ok else 'WRONG'} |")
+            lines.append(f"| {_cell(r.row.id)} | went OOM | {'does not fit' if ok else 'fits'} | {'ok' if ok else 'WRONG'} |")
         elif r.metric == "peak_mem_per_gpu":
             fits = r.predicted * 2**30 <= r.case.problem.cluster.device.memory_bytes
-            lines.append(f"| {r.row.id} | ran | {'fits' if fits else 'does not fit'} | {'ok' if fits else 'WRONG'} |")
+            lines.append(f"| {_cell(r.row.id)} | ran | {'fits' if fits else 'does not fit'} | {'ok' if fits else 'WRONG'} |")
     return lines
 
 
@@ -168,22 +168,29 @@ def summary_markdown(results: list[Result]) -> str:
     out += ["### Sweeps (rank correlation of throughput)", "",
             "| sweep | layouts | Spearman rho | measured best | predicted best |", "| --- | ---: | ---: | --- | --- |"]
     for s in sweeps(results):
-        out.append(f"| {s.name} | {len(s.ids)} | {s.rho:.2f} | {s.best_measured} | {s.best_predicted} |")
+        out.append(f"| {s.name} | {len(s.ids)} | {s.rho:.2f} | {_cell(s.best_measured)} | {_cell(s.best_predicted)} |")
     out += ["", "### Memory feasibility", "", "| row | observed | predicted | |", "| --- | --- | --- | --- |"]
     out += oom_check(results)
     return "\n".join(out) + "\n"
 
 
+def _cell(text: str) -> str:
+    """``text`` as one Markdown table cell: ``|`` escaped, line breaks written as ``\\n``."""
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\r", "\\r").replace("\n", "\\n")
+
+
 def rows_markdown(results: list[Result]) -> str:
-    """Every row: predicted, measured, error %, assumptions; unscored rows with their reason."""
+    """Every row: predicted, measured, error %, assumptions; unscored rows with their reason.
+    Cells come from the user's CSV, so each is escaped (:func:`_cell`)."""
     out = ["| id | metric | predicted | measured | error % | assumed |", "| --- | --- | ---: | ---: | ---: | --- |"]
     for r in results:
         if r.predicted is not None:
             err = "-" if r.error_pct is None else f"{r.error_pct:+.1f}"
-            assumed = "; ".join(r.case.assumed) if r.case.assumed else ""
-            out.append(f"| {r.row.id} | {r.metric} | {_fmt(r.predicted)} | {_fmt(r.measured)} | {err} | {assumed} |")
+            assumed = _cell("; ".join(r.case.assumed))
+            out.append(f"| {_cell(r.row.id)} | {_cell(r.metric)} | {_fmt(r.predicted)} | {_fmt(r.measured)} | {err} "
+                       f"| {assumed} |")
     out += ["", "### Not scored", "", "| id | reason |", "| --- | --- |"]
-    out += [f"| {r.row.id} | {r.reason} |" for r in results if r.predicted is None]
+    out += [f"| {_cell(r.row.id)} | {_cell(r.reason)} |" for r in results if r.predicted is None]
     return "\n".join(out) + "\n"
 
 
@@ -199,8 +206,10 @@ def scatter_png(results: list[Result], path: Path) -> None:
     for fam in sorted({r.case.family.name for r in scored}):
         pts = [(r.measured, r.predicted) for r in scored if r.case.family.name == fam]
         ax.scatter(*zip(*pts), label=fam, s=18, alpha=0.8)
-    lo = min(min(r.measured, r.predicted) for r in scored) / 1.5
-    hi = max(max(r.measured, r.predicted) for r in scored) * 1.5
+    if not scored:  # e.g. only oom_observed rows: nothing has an error to plot
+        ax.text(0.5, 0.5, "no scored row with a numeric error", ha="center", transform=ax.transAxes)
+    lo = min((min(r.measured, r.predicted) for r in scored), default=1.0) / 1.5
+    hi = max((max(r.measured, r.predicted) for r in scored), default=1.0) * 1.5
     ax.plot([lo, hi], [lo, hi], "k--", lw=1, label="predicted = measured")
     ax.set_xscale("log")
     ax.set_yscale("log")

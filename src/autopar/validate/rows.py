@@ -1,30 +1,32 @@
 """Published measurements (``autopar/data/validation/measurements.csv``) as autopar problems.
 
 Each CSV row becomes a :class:`Case`: a :class:`~autopar.problem.Problem` (model from the row's
-dimensions, cluster from its ``gpu``/``num_gpus``/``gpus_per_node``, batch and precision), the
-row's exact :class:`~autopar.strategy.Strategy`, and the knobs that had to be assumed. Knobs a
-row leaves empty take the documented default of its *source family* (:data:`FAMILIES`); such
+dimensions, :mod:`~autopar.validate.row_model`; cluster from its ``gpu``/``num_gpus``/
+``gpus_per_node``; batch and precision), the row's exact :class:`~autopar.strategy.Strategy`, and
+the knobs that had to be assumed. Knobs a row leaves empty take the documented default of its
+*source family* (:data:`FAMILIES`; a source autopar does not know gets :data:`GENERIC`); such
 rows are marked ``assumed``. A row that cannot be mapped raises :class:`Unscorable` with the
-reason, which the report lists.
+reason (naming the CSV column), which the report lists.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Callable
 
+import numpy as np
 from pydantic import ValidationError
 
-from autopar.errors import from_validation_error
+from autopar.errors import AutoparError
+from autopar.pipeline.layout import PipelineLayout
 from autopar.problem import Problem
-from autopar.specs import ModelSpec, TrainSpec, load_device, load_model, make_cluster, preset_names
+from autopar.specs import TrainSpec, load_device, make_cluster
+from autopar.specs.cluster import MAX_NODES, resolve_device_name
 from autopar.strategy import Strategy
+from autopar.validate.cells import (Unscorable, expert_tp_of, flag_of, precision_of, recompute_of, required,
+                                    zero_of)
 from autopar.validate.measurements import Row
-
-
-class Unscorable(Exception):
-    """A row autopar cannot score yet; ``str()`` is the reason shown in the report."""
+from autopar.validate.row_model import model_of
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,19 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
            "port keeps async_tensor_model_parallel_allreduce off by default (Megatron-DeepSpeed issue #447)"),
 )}
 
+#: Defaults for a row whose id names no known source: autopar's own Megatron-LM defaults, the
+#: ones ``autopar estimate`` uses (``Strategy``/``TrainSpec``): distributed optimizer, no
+#: recompute, SP with TP, fused attention, no dropout, DP gradient reduction overlapped with the
+#: backward, TP collectives not overlapped; mbs 1, no interleaving. Every one is marked assumed.
+GENERIC = Family("generic", zero=1, recompute="none", sp=None, flash=True, dropout=False, tp_overlap=False,
+                 dp_overlap=True, why="source not known: autopar's Megatron-LM defaults (distributed optimizer, "
+                 "no recompute, SP with TP, fused attention, no dropout, overlapped grad reduce, no TP comm "
+                 "overlap, mbs 1, no interleaving)")
+
+#: Largest global batch scored, the bound ``autopar estimate --gbs`` has (``cli_inputs``): the
+#: pipeline simulation's work grows with the micro-batch count.
+MAX_GBS = 2**30
+
 # Narayanan et al. Table 1 does not state mbs or interleaving; the paper's own launch script
 # (Megatron-LM examples/sc21/run_table_1.sh) gives MBS and --num-layers-per-virtual-pipeline-stage
 # per model size, keyed here by layer count.
@@ -100,14 +115,6 @@ _FAMILY_BY_PREFIX = (
     ("MLM-H100", "megatron-2024"), ("MLM-LLAMA", "nemo"), ("NEMO", "nemo"), ("DGXC", "nemo"),
     ("AUTOMODEL", "torchtitan"), ("TT2412", "torchtitan"), ("BLOOM", "megatron-deepspeed"),
 )
-
-_GATED = ("llama", "grok", "qwen", "deepseek", "mixtral")  # SwiGLU families; GPT/BLOOM/Nemotron are 2-matrix
-# Nemotron-3 (8B, 22B) and Nemotron-4 (15B, 340B) share one 256k SentencePiece tokenizer and untied
-# input/output embeddings (HF configs nemotron-3-8b / nemotron3-22b / Nemotron-4-340B:
-# vocab_size 256000, tie_word_embeddings false). Rows that leave the vocabulary blank take it from
-# here; NeMo's own model-TFLOP/s for NEMO2407-08/-09 (653, 554) imply V = 256000 with its formula.
-NEMOTRON_VOCAB = 256000
-
 
 @dataclass
 class Case:
@@ -124,31 +131,27 @@ class Case:
         return self.problem.train.precision
 
 
-def family_of(row: Row) -> Family | None:
+def family_of(row: Row) -> Family:
+    """The source family of the row's id prefix (:data:`_FAMILY_BY_PREFIX`), else :data:`GENERIC`."""
     for prefix, name in _FAMILY_BY_PREFIX:
         if row.id.startswith(prefix):
             return FAMILIES[name]
-    return None
-
-
-def precision_of(row: Row) -> str:
-    """Training precision from the ``prec=`` note: fp8 (incl. Float8 linears), else whichever of
-    fp16/bf16 the note names first ("mixed (fp16 assumed: BF16 optimizer only introduced 02-28)"
-    is fp16), else bf16. "mixed fp16/bf16 (not specified)" counts as bf16: both have the same
-    tensor-core peak. fp16 matters for memory: DeepSpeed runs fp16 without BF16_Optimizer's fp32
-    gradient buffer (:mod:`autopar.cost.framework_memory`)."""
-    prec = row["notes"].split(";")[0].lower().replace("fp16/bf16", "")
-    if "fp8" in prec or "float8" in prec:
-        return "fp8"
-    fp16, bf16 = prec.find("fp16"), prec.find("bf16")
-    return "fp16" if fp16 >= 0 and (bf16 < 0 or fp16 < bf16) else "bf16"
+    return GENERIC
 
 
 def device_of(row: Row):
-    """Device preset for the ``gpu`` column, with cluster facts stated by the row's source."""
+    """Device preset for the ``gpu`` column (any name :func:`~autopar.specs.cluster.resolve_device_name`
+    resolves: "H100-SXM5-80GB (DGX-H100)", "B200 (DGX-B200)"), with cluster facts stated by the
+    row's source.
+
+    Raises:
+        Unscorable: an empty cell, a V100, or a name that resolves to no preset or to several.
+    """
     gpu = row["gpu"]
+    if not gpu:
+        raise Unscorable("gpu is empty: the device is needed")
     if gpu.startswith("V100"):
-        raise Unscorable("V100 has no bf16 tensor cores and DeviceSpec needs a bf16 peak")
+        raise Unscorable(f"gpu={gpu!r}: V100 has no bf16 tensor cores and DeviceSpec needs a bf16 peak")
     if gpu.startswith("A100 (DGX-A100"):
         return load_device("a100-40gb")  # 2020 DGX A100 shipped 40 GB parts only (80 GB came Nov 2020)
     if gpu.startswith("A100-SXM4-80GB (Jean Zay)"):
@@ -160,42 +163,10 @@ def device_of(row: Row):
         # PSM2 between two OPA 100 Gb/s nodes, openucx/ucx issue #3196): efficiency 0.30.
         return load_device("a100-80gb", overrides=["inter_node_bandwidth_bytes_per_s=6.25e9",
                                                    "inter_node_comm_efficiency=0.30"])
-    for prefix, preset in (("A100-SXM4-80GB", "a100-80gb"), ("H100-SXM5-80GB", "h100-80gb"),
-                           ("H100-96GB-HBM2e", "h100-96gb-500w"), ("GB200", "gb200")):
-        if gpu.startswith(prefix):
-            return load_device(preset)
-    raise Unscorable(f"no device preset for gpu {gpu!r}")
-
-
-def model_of(row: Row, family: Family) -> ModelSpec:
-    """The shipped preset for MoE rows (their routing/MLA details are not in the CSV), else a
-    spec from the row's dimensions: SwiGLU + RMSNorm + RoPE for Llama-like names, GPT-style
-    4h MLP with LayerNorm and biases (learned positions for GPT, ALiBi = none for BLOOM) else."""
-    name = row["model"]
-    if row["num_experts"] or name.lower().startswith("deepseek"):
-        preset = name.lower()
-        if preset in preset_names():
-            return load_model(preset)
-    gated = any(k in name.lower() for k in _GATED)
-    gpt = "gpt" in name.lower()
-    nemotron = "nemotron" in name.lower()
-    heads, layers, hidden = row.int("heads"), row.int("layers"), row.int("hidden")
-    experts = row.int("num_experts") or 0
     try:
-        return ModelSpec(
-            name=name, num_layers=layers, hidden_size=hidden, num_attention_heads=heads,
-            num_kv_heads=row.int("kv_heads") or heads, head_dim=hidden // heads,
-            ffn_hidden_size=row.int("ffn") or 4 * hidden, vocab_size=row.int("vocab") or (NEMOTRON_VOCAB if nemotron else 51200),
-            tie_word_embeddings=not gated and not nemotron, gated_mlp=gated, norm="rmsnorm" if gated else "layernorm",
-            linear_bias=not gated and not nemotron,
-            position_embedding="learned" if gpt else "rope", max_position_embeddings=row.int("seq_len"),
-            dropout=family.dropout,
-            num_experts=experts, num_experts_per_tok=row.int("topk") or 0,
-            moe_ffn_hidden_size=row.int("ffn") or 0 if experts else 0,
-            moe_layers=tuple(range(layers)) if experts else (),
-        )
-    except ValidationError as err:  # one line (pydantic's own text spans several)
-        raise Unscorable(f"model dimensions invalid: {from_validation_error(err, 'model')}") from None
+        return load_device(resolve_device_name(gpu, "gpu"))
+    except AutoparError as err:  # unknown or ambiguous name: the message names the gpu cell
+        raise Unscorable(str(err)) from None
 
 
 @dataclass(frozen=True)
@@ -239,13 +210,82 @@ def recipe_of(row: Row) -> Recipe | None:
     return next((r for r in RECIPES if r.applies(row)), None)
 
 
+def strategy_of(row: Row, family: Family, num_layers: int, assumed: list[str], mtp_num_layers: int = 0) -> Strategy:
+    """The row's layout; unstated knobs from the family (recorded in ``assumed``).
+
+    ``dp`` is ``num_gpus / (tp * pp * cp)`` when the row leaves it empty; ``mbs`` is
+    ``gbs / dp`` for the families that run one micro-batch per replica (megatron-2020,
+    torchtitan without pp), else 1; SC'21 Table 1 rows take mbs and vpp from the paper's script
+    (:data:`SC21_TABLE1`) where it lists the layer count and its chunking splits the layers.
+
+    Raises:
+        Unscorable: tp, pp, gbs or num_gpus empty; num_gpus not a multiple of tp*pp*cp or gbs
+            not a multiple of dp where they are derived; a cell :mod:`~autopar.validate.cells`
+            refuses; a value the layout cannot take (named by CSV column).
+    """
+    for column in ("tp", "pp"):
+        if row.int(column) is None:
+            raise Unscorable(f"parallel layout not stated: {column} is empty")
+    tp, pp = row.int("tp"), row.int("pp")
+    cp = row.int("cp") or 1
+    gpus, gbs = required(row, "num_gpus", "the cluster size is needed"), required(row, "gbs", "the batch is needed")
+    if gbs > MAX_GBS:
+        raise Unscorable(f"gbs={gbs}: expected at most {MAX_GBS} (the bound of autopar's --gbs)")
+    dp = row.int("dp")
+    if dp is None:
+        if gpus % (tp * pp * cp):
+            raise Unscorable(f"num_gpus={gpus} is not a multiple of tp*pp*cp = {tp}*{pp}*{cp} (dp is derived as "
+                             "num_gpus / (tp*pp*cp) when the dp column is empty)")
+        dp = gpus // (tp * pp * cp)
+    mbs, vpp = row.int("mbs"), row.int("vpp")
+    if pp * (vpp or 1) > num_layers + 2:  # before any per-stage tuple is built
+        raise Unscorable(f"pp={pp} x vpp={vpp or 1} model chunks: more than the {num_layers} layers (+ embedding "
+                         "and loss) can fill")
+    if family.name == "megatron-2021" and row.id.startswith("NAR21-T1"):
+        mbs, vpp = sc21_table1(num_layers, pp, mbs, vpp, assumed)
+    split: dict = {}
+    per_replica = family.name in ("megatron-2020", "torchtitan")
+    if per_replica and gbs % dp and (mbs is None or family.name == "torchtitan" and pp > 1):
+        raise Unscorable(f"gbs={gbs} is not a multiple of dp={dp} ({family.name} runs gbs / dp sequences per "
+                         "replica; state mbs or a batch that splits)")
+    if family.name == "torchtitan" and pp > 1:
+        mbs, vpp, split = torchtitan_pipeline(row, gbs // dp, pp, mbs, vpp, assumed, mtp_num_layers)
+    if mbs is None:
+        mbs = gbs // dp if per_replica else 1
+        assumed.append(f"mbs={mbs}")
+    if vpp is None:
+        vpp = 1
+        if pp > 1:
+            assumed.append("vpp=1")
+    if family.name != "torchtitan":
+        split = split or embedding_loss_split(num_layers, pp, vpp, assumed)
+    sp = flag_of(row, "sp")
+    if sp is None:
+        sp = tp > 1 if family.sp is None else family.sp and tp > 1
+        if tp > 1:
+            assumed.append(f"sp={'on' if sp else 'off'}")
+    zero = zero_of(row)
+    if zero is None:
+        zero = family.zero
+        if zero:
+            assumed.append(f"zero={zero}")
+    try:
+        return Strategy(
+            dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=row.int("ep") or 1, etp=expert_tp_of(row), mbs=mbs, sp=sp,
+            zero=zero, recompute=_recompute(row, family, assumed), recompute_modules=recompute_modules_of(row),
+            schedule="interleaved" if vpp > 1 else "1f1b", **split,
+        )
+    except ValidationError as err:  # a derived size beyond the layout's bounds (the CSV's are checked on reading)
+        raise Unscorable("layout invalid: " + "; ".join(f"{'.'.join(map(str, e['loc']))}={e.get('input')!r}: {e['msg']}"
+                                                         for e in err.errors())) from None
+
+
 def _recompute(row: Row, family: Family, assumed: list[str]) -> str:
-    text = row["recompute"].lower()
-    for kind in ("none", "selective", "full"):
-        if text.startswith(kind):
-            if "assumed" in text:
-                assumed.append(f"recompute={kind} (source note)")
-            return kind
+    """The ``recompute`` cell (:func:`~autopar.validate.cells.recompute_of`), else the row's
+    :class:`Recipe`'s, else the family's; the last two recorded in ``assumed``."""
+    stated = recompute_of(row, assumed)
+    if stated is not None:
+        return stated
     recipe = recipe_of(row)
     if recipe is not None and recipe.recompute is not None:
         assumed.append(f"recompute={recipe.recompute} ({recipe.name})")
@@ -254,55 +294,30 @@ def _recompute(row: Row, family: Family, assumed: list[str]) -> str:
     return family.recompute
 
 
-def _zero(row: Row, family: Family, assumed: list[str]) -> int:
-    text = row["zero_or_distopt"]
-    match = re.search(r"ZeRO-(\d)", text)
-    if match:
-        return int(match.group(1))
-    if "FSDP" in text:
-        return 3
-    if family.zero:
-        assumed.append(f"zero={family.zero}")
-    return family.zero
-
-
-def strategy_of(row: Row, family: Family, assumed: list[str]) -> Strategy:
-    """The row's layout; unstated knobs from the family (recorded in ``assumed``)."""
-    tp, pp, cp = row.int("tp"), row.int("pp"), row.int("cp") or 1
-    gpus, gbs = row.int("num_gpus"), row.int("gbs")
-    if tp is None or pp is None or gbs is None:
-        raise Unscorable("parallel layout (tp/pp) or global batch not stated")
-    dp = row.int("dp") or gpus // (tp * pp * cp)
-    mbs, vpp = row.int("mbs"), row.int("vpp")
-    if family.name == "megatron-2021" and row.id.startswith("NAR21-T1"):
-        script_mbs, per_virtual = SC21_TABLE1[row.int("layers")]
-        mbs = mbs or script_mbs
-        vpp = vpp or (row.int("layers") // (pp * per_virtual) if per_virtual else 1)
-        assumed.append(f"mbs={mbs}, vpp={vpp} (run_table_1.sh)")
-    split: dict = {}
-    if family.name == "torchtitan" and pp > 1:
-        mbs, vpp, split = torchtitan_pipeline(row, gbs // dp, pp, mbs, vpp, assumed)
+def sc21_table1(num_layers: int, pp: int, mbs: int | None, vpp: int | None,
+                assumed: list[str]) -> tuple[int | None, int | None]:
+    """(mbs, vpp) of a Narayanan et al. Table 1 row: the row's own, else the paper's launch script
+    (:data:`SC21_TABLE1`: MBS and layers per virtual stage by layer count). A layer count the
+    script does not list, or a chunking that does not split ``num_layers / pp``, leaves the
+    knob to the generic default (mbs 1, vpp 1), recorded in ``assumed``."""
+    if num_layers not in SC21_TABLE1:
+        return mbs, vpp  # mbs=1 and vpp=1 are then recorded by strategy_of as generic defaults
+    script_mbs, per_virtual = SC21_TABLE1[num_layers]
+    from_script = []
     if mbs is None:
-        mbs = gbs // dp if family.name in ("megatron-2020", "torchtitan") else 1
-        assumed.append(f"mbs={mbs}")
+        mbs = script_mbs
+        from_script.append(f"mbs={mbs}")
     if vpp is None:
-        vpp = 1
-        if pp > 1:
-            assumed.append("vpp=1")
-    if family.name != "torchtitan":
-        split = split or embedding_loss_split(row.int("layers"), pp, vpp, assumed)
-    sp_cell = row["sp"]
-    if sp_cell:
-        sp = sp_cell == "1"
-    else:
-        sp = tp > 1 if family.sp is None else family.sp and tp > 1
-        if tp > 1:
-            assumed.append(f"sp={'on' if sp else 'off'}")
-    return Strategy(
-        dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=row.int("ep") or 1, etp=expert_tp_of(row), mbs=mbs, sp=sp,
-        zero=_zero(row, family, assumed), recompute=_recompute(row, family, assumed),
-        recompute_modules=recompute_modules_of(row), schedule="interleaved" if vpp > 1 else "1f1b", **split,
-    )
+        if per_virtual and num_layers % (pp * per_virtual):
+            vpp = 1
+            assumed.append(f"vpp=1 (run_table_1.sh's {per_virtual} layers per virtual stage do not split "
+                           f"{num_layers} layers over pp={pp})")
+        else:
+            vpp = num_layers // (pp * per_virtual) if per_virtual else 1
+            from_script.append(f"vpp={vpp}")
+    if from_script:
+        assumed.append(f"{', '.join(from_script)} (run_table_1.sh)")
+    return mbs, vpp
 
 
 def embedding_loss_split(num_layers: int, pp: int, vpp: int, assumed: list[str]) -> dict:
@@ -330,7 +345,7 @@ def torchtitan_split(num_layers: int, stages: int) -> tuple[int, ...]:
 
 
 def torchtitan_pipeline(row: Row, local_batch: int, pp: int, mbs: int | None, vpp: int | None,
-                        assumed: list[str]) -> tuple[int, int, dict]:
+                        assumed: list[str], mtp_num_layers: int = 0) -> tuple[int, int, dict]:
     """(mbs, vpp, split fields) of a torchtitan run with pp > 1 whose row leaves them unstated.
 
     torchtitan 2024-12 (the TT2412 benchmark commit 9dec370; ``pipelining_utils.py``): a
@@ -340,11 +355,12 @@ def torchtitan_pipeline(row: Row, local_batch: int, pp: int, mbs: int | None, vp
     pp * stages per rank only on 2025-01-07), so ``num_microbatches = pp`` and
     ``mbs = local_batch / pp``.
     The split is :func:`torchtitan_split`; with vpp 1 it is passed as ``layers_per_stage``, with
-    vpp > 1 as Megatron's embedding/loss-accounted split where that is the same split.
+    vpp > 1 as Megatron's embedding/loss-accounted split where that is the same split, else as
+    the :class:`~autopar.pipeline.layout.PipelineLayout` of its chunks (stage ``i`` on rank
+    ``i % pp``, torchtitan's interleaved placement; ``mtp_num_layers`` of the model before the loss).
 
     Raises:
-        Unscorable: the local batch is not a multiple of pp, or the interleaved split cannot
-            be expressed.
+        Unscorable: the local batch is not a multiple of pp.
     """
     if vpp is None:
         vpp = 2 if "interleaved" in row["notes"].lower() else 1
@@ -355,22 +371,16 @@ def torchtitan_pipeline(row: Row, local_batch: int, pp: int, mbs: int | None, vp
                              "(torchtitan's default micro-batch count)")
         mbs = local_batch // pp
         assumed.append(f"mbs={mbs} (torchtitan 2024-12 default: pp micro-batches)")
-    layers = row.int("layers")
+    layers = required(row, "layers", "torchtitan's pipeline split needs it")
     chunks = torchtitan_split(layers, pp * vpp)
     if vpp == 1:
         return mbs, vpp, {"layers_per_stage": chunks} if len(set(chunks)) > 1 else {}
     slots = (layers + 2) // (pp * vpp)
     accounted = (slots - 1,) + (slots,) * (pp * vpp - 2) + (slots - 1,)
-    if (layers + 2) % (pp * vpp) or chunks != accounted or "account_for_loss" not in Strategy.model_fields:
-        raise Unscorable(f"torchtitan's interleaved split {chunks} has no autopar form")
-    return mbs, vpp, {"account_for_embedding": True, "account_for_loss": True}
-
-
-def expert_tp_of(row: Row) -> int | None:
-    """``etp`` stated in the notes (``ETP=1``: the dgxc-benchmarking DeepSeek-V3 and Grok-1 H100
-    recipes set ``expert_tensor_parallel_size`` apart from tp), else None = tp (Megatron's default)."""
-    match = re.search(r"\bETP=(\d+)", row["notes"])
-    return int(match.group(1)) if match else None
+    if (layers + 2) % (pp * vpp) == 0 and chunks == accounted:
+        return mbs, vpp, {"account_for_embedding": True, "account_for_loss": True}
+    decoder = np.asarray(chunks, dtype=np.int64).reshape(vpp, pp).T  # [rank, chunk]
+    return mbs, vpp, {"pipeline_layout": PipelineLayout.from_chunks(decoder, mtp_num_layers).megatron()}
 
 
 def recompute_modules_of(row: Row) -> tuple[str, ...]:
@@ -407,29 +417,39 @@ def framework_of(row: Row, family: Family) -> str:
 
 
 def to_case(row: Row) -> Case:
-    """Map one row; raises :class:`Unscorable` with the reason when it cannot be scored."""
+    """Map one row (model, layout, cluster, training settings).
+
+    Raises:
+        Unscorable: the reason the row cannot be scored, naming the CSV column and value.
+    """
     family = family_of(row)
-    if family is None:
-        raise Unscorable("source without a documented framework default")
     assumed: list[str] = []
-    strategy = strategy_of(row, family, assumed)
+    if family is GENERIC:
+        assumed.append("source unknown: generic defaults (Megatron-LM, fused attention, no dropout, overlapped grad "
+                       "reduce, no TP comm overlap)")
+    model = model_of(row, family.dropout, assumed)
+    strategy = strategy_of(row, family, model.num_layers, assumed, model.mtp_num_layers)
     # TP overlap is a layout knob that needs SP with tp > 1 (rule tp_comm_overlap_needs_sp).
     overlap = tp_overlap_of(row, family) and strategy.sp and strategy.tp > 1
     strategy = strategy.model_copy(update={"tp_comm_overlap": overlap})
     device = device_of(row)
+    gpus = required(row, "num_gpus", "the cluster size is needed")
     per_node = row.int("gpus_per_node") or device.default_devices_per_node
-    gpus = row.int("num_gpus")
+    if per_node > 1024:
+        raise Unscorable(f"gpus_per_node={per_node}: expected at most 1024")
     if gpus < per_node:
         per_node = gpus  # part of one node (single-node runs on 1, 2 or 4 GPUs)
     if gpus % per_node:
-        raise Unscorable(f"{gpus} GPUs is not a whole number of {per_node}-GPU nodes")
+        raise Unscorable(f"num_gpus={gpus} is not a whole number of {per_node}-GPU nodes (gpus_per_node)")
+    if gpus // per_node > MAX_NODES:
+        raise Unscorable(f"num_gpus={gpus}: {gpus // per_node} nodes of {per_node}; at most {MAX_NODES} nodes")
     cluster = make_cluster(device, gpus // per_node, per_node)
     flash = flash_of(row, family)
     if flash != family.flash:
         assumed.append(f"{'fused' if flash else 'unfused'} attention ({recipe_of(row).name})")
-    train = TrainSpec(global_batch_size=row.int("gbs"), seq_len=row.int("seq_len"), precision=precision_of(row),
-                      flash_attention=flash,
-                      overlap_grad_reduce=family.dp_overlap, framework=framework_of(row, family),
-                      tp_backward_overlap=tp_backward_overlap_of(row, family),
+    train = TrainSpec(global_batch_size=row.int("gbs"), seq_len=required(row, "seq_len", "the batch is needed"),
+                      precision=precision_of(row, assumed), flash_attention=flash,
+                      overlap_grad_reduce=family.dp_overlap,
+                      framework=framework_of(row, family), tp_backward_overlap=tp_backward_overlap_of(row, family),
                       launch_blocking=family.launch_blocking)
-    return Case(row, family, Problem(model_of(row, family), cluster, train), strategy, assumed)
+    return Case(row, family, Problem(model, cluster, train), strategy, assumed)

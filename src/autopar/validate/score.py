@@ -13,13 +13,13 @@ Metrics (``measured_metric`` column):
 * ``layer_fwd_bwd_time`` (ms): forward + backward (+ recompute) of one decoder layer, with its
   TP collectives, on a middle pipeline stage.
 
-Rows whose model or precision autopar does not model yet (MoE without ``autopar.cost.moe``,
-fp8 without ``autopar.cost.fp8``; checked when the harness runs) are listed, not scored.
+A row that cannot be scored (a metric without a prediction, a cell autopar cannot map, a
+layout the rules refuse) is listed with its reason, not scored; :func:`score_row` never raises
+for one.
 """
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import dataclass
 
 import numpy as np
@@ -67,11 +67,6 @@ class Result:
 
 def error_pct(predicted: float, measured: float) -> float:
     return 100.0 * (predicted - measured) / measured
-
-
-def feature_modelled(module: str) -> bool:
-    """Whether ``autopar.cost.<module>`` exists (MoE and fp8 modelling land there)."""
-    return importlib.util.find_spec(f"autopar.cost.{module}") is not None
 
 
 def _one_batch() -> LayoutBatch:
@@ -125,15 +120,14 @@ def predict(case: Case, est: Estimate) -> float:
 
 
 def score_row(row: Row, cache: dict) -> Result:
-    """Map, estimate (once per distinct run) and predict one row; never raises for a bad row."""
+    """Map, estimate (once per distinct run, ``cache`` keyed by problem and layout) and predict
+    one row. Never raises for a bad row: the result then has ``predicted=None`` and the reason
+    (:class:`~autopar.validate.rows.Unscorable`'s, or the rules' refusal of the layout)."""
     try:
         if row["measured_metric"] not in METRICS:
-            raise Unscorable(f"metric {row['measured_metric']!r} (FLOP definition not given)")
+            raise Unscorable(f"measured_metric={row['measured_metric']!r}: no prediction for it (FLOP definition "
+                             f"not given); scored metrics: {', '.join(METRICS)}")
         case = to_case(row)
-        if case.problem.model.is_moe and not feature_modelled("moe"):
-            raise Unscorable("MoE not modelled yet")
-        if case.precision == "fp8" and not feature_modelled("fp8"):
-            raise Unscorable("fp8 not modelled yet")
         key = repr((case.problem, case.strategy))
         if key not in cache:
             cache[key] = estimate(case.problem, case.strategy)
@@ -145,5 +139,6 @@ def score_row(row: Row, cache: dict) -> Result:
 
 
 def score_rows(rows: list[Row]) -> list[Result]:
+    """:func:`score_row` for every row, in order, sharing one estimate cache."""
     cache: dict = {}
     return [score_row(r, cache) for r in rows]

@@ -1,0 +1,73 @@
+"""A launch script's attention-pattern flags: sliding-window layers and attention sinks.
+
+Megatron-LM ``megatron/training/arguments.py`` (core_v0.15.0) and
+``megatron/core/transformer/utils.py`` ``is_layer_window_attention``:
+
+* ``--window-size L,R``: window attention of ``L`` keys back (``R`` ahead: 0 for causal
+  models; GPT-OSS ``128,0`` in Megatron-Bridge's provider); absent = no window.
+* ``--window-attn-skip-freq``: which layers use the window: an integer N puts one full layer
+  after N-1 window layers (layer number ``j = i + 1`` is a window layer when ``j % N != 0``),
+  a list expression (``"[1,0]*18"``) marks them one by one (1 = window). Absent: every layer.
+* ``--softmax-type vanilla|off-by-one|learnable``: ``learnable`` is GPT-OSS's learned per-head
+  sink logit (parameters); ``off-by-one`` adds a constant 1 and has none.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autopar.errors import AutoparError
+from autopar.specs.script_launch import Args
+
+SOFTMAX_TYPES = ("vanilla", "off-by-one", "learnable")
+
+
+def attention_fields(a: Args, num_layers: int) -> dict[str, Any]:
+    """ModelSpec fields ``sliding_window``, ``window_layers``, ``attention_sinks`` (module docstring).
+
+    Raises:
+        AutoparError: a window size that is not ``L,R`` with ``R`` 0, a skip frequency below 1,
+            a pattern whose length is not ``--num-layers`` or whose entries are not 0/1, a skip
+            frequency without a window, or an unknown softmax type.
+    """
+    fields: dict[str, Any] = {}
+    softmax = a.text("--softmax-type", "vanilla")
+    if softmax not in SOFTMAX_TYPES:
+        raise AutoparError(f"{a.source}: --softmax-type={softmax!r}: allowed {', '.join(SOFTMAX_TYPES)}")
+    if softmax == "learnable":
+        fields["attention_sinks"] = True
+    text = a.text("--window-size")
+    if text is None:
+        if a.has("--window-attn-skip-freq"):
+            raise AutoparError(f"{a.source}: --window-attn-skip-freq without --window-size: Megatron-LM then uses "
+                               "no window attention; add --window-size or drop it")
+        return fields
+    parts = [p.strip() for p in text.strip("()").split(",")]
+    if len(parts) != 2 or not all(p.lstrip("-").isdigit() for p in parts) or int(parts[0]) < 1 or int(parts[1]) != 0:
+        raise AutoparError(f"{a.source}: --window-size={text!r}: expected LEFT,0 with LEFT >= 1 keys (causal "
+                           "sliding window, e.g. 128,0)")
+    freq = a.text("--window-attn-skip-freq")
+    if freq is None:
+        pattern = [1] * num_layers
+    else:
+        pattern = a.frequency("--window-attn-skip-freq", freq, "[1,0]*18")
+        if isinstance(pattern, int):
+            pattern = [1 if (i + 1) % pattern else 0 for i in range(num_layers)]
+        if len(pattern) != num_layers or any(f not in (0, 1) or isinstance(f, bool) for f in pattern):
+            raise AutoparError(f"{a.source}: --window-attn-skip-freq={freq!r}: needs {num_layers} entries of 0 "
+                               "(full) or 1 (window), one per --num-layers")
+    fields.update(sliding_window=int(parts[0]), window_layers=tuple(i for i, w in enumerate(pattern) if w))
+    return fields
+
+
+def attention_args(m) -> list[str]:
+    """The Megatron-LM flags of a :class:`~autopar.specs.model.ModelSpec`'s window layers and
+    sinks, as :func:`attention_fields` reads them back (``m``: the model spec)."""
+    args = []
+    if m.window_layers:
+        window = set(m.window_layers)
+        pattern = ",".join("1" if i in window else "0" for i in range(m.num_layers))
+        args.append(f'--window-size {m.sliding_window},0 --window-attn-skip-freq "[{pattern}]"')
+    if m.attention_sinks:
+        args.append("--softmax-type learnable")
+    return args
