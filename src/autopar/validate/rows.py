@@ -400,8 +400,8 @@ def flash_of(row: Row, family: Family) -> bool:
 def tp_overlap_of(row: Row, family: Family) -> bool:
     """TP collectives overlapped with their GEMMs: the family default, or a row that names
     torchtitan's AsyncTP (``enable_async_tensor_parallel``: micro-pipelined all-gather/reduce-scatter
-    matmuls, as Transformer Engine userbuffers)."""
-    return family.tp_overlap or "asynctp" in row["notes"].lower()
+    matmuls, as Transformer Engine userbuffers), written ``AsyncTP`` or ``async TP``."""
+    return family.tp_overlap or "asynctp" in row["notes"].lower().replace(" ", "")
 
 
 def tp_backward_overlap_of(row: Row, family: Family) -> bool:
