@@ -128,7 +128,7 @@ def test_search_names_why_megatron_cannot_run_a_free_split(monkeypatch):
     free = Strategy(dp=2, pp=4, zero=1, layers_per_stage=(7, 8, 9, 8))
     assert free.recompute_per_stage is None
 
-    def fake(p, top_k, memory_margin, options, target):
+    def fake(p, top_k, memory_margin, options, target, constraints=None):
         return SearchResult([estimate(p, free)], 1, {}, 0, 0, 0.0, p.train.global_batch_size, target)
 
     monkeypatch.setattr("autopar.search.search", fake)

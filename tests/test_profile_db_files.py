@@ -73,7 +73,7 @@ def test_a_profile_command_migrates_schema_2_in_place(tmp_path):
     path = schema2_db(tmp_path / "old.db", "NVIDIA H100 80GB HBM3")
     OpDB(path).close()  # what 'profile ops/layer/comm --db old.db' opens
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
     assert conn.execute("SELECT device, versions, preset, torch_version, record FROM measured_on").fetchall() == [
         ("NVIDIA H100 80GB HBM3", VERSIONS, "h100-80gb", "2.5.1", SCHEMA2_RECORD)]
     conn.close()
@@ -81,7 +81,7 @@ def test_a_profile_command_migrates_schema_2_in_place(tmp_path):
 
 
 def test_schema_1_and_newer_files_are_refused_with_how_to_profile_again(tmp_path):
-    for version in (1, 4):
+    for version in (1, 5):
         path = tmp_path / f"v{version}.db"
         conn = sqlite3.connect(path)
         conn.execute("CREATE TABLE op (x)")
@@ -89,7 +89,7 @@ def test_schema_1_and_newer_files_are_refused_with_how_to_profile_again(tmp_path
         conn.commit()
         conn.close()
         err = one_line_error(["search", *PLAN, "--top", "1", "--profile-db", str(path)])
-        assert f"schema version {version}, this autopar reads 3 (and migrates 2); profile again into a new file " \
+        assert f"schema version {version}, this autopar reads 4 (and migrates 2, 3); profile again into a new file " \
                "(autopar profile ops --db NEW.db ...)" in err
 
 

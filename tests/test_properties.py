@@ -90,7 +90,7 @@ def test_every_ranked_layout_passes_every_rule_and_fits(model, nodes, gbs, seq):
 def test_ranking_breaks_ties_to_the_simpler_layout_and_drops_dominated_recompute(model, nodes, gbs):
     """Equal step times rank by simplicity_key; a layout that only adds recompute to a ranked
     one (or only a higher ZeRO stage) without being faster or >= 1% lighter is not listed
-    (autopar.search.grid._undominated)."""
+    (autopar.search.grid.undominated)."""
     from autopar.strategy import simplicity_key
 
     result = search(make_problem(model, nodes=nodes, gbs=gbs, seq=4096), top_k=25)

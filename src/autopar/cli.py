@@ -19,9 +19,11 @@ from rich.markup import escape
 
 from autopar.cli_inputs import (positive, problem_from_options, recompute_modules_option, strategy_from_options,
                                 take_warnings)
+from autopar.cli_config import Config
 from autopar.cli_paths import refuse_empty, refuse_overwriting_inputs
 from autopar.errors import AutoparError
 from autopar.problem import Problem
+from autopar.search import options as S
 from autopar.specs import device_names, load_device
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -29,6 +31,11 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 # Pipes and CI logs get a wide console so the tables are not squeezed to 80 columns.
 console = Console(width=None if sys.stdout.isatty() else 160)
 err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+
+
+@app.callback()
+def _options_file(config: Config = None) -> None:
+    """Plan the parallel layout of LLM training before spending GPU hours."""
 
 # Options shared by every command that needs a problem (model, cluster, batch).
 Model = Annotated[Optional[str], typer.Option("--model", "-m", help="HF config.json path or preset name (see README)")]
@@ -131,9 +138,9 @@ def target_warning(p: Problem, layouts: list, target: str) -> str | None:
 
 
 def _search_outputs(model: str | None, script: str | None, device_file: str | None, profile_db: str | None,
-                    write_script: str | None, report: str | None, top: int) -> None:
+                    write_script: str | None, report: str | None, top: int, plot: str | None = None) -> None:
     """Refuse ``search`` outputs that would overwrite its inputs (``--write-script`` writes up to
-    ``top`` scripts, ``--report`` four files; :func:`autopar.cli_paths.refuse_overwriting_inputs`)."""
+    ``top`` scripts, ``--report`` four files, ``--plot`` one; :func:`autopar.cli_paths.refuse_overwriting_inputs`)."""
     from pathlib import Path
 
     from autopar.export.rewrite import script_paths
@@ -142,7 +149,7 @@ def _search_outputs(model: str | None, script: str | None, device_file: str | No
     refuse_overwriting_inputs(
         {"--model": model, "--script": script, "--device-file": device_file, "--profile-db": profile_db},
         {"--write-script": (write_script, script_paths(Path(write_script), top) if write_script else []),
-         "--report": (report, report_paths(report) if report else [])})
+         "--report": (report, report_paths(report) if report else []), "--plot": (plot, [Path(plot)] if plot else [])})
 
 
 @app.command()
@@ -168,14 +175,31 @@ def search(
                                                   "for all stages) | sapp | galvatron (recompute per stage); one that "
                                                   "does not run on --device is refused \\[default: megatron; mindspeed "
                                                   "on Ascend]")] = None,
+    tp: S.Tp = None, pp: S.Pp = None, dp: S.Dp = None, cp: S.Cp = None, vpp: S.Vpp = None, ep: S.Ep = None,
+    etp: S.Etp = None, mbs: S.Mbs = None, num_microbatches: S.Microbatches = None, zero: S.Zero = None,
+    recompute: S.Recompute = None, schedule: S.Schedule = None, sp: S.Sp = None,
+    tp_comm_overlap: S.TpCommOverlap = None, cp_comm_type: S.CpCommType = None, no_tp: S.NoTp = False,
+    no_pp: S.NoPp = False, no_cp: S.NoCp = False, no_ep: S.NoEp = False, no_vpp: S.NoVpp = False,
+    no_fsdp: S.NoFsdp = False, no_recompute: S.NoRecompute = False, explain: S.Explain = None,
+    gbs_range: S.GbsRange = None, plot: S.Plot = None, config: Config = None,
+    verify: Annotated[Optional[int], typer.Option("--verify", help="then run the top K layouts for a few iterations "
+                                                  "with --script (autopar verify's defaults: local torchrun, 10 "
+                                                  "iterations, jobs in out/verify)")] = None,
 ) -> None:
     """Search every valid layout, drop those that do not fit, rank the rest by step time."""
     from autopar.export.megatron import megatron_args
     from autopar.report.table import search_summary, search_table
     from autopar.search import search as run_search
+    from autopar.search.explain import explain_layout
     from autopar.space import SpaceOptions
 
-    _search_outputs(model, script, device_file, profile_db, write_script, report, positive("--top", top, upper=1000))
+    S.check_modes(gbs_range, plot, explain, write_script, report)
+    _search_outputs(model, script, device_file, profile_db, write_script, report, positive("--top", top, upper=1000),
+                    plot)
+    constraints = S.constraints_from_options(
+        tp, pp, dp, cp, vpp, ep, etp, mbs, num_microbatches, zero, recompute, schedule, sp,
+        {"--no-tp": no_tp, "--no-pp": no_pp, "--no-cp": no_cp, "--no-ep": no_ep, "--no-vpp": no_vpp,
+         "--no-fsdp": no_fsdp, "--no-recompute": no_recompute}, tp_comm_overlap, cp_comm_type)
     p = problem_from_options(model, device, nodes, devices_per_node, gbs, seq_len, precision, device_file, device_set,
                  flash_attention, vocab_pad, script, vocab_size, moe_token_imbalance, fp8_param_storage)
     from autopar.search.grid import for_target
@@ -184,6 +208,9 @@ def search(
     target = target or default_target(p.cluster.device)
     check_target(p.cluster.device, target, "--target")
     p = for_target(p, target)
+    from autopar.verify.calibrate import calibrated
+
+    p, calibration = calibrated(p, profile_db, target)  # efficiency factors fitted to stored runs
     if not 0 <= memory_margin < 1:
         raise AutoparError(f"--memory-margin={memory_margin}: must be in [0, 1)")
     if write_script and not script:
@@ -192,10 +219,16 @@ def search(
         raise AutoparError(f"--min-gain-pct={min_gain_pct:g} applies to --write-script only; add --write-script OUT.sh")
     from autopar.profile.cli import print_coverage, profiled
 
-    with profiled(p, profile_db, profile_device, profile_stands_for) as coverage:
+    ops_db = profile_db if calibration is None or calibration["operator_rows"] else None  # a DB of runs only
+    with profiled(p, ops_db, profile_device, profile_stands_for) as coverage:
         modules = recompute_modules_option(p, recompute_modules)
         options = SpaceOptions(recompute_modules=modules) if modules else None
-        result = run_search(p, top, memory_margin, options=options, target=target)
+        if gbs_range:
+            from autopar.report.batch import run_batch_search
+
+            return run_batch_search(console, p, gbs_range, plot, memory_margin, options, target, constraints, as_json)
+        result = run_search(p, top, memory_margin, options=options, target=target, constraints=constraints)
+        explained = explain and explain_layout(p, explain, result, memory_margin, options, target, constraints)
         measured = coverage and coverage([e.strategy for e in result.layouts])
     best = result.layouts[0]
     best_args_refused = ""
@@ -215,11 +248,21 @@ def search(
         from autopar.report.html import write_report
 
         err_console.print(f"wrote {write_report(p, result, report)}", highlight=False)
+    if verify is not None:
+        from autopar.cli_verify import verify_search
+
+        verified = verify_search(p, result.layouts, verify, script, target)
     if as_json:
         doc = result.to_dict()
         doc["megatron_args"] = best_args
+        if verify is not None:
+            doc["verify"] = verified
         if measured:
             doc["profile"] = measured
+        if calibration:
+            doc["calibration"] = calibration
+        if explained:
+            doc["explain"] = explained.to_dict()
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return
     console.print(f"[bold]{p.model.name}[/] ({p.model.num_params / 1e9:.1f} B params) on {p.cluster.num_nodes} x "
@@ -239,6 +282,11 @@ def search(
                           highlight=False, soft_wrap=True)
     if measured:
         print_coverage(measured)
+    from autopar.cli_verify import print_calibration
+
+    print_calibration(calibration)
+    if explained:
+        console.print("\n" + explained.text(), highlight=False, markup=False, soft_wrap=True)
 
 
 # Layout options of ``estimate`` and ``export`` (None = the script's value, else the default shown).
@@ -297,7 +345,7 @@ def estimate(
     memory_margin: Margin = 0.10, as_json: Json = False, script: Script = None, vocab_size: VocabSize = None,
     profile_db: ProfileDb = None, profile_device: ProfileDevice = None, profile_stands_for: ProfileStandsFor = None,
     moe_token_imbalance: MoeImbalance = None, fp8_param_storage: Fp8ParamStorage = None,
-    recompute_modules: RecomputeModules = None,
+    recompute_modules: RecomputeModules = None, config: Config = None,
 ) -> None:
     """Estimate memory (per stage) and step time (with breakdown) of one explicit layout."""
     from autopar.estimate import estimate as run_estimate
@@ -394,7 +442,7 @@ def export(
     pipeline_layout: PipelineLayoutOpt = None,
     script: Script = None, vocab_size: VocabSize = None,
     moe_token_imbalance: MoeImbalance = None, fp8_param_storage: Fp8ParamStorage = None,
-    recompute_modules: RecomputeModules = None,
+    recompute_modules: RecomputeModules = None, config: Config = None,
 ) -> None:
     """Write one layout as a framework config: a search result's (--from, --rank) or an explicit one."""
     from pathlib import Path
@@ -486,3 +534,4 @@ from autopar.profile.cli import profile_app  # noqa: E402  (the sub-app imports 
 app.add_typer(profile_app, name="profile")
 
 import autopar.pipeline.cli_balance  # noqa: E402,F401  (registers `autopar balance`)
+import autopar.cli_verify  # noqa: E402,F401  (registers `autopar verify` and `autopar calibrate`)

@@ -12,7 +12,7 @@ from autopar.specs.long_numbers import json_loads, too_large
 from autopar.specs.model import MAX_SIZE
 from autopar.strategy import RECOMPUTE_MODULES, Strategy
 
-_FIELDS = ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "zero", "sp", "recompute", "recompute_layers",
+FIELDS = ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "zero", "sp", "recompute", "recompute_layers",
            "schedule", "layers_per_stage", "recompute_per_stage", "recompute_modules", "account_for_embedding",
            "account_for_loss", "pipeline_layout", "tp_comm_overlap", "cp_comm_type", "cp_a2a")
 
@@ -64,7 +64,7 @@ def strategy_from_result(path: str, rank: int, p: Problem) -> Strategy:
     raw = layouts[rank - 1].get("strategy") if isinstance(layouts[rank - 1], dict) else None
     if not isinstance(raw, dict):
         raise AutoparError(f"--from={path!r}: layouts[{rank - 1}] has no 'strategy' object")
-    fields = {k: raw[k] for k in _FIELDS if k in raw}
+    fields = {k: raw[k] for k in FIELDS if k in raw}
     for key in ("gbs", *fields):
         why = too_large(key, raw.get(key), f"sizes are at most {MAX_SIZE}")
         if why:

@@ -346,3 +346,33 @@ def write_scripts(script: str | Path, p: Problem, result: SearchResult, out: str
     except OSError as err:
         raise AutoparError(f"--write-script={str(out)!r}: cannot write ({err.strerror})") from None
     return lines
+
+
+def edit_flags(plan: ScriptPlan, values: dict[str, str | bool | None]) -> str:
+    """``plan``'s script with other (non-layout) flags edited, by the same rules as
+    :func:`rewrite_script` (a ``$X`` value rewrites ``X``'s assignment; new flags go next to the
+    first parallel flag).
+
+    Args:
+        plan: the script, as :func:`autopar.specs.script.read_script` read it.
+        values: flag -> a value to set (inserted when absent), ``True`` for a switch to add when
+            absent, ``False`` for a switch to delete, ``None`` for a valued flag to delete with
+            its value.
+    Raises:
+        AutoparError: no place to insert a missing flag.
+    """
+    ed = _Editor(plan)
+    for flag, value in values.items():
+        hits = _hits(ed.sh.clean, flag, not isinstance(value, bool))
+        if value is None or value is False:
+            for hit in hits:
+                ed.remove(hit, flag)
+        elif value is True:
+            ed.inserts += [] if hits else [flag]
+        elif hits:
+            for hit in hits:
+                ed.set_value(hit, value, flag)
+        else:
+            ed.inserts.append(f"{flag} {value}")
+    ed.insert_block()
+    return ed.apply()

@@ -10,11 +10,15 @@ backward and the CUDA peak. Table ``comm`` holds collective samples, ``comm_fit`
 latency-bandwidth fits per (collective, link class) with the ranks per node of the fitted groups
 (version 2 added it: an inter-node fit's bus bandwidth is shared by that many NICs). Table
 ``measured_on`` (version 3) records per (device, versions) where and with what the rows were
-measured (:class:`autopar.profile.provenance.MeasuredOn`). Layer profiles are ``op='layer'``
+measured (:class:`autopar.profile.provenance.MeasuredOn`). Table ``run`` (version 4) holds the
+short training runs of ``autopar verify --record`` (problem, layout, measured step time and peak
+memory, or the failure and its cause) and ``calibration`` the efficiency multipliers
+``autopar calibrate`` fitted to them (:mod:`autopar.verify.calibrate`). Layer profiles are ``op='layer'``
 rows keyed by :func:`autopar.profile.shapes.layer_dims`. Every write commits at once, so an
 interrupted profile keeps what it finished. No torch here: the planner reads the file without it.
 
-Older files: version 2 lacks ``measured_on`` but holds what it records (its rows are keyed by
+Older files: version 3 lacks ``run`` and ``calibration`` (read as holding no runs; created
+when a profile or verify command writes to it). Version 2 lacks ``measured_on`` but holds what it records (its rows are keyed by
 the name torch reported and its ``versions`` name torch and CUDA), so it is read with records
 derived from its rows (:func:`autopar.profile.provenance.from_schema2`; the autopar version and
 the ``--device`` given stay unknown) and migrated in place when a profile command writes to it;
@@ -33,8 +37,9 @@ from pathlib import Path
 from autopar.errors import AutoparError
 from autopar.profile.provenance import MeasuredOn, from_schema2
 
-SCHEMA_VERSION = 3
-MIGRATES = 2  # the older version read (and migrated on write) without profiling again
+SCHEMA_VERSION = 4
+MIGRATES = (2, 3)  # older versions read (and migrated on write) without profiling again
+_NEW_IN_4 = ("run", "calibration")
 NEIGHBOURHOOD = 2.0  # interpolate only between shapes whose every dimension is within 2x
 MAX_OP_S = 3600.0  # one operator or layer call: an hour is no measurement, a corrupt row
 
@@ -56,6 +61,13 @@ CREATE TABLE IF NOT EXISTS measured_on (
   device TEXT NOT NULL, versions TEXT NOT NULL, torch_name TEXT NOT NULL, preset TEXT, given_device TEXT,
   torch_version TEXT, cuda_version TEXT, rocm_version TEXT, autopar_version TEXT, record TEXT NOT NULL,
   created REAL NOT NULL, PRIMARY KEY (device, versions));
+CREATE TABLE IF NOT EXISTS run (
+  device TEXT NOT NULL, framework TEXT NOT NULL, problem TEXT NOT NULL, layout TEXT NOT NULL,
+  step_time_s REAL, tokens_per_s REAL, peak_allocated_bytes REAL, peak_reserved_bytes REAL, failure TEXT,
+  cause TEXT, job TEXT NOT NULL, created REAL NOT NULL, PRIMARY KEY (device, framework, job, created));
+CREATE TABLE IF NOT EXISTS calibration (
+  device TEXT NOT NULL, framework TEXT NOT NULL, factor TEXT NOT NULL, multiplier REAL NOT NULL,
+  runs INTEGER NOT NULL, applied INTEGER NOT NULL, created REAL NOT NULL, PRIMARY KEY (device, framework, factor));
 """
 
 # Column names per table, in order, as _SCHEMA creates them (a file with other columns is refused).
@@ -67,6 +79,9 @@ _COLUMNS = {
                  "versions", "created"),
     "measured_on": ("device", "versions", "torch_name", "preset", "given_device", "torch_version", "cuda_version",
                     "rocm_version", "autopar_version", "record", "created"),
+    "run": ("device", "framework", "problem", "layout", "step_time_s", "tokens_per_s", "peak_allocated_bytes",
+            "peak_reserved_bytes", "failure", "cause", "job", "created"),
+    "calibration": ("device", "framework", "factor", "multiplier", "runs", "applied", "created"),
 }
 _RECORD_FIELDS = _COLUMNS["measured_on"][:-1]  # MeasuredOn's fields, in order
 
@@ -159,9 +174,9 @@ class OpDB:
             tables = self.conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
         except sqlite3.DatabaseError as err:
             raise AutoparError(f"{where}: not an autopar profile database ({err})") from None
-        if tables and version not in (SCHEMA_VERSION, MIGRATES):
+        if tables and version not in (SCHEMA_VERSION, *MIGRATES):
             raise AutoparError(f"{where}: schema version {version}, this autopar reads {SCHEMA_VERSION} (and "
-                               f"migrates {MIGRATES}); profile again into a new file (autopar profile ops --db "
+                               f"migrates {', '.join(map(str, MIGRATES))}); profile again into a new file (autopar profile ops --db "
                                "NEW.db ...)")
         self.schema = version if tables else SCHEMA_VERSION
         if not tables and not write:
@@ -171,8 +186,9 @@ class OpDB:
                 self._check_columns(where)  # before any write: a refused file stays as it was
             if write:
                 self.conn.executescript(_SCHEMA)
-                if self.schema == MIGRATES:
+                if self.schema == 2:
                     self._migrate()
+                self.schema = SCHEMA_VERSION
                 self.conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
                 self.conn.commit()
         except sqlite3.DatabaseError as err:
@@ -182,8 +198,10 @@ class OpDB:
     def _check_columns(self, where: str) -> None:
         """Raises AutoparError when a table of this file's schema has other columns."""
         for table, columns in _COLUMNS.items():
-            if table == "measured_on" and self.schema == MIGRATES and not self._has_table("measured_on"):
+            if table == "measured_on" and self.schema == 2 and not self._has_table("measured_on"):
                 continue  # a version-2 file read as it is: records derived from its rows
+            if table in _NEW_IN_4 and self.schema < 4 and not self._has_table(table):
+                continue  # a version-2/3 file read as it is: no runs
             have = [r[1] for r in self.conn.execute(f"PRAGMA table_info({table})")]
             if have != list(columns):
                 raise AutoparError(f"{where}: table {table} has columns {have}, schema version {SCHEMA_VERSION} "
@@ -199,10 +217,10 @@ class OpDB:
                                       "UNION SELECT device, versions FROM comm_fit ORDER BY 1, 2"))
 
     def _migrate(self) -> None:
-        """Version 2 -> 3: a ``measured_on`` record derived from each key of the rows."""
+        """Version 2 -> 3: a ``measured_on`` record derived from each key of the rows (3 -> 4 only
+        creates the new tables)."""
         for device, versions in self._keys():
             self.put_measured_on(from_schema2(device, versions), commit=False)
-        self.schema = SCHEMA_VERSION
 
     def close(self) -> None:
         self.conn.close()
@@ -254,7 +272,7 @@ class OpDB:
         A version-2 file read as it is has no records: each is derived from its rows
         (:func:`autopar.profile.provenance.from_schema2`)."""
         keys = [v for d, v in self._keys() if d == device]
-        if self.schema == MIGRATES:
+        if self.schema == 2:
             return [from_schema2(device, v) for v in keys], []
         cur = self.conn.execute(f"SELECT {', '.join(_RECORD_FIELDS)} FROM measured_on WHERE device=? ORDER BY versions",
                                 (device,))
@@ -346,3 +364,38 @@ class OpDB:
         cur = self.conn.execute("SELECT collective, link, alpha_s, bus_bandwidth_bytes_per_s, ranks_per_node "
                                 "FROM comm_fit WHERE device=? ORDER BY created", (device,))
         return {(c, link): (a, bw, r) for c, link, a, bw, r in cur}
+
+    def put_run(self, device: str, framework: str, problem: str, layout: str, measured: dict, job: str) -> None:
+        """Store one short run of ``autopar verify`` and commit. ``problem``/``layout``: JSON
+        texts; ``measured``: :class:`autopar.verify.logs.RunResult` fields (seconds, bytes)."""
+        self.conn.execute("INSERT OR REPLACE INTO run VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                          (device, framework, problem, layout, measured.get("step_time_s"),
+                           measured.get("tokens_per_s"), measured.get("peak_allocated_bytes"),
+                           measured.get("peak_reserved_bytes"), measured.get("failure"), measured.get("cause"), job,
+                           time.time()))
+        self.conn.commit()
+
+    def runs(self, device: str | None = None) -> list[dict]:
+        """The stored runs (of ``device``, else all), oldest first, as dicts of the ``run`` columns."""
+        if not self._has_table("run"):
+            return []
+        where, args = ("WHERE device=?", (device,)) if device else ("", ())
+        cur = self.conn.execute(f"SELECT * FROM run {where} ORDER BY created", args)
+        return [dict(zip(_COLUMNS["run"], row)) for row in cur]
+
+    def put_calibration(self, device: str, framework: str, factors: dict[str, tuple[float, int, bool]]) -> None:
+        """Replace the calibration of (``device``, ``framework``): factor -> (efficiency
+        multiplier, runs behind it, applied)."""
+        self.conn.execute("DELETE FROM calibration WHERE device=? AND framework=?", (device, framework))
+        now = time.time()
+        self.conn.executemany("INSERT INTO calibration VALUES (?,?,?,?,?,?,?)",
+                              [(device, framework, f, m, n, int(ok), now) for f, (m, n, ok) in factors.items()])
+        self.conn.commit()
+
+    def calibration(self, device: str, framework: str) -> dict[str, tuple[float, int, bool]]:
+        """factor -> (efficiency multiplier, runs, applied) of (``device``, ``framework``); {} when none."""
+        if not self._has_table("calibration"):
+            return {}
+        cur = self.conn.execute("SELECT factor, multiplier, runs, applied FROM calibration WHERE device=? AND "
+                                "framework=?", (device, framework))
+        return {f: (m, n, bool(a)) for f, m, n, a in cur}

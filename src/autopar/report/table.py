@@ -135,11 +135,14 @@ def search_table(result: SearchResult) -> Table:
 
 
 def search_summary(result: SearchResult) -> str:
-    """One paragraph: what was enumerated, rejected (by rule) and dropped for memory."""
+    """One paragraph: what was enumerated, removed by the constraints (each layout under the first
+    it fails), rejected (by rule) and dropped for memory."""
     rejected = ", ".join(f"{k} {v}" for k, v in sorted(result.rejected.items(), key=lambda kv: -kv[1]))
+    removed = ", ".join(f"{k} {v:,}" for k, v in result.constraints.items())
     return (
         f"{result.enumerated:,} layouts enumerated in {result.search_time_s:.2f} s; "
-        f"rejected by rule: {rejected or 'none'}; out of memory: {result.out_of_memory:,}; "
+        + (f"removed by constraints: {removed} ({sum(result.constraints.values()):,} in all); " if removed else "")
+        + f"rejected by rule: {rejected or 'none'}; out of memory: {result.out_of_memory:,}; "
         f"marginal (near the memory limit): {result.marginal:,}"
         + (f"; skipped, --target {result.target} cannot write them: {result.not_writable:,}"
            if result.not_writable else "")

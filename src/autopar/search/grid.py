@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Callable
+from itertools import islice
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -29,6 +30,7 @@ from autopar.pipeline.rebalance import TARGETS, TableCache, rank, rebalance_esti
 from autopar.problem import Problem
 from autopar.problem_record import problem_record
 from autopar.rules import RULES, first_failure
+from autopar.search.constraints import Constraint, apply_constraints, widen_space
 from autopar.space import SpaceOptions, enumerate_layouts
 from autopar.strategy import DEFAULT_RECOMPUTE_MODULES, SIMPLICITY_ORDER, LayoutBatch, Strategy
 
@@ -50,6 +52,7 @@ class SearchResult:
     not_writable: int = 0  # fitting layouts skipped because the target's writer refuses them
     extra: dict[str, Any] = field(default_factory=dict)
     problem: dict[str, Any] | None = None  # autopar.problem_record.problem_record of the problem searched
+    constraints: dict[str, int] = field(default_factory=dict)  # constraint text -> layouts it removed
 
     def to_dict(self) -> dict[str, Any]:
         """The stable search JSON documented in the README."""
@@ -63,6 +66,7 @@ class SearchResult:
             "target": self.target,
             "not_writable": self.not_writable,
             "problem": self.problem,
+            "constraints": self.constraints,
         }
 
 
@@ -95,6 +99,31 @@ def for_target(p: Problem, target: str) -> Problem:
     return Problem(p.model, p.cluster, p.train.model_copy(update=update))
 
 
+def for_search(p: Problem, target: str, options: SpaceOptions | None) -> tuple[Problem, SpaceOptions | None]:
+    """``p`` as ``target`` runs it (:func:`for_target`) and ``options`` restricted to the
+    recompute modules, TP overlap and CP algorithms the target writes
+    (:mod:`autopar.export.comm_knobs`).
+
+    Raises:
+        AutoparError: a ``megatron-bridge`` model without a library recipe (once, not per layout),
+            or ``options`` pinning recompute modules the target cannot write.
+    """
+    p = for_target(p, target)
+    if target == "megatron-bridge":
+        from autopar.export.megatron_bridge import recipe_for
+
+        recipe_for(p)
+    if target not in MODULE_TARGETS:  # only Megatron-LM writes other recompute modules than core_attn
+        pinned = options.recompute_modules if options else None
+        if pinned not in (None, DEFAULT_RECOMPUTE_MODULES):
+            raise AutoparError(f"--recompute-modules {','.join(pinned)} with --target {target}: only "
+                               f"{', '.join(MODULE_TARGETS)} writes recompute modules other than core_attn")
+        options = replace(options or SpaceOptions(), recompute_modules=DEFAULT_RECOMPUTE_MODULES)
+    options = replace(options or SpaceOptions(), tp_comm_overlap=target in TP_OVERLAP_TARGETS,
+                      cp_comm_types=CP_ALGORITHMS.get(target, ("p2p",)))  # what the target can write
+    return p, options
+
+
 def refusal(p: Problem, target: str, strategy: Strategy) -> str | None:
     """Why ``target``'s writer (:data:`autopar.export.WRITERS`) cannot write ``strategy``
     unchanged (torchtitan has no distributed optimizer, DeepSpeed no context parallelism, ...),
@@ -108,18 +137,18 @@ def refusal(p: Problem, target: str, strategy: Strategy) -> str | None:
     return None
 
 
-def _undominated(batch: LayoutBatch, step_s: np.ndarray, peak_bytes: np.ndarray, order: np.ndarray,
-                 top_k: int, keep: Callable[[int], bool] = lambda i: True) -> list[int]:
-    """The first ``top_k`` indices of ``order``, skipping a layout that differs from one already
+def undominated(batch: LayoutBatch, step_s: np.ndarray, peak_bytes: np.ndarray, order: np.ndarray,
+                keep: Callable[[int], bool] = lambda i: True) -> Iterator[int]:
+    """The indices of ``order`` in turn, skipping a layout that differs from one already
     taken only in its recompute setting or ZeRO stage and is neither faster (to the microsecond)
     nor lighter by at least :data:`LIGHTER_FRACTION` of its peak: e.g. selective recompute that
     saves almost no memory under flash attention and costs no time on a communication-bound step
     is not a second plan, nor is ZeRO-1 with dp x cp = 1 (nothing to shard: the same layout).
-    ``keep(i)`` False skips row ``i`` too (a layout the target cannot write)."""
+    ``keep(i)`` False skips row ``i`` too (a layout the target cannot write). The table lists
+    the first ``top_k`` of these."""
     layout_columns = [getattr(batch, f.name) for f in fields(LayoutBatch)
                       if f.name not in ("recompute", "recompute_layers", "zero")]
     taken: dict[tuple, list[int]] = {}
-    out: list[int] = []
     for i in order:
         i = int(i)
         if not keep(i):
@@ -129,10 +158,7 @@ def _undominated(batch: LayoutBatch, step_s: np.ndarray, peak_bytes: np.ndarray,
                for j in same):
             continue
         same.append(i)
-        out.append(i)
-        if len(out) == top_k:
-            break
-    return out
+        yield i
 
 
 def _nothing_valid(p: Problem, rejected: dict[str, int]) -> AutoparError:
@@ -143,62 +169,102 @@ def _nothing_valid(p: Problem, rejected: dict[str, int]) -> AutoparError:
     )
 
 
+@dataclass
+class Grid:
+    """The vectorised stage of a search: every enumerated layout (``batch``), what the
+    constraints removed (``kept``, ``removed``), the first rule each kept layout fails
+    (``failed``: index into :data:`RULES`, -1 = valid; ``rejected`` counts by rule name), the
+    valid ones (``valid``, at rows ``valid_rows`` of ``batch``) with their ``costs``
+    (:func:`autopar.cost.step.evaluate` on bounding stages), ``fits`` / ``marginal`` masks over
+    ``valid`` and ``order``: valid rows best first (fitting, then by step time, then simplest)."""
+
+    batch: LayoutBatch
+    kept: np.ndarray
+    removed: dict[str, int]
+    failed: np.ndarray
+    rejected: dict[str, int]
+    valid: LayoutBatch
+    valid_rows: np.ndarray
+    costs: Any
+    fits: np.ndarray
+    marginal: np.ndarray
+    order: np.ndarray
+
+
+def costed_grid(p: Problem, memory_margin: float, options: SpaceOptions | None = None,
+                constraints: list[Constraint] | None = None) -> Grid:
+    """Enumerate the space of ``p`` (widened to hold pinned values), remove what ``constraints``
+    forbid, reject by rule and cost the rest at once (see :class:`Grid`).
+
+    Raises:
+        AutoparError: the constraints leave nothing (with what each removed), or no layout passes
+            the rules (with the rules that rejected most).
+    """
+    constraints = constraints or []
+    batch = enumerate_layouts(p, widen_space(options or SpaceOptions(), constraints))
+    kept, removed = apply_constraints(batch, constraints)
+    if constraints and not np.any(kept):
+        what = ", ".join(f"{text} ({count:,})" for text, count in removed.items())
+        raise AutoparError(f"the constraints leave none of the {len(batch):,} layouts of {p.model.name} on "
+                           f"{p.world_size} devices (gbs={p.train.global_batch_size}); removed by: {what}")
+    failed = np.full(len(batch), -1, dtype=np.int64)
+    failed[kept] = first_failure(p, batch.take(kept))
+    rejected = {rule.name: int(np.sum(kept & (failed == i))) for i, rule in enumerate(RULES)
+                if np.any(kept & (failed == i))}
+    valid_rows = np.flatnonzero(kept & (failed < 0))
+    valid = batch.take(valid_rows)
+    if len(valid) == 0:
+        raise _nothing_valid(p, rejected)
+    costs = evaluate(p, valid, bounding_stages(p, valid), _counts(valid))
+    capacity = p.cluster.device.memory_bytes
+    fits = costs.peak_memory_bytes <= capacity
+    marginal = fits & (costs.peak_memory_bytes > (1 - memory_margin) * capacity)
+    ties = tuple(getattr(valid, name) for name in reversed(SIMPLICITY_ORDER))  # last key sorts first
+    order = np.lexsort(ties + (np.round(costs.step_time_s, 6), marginal, ~fits))
+    return Grid(batch, kept, removed, failed, rejected, valid, valid_rows, costs, fits, marginal, order)
+
+
+def _nothing_fits(p: Problem, grid: Grid) -> AutoparError:
+    capacity = p.cluster.device.memory_bytes
+    best = int(np.argmin(grid.costs.peak_memory_bytes))
+    layout = grid.valid.strategy(best, p.model.num_layers, p.model.mtp_num_layers)
+    return AutoparError(
+        f"no layout fits in {capacity / GIB:.1f} GiB per device: the smallest predicted peak is "
+        f"{grid.costs.peak_memory_bytes[best] / GIB:.1f} GiB (tp={layout.tp} pp={layout.pp} cp={layout.cp} "
+        f"dp={layout.dp} zero={layout.zero} recompute={layout.recompute}); add devices or memory")
+
+
 def search(
     p: Problem,
     top_k: int = 10,
     memory_margin: float = DEFAULT_MEMORY_MARGIN,
     options: SpaceOptions | None = None,
     target: str = "megatron",
+    constraints: list[Constraint] | None = None,
 ) -> SearchResult:
     """Search the whole layout space of ``p`` and return the ``top_k`` best layouts.
 
     ``target``: the ``autopar export`` format the layouts must run on unchanged
     (:data:`autopar.pipeline.rebalance.TARGETS`); ``sapp`` and ``galvatron`` allow recompute
-    per stage, the others get one recompute option for all stages.
+    per stage, the others get one recompute option for all stages. ``constraints``
+    (:mod:`autopar.search.constraints`) remove layouts before the rules and the costing.
 
     Raises:
         AutoparError: ``target`` is not a known format, or ``options`` pin recompute modules the
             target cannot write.
+        AutoparError: the constraints leave no layout (with what each removed).
         AutoparError: no layout passes the rules (with the rules that rejected most), or none
             fits in device memory (with the smallest peak found against the capacity).
     """
     start = time.perf_counter()
     if target not in TARGETS:
         raise AutoparError(f"--target={target!r}: allowed {', '.join(TARGETS)}")
-    p = for_target(p, target)
-    if target == "megatron-bridge":  # a model without a recipe: refused once, not per layout
-        from autopar.export.megatron_bridge import recipe_for
-
-        recipe_for(p)
-    if target not in MODULE_TARGETS:  # only Megatron-LM writes other recompute modules than core_attn
-        pinned = options.recompute_modules if options else None
-        if pinned not in (None, DEFAULT_RECOMPUTE_MODULES):
-            raise AutoparError(f"--recompute-modules {','.join(pinned)} with --target {target}: only "
-                               f"{', '.join(MODULE_TARGETS)} writes recompute modules other than core_attn")
-        options = replace(options or SpaceOptions(), recompute_modules=DEFAULT_RECOMPUTE_MODULES)
-    options = replace(options or SpaceOptions(), tp_comm_overlap=target in TP_OVERLAP_TARGETS,
-                      cp_comm_types=CP_ALGORITHMS.get(target, ("p2p",)))  # what the target can write
-    batch = enumerate_layouts(p, options)
-    failed = first_failure(p, batch)
-    rejected = {rule.name: int(np.sum(failed == i)) for i, rule in enumerate(RULES) if np.any(failed == i)}
-    valid = batch.take(failed < 0)
-    if len(valid) == 0:
-        raise _nothing_valid(p, rejected)
-
-    costs = evaluate(p, valid, bounding_stages(p, valid), _counts(valid))
-    capacity = p.cluster.device.memory_bytes
-    fits = costs.peak_memory_bytes <= capacity
-    if not np.any(fits):
-        best = int(np.argmin(costs.peak_memory_bytes))
-        layout = valid.strategy(best, p.model.num_layers, p.model.mtp_num_layers)
-        raise AutoparError(
-            f"no layout fits in {capacity / GIB:.1f} GiB per device: the smallest predicted peak is "
-            f"{costs.peak_memory_bytes[best] / GIB:.1f} GiB (tp={layout.tp} pp={layout.pp} cp={layout.cp} "
-            f"dp={layout.dp} zero={layout.zero} recompute={layout.recompute}); add devices or memory"
-        )
-    marginal = fits & (costs.peak_memory_bytes > (1 - memory_margin) * capacity)
-    ties = tuple(getattr(valid, name) for name in reversed(SIMPLICITY_ORDER))  # last key sorts first
-    order = np.lexsort(ties + (np.round(costs.step_time_s, 6), marginal, ~fits))
+    p, options = for_search(p, target, options)
+    grid = costed_grid(p, memory_margin, options, constraints)
+    if not np.any(grid.fits):
+        raise _nothing_fits(p, grid)
+    valid, costs, fits, marginal = grid.valid, grid.costs, grid.fits, grid.marginal
+    order = grid.order
     refused: list[str] = []
 
     def writable(i: int) -> bool:
@@ -207,7 +273,8 @@ def search(
             refused.append(reason)
         return reason is None
 
-    order = _undominated(valid, costs.step_time_s, costs.peak_memory_bytes, order[fits[order]], top_k, writable)
+    order = list(islice(undominated(valid, costs.step_time_s, costs.peak_memory_bytes, order[fits[order]], writable),
+                        top_k))
     if not order:
         raise AutoparError(f"no fitting layout can be written for --target {target}: "
                            f"{len(refused):,} refused, e.g. {refused[0]}")
@@ -218,8 +285,8 @@ def search(
         layouts = _unique(rank([rebalance_estimate(p, layouts[0], memory_margin, target, cache)] + layouts))
     return SearchResult(
         layouts=layouts,
-        enumerated=len(batch),
-        rejected=rejected,
+        enumerated=len(grid.batch),
+        rejected=grid.rejected,
         out_of_memory=int(np.sum(~fits)),
         marginal=int(np.sum(marginal)),
         search_time_s=time.perf_counter() - start,
@@ -227,4 +294,5 @@ def search(
         target=target,
         not_writable=len(refused),
         problem=problem_record(p),
+        constraints=grid.removed,
     )

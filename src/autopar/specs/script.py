@@ -30,9 +30,9 @@ from autopar.specs.bash import ShellScript, check_script_size
 from autopar.specs.script_launch import Args, find_launch
 from autopar.specs.script_attention import attention_fields
 from autopar.specs.script_comm import comm_fields
+from autopar.specs.script_flags import check_flags
 from autopar.specs.script_layers import apply_noop_layers
 from autopar.specs.script_optimizer import optimizer_fields
-from autopar.specs.script_refused import refuse_unmodelled
 from autopar.specs.model import ModelSpec
 from autopar.specs.script_vocab import vocab_size
 from autopar.specs.train import TrainSpec
@@ -123,8 +123,8 @@ def read_script(path: str | Path, text: str | None = None) -> ScriptPlan:
         raise AutoparError(f"{path.name}: {err}") from None
     launch = find_launch(sh, path.name)
     a = launch.args
+    check_flags(a)
     framework = "mindspeed" if any(a.has(f) for f in MINDSPEED_FLAGS) else "megatron"
-    refuse_unmodelled(a)
     fields, vocab_error = model_fields(a, path)
     mbs = a.integer("--micro-batch-size", 1)
     layout = layout_fields(a, fields["num_layers"])
@@ -135,7 +135,7 @@ def read_script(path: str | Path, text: str | None = None) -> ScriptPlan:
     train = dict(global_batch_size=a.integer("--global-batch-size", mbs * dp), seq_len=a.require("--seq-length"),
                  precision=precision(a), flash_attention=flash_attention(a),
                  make_vocab_size_divisible_by=a.integer("--make-vocab-size-divisible-by", 128),
-                 **optimizer_fields(a))
+                 **optimizer_fields(a), **moe_capacity_fields(a))
     if train["precision"] == "fp8" and a.has("--fp8-param-gather"):
         train["fp8_param_storage"] = True
     return ScriptPlan(path=path, text=text, framework=framework, args=a, num_nodes=launch.nnodes,
@@ -246,6 +246,29 @@ def _moe_fields(a: Args, num_layers: int, ffn: int) -> dict[str, Any]:
                 router_group_topk=a.integer("--moe-router-group-topk", 0),
                 router_topk_scaling_factor=a.number("--moe-router-topk-scaling-factor", 0.0)
                 if a.has("--moe-router-topk-scaling-factor") else None)
+
+
+def moe_capacity_fields(a: Args) -> dict[str, Any]:
+    """``moe_token_imbalance`` from ``--moe-expert-capacity-factor C``: below 0 Megatron-Core
+    routes dropless (``TransformerConfig.__post_init__`` sets it to None), autopar's default; with
+    ``--moe-pad-expert-input-to-capacity`` every expert computes ``C`` times its balanced share.
+
+    Raises:
+        AutoparError: a factor >= 0 without padding (tokens dropped up to the capacity, not
+            modelled), or a padded factor below 1 (tokens dropped).
+    """
+    if not a.has("--moe-expert-capacity-factor"):
+        if a.has("--moe-pad-expert-input-to-capacity"):
+            raise AutoparError(f"{a.source}: --moe-pad-expert-input-to-capacity without --moe-expert-capacity-factor: "
+                               "Megatron-LM asserts a capacity factor")
+        return {}
+    factor = a.number("--moe-expert-capacity-factor", -1.0)
+    if factor < 0:
+        return {}
+    if not a.has("--moe-pad-expert-input-to-capacity") or factor < 1:
+        raise AutoparError(f"{a.source}: --moe-expert-capacity-factor={factor:g}: token dropping is not modelled by "
+                           "autopar; use a factor >= 1 with --moe-pad-expert-input-to-capacity, or -1 (dropless)")
+    return dict(moe_token_imbalance=factor)
 
 
 def moe_layers(a: Args, num_layers: int) -> tuple[int, ...]:

@@ -1,0 +1,114 @@
+"""``--config FILE``: any command's options from a YAML or JSON file, one section per command.
+
+The file maps a command name to its options (as Tinker's ``parameter_config.json`` holds one
+section per tool), nested for sub-commands::
+
+    search: {model: llama3-70b, device: h100-80gb, nodes: 8, tp: "2,4", no_cp: true}
+    profile: {run: {...}}
+
+Keys are option names with or without dashes (``seq-len``, ``seq_len``, ``--seq-len``). The file
+becomes click's ``Context.default_map`` (typer runs on click), so the command line overrides it and
+each value goes through the option's own type check. A list is joined with commas for a
+single-valued option (``pp: [1, 2, 4]`` is ``--pp 1,2,4``). Unknown sections and keys are refused
+before any command runs, with one line naming the key and the section.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+import yaml
+
+from autopar.specs.long_numbers import yaml_load
+
+
+def _key(name: str) -> str:
+    return name.lstrip("-").replace("-", "_")
+
+
+def _options(command: Any) -> dict[str, Any]:
+    """Accepted key -> the click parameter of ``command`` (its name and its long options)."""
+    out = {}
+    for param in command.params:
+        if param.name == "config":
+            continue
+        for name in [param.name, *getattr(param, "opts", [])]:
+            if name.startswith("-") and not name.startswith("--"):
+                continue  # short options (-m) are not keys
+            out[_key(name)] = param
+    return out
+
+
+def default_map(group: Any, data: Any, path: str, section: str = "") -> dict[str, Any]:
+    """``data`` (the parsed file) as a click ``default_map`` for ``group``'s commands.
+
+    Raises:
+        typer.BadParameter: a section that is no command, a key that is no option of its
+            section's command, or a section that is not a mapping (one line naming both).
+    """
+    where = f"section {section!r}" if section else "the top level"
+    if not isinstance(data, dict):
+        raise typer.BadParameter(f"{path}: {where} must map names to values, got {type(data).__name__}")
+    commands = getattr(group, "commands", None)
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        name = f"{section} {key}".strip()
+        if commands is not None:  # a group: keys are command names
+            if key not in commands:
+                raise typer.BadParameter(f"{path}: unknown section {name!r}; allowed {', '.join(sorted(commands))}")
+            out[key] = default_map(commands[key], value, path, name)
+            continue
+        accepted = _options(group)
+        if _key(str(key)) not in accepted:
+            names = {next((o[2:] for o in p.opts if o.startswith("--")), p.name) for p in accepted.values()}
+            raise typer.BadParameter(f"{path}: unknown key {key!r} in section {section!r}; allowed "
+                                     f"{', '.join(sorted(names))}")
+        param = accepted[_key(str(key))]
+        if isinstance(value, list) and not param.multiple:
+            value = ",".join(map(str, value))
+        out[param.name] = value
+    return out
+
+
+def load_config(ctx: typer.Context, param: Any, path: str | None) -> str | None:
+    """Eager ``--config`` callback: read ``path`` (JSON or YAML), check it against every command
+    and set ``ctx.default_map`` (the whole file on the top-level group, the command's own section
+    on a command).
+
+    Raises:
+        typer.BadParameter: an unreadable or unparsable file, or a key refused by :func:`default_map`.
+    """
+    if path is None or ctx.resilient_parsing:
+        return path
+    try:
+        text = Path(path).read_text()
+    except OSError as err:
+        raise typer.BadParameter(f"{path}: cannot read ({err.strerror})") from None
+    try:
+        data = json.loads(text) if path.endswith(".json") else yaml_load(text)
+    except (ValueError, yaml.YAMLError) as err:
+        raise typer.BadParameter(f"{path}: not valid {'JSON' if path.endswith('.json') else 'YAML'} "
+                                 f"({str(err).splitlines()[0]})") from None
+    root = ctx.find_root()
+    full = default_map(root.command, data or {}, path)
+    if ctx.parent is None:
+        ctx.default_map = full
+    else:
+        names = []
+        c = ctx
+        while c.parent is not None:
+            names.insert(0, c.info_name)
+            c = c.parent
+        for name in names:
+            full = full.get(name, {})
+        ctx.default_map = full
+    return path
+
+
+Config = Annotated[Optional[str], typer.Option(
+    "--config", is_eager=True, callback=load_config, expose_value=False,
+    help="YAML or JSON file of options, one section per command (e.g. 'search: {tp: 4, gbs: 512}'); "
+    "the command line wins")]

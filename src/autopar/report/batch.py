@@ -1,0 +1,105 @@
+"""The batch-size search's output: a rich table, the JSON document and a matplotlib PNG
+(tokens/s per device and peak memory of each gbs's best layout)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from autopar.errors import AutoparError
+from autopar.problem import Problem
+from autopar.report.plots import GIB, _png, plt
+from autopar.report.table import layout_label, recompute_label
+from autopar.search.batch import BatchSearch, batch_search, parse_gbs_range
+from autopar.search.constraints import Constraint
+from autopar.space import SpaceOptions
+
+
+def batch_table(sweep: BatchSearch) -> Table:
+    """One row per gbs: its best layout, memory, step time, tokens/s per device and MFU; the gbs
+    with the most tokens/s per device is marked ``best``, the largest that fits ``largest``."""
+    table = Table(title="Best layout per global batch size (GiB = peak per device)", header_style="bold")
+    for name, justify in [("gbs", "right"), ("layout", "left"), ("mbs", "right"), ("zero", "right"),
+                          ("recompute", "left"), ("GiB", "right"), ("step s", "right"), ("tok/s/dev", "right"),
+                          ("MFU", "right"), ("note", "left")]:
+        table.add_column(name, justify=justify, no_wrap=name != "note")
+    best, largest = sweep.best_throughput, sweep.largest_fitting
+    for pt in sweep.points:
+        e = pt.best
+        if e is None:
+            table.add_row(f"{pt.gbs:,}", "[red]none[/]", *[""] * 7, pt.reason or "")
+            continue
+        notes = [n for n, p in (("best tok/s/dev", best), ("largest that fits", largest)) if p is pt]
+        notes += ["marginal"] if e.marginal else []
+        table.add_row(f"{pt.gbs:,}", layout_label(e), str(e.strategy.mbs), str(e.strategy.zero), recompute_label(e),
+                      f"{e.peak_memory_bytes / GIB:.1f}", f"{e.step_time_s:.2f}", f"{e.tokens_per_s_per_device:,.0f}",
+                      f"{e.mfu:.1%}", ", ".join(notes))
+    return table
+
+
+def batch_chart(sweep: BatchSearch, title: str) -> bytes:
+    """PNG: tokens/s per device (top) and peak memory against the device's (bottom) of each gbs's
+    best layout, gbs on a log-2 axis; the best-throughput gbs is circled."""
+    fitting = sweep.fitting
+    if not fitting:
+        raise AutoparError("--plot: no batch size of --gbs-range has a layout that fits; nothing to draw")
+    gbs = [pt.gbs for pt in fitting]
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 6.5), sharex=True, height_ratios=(2, 1))
+    top.plot(gbs, [pt.best.tokens_per_s_per_device for pt in fitting], "o-", color="#4c72b0")
+    best = sweep.best_throughput
+    top.plot([best.gbs], [best.best.tokens_per_s_per_device], "o", ms=14, mfc="none", mec="#c44e52", mew=2,
+             label=f"best: gbs {best.gbs:,} ({layout_label(best.best)})")
+    previous = None
+    for pt in fitting:  # the layout is named where it changes
+        label = layout_label(pt.best)
+        if label != previous:
+            top.annotate(label, (pt.gbs, pt.best.tokens_per_s_per_device), fontsize=7, xytext=(4, 6),
+                         textcoords="offset points")
+        previous = label
+    top.margins(y=0.15)
+    top.set_ylabel("tokens/s per device")
+    top.set_title(title, fontsize=10, pad=10)
+    top.legend(fontsize=8, loc="lower right")
+    bottom.plot(gbs, [pt.best.peak_memory_bytes / GIB for pt in fitting], "s-", color="#dd8452", label="peak")
+    bottom.axhline(fitting[0].best.device_memory_bytes / GIB, color="#8c8c8c", ls="--", label="device memory")
+    bottom.set_ylabel("peak GiB per device")
+    bottom.set_xlabel("global batch size (sequences)")
+    bottom.set_xscale("log", base=2)
+    bottom.set_xticks(gbs, [f"{g:,}" for g in gbs], fontsize=8, rotation=45 if len(gbs) > 8 else 0)
+    bottom.legend(fontsize=8, loc="center right")
+    for ax in (top, bottom):
+        ax.grid(alpha=0.3)
+    return _png(fig)
+
+
+def run_batch_search(console: Console, p: Problem, gbs_range: str, plot: str | None, memory_margin: float,
+                     options: SpaceOptions | None, target: str, constraints: list[Constraint], as_json: bool) -> None:
+    """``search --gbs-range``: sweep, then print the table (or the JSON) and write ``plot``.
+
+    Raises:
+        AutoparError: a bad ``--gbs-range`` (:func:`parse_gbs_range`), an unwritable ``--plot``, or
+            nothing that fits to draw.
+    """
+    sweep = batch_search(p, parse_gbs_range(gbs_range), memory_margin, options, target, constraints)
+    if plot:
+        png = batch_chart(sweep, f"{p.model.name} on {p.world_size} x {p.cluster.device.name}, seq {p.train.seq_len}")
+        try:
+            Path(plot).write_bytes(png)
+        except OSError as err:
+            raise AutoparError(f"--plot={plot!r}: cannot write ({err.strerror})") from None
+    if as_json:
+        sys.stdout.write(json.dumps(sweep.to_dict(), indent=2) + "\n")
+        return
+    console.print(batch_table(sweep))
+    best, largest = sweep.best_throughput, sweep.largest_fitting
+    if best is None:
+        console.print("no batch size of --gbs-range has a layout that fits", highlight=False)
+    else:
+        console.print(f"most tokens/s per device: gbs {best.gbs:,} ({best.best.tokens_per_s_per_device:,.0f}); "
+                      f"largest that fits: gbs {largest.gbs:,}", highlight=False)
+    if plot:
+        console.print(f"wrote {plot}", highlight=False)

@@ -1,0 +1,114 @@
+"""Batch-size search (``autopar search --gbs-range``): the best layout for each global batch size.
+
+As Galvatron's ``min_bsz``..``max_bsz`` by ``bsz_scale`` sweep: one full search
+(:func:`autopar.search.grid.search`, same constraints, target and margin) per gbs, keeping its #1.
+A larger batch amortises the pipeline bubble and the data-parallel gradient reduction over more
+tokens, so tokens/s per device rises with gbs until memory or the micro-batch count limits it; the
+sweep reports the gbs with the most tokens/s per device and the largest gbs any layout fits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from autopar.errors import AutoparError
+from autopar.estimate import Estimate
+from autopar.problem import Problem
+from autopar.search.constraints import Constraint
+from autopar.space import SpaceOptions
+
+MAX_POINTS = 64  # one full search each
+MAX_GBS = 2**30  # as --gbs
+
+
+def parse_gbs_range(text: str) -> list[int]:
+    """``--gbs-range``: ``FIRST:LAST`` (FIRST, 2 FIRST, 4 FIRST, ... up to LAST), ``FIRST:LAST:STEP``
+    (arithmetic) or a comma-separated list; sorted, without repeats.
+
+    Raises:
+        AutoparError: a non-integer, a value outside 1..2^30, FIRST > LAST, a step < 1, or more than
+            :data:`MAX_POINTS` batch sizes.
+    """
+    form = "FIRST:LAST (powers of two), FIRST:LAST:STEP or a list such as 256,512,1024"
+    try:
+        parts = [int(t) for t in text.split(":")] if ":" in text else None
+        values = [int(t) for t in text.split(",")] if parts is None else []
+    except ValueError:
+        raise AutoparError(f"--gbs-range={text!r}: integers expected, as {form}") from None
+    if parts is not None:
+        if len(parts) not in (2, 3) or any(v < 1 for v in parts) or parts[0] > parts[1]:
+            raise AutoparError(f"--gbs-range={text!r}: FIRST <= LAST and STEP >= 1, all positive, as {form}")
+        first, last = parts[:2]
+        if len(parts) == 3:
+            values = list(range(first, last + 1, parts[2]))[:MAX_POINTS + 1]
+        else:
+            values = [first << k for k in range(0, MAX_POINTS + 1) if first << k <= last]
+    if not values or any(not 0 < v <= MAX_GBS for v in values):
+        raise AutoparError(f"--gbs-range={text!r}: each batch size must be in 1..{MAX_GBS}, as {form}")
+    values = sorted(set(values))
+    if len(values) > MAX_POINTS:
+        raise AutoparError(f"--gbs-range={text!r}: more than {MAX_POINTS} batch sizes (one search each); "
+                           "use a larger step or a shorter range")
+    return values
+
+
+@dataclass
+class BatchPoint:
+    """One batch size: its best layout (``best``), or why none (``reason``)."""
+
+    gbs: int
+    best: Estimate | None
+    reason: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The point's JSON: gbs, the best layout as in the search JSON (or null) and the reason."""
+        return {"gbs": self.gbs, "best": self.best.to_dict(self.gbs) if self.best else None, "reason": self.reason}
+
+
+@dataclass
+class BatchSearch:
+    """The sweep: one :class:`BatchPoint` per gbs, in increasing gbs."""
+
+    points: list[BatchPoint]
+    target: str
+
+    @property
+    def fitting(self) -> list[BatchPoint]:
+        """The points with a layout that fits."""
+        return [pt for pt in self.points if pt.best is not None]
+
+    @property
+    def best_throughput(self) -> BatchPoint | None:
+        """The point with the most tokens/s per device (the smaller gbs on a tie), or None."""
+        return max(self.fitting, key=lambda pt: (pt.best.tokens_per_s_per_device, -pt.gbs), default=None)
+
+    @property
+    def largest_fitting(self) -> BatchPoint | None:
+        """The largest gbs with a fitting layout, or None."""
+        return self.fitting[-1] if self.fitting else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``--gbs-range --json`` document."""
+        best, largest = self.best_throughput, self.largest_fitting
+        return {"points": [pt.to_dict() for pt in self.points], "target": self.target,
+                "best_tokens_per_s_per_device_gbs": best.gbs if best else None,
+                "largest_fitting_gbs": largest.gbs if largest else None}
+
+
+def batch_search(p: Problem, gbs_values: list[int], memory_margin: float, options: SpaceOptions | None,
+                 target: str, constraints: list[Constraint]) -> BatchSearch:
+    """One search per gbs of ``gbs_values`` on ``p`` (its other fields unchanged).
+
+    A gbs where no layout is valid or fits gets the search's one-line reason instead of a layout.
+    """
+    from autopar.search.grid import search
+
+    points = []
+    for gbs in gbs_values:
+        q = Problem(p.model, p.cluster, p.train.model_copy(update={"global_batch_size": gbs}))
+        try:
+            points.append(BatchPoint(gbs, search(q, 1, memory_margin, options, target, constraints).layouts[0]))
+        except AutoparError as err:
+            points.append(BatchPoint(gbs, None, str(err)))
+    return BatchSearch(points, target)

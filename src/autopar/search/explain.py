@@ -1,0 +1,206 @@
+"""``autopar search --explain LAYOUT``: where a given layout ranks and why, or what drops it.
+
+A layout is given as ``key=value`` pairs (``tp=4,pp=4,vpp=5,cp=2,mbs=1``; keys are the constraint
+fields of :data:`autopar.search.constraints.FIELDS` without dashes) or as the table's layout label
+(``tp4+sp pp4x5 cp2 dp2``, ``ep8/etp1``). Fields left out are free: the explanation is about the
+best enumerated layout that has the given ones. It walks the search's own stages
+(:func:`autopar.search.grid.costed_grid`): not enumerated, removed by a constraint, rejected by a
+rule (its name and reason, :mod:`autopar.rules`), over the memory limit (the memory breakdown of
+the fullest stage against the device), or ranked (its rank as the table would list it, and its
+step time against #1's, part by part).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from itertools import islice
+from typing import Any
+
+import numpy as np
+
+from autopar.errors import AutoparError
+from autopar.estimate import Estimate, estimate
+from autopar.problem import Problem
+from autopar.rules import RULES
+from autopar.search.constraints import FIELDS, Constraint, FieldSpec, apply_constraints, parse_values
+from autopar.search.grid import GIB, SearchResult, costed_grid, for_search, refusal, undominated
+from autopar.space import SpaceOptions
+
+KEYS: dict[str, FieldSpec] = {f.option[2:].replace("-", "_"): f for f in FIELDS}
+MAX_RANK = 2000  # the rank walk checks the target's writer per layout; deeper ranks are reported as "below"
+_LABEL = re.compile(r"^(?:tp(?P<tp>\d+)(?P<sp>\+sp)?(?P<ov>\+ov)?|pp(?P<pp>\d+)(?:x(?P<vpp>\d+))?(?:\+e?l?)?~?"
+                    r"|cp(?P<cp>\d+)(?::(?P<cp_algo>a2a|allgather|a2a\d+\+p2p))?"
+                    r"|dp(?P<dp>\d+)|ep(?P<ep>\d+)(?:/etp(?P<etp>\d+))?|mbs(?P<mbs>\d+))$")
+
+
+def parse_layout(text: str) -> dict[str, int]:
+    """``--explain``'s value as field key -> code (:data:`KEYS`; ``sp``/``schedule``/``recompute``/
+    ``tp_comm_overlap``/``cp_comm_type`` as their codes; a label's ``+ov`` and ``cp8:a2a`` marks
+    as the table writes them, a label's tp part without ``+ov`` meaning no overlap, its cp part
+    without a mark the ring).
+
+    Raises:
+        AutoparError: an unknown key or label part, a bad or repeated value (one ``--explain`` line).
+    """
+    wanted: dict[str, int] = {}
+    if "=" in text:
+        for item in filter(None, (t.strip() for t in text.split(","))):
+            key, _, value = item.partition("=")
+            key = key.strip().lstrip("-").replace("-", "_")
+            if key not in KEYS:
+                raise AutoparError(f"--explain={text!r}: unknown key {key!r}; allowed {', '.join(KEYS)}")
+            spec = KEYS[key]
+            codes = parse_values(FieldSpec(f"--explain {key}", spec.column, spec.names, spec.lowest, spec.highest),
+                                 value.strip())
+            if len(codes) != 1 or key in wanted:
+                raise AutoparError(f"--explain={text!r}: give {key} once, with one value")
+            wanted[key] = next(iter(codes))
+    else:
+        for part in text.split():
+            m = _LABEL.match(part)
+            if not m:
+                raise AutoparError(f"--explain={text!r}: cannot read {part!r}; give key=value pairs "
+                                   "(tp=4,pp=4,vpp=5) or a table label such as 'tp4+sp pp4x5 cp2 dp2'")
+            wanted.update({k: int(v) for k, v in m.groupdict().items() if v and k not in ("sp", "ov", "cp_algo")})
+            if part.startswith("tp"):
+                wanted["sp"] = int(bool(m.group("sp")))
+                wanted["tp_comm_overlap"] = int(bool(m.group("ov")))
+            if part.startswith("cp"):  # the table marks an algorithm other than the ring: cp8:a2a, cp16:a2a8+p2p
+                algo = re.sub(r"a2a\d+\+p2p", "a2a+p2p", m.group("cp_algo") or "p2p")
+                wanted["cp_comm_type"] = KEYS["cp_comm_type"].names[algo]
+            if part.startswith("pp") and not m.group("vpp"):
+                wanted["vpp"] = 1
+    if not wanted:
+        raise AutoparError(f"--explain={text!r}: no layout field given (e.g. tp=4,pp=4)")
+    return wanted
+
+
+@dataclass
+class Explanation:
+    """What ``--explain`` found. ``status``: ``ranked``, ``not_enumerated``, ``constraint``,
+    ``rule``, ``memory`` or ``not_writable``; ``rank`` (1 = best, as the table lists) when ranked;
+    ``lines``: the human text; ``details``: numbers for the JSON."""
+
+    layout: str
+    status: str
+    lines: list[str]
+    rank: int | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``explain`` record of the search JSON."""
+        return {"layout": self.layout, "status": self.status, "rank": self.rank, "text": self.lines,
+                **self.details}
+
+    def text(self) -> str:
+        """The explanation as printed under the search table."""
+        return f"--explain {self.layout}:\n  " + "\n  ".join(self.lines)
+
+
+def _where(wanted: dict[str, int]) -> str:
+    names = {k: {v: n for n, v in KEYS[k].names.items()} for k in wanted if KEYS[k].names}
+    return ", ".join(f"{k}={names[k][v] if k in names else v}" for k, v in wanted.items())
+
+
+def _memory_lines(e: Estimate) -> list[str]:
+    peak = max(e.memory_per_stage, key=lambda m: m.total_bytes)
+    parts = ", ".join(f"{name} {getattr(peak, name + '_bytes') / GIB:.1f}"
+                      for name in ("weights", "grads", "optimizer", "activations", "other"))
+    return [f"stage {peak.stage} ({peak.layers} layers, recompute {peak.recompute}): {parts} = "
+            f"{peak.total_bytes / GIB:.1f} GiB against {e.device_memory_bytes / GIB:.1f} GiB per device"]
+
+
+def explain_layout(p: Problem, text: str, result: SearchResult, memory_margin: float,
+                   options: SpaceOptions | None, target: str, constraints: list[Constraint]) -> Explanation:
+    """Explain layout ``text`` (:func:`parse_layout`) in the search that produced ``result``
+    (same problem, margin, space ``options``, ``target`` and ``constraints``).
+
+    Raises:
+        AutoparError: ``text`` cannot be read (:func:`parse_layout`).
+    """
+    wanted = parse_layout(text)
+    p, options = for_search(p, target, options)
+    pins = [Constraint(k, KEYS[k].column, frozenset({v})) for k, v in wanted.items()]
+    from autopar.search.constraints import widen_space
+
+    grid = costed_grid(p, memory_margin, widen_space(options or SpaceOptions(), pins), constraints)
+    batch, layers = grid.batch, p.model.num_layers
+    match = np.ones(len(batch), dtype=bool)
+    for c in pins:
+        match &= c.passes(batch)
+    where = _where(wanted)
+    if not np.any(match):
+        absent = [k for k, c in zip(wanted, pins) if not np.any(c.passes(batch))]
+        why = (f"no enumerated layout has {_where({k: wanted[k] for k in absent})}" if absent
+               else "no enumerated layout combines these values")
+        return Explanation(where, "not_enumerated", [
+            f"{why} (tp x cp x pp x dp must equal the {p.world_size} devices; vpp > 1 divides "
+            f"num_layers / pp = {layers} / pp; mbs from {sorted(set(batch.mbs.tolist()))}; ep divides the experts)"])
+    if not np.any(match & grid.kept):
+        _, removed = apply_constraints(batch.take(match), constraints)
+        by = ", ".join(f"{t} ({n:,})" for t, n in removed.items() if n)
+        return Explanation(where, "constraint", [f"removed by the constraints: {by} of its {int(match.sum()):,} "
+                                                 "variants (mbs, zero, recompute, sp, ...)"])
+    candidates = match & grid.kept
+    valid_match = np.isin(grid.valid_rows, np.flatnonzero(candidates))
+    if not np.any(valid_match):
+        counts = {RULES[i].name: int(np.sum(candidates & (grid.failed == i))) for i in set(grid.failed[candidates])}
+        name = max(counts, key=counts.get)
+        row = int(np.flatnonzero(candidates & (grid.failed == [r.name for r in RULES].index(name)))[0])
+        rule = next(r for r in RULES if r.name == name)
+        return Explanation(where, "rule", [
+            f"rejected by rule {name}: {rule.reason(p, batch.strategy(row, layers, p.model.mtp_num_layers))}",
+            "variants rejected by rule: " + ", ".join(f"{k} {v:,}" for k, v in counts.items())],
+            details={"rules": counts})
+    fitting = valid_match & grid.fits
+    if not np.any(fitting):
+        lightest = int(np.flatnonzero(valid_match)[np.argmin(grid.costs.peak_memory_bytes[valid_match])])
+        e = estimate(p, grid.valid.strategy(lightest, layers, p.model.mtp_num_layers), memory_margin)
+        return Explanation(where, "memory", [
+            f"out of memory: none of its {int(valid_match.sum()):,} valid variants fits; the lightest "
+            f"(mbs {e.strategy.mbs}, zero {e.strategy.zero}, recompute {e.strategy.recompute}) peaks at "
+            f"{e.peak_memory_bytes / GIB:.1f} GiB", *_memory_lines(e)],
+            details={"peak_memory_bytes": e.peak_memory_bytes, "device_memory_bytes": e.device_memory_bytes})
+    return _ranked(p, grid, fitting, where, result, memory_margin, target)
+
+
+def _ranked(p: Problem, grid: Any, fitting: np.ndarray, where: str, result: SearchResult, memory_margin: float,
+            target: str) -> Explanation:
+    """The rank of the best fitting match among the undominated, writable layouts (as the table
+    ranks them before its top rows are re-balanced) and its time against #1's."""
+    layers, refused = p.model.num_layers, []
+
+    def writable(i: int) -> bool:
+        reason = refusal(p, target, grid.valid.strategy(i, layers, p.model.mtp_num_layers))
+        if reason is not None and fitting[i]:
+            refused.append(reason)
+        return reason is None
+
+    ordered = grid.order[grid.fits[grid.order]]
+    walk = undominated(grid.valid, grid.costs.step_time_s, grid.costs.peak_memory_bytes, ordered, writable)
+    found = next(((rank, i) for rank, i in enumerate(islice(walk, MAX_RANK), 1) if fitting[i]), None)
+    total = int(np.sum(grid.fits))
+    if found is None and refused and len(refused) >= int(fitting.sum()):
+        return Explanation(where, "not_writable", [f"fits, but --target {target} cannot write it: {refused[0]}"])
+    if found is None:
+        return Explanation(where, "ranked", [f"fits, but ranks below #{MAX_RANK} of the {total:,} fitting layouts"])
+    rank, i = found
+    e = estimate(p, grid.valid.strategy(i, layers, p.model.mtp_num_layers), memory_margin)
+    best = result.layouts[0]
+    s = e.strategy
+    cp_algo = {"p2p": "", "a2a+p2p": f":a2a{s.cp_a2a_size}+p2p"}.get(s.cp_comm_type, f":{s.cp_comm_type}")  # as the table
+    lines = [f"ranks #{rank} of {total:,} fitting layouts (the table's order before its top rows are re-balanced): "
+             f"tp{s.tp}{'+sp' if s.sp else ''}{'+ov' if s.tp_comm_overlap else ''} pp{s.pp}x{s.vpp} "
+             f"cp{s.cp}{cp_algo if s.cp > 1 else ''} dp{s.dp} mbs {s.mbs} zero {s.zero} recompute "
+             f"{s.recompute}, step {e.step_time_s:.3f} s, {e.tokens_per_s_per_device:,.0f} tok/s/dev, peak "
+             f"{e.peak_memory_bytes / GIB:.1f} of {e.device_memory_bytes / GIB:.1f} GiB"
+             + (" (marginal)" if e.marginal else "")]
+    diff = {k: e.time_breakdown_s[k] - best.time_breakdown_s.get(k, 0.0) for k in e.time_breakdown_s}
+    worst = [f"{k} {v:+.3f} s" for k, v in sorted(diff.items(), key=lambda kv: -abs(kv[1]))[:3] if abs(v) >= 5e-4]
+    slower = e.step_time_s / best.step_time_s - 1
+    lines.append(f"against #1 ({best.step_time_s:.3f} s): {slower:+.1%}" + (f"; largest differences: "
+                                                                           f"{', '.join(worst)}" if worst else ""))
+    return Explanation(where, "ranked", lines, rank=rank,
+                       details={"fitting": total, "estimate": e.to_dict(result.global_batch_size),
+                                "time_vs_best_s": diff})

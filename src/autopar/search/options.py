@@ -1,0 +1,103 @@
+"""``autopar search``'s constraint, ``--explain`` and ``--gbs-range`` options (typer ``Annotated``
+types), kept out of :mod:`autopar.cli` so the command's signature stays short.
+
+Field options take the names ``estimate`` uses (``--tp``, ``--zero``, ``--recompute``...) but a
+set of values (``--pp 1,2,4``); see :mod:`autopar.search.constraints`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from autopar.errors import AutoparError
+from autopar.search.constraints import Constraint, parse_constraints
+
+
+def _set(option: str, what: str) -> object:
+    return typer.Option(option, help=f"keep only layouts with this {what} (one value or a set, e.g. 1,2,4)",
+                        rich_help_panel="Constraints")
+
+
+def _off(option: str, what: str) -> object:
+    return typer.Option(option, help=f"switch {what} off", rich_help_panel="Constraints")
+
+
+Tp = Annotated[Optional[str], _set("--tp", "tensor-parallel size")]
+Pp = Annotated[Optional[str], _set("--pp", "number of pipeline stages")]
+Dp = Annotated[Optional[str], _set("--dp", "data-parallel size")]
+Cp = Annotated[Optional[str], _set("--cp", "context-parallel size")]
+Vpp = Annotated[Optional[str], _set("--vpp", "virtual stages per pipeline rank")]
+Ep = Annotated[Optional[str], _set("--ep", "expert-parallel size")]
+Etp = Annotated[Optional[str], _set("--etp", "expert tensor-parallel size")]
+Mbs = Annotated[Optional[str], _set("--mbs", "micro-batch size")]
+Microbatches = Annotated[Optional[str], _set("--num-microbatches", "micro-batch count (gbs / (mbs x dp))")]
+Zero = Annotated[Optional[str], _set("--zero", "ZeRO stage, 0-3")]
+Recompute = Annotated[Optional[str], _set("--recompute", "recompute: none | selective | full")]
+Schedule = Annotated[Optional[str], _set("--schedule", "pipeline schedule: 1f1b | interleaved")]
+Sp = Annotated[Optional[bool], typer.Option("--sp/--no-sp", help="keep only layouts with (without) Megatron "
+                                            "sequence parallelism", rich_help_panel="Constraints")]
+TpCommOverlap = Annotated[Optional[bool], typer.Option(
+    "--tp-comm-overlap/--no-tp-comm-overlap", help="keep only layouts with (without) TP communication overlap",
+    rich_help_panel="Constraints")]
+CpCommType = Annotated[Optional[str], _set("--cp-comm-type", "context-parallel algorithm: p2p | a2a | allgather | "
+                                           "a2a+p2p")]
+NoTp = Annotated[bool, _off("--no-tp", "tensor parallelism (tp 1)")]
+NoPp = Annotated[bool, _off("--no-pp", "pipeline parallelism (pp 1)")]
+NoCp = Annotated[bool, _off("--no-cp", "context parallelism (cp 1)")]
+NoEp = Annotated[bool, _off("--no-ep", "expert parallelism (ep 1)")]
+NoVpp = Annotated[bool, _off("--no-vpp", "interleaving (vpp 1)")]
+NoFsdp = Annotated[bool, _off("--no-fsdp", "FSDP (ZeRO-3)")]
+NoRecompute = Annotated[bool, _off("--no-recompute", "activation recompute (recompute none)")]
+Explain = Annotated[Optional[str], typer.Option(
+    "--explain", help="where this layout ranks and why, or what drops it: 'tp=4,pp=4,vpp=5,cp=2,mbs=1' "
+    "(keys: tp pp dp cp vpp ep etp mbs zero recompute schedule sp num_microbatches) or a table label "
+    "such as 'tp4+sp pp4x5 cp2 dp2'")]
+GbsRange = Annotated[Optional[str], typer.Option(
+    "--gbs-range", help="batch-size search instead of one search: FIRST:LAST (powers of two), FIRST:LAST:STEP "
+    "or a list 256,512,1024; the best layout per gbs, the gbs with the most tokens/s per device and the "
+    "largest that fits")]
+Plot = Annotated[Optional[str], typer.Option("--plot", help="with --gbs-range: write a PNG of tokens/s per device "
+                                             "and peak memory against gbs")]
+
+
+def constraints_from_options(tp: str | None, pp: str | None, dp: str | None, cp: str | None, vpp: str | None,
+                             ep: str | None, etp: str | None, mbs: str | None, num_microbatches: str | None,
+                             zero: str | None, recompute: str | None, schedule: str | None, sp: bool | None,
+                             switches: dict[str, bool], tp_comm_overlap: bool | None = None,
+                             cp_comm_type: str | None = None) -> list[Constraint]:
+    """The :class:`Constraint` list of ``search``'s options (None / False = not given).
+
+    Raises:
+        AutoparError: a bad value or a contradicting switch (:func:`parse_constraints`).
+    """
+    pinned = {"--tp": tp, "--pp": pp, "--dp": dp, "--cp": cp, "--vpp": vpp, "--ep": ep, "--etp": etp, "--mbs": mbs,
+              "--num-microbatches": num_microbatches, "--zero": zero, "--recompute": recompute,
+              "--schedule": schedule, "--sp": _on_off(sp), "--tp-comm-overlap": _on_off(tp_comm_overlap),
+              "--cp-comm-type": cp_comm_type}
+    return parse_constraints(pinned, switches)
+
+
+def _on_off(flag: bool | None) -> str | None:
+    """An on/off option's value as its constraint text (None: not given)."""
+    return None if flag is None else ("on" if flag else "off")
+
+
+def check_modes(gbs_range: str | None, plot: str | None, explain: str | None, write_script: str | None,
+                report: str | None) -> None:
+    """Refuse option combinations before any search runs: ``--plot`` without ``--gbs-range``,
+    ``--gbs-range`` (one search per gbs) with an option that takes one search, or a bad ``--explain``.
+
+    Raises:
+        AutoparError: one line naming the options.
+    """
+    from autopar.search.explain import parse_layout
+
+    if plot and not gbs_range:
+        raise AutoparError(f"--plot={plot!r} draws the batch-size search; add --gbs-range")
+    if gbs_range and (explain or write_script or report):
+        raise AutoparError(f"--gbs-range={gbs_range!r} runs one search per gbs; --explain, --write-script and "
+                           "--report take one search: drop them or --gbs-range")
+    if explain:
+        parse_layout(explain)
