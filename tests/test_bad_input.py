@@ -120,6 +120,7 @@ def test_malformed_hf_config(tmp_path, base, changes, needle):
 
 
 def test_hf_config_with_an_unreadably_long_integer(tmp_path):
+    """A 5,000-digit integer made the whole file unreadable, with a hint at sys.set_int_max_str_digits()."""
     path = tmp_path / "config.json"
     path.write_text(json.dumps(LLAMA_CFG).replace('"vocab_size": 128256', '"vocab_size": ' + "9" * 5000))
     err = one_line_error(["estimate", "-m", str(path), "--device", "h100-80gb"])

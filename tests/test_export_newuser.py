@@ -68,7 +68,8 @@ def test_search_on_an_empty_profile_db_says_to_fill_it(tmp_path):
                                    "--profile-db", str(db)])
     assert res.exit_code == 2
     assert res.output.strip() == (f"error: --profile-db={str(db)!r}: holds no measurements yet "
-                                  "(fill it with 'autopar profile ops')")
+                                  "(fill it with 'autopar profile ops'; runs stored by 'autopar verify --record' "
+                                  "count once 'autopar calibrate' has fitted factors from successful ones)")
 
 
 def test_torchtitan_toml_says_it_is_sections_to_merge():

@@ -36,6 +36,8 @@ def _estimate(tmp_path, text: str) -> str:
     (LLAMA_CFG, {"rms_norm_eps": 2}, "c.json: rms_norm_eps=2: Input should be less than 1"),
     # a derived width: the key and its own value, not shared_expert_ffn_hidden_size=-2048
     (DEEPSEEK_CFG, {"n_shared_experts": -1}, "c.json: n_shared_experts=-1: Input should be greater than or equal to 0"),
+    (DEEPSEEK_CFG, {"n_routed_experts": 3}, "c.json: num_experts_per_tok=8 must be in 1..3 (n_routed_experts)"),
+    (MIXTRAL_CFG, {"router_aux_loss_coef": 1e9}, "c.json: router_aux_loss_coef=1000000000.0: Input should be less"),
     (DEEPSEEK_CFG, {"n_group": 7}, "c.json: n_group=7 with topk_group=4: the groups must split n_routed_experts=256"),
     (QWEN_MOE_CFG, {"moe_intermediate_size": 0}, "c.json: moe_intermediate_size=0 must be > 0 for a MoE model"),
     (QWEN_MOE_CFG, {"num_experts_per_tok": 200}, "c.json: num_experts_per_tok=200 must be in 1..128 (num_experts)"),

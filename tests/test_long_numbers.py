@@ -9,9 +9,9 @@ import json
 import pytest
 
 from autopar.cli import app
-from autopar.specs.long_numbers import LongNumber, json_loads, yaml_load
+from autopar.specs.long_numbers import LongNumber, json_loads, json_or_yaml, yaml_load
 from conftest import MODELS
-from test_bad_input import LLAMA, one_line_error, runner
+from test_bad_input import LAYERS_DOC, LLAMA, one_line_error, runner
 
 LLAMA_CFG = json.loads((MODELS / "llama3-8b.json").read_text())
 DIGITS = "7" * 5000
@@ -63,3 +63,26 @@ def test_a_search_result_number_too_long(tmp_path, key):
     path.write_text(json.dumps(doc).replace("123456789", DIGITS))
     err = one_line_error(["export", "--format", "megatron", "--from", str(path), *LLAMA])
     assert f"--from='{path}': layout 1 {key}=<a 5000-digit number>: too large" in err
+
+
+def test_json_or_yaml_reads_json_yaml_refuses():
+    assert json_or_yaml('{"name": "\x7f", "a": %s}' % DIGITS) == {"name": "\x7f", "a": LongNumber(DIGITS)}
+    assert json_or_yaml(f"pp: 4\nb: {DIGITS}\n") == {"pp": 4, "b": LongNumber(DIGITS)}
+    with pytest.raises(ValueError):
+        json_or_yaml("a: [1")
+
+
+def test_device_file_that_is_json_with_a_control_character(tmp_path):
+    """Was "not valid YAML/JSON (unacceptable character #x007f ...)": PyYAML refuses DEL in a string."""
+    path = tmp_path / "dev.json"
+    path.write_text(json.dumps({"base": "h100-80gb", "name": "\x7f", "memory_bytes": 96e9}))
+    out = runner.invoke(app, ["estimate", "-m", "llama3-8b", "--device-file", str(path), "--json"])
+    assert out.exit_code == 0, out.output
+
+
+@pytest.mark.parametrize("key", ["num_microbatches", "memory_limit_bytes"])
+def test_a_layers_file_number_too_long(tmp_path, key):
+    path = tmp_path / "layers.json"
+    path.write_text(json.dumps({**LAYERS_DOC, key: 1}).replace(f'"{key}": 1', f'"{key}": {DIGITS}'))
+    err = one_line_error(["balance", "--layers", str(path)])
+    assert f"{key}=<a 5000-digit number>: too large" in err  # was "neither JSON nor YAML (Exceeds the limit ...)"

@@ -139,7 +139,7 @@ def test_bad_layer_types_name_the_key(tmp_path):
     raw = {**__import__("json").loads((MODELS / "gpt-oss-20b.json").read_text()),
            "layer_types": ["sliding_attention"] * 3}
     with pytest.raises(AutoparError, match="field 'layer_types' must list 'sliding_attention' or 'full_attention' "
-                                           "for each of the 24 layers"):
+                                           "for each of the num_hidden_layers=24 layers"):
         model_from_hf_dict(raw, "x")
     raw["layer_types"], raw["sliding_window"] = ["sliding_attention"] * 24, 0
     with pytest.raises(AutoparError, match="field 'sliding_window'=0 must be >= 1"):

@@ -92,6 +92,27 @@ def test_cli_verify_writes_the_top_jobs(tmp_path):
     assert res.exit_code == 2 and "--launcher='pbs': allowed local, slurm, none" in res.output
 
 
+def test_cli_verify_from_a_result_takes_its_problem_and_checks_the_workdir(tmp_path):
+    """``--from`` needs no device or cluster options (the result carries its problem); a
+    ``--workdir`` that does not exist is refused before any job folder is written."""
+    res = CliRunner().invoke(app, ["search", "--script", str(SCRIPT), "--device", "h100-80gb", "--vocab-size", "32000",
+                                   "--top", "3", "--json"])
+    assert res.exit_code == 0, res.output
+    result = tmp_path / "result.json"
+    result.write_text(res.stdout)
+    out = tmp_path / "v"
+    base = ["verify", "--script", str(SCRIPT), "--vocab-size", "32000", "--from", str(result), "--top", "2",
+            "--out", str(out), "--launcher", "none"]
+    res = CliRunner().invoke(app, [*base, "--workdir", str(tmp_path / "no-such-checkout")])
+    assert res.exit_code == 2 and "--workdir=" in res.output and "not an existing folder" in res.output
+    assert not out.exists()
+    res = CliRunner().invoke(app, base)
+    assert res.exit_code == 0, res.output
+    assert len(list(out.glob("*/job.sh"))) == 2
+    res = CliRunner().invoke(app, [*base, "--device", "a100-80gb", "--out", str(tmp_path / "v2")])
+    assert res.exit_code == 2 and "--device" in res.output
+
+
 def test_search_verify_needs_a_script():
     res = CliRunner().invoke(app, ["search", "--model", "llama3-8b", "--device", "h100-80gb", "--gbs", "16", "--top", "1",
                                    "--verify", "1"])

@@ -69,6 +69,9 @@ def test_failures_with_their_cause(name, kind, says):
 def test_exit_without_message_and_timeout_and_no_steps():
     kw = dict(seq_len=4096, global_batch_size=64, world_size=8)
     assert parse_log("", "megatron", exit_code=3, **kw).failure == "exit_code"
+    # bash's exit 127: the launcher is not on PATH, named in the cause
+    missing = parse_log("job.sh: line 4: torchrun: command not found\n", "megatron", exit_code=127, **kw)
+    assert missing.failure == "command_not_found" and missing.cause == "torchrun: command not found"
     assert parse_log("starting\n", "torchtitan", exit_code=None, timed_out=True, **kw).failure == "timeout"
     assert parse_log("done\n", "megatron", exit_code=0, **kw).failure == "no_steps"
     ok = parse_log(_text("megatron_memory_report.log"), "megatron", exit_code=0, **kw)

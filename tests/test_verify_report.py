@@ -43,3 +43,32 @@ def test_budget_stops_starting_jobs(tmp_path):
     jobs[0].argv = ["bash", "-c", "sleep 0.3"]
     results = run_jobs(jobs, "local", time_limit_s=30, budget_s=0.1)
     assert results[0].failure == "no_steps" and results[1].failure == "not_run" and "--budget-s 0.1" in results[1].cause
+
+
+def test_report_png_has_a_bar_pair_per_measured_layout_and_names_failures(monkeypatch):
+    """The PNG draws, in the table's order, a predicted and a measured bar per measured layout,
+    the prediction's signed error beside them, and only the predicted bar plus 'failed: kind' for
+    a failed run."""
+    from autopar.report import verify_plot
+    from autopar.verify.report import report_png
+
+    drawn = {}
+    real_png = verify_plot._png
+
+    def keep(fig):
+        ax = fig.axes[0]
+        drawn["bars"] = [round(p.get_width(), 6) for p in ax.patches]
+        drawn["texts"] = [t.get_text() for t in ax.texts]
+        drawn["labels"] = [t.get_text() for t in ax.get_yticklabels()]
+        return real_png(fig)
+
+    monkeypatch.setattr(verify_plot, "_png", keep)
+    jobs = [_job(1, 1.0), _job(2, 1.1), _job(3, 1.2)]
+    results = [RunResult(steps=10, step_time_s=1.5, tokens_per_s=64 * 4096 / 1.5),
+               RunResult(failure="out_of_memory", cause="CUDA out of memory"),
+               RunResult(steps=10, step_time_s=1.25, tokens_per_s=64 * 4096 / 1.25)]
+    png = report_png(jobs, results)
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    assert drawn["bars"] == [1.2, 1.25, 1.0, 1.5, 1.1]  # ranked: #3, #1, then the failed #2
+    assert drawn["texts"] == ["-4%", "-33%", "failed: out_of_memory"]  # (1.2-1.25)/1.25, (1.0-1.5)/1.5
+    assert drawn["labels"] == ["03-tp3", "01-tp1", "02-tp2"]  # ticks at y = 2, 1, 0: #3 (fastest) at the top

@@ -98,19 +98,26 @@ def problem_from_options(model: str | None, device: str | None, nodes: int | Non
             unreadable script, model or device file, or an option the model cannot use
             (``--moe-token-imbalance`` without routed experts, ``--fp8-param-storage`` without fp8).
     """
+    from autopar.specs.cluster import MAX_DEVICES_PER_NODE, MAX_NODES
     from autopar.specs.script import read_script
-    from autopar.specs.script_cli import cli_defaults, model_for
+    from autopar.specs.script_cli import cli_defaults, model_for, option_name
 
     plan = read_script(script) if script else None
-    v = cli_defaults(plan, dict(nodes=nodes, devices_per_node=devices_per_node, gbs=gbs, seq_len=seq_len,
-                                precision=precision, flash=flash, vocab_pad=vocab_pad))
+    given = dict(nodes=nodes, devices_per_node=devices_per_node, gbs=gbs, seq_len=seq_len, precision=precision,
+                 flash=flash, vocab_pad=vocab_pad)
+    v = cli_defaults(plan, given)
     nodes, devices_per_node, gbs, seq_len = v["nodes"], v["devices_per_node"], v["gbs"], v["seq_len"]
     precision, flash, vocab_pad = v["precision"], v["flash"], v["vocab_pad"]
     if precision not in ("bf16", "fp16", "fp8"):
         raise AutoparError(f"--precision={precision!r}: allowed bf16, fp16, fp8")
-    positive("--gbs", gbs, upper=2**30)
-    positive("--seq-len", seq_len, upper=2**24)
-    positive("--make-vocab-size-divisible-by", vocab_pad)
+    positive(option_name("--gbs", given["gbs"], plan), gbs, upper=2**30)
+    positive(option_name("--seq-len", given["seq_len"], plan), seq_len, upper=2**24)
+    positive(option_name("--make-vocab-size-divisible-by", given["vocab_pad"], plan), vocab_pad)
+    if plan is not None:  # the script's cluster, named by its launcher flags (make_cluster names the options)
+        if given["nodes"] is None:
+            positive(option_name("--nodes", None, plan), nodes, upper=MAX_NODES)
+        if given["devices_per_node"] is None:
+            positive(option_name("--devices-per-node", None, plan), devices_per_node, upper=MAX_DEVICES_PER_NODE)
     spec = model_for(model, plan, vocab_size)
     dev = load_device(device, device_file, device_set)
     dev.peak(precision)  # unknown precision for this device: one clear error now
@@ -155,7 +162,7 @@ def strategy_from_options(p: Problem, script: str | None, layout: dict[str, Any]
 
     from autopar.errors import from_validation_error
     from autopar.specs.script import read_script
-    from autopar.specs.script_cli import layout_defaults
+    from autopar.specs.script_cli import layout_defaults, option_name
     from autopar.strategy import DEFAULT_RECOMPUTE_MODULES
 
     split = layout.pop("layers_per_stage")
@@ -189,10 +196,11 @@ def strategy_from_options(p: Problem, script: str | None, layout: dict[str, Any]
             raise AutoparError(f"--script={script!r}: {why}: Megatron-LM refuses this combination (ecosystem.md "
                                "1.3 rule 25); fix the script or give --recompute-modules")
     for name in ("tp", "pp", "cp", "vpp", "ep", "mbs"):
-        positive(f"--{name}", lay[name])
-    for name, value in (("--dp", dp), ("--etp", lay["etp"]), ("--recompute-layers", lay["recompute_layers"])):
+        positive(option_name(f"--{name}", layout[name], plan), lay[name])
+    for name, value in (("dp", dp), ("etp", lay["etp"]), ("recompute_layers", lay["recompute_layers"])):
         if value is not None:  # 2^63 - 1 wrapped negative in the int64 rule arithmetic (or overflowed)
-            positive(name, value)
+            option = "--" + name.replace("_", "-")
+            positive(option_name(option, dp if name == "dp" else layout[name], plan), value)
     if layout.get("account_for_embedding") and lay["pp"] == 1:  # was accepted and changed nothing
         raise AutoparError("--embedding-loss-split with --pp=1: it counts the embedding and the loss as layers of the "
                            "pipeline split, and one stage has nothing to split; give --pp 2 or more, or drop it")

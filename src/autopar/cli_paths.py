@@ -65,7 +65,7 @@ def refuse_overwriting_inputs(inputs: Mapping[str, str | Path | None],
     """
     from autopar.errors import AutoparError
 
-    given = [(name, Path(path)) for name, path in inputs.items() if path is not None and Path(path).is_file()]
+    given = [(name, Path(path)) for name, path in inputs.items() if path is not None and os.path.isfile(path)]
     seen: dict[str, tuple[str, Path]] = {}
     for option, (value, files) in outputs.items():
         if value is None:

@@ -85,7 +85,7 @@ def verify(
     launcher: Annotated[str, typer.Option(help="local (torchrun here) | slurm (sbatch/srun) | none (write the "
                                           "jobs only)")] = "local",
     workdir: Annotated[Optional[str], typer.Option(help="folder the jobs run in (where you run the script) "
-                                                   "\\[default: the current folder]")] = None,
+                                                   "[default: the current folder]")] = None,
     data: Annotated[str, typer.Option(help="mock (--mock-data) | script (the script's own data paths)")] = "mock",
     max_devices: Annotated[Optional[int], typer.Option(help="run smaller: fewer layers, pp stages and dp ranks, "
                                                        "the same tp/cp/ep/mbs/seq (at most this many devices)")] = None,
@@ -131,8 +131,18 @@ def verify(
         raise AutoparError(f"--budget-s={budget_s:g}: must be > 0 seconds")
     refuse_overwriting_inputs({"--script": script, "--toml": toml, "--from": from_result, "--model": model,
                                "--device-file": device_file, "--record": record}, {"--out": (out, [Path(out)])})
-    p = problem_from_options(model, device, nodes, devices_per_node, gbs, seq_len, precision, device_file, device_set,
-                             flash_attention, vocab_pad, script, vocab_size)
+    if from_result:  # the result carries its problem: options left out take its values, given ones must match
+        from autopar.export.result import result_problem
+
+        p = result_problem(from_result, model, script, vocab_size, device, device_file, device_set, nodes=nodes,
+                           devices_per_node=devices_per_node, gbs=gbs, seq_len=seq_len, precision=precision,
+                           flash=flash_attention, vocab_pad=vocab_pad)
+    else:
+        p = problem_from_options(model, device, nodes, devices_per_node, gbs, seq_len, precision, device_file,
+                                 device_set, flash_attention, vocab_pad, script, vocab_size)
+    if workdir is not None and not Path(workdir).expanduser().is_dir():
+        raise AutoparError(f"--workdir={workdir!r}: not an existing folder (the jobs run there, e.g. your "
+                           "Megatron-LM checkout)")
     if toml:
         framework = "torchtitan"
     else:
@@ -157,14 +167,21 @@ def verify(
         from autopar.verify.calibrate import record_runs
 
         stored = record_runs(record, run_p, jobs, results)
-        err_console.print(f"stored {stored} measured runs in {record}", highlight=False)
+        failed = sum(r.failure is not None for r in results)
+        err_console.print(f"stored {stored} runs in {record} ({stored - failed} measured, {failed} failed: calibrate "
+                          "uses the measured ones)", highlight=False)
     _report(jobs, results, as_json)
 
 
 def _report(jobs: list, results: list, as_json: bool) -> None:
-    """Print the verify report (table and small-run notes, or ``--json``)."""
-    from autopar.verify.report import report_doc, report_table
+    """Print the verify report (table and small-run notes, or ``--json``) and write
+    ``report.png`` (predicted vs measured per layout) beside the job folders."""
+    from autopar.verify.report import report_doc, report_png, report_table
 
+    if jobs:
+        png = Path(jobs[0].folder).parent / "report.png"
+        png.write_bytes(report_png(jobs, results))
+        err_console.print(f"wrote {png}", highlight=False)
     if as_json:
         sys.stdout.write(json.dumps(report_doc(jobs, results), indent=2) + "\n")
         return

@@ -31,7 +31,8 @@ class LayoutError(AutoparError):
         self.rules = rules
 
 
-def from_validation_error(err: ValidationError, prefix: str, as_option: bool = False) -> AutoparError:
+def from_validation_error(err: ValidationError, prefix: str, as_option: bool = False,
+                          names: dict[str, str] | None = None) -> AutoparError:
     """Turn a pydantic ``ValidationError`` into one readable :class:`AutoparError` line.
 
     Args:
@@ -39,11 +40,17 @@ def from_validation_error(err: ValidationError, prefix: str, as_option: bool = F
         prefix: what was being validated, e.g. ``"model"`` or ``"device"``.
         as_option: name each field as the command-line option that sets it (``recompute_layers``
             -> ``--recompute-layers``) instead of ``prefix.field``; cross-field messages keep ``prefix``.
+        names: field -> the user's own name for it (a launch-script flag): such a field is shown
+            as ``{prefix}: {name}=value``. Cross-field messages name fields themselves: pass the same
+            map as the validation context (``model_validate(..., context={"names": names})``, see
+            :meth:`autopar.specs.model.ModelSpec`).
     """
+    names = names or {}
     parts = []
     for item in err.errors():
         field = ".".join(str(x) for x in item["loc"])
-        name = "--" + field.replace("_", "-") if as_option else f"{prefix}.{field}"
+        name = (f"{prefix}: {names[field]}" if field in names else "--" + field.replace("_", "-") if as_option
+                else f"{prefix}.{field}")
         value = item.get("input")
         msg = item["msg"].removeprefix("Value error, ")
         if not field:  # a cross-field check: its message names the fields

@@ -154,9 +154,9 @@ def balance_command(
     form: Annotated[str, typer.Option(help="explicit (any split, per-stage recompute) | megatron "
                                       "(equal middle stages, one recompute)")] = "explicit",
     options: Annotated[Optional[str], typer.Option("--options", help="recompute options to choose from, e.g. "
-                                                   "none,selective \\[default: all]")] = None,
+                                                   "none,selective [default: all]")] = None,
     memory_limit_gib: Annotated[Optional[float], typer.Option("--memory-limit-gib", help="usable memory per "
-                                                              "device \\[default: the device's]")] = None,
+                                                              "device [default: the device's]")] = None,
     plot: Annotated[Optional[str], typer.Option("--plot", help="write the timeline + memory figure (PNG)")] = None,
 ) -> None:
     """Balance pipeline stages: layers (per chunk) and recompute per stage vs the even split."""
@@ -176,7 +176,7 @@ def balance_command(
     names = tuple(o.strip() for o in options.split(",") if o.strip()) if options else None
     if options is not None and not names:  # ",,," crashed with an IndexError
         raise AutoparError(f"--options={options!r}: name one or more recompute options, e.g. none,selective")
-    even_split, accounted, modules = None, False, DEFAULT_RECOMPUTE_MODULES
+    even_split, accounted, modules, header = None, False, DEFAULT_RECOMPUTE_MODULES, ""
     if layers:
         from autopar.pipeline.layers_file import load_layers_file
 
@@ -231,13 +231,19 @@ def balance_command(
         baseline = s.recompute if names is None or s.recompute in names else names[0]
         title = f"{p.model.name} tp{s.tp} pp{s.pp}" + (f" vpp{s.vpp}" if s.vpp > 1 else "")
         limit_name = f"device {p.cluster.device.name} memory ({table.memory_limit_bytes / GIB:.1f} GiB)"
-        console.print(f"[bold]{p.model.name}[/] ({p.model.num_layers} layers) on {p.world_size} "
-                      f"{p.cluster.device.name}: tp {s.tp}, pp {s.pp}, vpp {s.vpp}, dp {s.dp}, "
-                      f"{m} micro-batches, limit {table.memory_limit_bytes / GIB:.1f} GiB")
+        header = (f"[bold]{p.model.name}[/] ({p.model.num_layers} layers) on {p.world_size} "
+                  f"{p.cluster.device.name}: tp {s.tp}, pp {s.pp}, vpp {s.vpp}, dp {s.dp}, "
+                  f"{m} micro-batches, limit {table.memory_limit_bytes / GIB:.1f} GiB")
+    unknown = [n for n in names or () if n not in table.options]
+    if unknown:  # was "recompute='x': this layer table has ..."
+        raise AutoparError(f"--options={options!r}: {', '.join(map(repr, unknown))} not among the recompute options "
+                           f"{', '.join(table.options)}")
     if memory_limit_gib is not None:
         limit_name = f"--memory-limit-gib={memory_limit_gib:g}"
     plan = balance(table, num_vpp, m, sched, options=names, form=form, baseline=baseline, even_split=even_split,
                    limit_name=limit_name)
+    if header:  # after the balancing, so a refusal is the one line printed
+        console.print(header)
     print_plan(plan, accounted, modules, mtp_num_layers)
     if plot:
         from autopar.pipeline.plot import plot_plan

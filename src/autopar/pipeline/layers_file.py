@@ -26,7 +26,6 @@ options).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +35,7 @@ import numpy as np
 from autopar.errors import AutoparError, read_text
 from autopar.pipeline.balance import MAX_LAYERS
 from autopar.pipeline.layers import LayerTable
+from autopar.specs.long_numbers import json_or_yaml, too_large
 
 
 MAX_FILE_BYTES = 16_000_000  # 1,024 layers of 16 options take under 1 MB of JSON
@@ -55,6 +55,15 @@ class LayersFile:
 
 
 def _number(path: str, where: str, value: Any, positive: bool = False) -> float:
+    """``value`` (the file's ``where``) as a float in range: >= 0 (> 0 when ``positive``), at most
+    :data:`MAX_LAYER_S` for times, :data:`MAX_BYTES` for sizes.
+
+    Raises:
+        AutoparError: not a number, out of range, or too long to be one (a 5,000-digit literal).
+    """
+    long = too_large(f"{path}: {where}", value, f"at most {MAX_BYTES:g}")
+    if long:
+        raise AutoparError(long)
     if isinstance(value, bool):  # JSON true is not a time or a size
         raise AutoparError(f"{path}: {where}={value!r}: expected a number")
     try:
@@ -73,29 +82,14 @@ def _number(path: str, where: str, value: Any, positive: bool = False) -> float:
 
 def _integer(path: str, doc: dict, key: str, default: int | None = None) -> int:
     value = doc.get(key, default)
+    long = too_large(f"{path}: {key}", value, "expected a positive integer")
+    if long:
+        raise AutoparError(long)
     if value is None:
         raise AutoparError(f"{path}: missing field {key!r}")
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise AutoparError(f"{path}: {key}={value!r}: expected a positive integer")
     return value
-
-
-def _parse(text: str) -> Any:
-    """JSON, else YAML (JSON's other errors, e.g. a 5,000-digit integer, fall through to YAML).
-
-    Raises:
-        ValueError: neither parses (a ``yaml.YAMLError`` re-raised with its first line).
-        RecursionError: nested beyond Python's recursion limit.
-    """
-    try:
-        return json.loads(text)
-    except ValueError:
-        import yaml
-
-        try:
-            return yaml.safe_load(text)
-        except yaml.YAMLError as err:
-            raise ValueError(str(err)) from None
 
 
 def load_layers_file(path: str) -> LayersFile:
@@ -109,7 +103,7 @@ def load_layers_file(path: str) -> LayersFile:
                            f"table of {MAX_LAYERS:,} layers needs")
     text = read_text(path, "--layers", "expected JSON or YAML")
     try:
-        doc = _parse(text)
+        doc = json_or_yaml(text)
     except RecursionError:  # [[[...]]] beyond Python's recursion limit
         raise AutoparError(f"--layers {path}: nested too deeply to be a layer table") from None
     except ValueError as err:

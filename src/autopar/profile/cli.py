@@ -39,7 +39,8 @@ def choose_device(db: OpDB, device: str | None, planned: str) -> str:
     devices = db.devices()
     if not devices:
         raise AutoparError(f"{db.option}={str(db.path)!r}: holds no measurements yet (fill it with 'autopar profile "
-                           "ops')")
+                           "ops'; runs stored by 'autopar verify --record' count once 'autopar calibrate' has fitted "
+                           "factors from successful ones)")
     if device is not None:
         if device not in devices:
             raise AutoparError(f"--profile-device={device!r}: not in the database; it holds {devices}")
@@ -193,7 +194,7 @@ def ops(
     top: Annotated[int, typer.Option(help="profile the shapes of the top-N layouts of a search")] = 3,
     tp: Annotated[Optional[int], typer.Option(help="profile one layout instead (with --cp/--ep/--mbs/--sp)")] = None,
     cp: int = 1, ep: int = 1, etp: Optional[int] = None, mbs: int = 1,
-    sp: Annotated[Optional[bool], typer.Option("--sp/--no-sp", help="sequence parallelism \\[default: on with tp > 1]")] = None,
+    sp: Annotated[Optional[bool], typer.Option("--sp/--no-sp", help="sequence parallelism [default: on with tp > 1]")] = None,
     missing_from: Annotated[Optional[str], typer.Option(help="a --json result of search/estimate --profile-db")] = None,
     repeats: int = 5,
 ) -> None:

@@ -27,8 +27,10 @@ version 1 (no ranks per node in ``comm_fit``) and newer versions are refused.
 
 from __future__ import annotations
 
+import errno
 import json
 import math
+import os
 import sqlite3
 import time
 from dataclasses import dataclass
@@ -115,7 +117,13 @@ class OpTime:
 
 
 def _readable(path: Path, option: str) -> None:
-    """Raises AutoparError (naming ``option``) unless ``path`` is an existing regular file."""
+    """Raises AutoparError (naming ``option``) unless ``path`` is an existing regular file (a name
+    longer than the file system allows included: ``Path.is_dir`` raised ``OSError``)."""
+    try:
+        os.stat(path)
+    except OSError as err:
+        if err.errno not in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR):
+            raise AutoparError(f"{option}={str(path)!r}: cannot read ({err.strerror})") from None
     if path.is_dir():
         raise AutoparError(f"{option}={str(path)!r}: is a directory, not a profile database file")
     if path.is_symlink() and not path.exists():

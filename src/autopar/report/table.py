@@ -137,7 +137,7 @@ def search_table(result: SearchResult) -> Table:
 def search_summary(result: SearchResult) -> str:
     """One paragraph: what was enumerated, removed by the constraints (each layout under the first
     it fails), rejected (by rule) and dropped for memory."""
-    rejected = ", ".join(f"{k} {v}" for k, v in sorted(result.rejected.items(), key=lambda kv: -kv[1]))
+    rejected = ", ".join(f"{k} {v:,}" for k, v in sorted(result.rejected.items(), key=lambda kv: -kv[1]))
     removed = ", ".join(f"{k} {v:,}" for k, v in result.constraints.items())
     return (
         f"{result.enumerated:,} layouts enumerated in {result.search_time_s:.2f} s; "

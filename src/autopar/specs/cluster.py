@@ -46,11 +46,12 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from autopar.errors import AutoparError, from_validation_error, read_text
-from autopar.specs.long_numbers import too_large, yaml_load
+from autopar.specs.long_numbers import json_or_yaml, too_large, yaml_load
 
 Precision = Literal["bf16", "fp16", "fp8"]
 GIB = 2**30
 MAX_NODES = 100_000  # far beyond any cluster; keeps the layout enumeration finite and fast
+MAX_DEVICES_PER_NODE = 1024
 # Input bounds (what a user may set, not calibration): below 1% of a peak, 1 MB/s of bandwidth or
 # 1 GFLOP/s no accelerator runs training, and a per-step latency or per-op host time of a second
 # is a typo (1 s for 1e-6 s); such values would overflow the step time rather than describe a device.
@@ -231,10 +232,9 @@ def resolve_device_name(text: str, option: str = "--device") -> str:
 def _read_mapping(path: str) -> dict[str, Any]:
     text = read_text(path, "--device-file", "expected YAML or JSON")
     try:
-        data = yaml_load(text)  # YAML is a superset of JSON
-    except yaml.YAMLError as err:
-        first = " ".join(str(err).split())
-        raise AutoparError(f"--device-file: {path!r} is not valid YAML/JSON ({first})") from None
+        data = json_or_yaml(text)
+    except ValueError as err:
+        raise AutoparError(f"--device-file: {path!r} is not valid YAML/JSON ({err})") from None
     except RecursionError:  # [[[...]]] nested beyond Python's recursion limit
         raise AutoparError(f"--device-file: {path!r} is nested too deeply to be a device file") from None
     if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):
@@ -313,8 +313,8 @@ def make_cluster(device: DeviceSpec, num_nodes: int, devices_per_node: int | Non
     dpn = device.default_devices_per_node if devices_per_node is None else devices_per_node
     if not 0 < num_nodes <= MAX_NODES:
         raise AutoparError(f"--nodes={num_nodes}: must be an integer in 1..{MAX_NODES}")
-    if not 0 < dpn <= 1024:
-        raise AutoparError(f"--devices-per-node={dpn}: must be an integer in 1..1024")
+    if not 0 < dpn <= MAX_DEVICES_PER_NODE:
+        raise AutoparError(f"--devices-per-node={dpn}: must be an integer in 1..{MAX_DEVICES_PER_NODE}")
     domain = device.nvlink_domain_size
     if domain is not None and domain % dpn:
         raise AutoparError(

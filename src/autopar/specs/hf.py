@@ -78,6 +78,11 @@ class _Config:
         return value
 
     def number(self, key: str, default: float) -> float:
+        """``key`` as a finite float, else ``default``.
+
+        Raises:
+            AutoparError: a :class:`~autopar.specs.long_numbers.LongNumber`, not a number, or not finite.
+        """
         value = self.get(key, default)
         self.too_large(key, value)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
@@ -118,9 +123,10 @@ def _llama_like(cfg: _Config) -> dict[str, Any]:
     if cfg.get("head_dim") is None and hidden % heads:
         raise AutoparError(f"{cfg.source}: hidden_size={hidden} is not divisible by num_attention_heads={heads} "
                            "and there is no 'head_dim' field")
-    act = cfg.get("hidden_act", cfg.get("hidden_activation", "silu"))
+    act_key = "hidden_act" if cfg.get("hidden_act") is not None else "hidden_activation"
+    act = cfg.get(act_key, "silu")
     if not isinstance(act, str):
-        raise AutoparError(f"{cfg.source}: field 'hidden_act'={act!r} must be a string such as 'silu'")
+        raise AutoparError(f"{cfg.source}: field '{act_key}'={act!r} must be a string such as 'silu'")
     return dict(
         num_layers=cfg.integer("num_hidden_layers", what="number of decoder layers", maximum=MAX_LAYERS),
         hidden_size=hidden,
@@ -211,7 +217,7 @@ def _deepseek_v3(cfg: _Config) -> dict[str, Any]:
     freq = cfg.integer("moe_layer_freq", default=1)
     if freq < 1 or not 0 <= first_dense < spec["num_layers"]:
         raise AutoparError(f"{cfg.source}: moe_layer_freq={freq} must be >= 1 and first_k_dense_replace="
-                           f"{first_dense} within the layers")
+                           f"{first_dense} below num_hidden_layers={spec['num_layers']}")
     moe_ffn = cfg.integer("moe_intermediate_size")
     nope, rope = cfg.integer("qk_nope_head_dim"), cfg.integer("qk_rope_head_dim")
     return {
@@ -434,7 +440,7 @@ def load_model(name_or_path: str) -> ModelSpec:
         raise AutoparError(f"--model={name_or_path!r}: empty; give a config.json path or a preset name")
     path = Path(name_or_path)
     if path.suffix == ".json" or os.path.lexists(path):  # lexists: a broken link or a loop is a path too
-        if path.is_dir():
+        if os.path.isdir(path):  # False for a name the file system cannot hold: read_text names that
             raise AutoparError(f"--model={name_or_path!r}: is a directory; give its config.json")
         text = read_text(path, "--model", "expected a config.json")  # a FIFO, /dev/null, a link loop: by kind
         try:

@@ -47,7 +47,7 @@ def _window_layers(cfg: hf._Config, num_layers: int) -> dict[str, Any]:
     if not isinstance(kinds, list) or len(kinds) != num_layers or \
             any(k not in ("sliding_attention", "full_attention") for k in kinds):
         raise AutoparError(f"{cfg.source}: field 'layer_types' must list 'sliding_attention' or 'full_attention' "
-                           f"for each of the {num_layers} layers")
+                           f"for each of the num_hidden_layers={num_layers} layers")
     window = [i for i, k in enumerate(kinds) if k == "sliding_attention"]
     size = cfg.integer("sliding_window", default=0) if window else 0
     if window and size < 1:

@@ -62,6 +62,23 @@ def yaml_load(text: str) -> Any:
     return yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader subclass)
 
 
+def json_or_yaml(text: str) -> Any:
+    """JSON, else YAML, both with long integers as :class:`LongNumber`. JSON first: YAML reads most
+    JSON but refuses some valid JSON, e.g. a control character such as DEL inside a string.
+
+    Raises:
+        ValueError: neither parses (the YAML error's message, on one line).
+        RecursionError: nested beyond Python's recursion limit.
+    """
+    try:
+        return json_loads(text)
+    except ValueError:
+        try:
+            return yaml_load(text)
+        except yaml.YAMLError as err:
+            raise ValueError(" ".join(str(err).split())) from None
+
+
 def too_large(key: str, value: Any, bound: str) -> str | None:
     """``key=<a N-digit number>: too large (bound)`` when ``value`` is a :class:`LongNumber`, else None."""
     return f"{key}={value!r}: too large ({bound})" if isinstance(value, LongNumber) else None

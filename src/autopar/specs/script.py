@@ -19,6 +19,7 @@ Hugging Face tokenizer folder's ``config.json``; otherwise it is an error asking
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -81,9 +82,9 @@ class ScriptPlan:
         elif self.vocab_error:
             raise AutoparError(self.vocab_error)
         try:
-            return ModelSpec(**fields)
+            return ModelSpec.model_validate(fields, context={"names": MODEL_FLAGS})
         except ValidationError as err:
-            raise from_validation_error(err, f"{self.path.name}: model") from None
+            raise from_validation_error(err, self.path.name, names=MODEL_FLAGS) from None
 
     def strategy(self, world_size: int, num_layers: int) -> Strategy:
         """The script's layout on ``world_size`` devices.
@@ -112,7 +113,9 @@ def read_script(path: str | Path, text: str | None = None) -> ScriptPlan:
     path = Path(path)
     if text is None:
         try:
-            if path.is_file():  # a regular file: its size before reading it (a FIFO has none)
+            # a regular file: its size before reading it (a FIFO has none); os.path.isfile is False
+            # for a name the file system cannot hold (Path.is_file raised), which read_text names
+            if os.path.isfile(path):
                 check_script_size(path.stat().st_size, 0)
         except AutoparError as err:
             raise AutoparError(f"--script={str(path)!r}: {err}") from None
@@ -180,6 +183,21 @@ def flash_attention(a: Args) -> bool:
     if backend not in ("flash", "fused", "unfused", "local", "auto"):  # Megatron's AttnBackend enum
         raise AutoparError(f"{a.source}: --attention-backend={backend!r}: allowed flash, fused, unfused, local, auto")
     return backend not in ("unfused", "local")
+
+
+#: ModelSpec field -> the Megatron-LM flag :func:`model_fields` reads it from (errors name the flag).
+MODEL_FLAGS = {
+    "num_layers": "--num-layers", "hidden_size": "--hidden-size", "num_attention_heads": "--num-attention-heads",
+    "num_kv_heads": "--num-query-groups", "head_dim": "--kv-channels", "ffn_hidden_size": "--ffn-hidden-size",
+    "vocab_size": "--vocab-size", "max_position_embeddings": "--max-position-embeddings",
+    "mtp_num_layers": "--mtp-num-layers", "rope_theta": "--rotary-base", "norm_eps": "--norm-epsilon",
+    "num_experts": "--num-experts", "num_experts_per_tok": "--moe-router-topk",
+    "moe_ffn_hidden_size": "--moe-ffn-hidden-size", "shared_expert_ffn_hidden_size": "--moe-shared-expert-intermediate-size",
+    "router_aux_loss_coeff": "--moe-aux-loss-coeff", "router_num_groups": "--moe-router-num-groups",
+    "router_group_topk": "--moe-router-group-topk", "router_topk_scaling_factor": "--moe-router-topk-scaling-factor",
+    "q_lora_rank": "--q-lora-rank", "kv_lora_rank": "--kv-lora-rank", "qk_nope_head_dim": "--qk-head-dim",
+    "qk_rope_head_dim": "--qk-pos-emb-head-dim", "v_head_dim": "--v-head-dim",
+}
 
 
 def model_fields(a: Args, path: Path) -> tuple[dict[str, Any], str | None]:

@@ -97,6 +97,24 @@ def tp_comm_overlap_default(tp: int, sp: bool, target: str = "megatron") -> bool
 _SCRIPT_ONLY = ("account_for_embedding", "account_for_loss")
 
 
+#: Command-line option -> the launch-script flag that gives its default (see :func:`option_name`).
+SCRIPT_FLAGS = {"--nodes": "--nnodes", "--devices-per-node": "--nproc_per_node", "--gbs": "--global-batch-size",
+                "--seq-len": "--seq-length", "--make-vocab-size-divisible-by": "--make-vocab-size-divisible-by",
+                "--tp": "--tensor-model-parallel-size", "--pp": "--pipeline-model-parallel-size",
+                "--cp": "--context-parallel-size", "--vpp": "--num-virtual-stages-per-pipeline-rank",
+                "--ep": "--expert-model-parallel-size", "--etp": "--expert-tensor-parallel-size",
+                "--mbs": "--micro-batch-size", "--recompute-layers": "--recompute-num-layers"}
+
+
+def option_name(option: str, given: Any, plan: ScriptPlan | None) -> str:
+    """How an error names a value: ``option`` when the command line gave it (``given`` not None)
+    or there is no script, else the script's flag it came from (``job.sh: --global-batch-size``),
+    so a script's ``--global-batch-size -5`` is not reported as an ``--gbs`` the user never typed."""
+    if given is not None or plan is None or option not in SCRIPT_FLAGS:
+        return option
+    return f"{plan.path.name}: {SCRIPT_FLAGS[option]}"
+
+
 def cli_defaults(plan: ScriptPlan | None, values: dict[str, Any]) -> dict[str, Any]:
     """Fill the command-line ``values`` left None: from the script when there is one, else from
     :data:`CLI_FALLBACKS`. Explicit options always win over the script."""

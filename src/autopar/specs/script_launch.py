@@ -188,11 +188,20 @@ def _launcher_end(words: list[str]) -> int | None:
 
 
 def _launcher_int(opts: Args, names: tuple[str, ...], source: str) -> int:
+    """The launcher's ``--nnodes`` / ``--nproc_per_node`` (the first of ``names`` given), else 1.
+
+    Raises:
+        AutoparError: not a fixed integer >= 1 (an elastic range ``1:4``, ``0``, or more digits
+            than any cluster: a 5,000-digit value was a ValueError traceback).
+    """
     for name in names:
         if opts.has(name):
             value = opts.text(name) or ""
-            if not value.isdigit():
+            if not (value.isascii() and value.isdigit()):
                 raise AutoparError(f"{source}: launcher {name}={value!r}: expected a fixed integer "
                                    f"(elastic ranges are not planned); pass --nodes/--devices-per-node")
+            if len(value) > 9 or int(value) < 1:
+                shown = value if len(value) <= 20 else f"{value[:20]}... ({len(value)} digits)"
+                raise AutoparError(f"{source}: launcher {name}={shown}: must be an integer in 1..999999999")
             return int(value)
     return 1

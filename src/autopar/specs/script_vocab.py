@@ -33,6 +33,8 @@ def vocab_size(a: Args, path: Path) -> tuple[int | None, str | None]:
             continue
         for base in (Path.cwd(), path.parent):
             file = base / where[0]
+            if not _exists(file):
+                continue
             config = file / "config.json" if file.is_dir() else None
             if config and config.is_file():
                 vocab = _read_json(a, config, flag).get("vocab_size")
@@ -48,6 +50,15 @@ def vocab_size(a: Args, path: Path) -> tuple[int | None, str | None]:
     kind = a.text("--tokenizer-type", "an unknown tokenizer")
     return None, (f"{a.source}: the vocabulary size is unknown ({kind} reads it from a tokenizer file autopar "
                   "does not open); add --vocab-size N to the script or pass --vocab-size N to autopar")
+
+
+def _exists(file: Path) -> bool:
+    """Whether ``file`` exists; False for a name the file system cannot hold (a 300-character
+    ``--tokenizer-model``: ``Path.is_dir`` raised ``OSError: File name too long``)."""
+    try:
+        return file.exists()
+    except OSError:
+        return False
 
 
 def _read_json(a: "Args", file: Path, flag: str) -> dict[str, Any]:

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import csv
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from autopar.errors import AutoparError
+from autopar.errors import AutoparError, regular_file
 from autopar.specs.model import MAX_SIZE
 
 
@@ -41,7 +42,12 @@ def read_rows(path: str | Path) -> list[Row]:
             missing, there are no rows, a row is short or long, or a number cell is malformed.
     """
     file = Path(path)
-    if not file.is_file():
+    if not os.path.isfile(file):  # False for a name the file system cannot hold (Path.is_file raised)
+        try:
+            regular_file(file, "--csv")  # a directory, a FIFO, a name too long ...: named by what it is
+        except AutoparError as err:
+            if not str(err).endswith("does not exist"):
+                raise
         raise AutoparError(f"--csv={str(path)!r}: file not found; pass the measurements CSV "
                            "(omit --csv to score the measurements shipped with autopar)")
     try:

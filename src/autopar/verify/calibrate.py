@@ -63,15 +63,17 @@ def record_runs(path: str, p: Problem, jobs: list, results: list) -> int:
 
     db = OpDB(path, "--record")
     device = p.cluster.device.name
+    stored = 0
     try:
-        for job, r in zip(jobs, results):
+        for job, r in zip(jobs, results):  # a --budget-s stop leaves later jobs without a result
+            stored += 1
             db.put_run(device, job.framework, problem_json(p), json.dumps(job.layout, sort_keys=True), r.to_dict(),
                        job.name)
             db.put_measured_on(MeasuredOn(device, f"verify:{job.framework}", device, device, device, None, None, None,
                                           __version__, VERIFY_RECORD.format(framework=job.framework, device=device)))
     finally:
         db.close()
-    return len(jobs)
+    return stored
 
 
 def _link(p: Problem, group: int, stride: int) -> str:

@@ -47,6 +47,8 @@ _FAILURES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("error", re.compile(r"(?:RuntimeError|ValueError|TypeError|KeyError|ModuleNotFoundError|ImportError|"
                          r"FileNotFoundError): [^\n]*")),
     ("nccl_error", re.compile(r"(?:NCCL error|ncclInternalError|ncclSystemError)[^\n]*")),
+    # bash's own message when the launcher (torchrun, srun) or the script's interpreter is not on PATH
+    ("command_not_found", re.compile(r"[^\s:]+: command not found")),
 )
 
 Framework = Literal["megatron", "mindspeed", "torchtitan"]
@@ -60,7 +62,8 @@ class RunResult:
     logged); ``tokens_per_s``: the whole job's tokens per second at that step time;
     ``peak_allocated_bytes`` / ``peak_reserved_bytes``: the largest over the ranks that report
     (torchtitan reports reserved only); ``failure``: ``out_of_memory``, ``nccl_timeout``,
-    ``assertion``, ``error``, ``nccl_error``, ``timeout`` (the launcher's time limit),
+    ``assertion``, ``error``, ``nccl_error``, ``command_not_found`` (bash could not find the
+    launcher, e.g. ``torchrun``), ``timeout`` (the launcher's time limit),
     ``exit_code`` (no message found) or ``no_steps`` (exited 0 without a logged step), with
     ``cause`` the line that says why.
     """

@@ -1,4 +1,4 @@
-"""Predicted vs measured per layout, re-ranked by the measurement (rich table and JSON)."""
+"""Predicted vs measured per layout, re-ranked by the measurement (rich table, JSON and PNG)."""
 
 from __future__ import annotations
 
@@ -57,3 +57,11 @@ def report_table(jobs: list[Job], results: list[RunResult]) -> Table:
                   f"{r.tokens_per_s:,.0f}" if r.tokens_per_s else "-", gib(pred["peak_memory_bytes"]),
                   gib(r.peak_allocated_bytes), gib(r.peak_reserved_bytes))
     return t
+
+
+def report_png(jobs: list[Job], results: list[RunResult]) -> bytes:
+    """The report as a PNG (:func:`autopar.report.verify_plot.verify_chart`), in the table's order."""
+    from autopar.report.verify_plot import verify_chart
+
+    return verify_chart([(job.name, job.predicted["step_time_s"], r.step_time_s, r.failure)
+                         for job, r in ranked(jobs, results)])
