@@ -52,7 +52,7 @@ def test_sweep_best_per_gbs_matches_a_plain_search(tmp_path):
 def test_constraints_apply_to_every_point_and_the_table():
     out = runner.invoke(app, [*TOY, "--gbs-range", "8,16", "--tp", "2", "--no-pp"])
     assert out.exit_code == 0, out.output
-    assert "Best layout per global batch size" in out.output and "tp2+sp pp1" in out.output
+    assert "Best layout per global batch size" in out.output and "tp2+sp+ov pp1" in out.output
     assert "largest that fits: gbs 16" in out.output
 
 

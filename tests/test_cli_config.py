@@ -8,6 +8,7 @@ import json
 from typer.testing import CliRunner
 
 from autopar.cli import app, main
+from test_search_constraints import ENUMERATED  # llama3-8b on 8 H100, derived there by hand
 
 runner = CliRunner()
 SEARCH = {"model": "llama3-8b", "device": "h100-80gb", "nodes": 1, "gbs": 8, "seq-len": 4096, "top": 2,
@@ -25,7 +26,7 @@ def test_yaml_section_supplies_the_options_and_the_command_line_wins(tmp_path):
     path = _write(tmp_path, "run.yaml", {"search": SEARCH, "estimate": {"tp": 2}})
     doc = json.loads(runner.invoke(app, ["search", "--config", path]).stdout)
     # the file's pp: [1, 2] is --pp 1,2; zero: 1 then removes 3 of the 4 ZeRO stages of what is left
-    left = 8960 - doc["constraints"]["--pp 1,2"]
+    left = ENUMERATED - doc["constraints"]["--pp 1,2"]
     assert doc["constraints"]["--zero 1"] == left * 3 // 4
     assert len(doc["layouts"]) == 2 and doc["problem"]["train"]["global_batch_size"] == 8
     out = runner.invoke(app, ["search", "--config", path, "--zero", "0,1", "--top", "1"])

@@ -107,7 +107,9 @@ def assert_runs_the_plan(p, s: Strategy, text: str) -> None:
     assert {ov[f"optimizer.{k}"] for k in ("main_grads_dtype", "main_params_dtype", "exp_avg_dtype",
                                            "exp_avg_sq_dtype")} == {"float32"}
     assert ov["comm_overlap"] is None and m("tp_comm_overlap") is False
-    assert ov.get("model.cp_comm_type") == ("p2p" if s.cp > 1 else None)
+    assert ov.get("model.cp_comm_type") == (s.cp_comm_type if s.cp > 1 else None)  # the searched CP algorithm
+    assert ov.get("model.hierarchical_context_parallel_sizes") == (
+        [s.cp_a2a_size, s.cp // s.cp_a2a_size] if s.cp > 1 and s.cp_comm_type == "a2a+p2p" else None)
     if p.model.is_moe:
         assert (m("moe_token_dispatcher_type"), m("moe_flex_dispatcher_backend")) == ("alltoall", None)
 
@@ -168,7 +170,7 @@ def test_unequal_middle_stages_are_a_layout_string():
     ("llama3-8b", dict(precision="fp8"), dict(dp=8), "fp8_param_gather=True"),
     ("llama3-8b", dict(precision="fp16"), dict(dp=8), "fp16_mixed"),
     ("llama3-8b", dict(flash_attention=False), dict(dp=8), "fused attention"),
-    ("llama3-8b", dict(tp_comm_overlap=True), dict(dp=4, tp=2, sp=True), "CommOverlapConfig"),
+    ("llama3-8b", {}, dict(dp=4, tp=2, sp=True, tp_comm_overlap=True), "CommOverlapConfig"),
 ])
 def test_refusals_name_the_reason(model, train, layout, reason):
     p = make_problem(model, **train)

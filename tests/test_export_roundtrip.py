@@ -30,7 +30,7 @@ RESULTS = [(p, e.strategy) for p in PROBLEMS for e in search(p, top_k=25).layout
 
 def _key(p, s):
     return (s.tp, s.pp, s.vpp, s.cp, s.ep, s.expert_tp if p.model.is_moe else None, s.sp, s.zero, s.recompute,
-            s.recompute_layers, s.mbs, stage_layers(p, s))
+            s.recompute_layers, s.mbs, stage_layers(p, s), s.tp_comm_overlap, s.cp_comm_type, s.cp_a2a_size)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -40,7 +40,7 @@ def test_megatron_family_round_trip(tmp_path_factory, case, fmt):
     try:
         text = WRITERS[fmt](p, s)
     except AutoparError as err:
-        assert fmt == "mindspeed" and ("zero=" in str(err) or "vpp" in str(err))
+        assert fmt == "mindspeed" and ("zero=" in str(err) or "vpp" in str(err) or "cp_comm_type=allgather" in str(err))
         return
     plan = read_script(tmp_path_factory.mktemp("x") / "out.sh", text)
     assert plan.framework == fmt
@@ -69,6 +69,10 @@ def test_config_writers_round_trip(case):
         else:
             assert galvatron.check(doc, p.world_size, p.model.num_layers) == []
             assert [int(x) for x in doc["pp_division"].split(",")] == list(stage_layers(p, s))
+    if s.tp_comm_overlap or (s.cp > 1 and s.cp_comm_type != "p2p"):  # neither knob in the SAPP arrays
+        with pytest.raises(AutoparError, match="SAPP cannot express this layout: (TP communication|context)"):
+            sapp.write(p, s)
+        return
     if s.recompute_modules != ("core_attn",):  # Megatron-LM's --recompute-modules: only its writer
         with pytest.raises(AutoparError, match="SAPP cannot express this layout: recompute modules"):
             sapp.write(p, s)
@@ -95,7 +99,7 @@ def test_torchtitan_values():
     ("torchtitan", dict(dp=16, tp=1, ep=2, etp=1, zero=3), "ep"),
     ("torchtitan", dict(dp=4, tp=4, sp=False, zero=3), "without sequence parallelism"),
     ("deepspeed", dict(dp=8, pp=2, zero=2), "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"),
-    ("deepspeed", dict(dp=8, cp=2, zero=1), "cp=2"),
+    ("deepspeed", dict(dp=8, cp=2, zero=1), "cp=2 with cp_comm_type=p2p: DeepSpeed's sequence parallelism is Ulysses"),
     ("galvatron", dict(dp=16, zero=1), "zero=1"),
     ("mindspeed", dict(dp=8, zero=2), "Megatron FSDP"),
     # Megatron-LM takes unequal middle stages as --pipeline-model-parallel-layout; MindSpeed has no vpp form

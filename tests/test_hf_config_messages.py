@@ -86,3 +86,10 @@ def test_a_fifo_as_a_result_or_layers_file_is_refused_not_read(tmp_path, args):
 def test_dev_null_as_model_is_a_character_device():
     assert "--model='/dev/null': not a regular file (a character device)" in one_line_error(
         ["estimate", "-m", "/dev/null", "--device", "h100-80gb"])
+
+
+def test_a_multimodal_wrapper_without_its_text_config_names_text_config(tmp_path):
+    """Llama 4's wrapper (model_type llama4) keeps the text model in ``text_config``; without it
+    the error names that key (the fuzz suite's case), not only the unsupported model_type."""
+    err = _estimate(tmp_path, json.dumps({"architectures": ["Llama4ForConditionalGeneration"], "model_type": "llama4"}))
+    assert "'text_config', which is missing" in err and "llama4_text" in err, err

@@ -84,11 +84,11 @@ def test_cp_comm_type_p2p_is_read(tmp_path, flag):
 
 
 @pytest.mark.parametrize("flag, needle", [
-    ("--cp-comm-type a2a", "only as the p2p ring (Megatron's default), not a2a"),
-    ("--cp-comm-type p2p p2p allgather p2p p2p p2p p2p a2a+p2p", "not a2a+p2p, allgather"),
+    ("--cp-comm-type a2a+p2p", "needs --hierarchical-context-parallel-sizes A P"),
+    ("--cp-comm-type p2p p2p allgather p2p p2p p2p p2p a2a+p2p", "mixes a2a+p2p, allgather, p2p across layers"),
     ("--cp-comm-type ring", "ring not allowed; Megatron-LM accepts p2p, a2a, allgather, a2a+p2p"),
 ])
-def test_cp_comm_type_other_than_p2p_is_refused(tmp_path, flag, needle):
+def test_cp_comm_type_bad_values_are_refused(tmp_path, flag, needle):
     with pytest.raises(AutoparError, match="--cp-comm-type") as err:
         read_script(_script(tmp_path, flag))
     assert needle in str(err.value)

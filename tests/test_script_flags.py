@@ -28,6 +28,10 @@ MOE = "--num-experts 8 "
 MLA = "--multi-latent-attention "
 AWARE = "--use-precision-aware-optimizer "
 OFFLOAD = AWARE + "--optimizer-cpu-offload "
+SP = "--sequence-parallel "
+CP2, CP4 = "--context-parallel-size 2 ", "--context-parallel-size 4 "
+MINDSPEED = "--use-fused-swiglu "  # a MindSpeed-only flag: the script is read in MindSpeed's dialect
+HYBRID = MINDSPEED + CP4 + "--context-parallel-algo hybrid_cp_algo "
 # flag -> (flags before, flags after): the parsed model, job or layout must differ.
 CHANGES = {
     "--account-for-embedding-in-pipeline-split": ("", "--account-for-embedding-in-pipeline-split"),
@@ -122,6 +126,14 @@ CHANGES = {
     "--vocab-size": ("", "--vocab-size 50000"),
     "--window-size": ("", "--window-size 128,0"),
     "--window-attn-skip-freq": ("--window-size 128,0", "--window-size 128,0 --window-attn-skip-freq 2"),
+    "--tp-comm-overlap": (SP, SP + "--tp-comm-overlap"),
+    "--use-ascend-mc2": (MINDSPEED + SP, MINDSPEED + SP + "--use-ascend-mc2"),
+    "--use-mc2": (MINDSPEED + SP, MINDSPEED + SP + "--use-mc2"),
+    "--cp-comm-type": (CP2, CP2 + "--cp-comm-type a2a"),
+    "--hierarchical-context-parallel-sizes": (CP4 + "--cp-comm-type a2a+p2p --hierarchical-context-parallel-sizes 1 4",
+                                              CP4 + "--cp-comm-type a2a+p2p --hierarchical-context-parallel-sizes 2 2"),
+    "--context-parallel-algo": (MINDSPEED + CP2, MINDSPEED + CP2 + "--context-parallel-algo ulysses_cp_algo"),
+    "--ulysses-degree-in-cp": (HYBRID + "--ulysses-degree-in-cp 1", HYBRID + "--ulysses-degree-in-cp 2"),
 }
 # Read by the reader only to check a value or a combination (each named with what it checks),
 # so changing it alone changes nothing parsed.
@@ -130,7 +142,6 @@ VALUE_CHECKED = {
     "--use-precision-aware-optimizer": "required by the optimizer dtype and offload flags",
     "--fp8-recipe": "checked against --fp8-param-gather with optimizer offload",
     "--moe-pad-expert-input-to-capacity": "required with a capacity factor >= 1",
-    "--cp-comm-type": "only p2p (the ring autopar costs) is accepted",
     "--tokenizer-type": "named when the vocabulary size is unknown",
     "--tokenizer-model": "read for the vocabulary size without --vocab-size",
     "--tokenizer-name-or-path": "read for the vocabulary size without --vocab-size",

@@ -30,7 +30,8 @@ def test_llama2_script_values():
     assert (plan.framework, plan.num_nodes, plan.devices_per_node) == ("megatron", 2, 8)
     assert plan.layout == dict(tp=2, pp=4, vpp=1, cp=1, ep=1, etp=2, mbs=1, sp=True, zero=1, recompute="full",
                                recompute_layers=None, layers_per_stage=None, account_for_embedding=False,
-                               account_for_loss=False, recompute_modules=("core_attn",), pipeline_layout=None)
+                               account_for_loss=False, recompute_modules=("core_attn",), pipeline_layout=None,
+                               tp_comm_overlap=False, cp_comm_type="p2p", cp_a2a=None)
     assert plan.train_fields == dict(global_batch_size=256, seq_len=4096, precision="bf16", flash_attention=True,
                                      make_vocab_size_divisible_by=1)
     with pytest.raises(AutoparError, match="add --vocab-size N"):

@@ -105,6 +105,21 @@ def test_nvidias_llama3_70b_recipe_is_found_in_one_command():
     assert (s["tp"], s["pp"], s["vpp"], s["cp"], s["mbs"]) == (4, 4, 5, 2, 1)
     est = json.loads(runner.invoke(app, ["estimate", *problem, "--tp", "4", "--pp", "4", "--vpp", "5", "--cp", "2",
                                          "--mbs", "1", "--zero", str(s["zero"]), "--recompute", s["recompute"],
-                                         "--sp" if s["sp"] else "--no-sp"]).stdout)
+                                         "--sp" if s["sp"] else "--no-sp",
+                                         "--tp-comm-overlap" if s["tp_comm_overlap"] else "--no-tp-comm-overlap",
+                                         "--cp-comm-type", s["cp_comm_type"]]).stdout)
     assert found["estimate"]["step_time_s"] == pytest.approx(est["step_time_s"])
     assert found["estimate"]["step_time_s"] >= doc["layouts"][0]["step_time_s"]
+
+
+def test_labels_carry_the_overlap_and_cp_algorithm_marks():
+    """The table's ``+ov`` and ``cp8:a2a`` / ``cp16:a2a8+p2p`` marks read back as the fields (codes:
+    :data:`autopar.strategy.CP_COMM_TYPES` order p2p 0, a2a 1, allgather 2, a2a+p2p 3); a tp part
+    without ``+ov`` is no overlap, a cp part without a mark the ring."""
+    assert parse_layout("tp4+sp+ov pp4x5 cp8:a2a dp2") == {"tp": 4, "sp": 1, "tp_comm_overlap": 1, "pp": 4,
+                                                          "vpp": 5, "cp": 8, "cp_comm_type": 1, "dp": 2}
+    assert parse_layout("tp2+sp cp16:a2a8+p2p") == {"tp": 2, "sp": 1, "tp_comm_overlap": 0, "cp": 16,
+                                                   "cp_comm_type": 3}
+    assert parse_layout("cp2") == {"cp": 2, "cp_comm_type": 0}
+    assert parse_layout("tp=4,tp_comm_overlap=on,cp_comm_type=allgather") == {"tp": 4, "tp_comm_overlap": 1,
+                                                                             "cp_comm_type": 2}

@@ -139,8 +139,8 @@ def test_unknown_source_gets_the_generic_defaults_marked_assumed():
     case = to_case(_row(LLAMA.replace("NEMO-X", "MYLAB-1").replace(",1,1,,,,", ",2,1,,,,")))
     assert case.family is GENERIC
     s, t = case.strategy, case.problem.train
-    assert (s.mbs, s.vpp, s.zero, s.recompute, s.sp) == (1, 1, 1, "none", True)
-    assert (t.flash_attention, t.tp_comm_overlap, t.overlap_grad_reduce, t.framework) == (True, False, True, "megatron")
+    assert (s.mbs, s.vpp, s.zero, s.recompute, s.sp, s.tp_comm_overlap) == (1, 1, 1, "none", True, False)
+    assert (t.flash_attention, t.overlap_grad_reduce, t.framework) == (True, True, "megatron")
     assert case.assumed[0].startswith("source unknown: generic defaults")
     for knob in ("mbs=1", "zero=1", "recompute=none", "sp=on", "vocab=51200", "precision=bf16"):
         assert any(a.startswith(knob) for a in case.assumed), (knob, case.assumed)

@@ -15,8 +15,6 @@ ONLY = {
     "--moe-token-dispatcher-type": (("alltoall", "allgather"), "autopar costs the all-to-all dispatch; allgather "
                                     "moves no more on the expert-parallel ranks autopar plans"),
     "--distributed-backend": (("nccl", "hccl", "gloo"), "process-group backend"),
-    "--context-parallel-algo": (("megatron_cp_algo",), "autopar costs context parallelism as the p2p ring, "
-                                "MindSpeed's megatron_cp_algo"),
 }
 
 FUSION = ("a fused kernel: its speed is within the calibrated device efficiency and it keeps no extra "
@@ -99,10 +97,11 @@ REFUSED_FLAGS: dict[str, tuple[str, ...]] = {
     "MindSpeed's older MLA flag names are not read; use Megatron-LM's --multi-latent-attention, "
     "--qk-head-dim and --qk-pos-emb-head-dim": ("--multi-head-latent-attention", "--qk-rope-head-dim",
                                                "--qk-nope-head-dim"),
-    "Ascend MC2 (matmul fused with its TP collective) is not modelled": ("--use-mc2", "--use-ascend-mc2",
-                                                                         "--moe-alltoall-mc2", "--moe-bmm-mc2"),
-    "TP communication overlap (Transformer Engine userbuffers) is not modelled by this reader": (
-        "--tp-comm-overlap", "--tp-comm-overlap-cfg", "--disable-tp-comm-overlap-ag", "--disable-tp-comm-overlap-rs",
+    "Ascend MC2 for the MoE all-to-all or batched matmul is not modelled (the TP MC2 of --use-ascend-mc2 "
+    "is)": ("--moe-alltoall-mc2", "--moe-bmm-mc2"),
+    "TP communication overlap is read from --tp-comm-overlap alone; its tuning and per-GEMM switches are "
+    "not modelled": (
+        "--tp-comm-overlap-cfg", "--disable-tp-comm-overlap-ag", "--disable-tp-comm-overlap-rs",
         "--tp-comm-overlap-rs-dgrad", "--disable-tp-comm-bulk-dgrad", "--disable-tp-comm-bulk-wgrad",
         "--tp-comm-bootstrap-backend", "--disable-tp-comm-split-ag", "--disable-tp-comm-split-rs",
         "--enable-overlap-ag-with-matmul", "--enable-overlap-matmul-with-rs", "--enable-backward-overlap-ag-with-matmul"),
@@ -142,8 +141,8 @@ REFUSED_FLAGS: dict[str, tuple[str, ...]] = {
         "--num-layers-at-end-in-bf16", "--reuse-grad-buf-for-mxfp8-param-ag", "--fp8-reuse-quantized-weight",
         "--no-use-gmm-fp8", "--te-gmm-mode", "--te-comparison-with-cpu", "--te-comparison-with-bf16"),
     "FP4 training is not modelled": ("--fp4-format", "--fp4-recipe", "--fp4-param-gather"),
-    "hierarchical or alternative context-parallel schemes are not modelled": (
-        "--hierarchical-context-parallel-sizes", "--ulysses-degree-in-cp", "--cp-window-size",
+    "context-parallel variants beyond --cp-comm-type / --context-parallel-algo are not modelled": (
+        "--cp-window-size",
         "--use-cp-send-recv-overlap", "--megatron-cp-in-bnsd", "--kv-head-repeat-before-uly-alltoall",
         "--adaptive-cp-without-coarse", "--adaptive-cp-dynamic-attn-mask", "--adaptive-cp-only-reschedule",
         "--adaptive-cp-manually-set-mask-list", "--context-parallel-kv-cache-policy",
@@ -162,6 +161,19 @@ REFUSED_FLAGS: dict[str, tuple[str, ...]] = {
         "--overlap-moe-expert-parallel-comm", "--moe-layer-recompute"),
     "the optimizer-offload variant changes the host step autopar costs": (
         "--use-torch-optimizer-for-cpu-offload", "--no-pin-cpu-grads", "--no-pin-cpu-params"),
+    # MindSpeed's memory group (mindspeed/arguments.py, commit 028de58): each with what it does.
+    "it swaps the attention modules' activations (--swap-modules) to host memory and prefetches them back; "
+    "autopar models neither the host copies nor their overlap": ("--swap-attention",),
+    "it recomputes the MLP activation function outside Megatron's recompute granularity (with its own layer "
+    "count); autopar's selective recompute follows Megatron's --recompute-modules": (
+        "--recompute-activation-function",),
+    "it recomputes the norms outside Megatron's recompute granularity (with its own layer count); use "
+    "Megatron's --recompute-granularity selective --recompute-modules layernorm": ("--recompute-norm",),
+    "it moves recompute into the pipeline bubble; autopar's schedule simulation has no such op": (
+        "--recompute-in-bubble",),
+    "it moves recompute ahead of the backward pass; not in autopar's schedule simulation": (
+        "--recompute-in-advance",),
+    "it chooses swap/recompute per module at run time; not predictable ahead": ("--adaptive-memory-optimization",),
     "legacy (non-Core) models or a custom layer spec change the layers autopar builds": (
         "--use-legacy-models", "--spec", "--yaml-cfg"),
 }

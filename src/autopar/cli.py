@@ -178,7 +178,8 @@ def search(
                                                   "on Ascend]")] = None,
     tp: S.Tp = None, pp: S.Pp = None, dp: S.Dp = None, cp: S.Cp = None, vpp: S.Vpp = None, ep: S.Ep = None,
     etp: S.Etp = None, mbs: S.Mbs = None, num_microbatches: S.Microbatches = None, zero: S.Zero = None,
-    recompute: S.Recompute = None, schedule: S.Schedule = None, sp: S.Sp = None, no_tp: S.NoTp = False,
+    recompute: S.Recompute = None, schedule: S.Schedule = None, sp: S.Sp = None,
+    tp_comm_overlap: S.TpCommOverlap = None, cp_comm_type: S.CpCommType = None, no_tp: S.NoTp = False,
     no_pp: S.NoPp = False, no_cp: S.NoCp = False, no_ep: S.NoEp = False, no_vpp: S.NoVpp = False,
     no_fsdp: S.NoFsdp = False, no_recompute: S.NoRecompute = False, explain: S.Explain = None,
     gbs_range: S.GbsRange = None, plot: S.Plot = None, config: Config = None,
@@ -199,7 +200,7 @@ def search(
     constraints = S.constraints_from_options(
         tp, pp, dp, cp, vpp, ep, etp, mbs, num_microbatches, zero, recompute, schedule, sp,
         {"--no-tp": no_tp, "--no-pp": no_pp, "--no-cp": no_cp, "--no-ep": no_ep, "--no-vpp": no_vpp,
-         "--no-fsdp": no_fsdp, "--no-recompute": no_recompute})
+         "--no-fsdp": no_fsdp, "--no-recompute": no_recompute}, tp_comm_overlap, cp_comm_type)
     p = problem_from_options(model, device, nodes, devices_per_node, gbs, seq_len, precision, device_file, device_set,
                  flash_attention, vocab_pad, script, vocab_size, moe_token_imbalance, fp8_param_storage)
     from autopar.search.grid import for_target
@@ -302,6 +303,17 @@ Zero = Annotated[Optional[int], typer.Option("--zero", help="0-3; 1 = Megatron d
                                                 "(export --format torchtitan: 3, FSDP2)")]
 Sp = Annotated[Optional[bool], typer.Option("--sp/--no-sp", help="Megatron sequence parallelism [default: on with "
                                             "tp > 1; export --format deepspeed: off, as Megatron-DeepSpeed's recipes]")]
+TpCommOverlap = Annotated[Optional[bool], typer.Option(
+    "--tp-comm-overlap/--no-tp-comm-overlap",
+    help="TP collectives overlapped with their GEMMs, needs SP: Megatron --tp-comm-overlap (TE userbuffers), "
+    "torchtitan async TP, MindSpeed --use-ascend-mc2 [default: on with SP for megatron (Megatron-Bridge "
+    "recipes); off for the other formats]")]
+CpCommType = Annotated[Optional[str], typer.Option(
+    "--cp-comm-type", help="context-parallel algorithm: p2p (ring) | a2a (Ulysses) | allgather | a2a+p2p "
+    "(with --cp-a2a) [default: p2p]")]
+CpA2a = Annotated[Optional[int], typer.Option(
+    "--cp-a2a", help="a2a+p2p: ranks of the all-to-all group inside cp (Megatron "
+    "--hierarchical-context-parallel-sizes A P, MindSpeed --ulysses-degree-in-cp)")]
 RecomputeOpt = Annotated[Optional[str], typer.Option("--recompute", help="none | selective | full [default: none]")]
 RecomputeLayers = Annotated[Optional[int], typer.Option("--recompute-layers", help="full recompute: layers per chunk")]
 ScheduleOpt = Annotated[Optional[str], typer.Option("--schedule", help="1f1b | interleaved (default from vpp)")]
@@ -327,6 +339,7 @@ def estimate(
     device_set: DeviceSet = None, flash_attention: Flash = None, vocab_pad: VocabPad = None,
     tp: Tp = None, pp: Pp = None, dp: Dp = None, cp: Cp = None, vpp: Vpp = None, ep: Ep = None, etp: Etp = None,
     mbs: Mbs = None, zero: Zero = None, sp: Sp = None, recompute: RecomputeOpt = None,
+    tp_comm_overlap: TpCommOverlap = None, cp_comm_type: CpCommType = None, cp_a2a: CpA2a = None,
     recompute_layers: RecomputeLayers = None, schedule: ScheduleOpt = None, layers_per_stage: LayersPerStage = None,
     recompute_per_stage: RecomputePerStage = None, embedding_loss_split: EmbeddingLoss = None,
     pipeline_layout: PipelineLayoutOpt = None,
@@ -344,7 +357,8 @@ def estimate(
     layout = dict(tp=tp, pp=pp, cp=cp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, zero=zero, sp=sp, recompute=recompute,
                   recompute_layers=recompute_layers, layers_per_stage=layers_per_stage, pipeline_layout=pipeline_layout,
                   recompute_per_stage=recompute_per_stage, account_for_embedding=embedding_loss_split,
-                  account_for_loss=embedding_loss_split, recompute_modules=recompute_modules_option(p, recompute_modules))
+                  account_for_loss=embedding_loss_split, recompute_modules=recompute_modules_option(p, recompute_modules),
+                  tp_comm_overlap=tp_comm_overlap, cp_comm_type=cp_comm_type, cp_a2a=cp_a2a)
     from autopar.profile.cli import print_coverage, profiled
 
     with profiled(p, profile_db, profile_device, profile_stands_for) as coverage:
@@ -423,6 +437,7 @@ def export(
     device_set: DeviceSet = None, flash_attention: Flash = None, vocab_pad: VocabPad = None,
     tp: Tp = None, pp: Pp = None, dp: Dp = None, cp: Cp = None, vpp: Vpp = None, ep: Ep = None, etp: Etp = None,
     mbs: Mbs = None, zero: Zero = None, sp: Sp = None, recompute: RecomputeOpt = None,
+    tp_comm_overlap: TpCommOverlap = None, cp_comm_type: CpCommType = None, cp_a2a: CpA2a = None,
     recompute_layers: RecomputeLayers = None, schedule: ScheduleOpt = None, layers_per_stage: LayersPerStage = None,
     recompute_per_stage: RecomputePerStage = None, embedding_loss_split: EmbeddingLoss = None,
     pipeline_layout: PipelineLayoutOpt = None,
@@ -463,7 +478,8 @@ def export(
     layout = dict(tp=tp, pp=pp, cp=cp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, zero=zero, sp=sp, recompute=recompute,
                   recompute_layers=recompute_layers, layers_per_stage=layers_per_stage, pipeline_layout=pipeline_layout,
                   recompute_per_stage=recompute_per_stage, account_for_embedding=embedding_loss_split,
-                  account_for_loss=embedding_loss_split, recompute_modules=recompute_modules_option(p, recompute_modules))
+                  account_for_loss=embedding_loss_split, recompute_modules=recompute_modules_option(p, recompute_modules),
+                  tp_comm_overlap=tp_comm_overlap, cp_comm_type=cp_comm_type, cp_a2a=cp_a2a)
     if from_result:
         given = sorted(k for k, v in {**layout, "dp": dp, "schedule": schedule}.items() if v is not None)
         if given:

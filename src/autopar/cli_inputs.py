@@ -175,7 +175,12 @@ def strategy_from_options(p: Problem, script: str | None, layout: dict[str, Any]
     else:
         layout["layers_per_stage"] = None
     plan = read_script(script) if script else None
+    for name in ("tp_comm_overlap", "cp_comm_type", "cp_a2a"):  # commands without these options take the defaults
+        layout.setdefault(name, None)
+    overlap_given = layout["tp_comm_overlap"] is not None or (plan is not None and plan.layout.get("tp_comm_overlap"))
     lay = layout_defaults(plan, layout, target)
+    if not overlap_given and lay["tp"] > p.cluster.fast_domain_size:  # the default stays within one NVLink domain
+        lay["tp_comm_overlap"] = False  # (rule tp_comm_overlap_in_node)
     if per_stage:
         lay["recompute_per_stage"] = tuple(x.strip() for x in per_stage.split(","))
         lay["recompute"] = layout.get("recompute")  # None: the heaviest per-stage option

@@ -66,6 +66,7 @@ class Estimate:
             "recompute_per_stage": list(s.recompute_per_stage) if s.recompute_per_stage else None,
             "recompute_modules": list(s.recompute_modules),
             "account_for_embedding": s.account_for_embedding, "account_for_loss": s.account_for_loss,
+            "tp_comm_overlap": s.tp_comm_overlap, "cp_comm_type": s.cp_comm_type, "cp_a2a": s.cp_a2a,
             "pipeline_layout": s.pipeline_layout,
         }
         return {

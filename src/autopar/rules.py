@@ -166,6 +166,33 @@ RULES: tuple[Rule, ...] = (
         f"seq_len/cp={p.train.seq_len // s.cp} must be divisible by tp={s.tp}",
     ),
     Rule(
+        "tp_comm_overlap_needs_sp",
+        lambda p, b: ~b.tp_comm_overlap | (b.sp & (b.tp > 1)),
+        lambda p, s: f"TP communication overlap (--tp-comm-overlap) needs sequence parallelism with tp > 1 (got "
+        f"tp={s.tp}, sp={'on' if s.sp else 'off'}): Megatron-LM arguments.py asserts sequence_parallel, MindSpeed's "
+        "MC2 and torchtitan's async TP overlap the SP all-gather / reduce-scatter",
+    ),
+    Rule(
+        "tp_comm_overlap_in_node",
+        lambda p, b: ~b.tp_comm_overlap | (b.tp <= p.cluster.fast_domain_size),
+        lambda p, s: f"TP communication overlap with tp={s.tp} spans more than one NVLink domain of "
+        f"{p.cluster.fast_domain_size} devices: Transformer Engine's userbuffers (CUDA multicast / IPC; TE issue "
+        "#1071) and PyTorch's symmetric memory for async TP work within one domain only",
+    ),
+    Rule(
+        "cp_a2a_divides_cp",
+        lambda p, b: b.cp % b.cp_a2a == 0,
+        lambda p, s: f"the all-to-all group of context parallelism ({s.cp_a2a_size}) must divide cp={s.cp} "
+        "(Megatron --hierarchical-context-parallel-sizes multiply to cp)",
+    ),
+    Rule(
+        "cp_a2a_divides_heads",
+        lambda p, b: (b.cp_a2a == 1) | ((p.model.num_attention_heads // b.tp) % b.cp_a2a == 0),
+        lambda p, s: f"context parallelism {s.cp_comm_type} scatters the attention heads over {s.cp_a2a_size} ranks: "
+        f"num_attention_heads/tp = {p.model.num_attention_heads}/{s.tp} must be divisible by it "
+        "(TransformerEngine context_parallel.py AttnFuncWithCPAndQKVOA2A; MindSpeed arguments.py ulysses_cp_algo)",
+    ),
+    Rule(
         "pp_le_layers",
         lambda p, b: b.pp <= _layers(p),
         lambda p, s: f"pp={s.pp} exceeds num_layers={_layers(p)}",

@@ -1,7 +1,9 @@
 """Enumerate the layout space as one :class:`LayoutBatch` (before the validity rules).
 
 Every combination of: ``tp``, ``cp``, ``pp`` whose product divides the world (``dp`` is the
-rest), ``vpp`` (1, or a divisor >= 2 of the layers per stage), ``mbs``, ZeRO stage, SP on/off,
+rest), ``vpp`` (1, or a divisor >= 2 of the layers per stage), ``mbs``, ZeRO stage, SP on/off
+(and SP with TP communication overlap), the context-parallel algorithm (the ring, and where the
+target runs them all-to-all, all-gather, hierarchical),
 activation recompute (none, selective, full on every layer, or full on 1/4, 1/2, 3/4 of each
 chunk's layers; selective with Megatron's default ``core_attn`` and, where the model has them,
 with the memory-saving modules too: :func:`autopar.cost.recompute.memory_saving_modules`), and
@@ -32,7 +34,7 @@ import numpy as np
 from autopar.cost.recompute import memory_saving_modules
 from autopar.errors import AutoparError
 from autopar.problem import Problem
-from autopar.strategy import DEFAULT_RECOMPUTE_MODULES, LayoutBatch, module_mask
+from autopar.strategy import CP_COMM_TYPES, DEFAULT_RECOMPUTE_MODULES, LayoutBatch, module_mask
 
 
 # Candidate layouts one search may hold (14 int64 columns plus the cost arrays): 22.8 million took
@@ -50,7 +52,10 @@ def divisors(n: int) -> list[int]:
 class SpaceOptions:
     """Which values of each knob to enumerate (``None`` = all sensible values).
     ``recompute_modules``: the one module set selective recompute uses (None: Megatron's default
-    and the model's memory-saving set)."""
+    and the model's memory-saving set). ``tp_comm_overlap``: also offer TP overlap on every SP
+    layout; ``cp_comm_types``: the context-parallel algorithms offered with cp > 1 (``a2a+p2p``
+    with every all-to-all group size ``1 < a < cp`` dividing cp). The search sets both by target
+    (:mod:`autopar.export.comm_knobs`)."""
 
     mbs: tuple[int, ...] = (1, 2, 4, 8)
     zero: tuple[int, ...] = (0, 1, 2, 3)
@@ -60,6 +65,8 @@ class SpaceOptions:
     pp: tuple[int, ...] | None = None
     cp: tuple[int, ...] | None = None
     recompute_modules: tuple[str, ...] | None = None
+    tp_comm_overlap: bool = False
+    cp_comm_types: tuple[str, ...] = ("p2p",)
 
 
 def _grid(p: Problem, opt: SpaceOptions) -> list[tuple[int, int, int, int, int]]:
@@ -128,6 +135,28 @@ def _expert_options(p: Problem, tp: int) -> list[tuple[int, int]]:
     return [(ep, etp) for ep in divisors(p.model.num_experts) for etp in sorted({tp, 1})]
 
 
+def _tp_modes(tp: int, opt: SpaceOptions) -> np.ndarray:
+    """(sp, tp_comm_overlap) pairs: no SP, SP, and SP with overlap where offered and tp > 1."""
+    return np.asarray([(0, 0), (1, 0)] + ([(1, 1)] if opt.tp_comm_overlap and tp > 1 else []), dtype=np.int64)
+
+
+def _cp_modes(cp: int, tp: int, fast_domain: int, opt: SpaceOptions) -> np.ndarray:
+    """(cp_comm index, cp_a2a) pairs: the ring, and with cp > 1 the other offered algorithms;
+    ``a2a+p2p`` with the largest all-to-all group that stays in the fast domain
+    (``cp_a2a * tp <= fast_domain``, TE's intent: all-to-all over NVLink, the ring across nodes),
+    when that group is neither 1 nor cp."""
+    modes = [(0, 1)]
+    if cp > 1:
+        for name in opt.cp_comm_types:
+            if name in ("a2a", "allgather"):
+                modes.append((CP_COMM_TYPES.index(name), cp if name == "a2a" else 1))
+            elif name == "a2a+p2p":
+                inner = max(a for a in divisors(cp) if a * tp <= fast_domain or a == 1)
+                if 1 < inner < cp:
+                    modes.append((CP_COMM_TYPES.index(name), inner))
+    return np.asarray(modes, dtype=np.int64)
+
+
 def _product(*columns: np.ndarray) -> list[np.ndarray]:
     """Cartesian product of 1-D arrays (first varies slowest, as ``itertools.product``)."""
     grids = np.meshgrid(*columns, indexing="ij")
@@ -139,14 +168,15 @@ def enumerate_layouts(p: Problem, opt: SpaceOptions | None = None) -> LayoutBatc
 
     Built with numpy per (tp, cp, pp, vpp) block so a million-row space (DeepSeek-V3 on 2,048
     GPUs) takes a fraction of a second; the row order is that of ``itertools.product`` over
-    (ep/etp, recompute, mbs, zero, sp).
+    (ep/etp, recompute, mbs, zero, sp/overlap, CP algorithm).
     """
     opt = opt or SpaceOptions()
     blocks = []
-    mbs, zero, sp = np.asarray(opt.mbs), np.asarray(opt.zero), np.asarray([0, 1])
+    mbs, zero = np.asarray(opt.mbs), np.asarray(opt.zero)
     grid = [(g, np.asarray(_expert_options(p, g[0]), dtype=np.int64),
              np.asarray(_recompute_options(p, g[2], g[3], opt), dtype=np.int64)) for g in _grid(p, opt)]
-    rows = sum(len(e) * len(r) for _, e, r in grid) * len(mbs) * len(zero) * len(sp)
+    rows = sum(len(e) * len(r) * len(_tp_modes(g[0], opt)) * len(_cp_modes(g[1], g[0], p.cluster.fast_domain_size, opt))
+               for g, e, r in grid) * len(mbs) * len(zero)
     if rows > MAX_LAYOUTS:  # 720,720 devices (240 divisors) asked numpy for 22.8 GiB and crashed
         raise AutoparError(
             f"--nodes x --devices-per-node = {p.world_size} devices: {p.model.name}'s layout space there has "
@@ -154,20 +184,24 @@ def enumerate_layouts(p: Problem, opt: SpaceOptions | None = None) -> LayoutBatc
             "devices or a count with fewer divisors (e.g. a power of two)")
     for (tp, cp, pp, vpp, accounted), experts, recompute in grid:
         dp = p.world_size // (tp * cp * pp)
-        ie, ir, m, z, s = _product(np.arange(len(experts)), np.arange(len(recompute)), mbs, zero, sp)
-        block = np.empty((len(ie), 14), dtype=np.int64)
+        tp_modes, cp_modes = _tp_modes(tp, opt), _cp_modes(cp, tp, p.cluster.fast_domain_size, opt)
+        ie, ir, m, z, it, ic = _product(np.arange(len(experts)), np.arange(len(recompute)), mbs, zero,
+                                        np.arange(len(tp_modes)), np.arange(len(cp_modes)))
+        block = np.empty((len(ie), 17), dtype=np.int64)
         block[:, :5] = (dp, tp, pp, vpp, cp)
         block[:, 5:7] = experts[ie]
-        block[:, 7], block[:, 8], block[:, 9] = m, s, z
+        block[:, 7], block[:, 8], block[:, 9] = m, tp_modes[it, 0], z
+        block[:, 14], block[:, 15:17] = tp_modes[it, 1], cp_modes[ic]
         block[:, 10:12] = recompute[ir, :2]
         block[:, 12] = accounted
         block[:, 13] = recompute[ir, 2]
         blocks.append(block)
-    a = np.concatenate(blocks) if blocks else np.zeros((0, 14), dtype=np.int64)
+    a = np.concatenate(blocks) if blocks else np.zeros((0, 17), dtype=np.int64)
     gbs = p.train.global_batch_size
     return LayoutBatch(
         dp=a[:, 0], tp=a[:, 1], pp=a[:, 2], vpp=a[:, 3], cp=a[:, 4], ep=a[:, 5], etp=a[:, 6],
         mbs=a[:, 7], sp=a[:, 8].astype(bool), zero=a[:, 9], recompute=a[:, 10],
         recompute_layers=a[:, 11], num_microbatches=gbs // (a[:, 7] * a[:, 0]),
         account_embedding=a[:, 12].astype(bool), account_loss=a[:, 12].astype(bool), recompute_modules=a[:, 13],
+        tp_comm_overlap=a[:, 14].astype(bool), cp_comm=a[:, 15], cp_a2a=a[:, 16],
     )

@@ -28,6 +28,11 @@ from autopar.specs.model import MAX_SIZE
 
 Recompute = Literal["none", "selective", "full"]
 Schedule = Literal["1f1b", "interleaved"]
+# Context-parallel attention algorithms, Megatron-LM's ``--cp-comm-type`` choices (TransformerEngine
+# ``DotProductAttention`` ``cp_comm_type``): costs in :mod:`autopar.cost.cp_comm`. A LayoutBatch holds
+# the index into this tuple.
+CpCommType = Literal["p2p", "a2a", "allgather", "a2a+p2p"]
+CP_COMM_TYPES: tuple[str, ...] = get_args(CpCommType)
 RECOMPUTE_CODES: dict[str, int] = {"none": 0, "selective": 1, "full": 2}
 RECOMPUTE_NAMES: tuple[str, ...] = ("none", "selective", "full")
 # Megatron-LM ``--recompute-modules`` values (arguments.py; ecosystem.md 1.2), in its order; what
@@ -84,6 +89,17 @@ class Strategy(BaseModel):
     ``recompute_modules``: what ``selective`` recompute re-runs, Megatron's
     ``--recompute-modules`` (default ``core_attn``); other sets only with a selective stage.
 
+    ``tp_comm_overlap``: the TP collectives run chunk by chunk under their GEMMs (Megatron
+    ``--tp-comm-overlap``, Transformer Engine userbuffers; torchtitan
+    ``parallelism.enable_async_tensor_parallel``; MindSpeed ``--use-ascend-mc2``): needs sequence
+    parallelism (rule ``tp_comm_overlap_needs_sp``); time and memory in :mod:`autopar.cost.tp_overlap`.
+
+    ``cp_comm_type`` / ``cp_a2a``: the context-parallel algorithm (:data:`CP_COMM_TYPES`, Megatron
+    ``--cp-comm-type``; MindSpeed ``--context-parallel-algo``) and, for ``a2a+p2p``, the size of the
+    inner all-to-all group (Megatron ``--hierarchical-context-parallel-sizes A P`` with ``A * P = cp``;
+    MindSpeed ``--ulysses-degree-in-cp``); ``None`` = ``cp`` for ``a2a``, 1 for ``p2p``/``allgather``
+    (:attr:`cp_a2a_size`). Costs: :mod:`autopar.cost.cp_comm`.
+
     ``pipeline_layout``: Megatron-LM's ``--pipeline-model-parallel-layout`` string (embedding,
     decoder, MTP layers and loss of every virtual stage; :mod:`autopar.pipeline.layout`), any
     split including unequal and empty chunks; it sets vpp and excludes ``layers_per_stage`` and
@@ -120,6 +136,9 @@ class Strategy(BaseModel):
     recompute_modules: tuple[RecomputeModule, ...] = Field(default=DEFAULT_RECOMPUTE_MODULES, min_length=1)
     account_for_embedding: bool = False
     account_for_loss: bool = False
+    tp_comm_overlap: bool = False
+    cp_comm_type: CpCommType = "p2p"
+    cp_a2a: int | None = Field(default=None, gt=0, le=MAX_SIZE)
     pipeline_layout: str | None = Field(default=None, min_length=1, max_length=100_000)
 
     @model_validator(mode="after")
@@ -184,6 +203,29 @@ class Strategy(BaseModel):
                              f"this layout recomputes {'/'.join(sorted(options))} (make recompute, or "
                              "a recompute_per_stage entry, selective, or leave the default core_attn)")
         return self
+
+    @model_validator(mode="after")
+    def _cp_a2a_for_hierarchical(self) -> "Strategy":
+        """``cp_a2a`` only with ``a2a+p2p``, and there a divisor of cp.
+
+        Raises:
+            ValueError: ``cp_a2a`` with another algorithm, or missing / not dividing cp with a2a+p2p
+                (Megatron-LM ``arguments.py``: the hierarchical sizes multiply to cp).
+        """
+        if self.cp_comm_type != "a2a+p2p":
+            if self.cp_a2a is not None and self.cp_a2a != self.cp_a2a_size:
+                raise ValueError(f"cp_a2a={self.cp_a2a} applies to cp_comm_type a2a+p2p, not {self.cp_comm_type}")
+            return self
+        if self.cp_a2a is None or self.cp % self.cp_a2a:
+            raise ValueError(f"cp_comm_type a2a+p2p needs cp_a2a, the all-to-all group size, dividing cp={self.cp} "
+                             f"(got {self.cp_a2a}); Megatron: --hierarchical-context-parallel-sizes A P with A*P = cp")
+        return self
+
+    @property
+    def cp_a2a_size(self) -> int:
+        """Ranks of the all-to-all (Ulysses) group inside cp: cp for ``a2a``, ``cp_a2a`` for
+        ``a2a+p2p``, 1 for ``p2p`` and ``allgather``."""
+        return {"a2a": self.cp, "a2a+p2p": self.cp_a2a or 1}.get(self.cp_comm_type, 1)
 
     @property
     def stage_recompute(self) -> tuple[str, ...]:
@@ -276,6 +318,8 @@ class LayoutBatch:
     ``account_embedding`` / ``account_loss`` (bool) are :attr:`Strategy.account_for_embedding`
     / ``account_for_loss``; omitted, they are all False. ``recompute_modules`` is the bit mask
     (:func:`module_mask`) of :attr:`Strategy.recompute_modules`; omitted, ``core_attn``.
+    ``tp_comm_overlap`` (bool), ``cp_comm`` (index into :data:`CP_COMM_TYPES`) and ``cp_a2a`` (the
+    all-to-all group size, :attr:`Strategy.cp_a2a_size`); omitted: off, p2p, 1.
     """
 
     dp: np.ndarray
@@ -294,13 +338,25 @@ class LayoutBatch:
     account_embedding: np.ndarray | None = None
     account_loss: np.ndarray | None = None
     recompute_modules: np.ndarray | None = None
+    tp_comm_overlap: np.ndarray | None = None
+    cp_comm: np.ndarray | None = None
+    cp_a2a: np.ndarray | None = None
 
     def __post_init__(self) -> None:
-        for name in ("account_embedding", "account_loss"):
+        n = self.dp.shape[0]
+        for name in ("account_embedding", "account_loss", "tp_comm_overlap"):
             if getattr(self, name) is None:
-                setattr(self, name, np.zeros(self.dp.shape[0], dtype=bool))
+                setattr(self, name, np.zeros(n, dtype=bool))
         if self.recompute_modules is None:
-            self.recompute_modules = np.full(self.dp.shape[0], DEFAULT_MODULE_MASK, dtype=np.int64)
+            self.recompute_modules = np.full(n, DEFAULT_MODULE_MASK, dtype=np.int64)
+        if self.cp_comm is None:
+            self.cp_comm = np.zeros(n, dtype=np.int64)
+        if self.cp_a2a is None:
+            self.cp_a2a = np.ones(n, dtype=np.int64)
+
+    def cp_comm_is(self, name: str) -> np.ndarray:
+        """Where the context-parallel algorithm is ``name`` (one of :data:`CP_COMM_TYPES`; bool ``(n,)``)."""
+        return self.cp_comm == CP_COMM_TYPES.index(name)
 
     def module_on(self, name: str) -> np.ndarray:
         """Where selective recompute re-runs module ``name`` (bool, ``(n,)``; whether a row
@@ -342,6 +398,8 @@ class LayoutBatch:
             num_microbatches=col(global_batch_size // (s.mbs * s.dp)),
             account_embedding=col(s.account_for_embedding, bool), account_loss=col(s.account_for_loss, bool),
             recompute_modules=col(module_mask(s.recompute_modules)),
+            tp_comm_overlap=col(s.tp_comm_overlap, bool), cp_comm=col(CP_COMM_TYPES.index(s.cp_comm_type)),
+            cp_a2a=col(s.cp_a2a_size),
         )
 
     def strategy(self, i: int, num_layers: int, mtp_num_layers: int = 0) -> Strategy:
@@ -365,4 +423,6 @@ class LayoutBatch:
             recompute_modules=module_names(int(self.recompute_modules[i])) if recompute == "selective"
             else DEFAULT_RECOMPUTE_MODULES,
             account_for_embedding=embedding, account_for_loss=loss,
+            tp_comm_overlap=bool(self.tp_comm_overlap[i]), cp_comm_type=CP_COMM_TYPES[int(self.cp_comm[i])],
+            cp_a2a=int(self.cp_a2a[i]) if CP_COMM_TYPES[int(self.cp_comm[i])] == "a2a+p2p" else None,
         )

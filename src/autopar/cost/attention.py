@@ -53,6 +53,14 @@ TORCH_BWD_KV_BYTES = 22  # K/V cat 4, fp32 dK/dV += bf16 10, cat of the fp32 dK/
 TORCH_BWD_Q_BYTES = 10  # fp32 dQ += bf16 dQ_ per step
 
 
+def ring_steps(batch: LayoutBatch) -> np.ndarray:
+    """Ranks of the p2p ring of each layout, i.e. attention kernels per layer: ``cp`` for ``p2p``,
+    ``cp / cp_a2a`` for ``a2a+p2p`` (the ring runs over the all-to-all groups), 1 for ``a2a`` and
+    ``allgather`` (one kernel over the whole sequence; :mod:`autopar.cost.cp_comm`). Shape ``(n,)``."""
+    whole = batch.cp_comm_is("a2a") | batch.cp_comm_is("allgather")
+    return np.where(whole, 1, batch.cp // np.maximum(batch.cp_a2a, 1))
+
+
 def kernel_efficiency(mean_keys: np.ndarray, causal: bool) -> np.ndarray:
     """Fraction of the long-sequence attention rate at ``mean_keys`` keys per query row.
 
@@ -69,12 +77,13 @@ def kernel_efficiency(mean_keys: np.ndarray, causal: bool) -> np.ndarray:
 def block_efficiency(p: Problem, batch: LayoutBatch) -> np.ndarray:
     """Per layout: the attention rate relative to long blocks (1 for unfused attention).
 
-    cp = 1: one causal kernel with ``s/2`` keys per query row. cp > 1: ``cp`` ring steps of
-    equal work with ``s/(2 cp)`` keys per row (one causal, cp-1 non-causal); the time is the sum
-    of the steps, i.e. the harmonic mean of their efficiencies. Unfused attention
+    cp = 1: one causal kernel with ``s/2`` keys per query row. cp > 1: ``r`` = :func:`ring_steps`
+    ring steps of equal work with ``s/(2 r)`` keys per row (one causal, r-1 non-causal); the time is
+    the sum of the steps, i.e. the harmonic mean of their efficiencies (``a2a`` / ``allgather``:
+    r = 1, the whole sequence's keys per kernel). Unfused attention
     (``flash_attention=False``: bmm + softmax + bmm) is costed by its GEMM shapes, not by this.
     """
-    cp = np.asarray(batch.cp, dtype=float)
+    cp = np.asarray(ring_steps(batch), dtype=float)
     if not p.train.flash_attention:
         return np.ones_like(cp)
     keys = p.train.seq_len / (2.0 * cp)
@@ -101,8 +110,10 @@ def ring_kv_width(p: Problem) -> int:
 def ring_merge_bytes(p: Problem, batch: LayoutBatch) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) HBM bytes per layer and micro-batch of the ring's per-step passes.
 
-    Zero for cp = 1. Per device ``E_o = tokens * v_width / tp`` output elements and
-    ``E_kv = tokens * ring_kv_width / tp`` K+V elements.
+    Zero for a ring of one (:func:`ring_steps`; ``cp`` below is its size). Per device
+    ``E_o = tokens * v_width / tp`` output elements and ``E_kv = tokens * ring_kv_width / tp`` K+V
+    elements (after an all-to-all a rank holds ``cp_a2a`` times the tokens and ``1/cp_a2a`` of the
+    heads: the same counts).
 
     * Megatron/TE (``flash_attn_fwd_out_correction``, jit-fused; ``dq.add_`` / ``dkv.add_``):
       forward ``cp-1`` corrections of 6 B per output element; backward ``cp`` accumulations of
@@ -117,7 +128,7 @@ def ring_merge_bytes(p: Problem, batch: LayoutBatch) -> tuple[np.ndarray, np.nda
     e_out = n * m.v_width / t
     e_kv = n * ring_kv_width(p) / t
     e_q = n * m.q_width / t
-    steps = np.asarray(batch.cp, dtype=float)
+    steps = np.asarray(ring_steps(batch), dtype=float)
     if p.train.framework == "torchtitan":
         fwd = (steps - 1) * (TORCH_FWD_KV_CAT_BYTES * e_kv + TORCH_FWD_MERGE_BYTES * e_out)
         bwd = steps * (TORCH_BWD_KV_BYTES * e_kv + TORCH_BWD_Q_BYTES * e_q)
@@ -151,16 +162,19 @@ def ring_exposed_s(p: Problem, batch: LayoutBatch, attention_fwd_s: np.ndarray) 
       cp group (:func:`autopar.cost.comm.all_gather_s`); forward ``max(ag - step, 0)``, backward
       ``max(ag - 2 step, 0) + (cp-1) * max(dkv - 2 step, 0) + dkv``.
 
-    Zero for cp = 1. Example (test): 1 GB/s links, Llama-3-8B, seq 8192, cp 4: torchtitan's
-    forward exposes ``3/4 * 4 * kv - step``.
+    ``cp`` here is the ring's size (:func:`ring_steps`: ``cp / cp_a2a`` under ``a2a+p2p``, whose
+    ring members are ``tp * cp_a2a`` ranks apart). Zero for a ring of one. Example (test): 1 GB/s
+    links, Llama-3-8B, seq 8192, cp 4: torchtitan's forward exposes ``3/4 * 4 * kv - step``.
     """
-    cp = np.asarray(batch.cp, dtype=float)
+    ring = ring_steps(batch)
+    cp = np.asarray(ring, dtype=float)
+    stride = batch.tp * batch.cp_a2a
     kv_elements = F.tokens(p, batch) * ring_kv_width(p) / batch.tp
-    kv = comm.send_recv_s(p, F.BF16 * kv_elements, batch.cp, batch.tp)
-    dkv = comm.send_recv_s(p, ring_grad_bytes_per_element(p) * kv_elements, batch.cp, batch.tp)
+    kv = comm.send_recv_s(p, F.BF16 * kv_elements, ring, stride)
+    dkv = comm.send_recv_s(p, ring_grad_bytes_per_element(p) * kv_elements, ring, stride)
     step = attention_fwd_s / cp
     if p.train.framework == "torchtitan":
-        gather = comm.all_gather_s(p, F.BF16 * kv_elements * cp, batch.cp, batch.tp)
+        gather = comm.all_gather_s(p, F.BF16 * kv_elements * cp, ring, stride)
         fwd = np.maximum(gather - step, 0.0)
         bwd = np.maximum(gather - 2 * step, 0.0) + (cp - 1) * np.maximum(dkv - 2 * step, 0.0) + dkv
     else:

@@ -41,6 +41,7 @@ import numpy as np
 from autopar.cost import activations as act
 from autopar.cost import fp8
 from autopar.cost import framework_memory as fw_mem
+from autopar.cost import tp_overlap
 from autopar.cost import moe as moe_cost
 from autopar.cost import mtp
 from autopar.cost.params import StageParams, layer_kinds, stage_params
@@ -141,7 +142,9 @@ def stage_memory(p: Problem, batch: LayoutBatch, stages: Stages) -> MemoryBreakd
     weights = dw + ew + fp8.extra_memory_bytes(p, batch, stages)
     activations = stage_activation_bytes(p, batch, stages)
     tensors = weights + dg + eg + do + eo + activations + gathered
-    other = p.cluster.device.framework_overhead_bytes + gathered + fw_mem.allocator_reserve_bytes(p, tensors)
+    # TE userbuffers of --tp-comm-overlap (autopar.cost.tp_overlap.userbuffer_bytes): allocated once at start-up.
+    other = (p.cluster.device.framework_overhead_bytes + gathered + tp_overlap.userbuffer_bytes(p, batch)
+             + fw_mem.allocator_reserve_bytes(p, tensors))
     return MemoryBreakdown(
         params=params.total,
         weights_bytes=weights,

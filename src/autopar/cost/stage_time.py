@@ -10,13 +10,16 @@ collectives of its parallel groups:
   volume as all-gather + reduce-scatter pairs; recomputed layers repeat the forward ones; the
   vocab-parallel embedding and output layer add one each. Forward ones exposed; the backward ones of
   the column-parallel linears run under their weight-/data-gradient GEMMs
-  (``TrainSpec.tp_backward_overlap``, :mod:`autopar.cost.tp_overlap`); with
-  ``TrainSpec.tp_comm_overlap`` (TE userbuffers) only the first of tp pipelined chunks is exposed.
+  (``TrainSpec.tp_backward_overlap``, :mod:`autopar.cost.tp_overlap`); with the layout's
+  ``tp_comm_overlap`` (TE userbuffers, torchtitan async TP, MindSpeed MC2) only the first of tp
+  pipelined chunks and the excess over the GEMMs is exposed.
 * CP (ring attention, Liu et al. 2023; Megatron ``cp_comm_type=p2p``; PyTorch/torchtitan
   ``context_parallel``): ``cp-1`` K/V block exchanges forward, K/V plus dK/dV backward, each
   overlapped with one ring step's attention kernel (only a step's excess is exposed; PyTorch
   gathers all K/V at step 0 instead), the final dK/dV hand-back exposed, and the per-step
-  softmax-correction / gradient-accumulation passes (:func:`autopar.cost.attention.ring_exposed_s`).
+  softmax-correction / gradient-accumulation passes (:func:`autopar.cost.attention.ring_exposed_s`);
+  the layout's ``cp_comm_type`` a2a / allgather / a2a+p2p adds its blocking all-to-alls or
+  all-gathers (:mod:`autopar.cost.cp_comm`).
 * EP: all-to-all dispatch and combine of the top-k token copies per MoE layer, forward and
   backward, placed by the expert rank order (:mod:`autopar.cost.moe`); MTP layers on the last
   stage (:mod:`autopar.cost.mtp`).
@@ -33,6 +36,7 @@ import numpy as np
 
 from autopar.cost import attention as attn
 from autopar.cost import comm
+from autopar.cost import cp_comm
 from autopar.cost import compute as C
 from autopar.cost import flops as F
 from autopar.cost import framework
@@ -101,29 +105,24 @@ def stage_time(p: Problem, batch: LayoutBatch, stages: Stages) -> StageTime:
     recomputed_pairs = recomputed * fwd_pairs / np.maximum(stages.layers, 1)
     selective_pairs = np.where(selective, recompute_cost.extra_tp_collectives(p, batch, n_dense, n_moe), 0.0)
     tp_collectives = 2 * fwd_pairs + recomputed_pairs + selective_pairs + first + last
-    tp = tp_collectives * one_collective
-    if not p.train.tp_comm_overlap:
-        # Backward collectives of the column-parallel linears under their own GEMMs (autopar.cost.tp_overlap).
-        bwd_dense = tp_overlap.layer_backward_tp_s(p, batch, one_collective,
-                                                   tp_overlap.overlap_gemms_s(p, batch, moe=False))
-        bwd_moe = tp_overlap.layer_backward_tp_s(p, batch, one_collective,
-                                                 tp_overlap.overlap_gemms_s(p, batch, moe=True)[:1 + moe_mlp_pairs])
-        tp = (fwd_pairs + recomputed_pairs + selective_pairs + first + last) * one_collective \
-            + n_dense * bwd_dense + n_moe * bwd_moe
-    else:
-        # Transformer Engine userbuffers (Megatron --tp-comm-overlap; Wang et al., ASPLOS'23,
-        # "Overlap communication with dependent computation via decomposition"): each AG/RS is cut
-        # into tp chunks pipelined with the chunks of its GEMM, so only the first chunk and any
-        # excess over the layers' GEMMs (forward, 2x backward, recompute) stay exposed.
-        gemm = (3 * n_dense + recomputed) * dense.gemm_s + 3 * n_moe * moe.gemm_s
-        tp = np.maximum(tp - gemm, 0.0) + tp / batch.tp
+    # Without TP overlap: the backward collectives of the column-parallel linears under their own
+    # GEMMs (autopar.cost.tp_overlap); the forward ones exposed.
+    bwd_dense = tp_overlap.layer_backward_tp_s(p, batch, one_collective, tp_overlap.overlap_gemms_s(p, batch, moe=False))
+    bwd_moe = tp_overlap.layer_backward_tp_s(p, batch, one_collective,
+                                             tp_overlap.overlap_gemms_s(p, batch, moe=True)[:1 + moe_mlp_pairs])
+    tp = (fwd_pairs + recomputed_pairs + selective_pairs + first + last) * one_collective \
+        + n_dense * bwd_dense + n_moe * bwd_moe
+    # Strategy.tp_comm_overlap (TE userbuffers, torchtitan async TP, MindSpeed MC2): every collective
+    # pipelined with its GEMM's chunks (autopar.cost.tp_overlap.comm_overlap_tp_s).
+    gemm = (3 * n_dense + recomputed) * dense.gemm_s + 3 * n_moe * moe.gemm_s
+    tp = np.where(batch.tp_comm_overlap, tp_overlap.comm_overlap_tp_s(batch, tp_collectives * one_collective, gemm), tp)
 
     # Context parallel (autopar.cost.attention): per ring step the next K/V block (backward: K/V
     # and the running dK/dV) travels while the step's attention kernel runs; the excess of a step
     # is exposed, and so is the last dK/dV hand-back to its owner after backward's final step.
     # The per-step merge / gradient-accumulation passes run on the compute stream.
     m = p.model
-    exposed_fwd, exposed_bwd = attn.ring_exposed_s(p, batch, dense.attention_s)
+    exposed_fwd, exposed_bwd = cp_comm.exposed_s(p, batch, dense.attention_s)
     merge_fwd_bytes, merge_bwd_bytes = attn.ring_merge_bytes(p, batch)
     fwd_passes = stages.layers + recomputed  # + the core attention Megatron's selective recompute reruns
     fwd_passes = fwd_passes + np.where(selective & recompute_cost.reruns_core_attention(p, batch), stages.layers, 0)

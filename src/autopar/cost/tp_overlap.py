@@ -1,6 +1,8 @@
-"""Backward tensor-parallel collectives hidden behind the linear layers' own GEMMs.
+"""Tensor-parallel collectives hidden behind GEMMs: Megatron's async backward all-reduce and,
+per layout (``Strategy.tp_comm_overlap``), Transformer Engine userbuffers / torchtitan async TP /
+MindSpeed MC2.
 
-Megatron-LM (``megatron/core/tensor_parallel/layers.py``
+**Without ``tp_comm_overlap``** Megatron-LM (``megatron/core/tensor_parallel/layers.py``
 ``LinearWithGradAccumulationAndAsyncCommunication``; ``--no-async-tensor-model-parallel-allreduce``
 turns it off, on by default since 2021-09; needs ``CUDA_DEVICE_MAX_CONNECTIONS=1`` so the
 collective is queued before the GEMM) runs the backward of a column-parallel linear (QKV, FC1) as:
@@ -17,6 +19,23 @@ Each overlapped collective leaves ``max(collective - GEMM, latency)`` exposed: t
 before the collective is queued, and the ring's latency steps are launched serially. A GEMM's
 data- and weight-gradient halves each take the forward GEMM's FLOPs, so the forward GEMM time is
 used for either.
+
+**With ``tp_comm_overlap``** (:func:`comm_overlap_tp_s`, :func:`userbuffer_bytes`) every SP
+all-gather and reduce-scatter of a layer is decomposed into ``tp`` chunks pipelined with the chunks
+of the GEMM that consumes or produces it (Wang et al., ASPLOS'23, "Overlap communication with
+dependent computation via decomposition"). Transformer Engine ``module/base.py`` ``initialize_ub``
+(commit d0067d0) pairs them as: forward AG+GEMM ``ring_exchange`` for ``qkv_fprop`` and
+``fc1_fprop``, GEMM+RS ``pipeline`` for ``proj_fprop`` and ``fc2_fprop``; backward AG+GEMM
+``ring_exchange`` for ``proj_dgrad`` / ``fc2_dgrad`` (the gather of dY) and ``bulk`` overlaps for
+``qkv_dgrad``/``qkv_wgrad``/``fc1_dgrad``/``fc1_wgrad`` (the input re-gather under the data-gradient
+GEMM, the dX reduce-scatter under the weight-gradient GEMM). Megatron-LM enables it with
+``--tp-comm-overlap`` (``arguments.py`` asserts ``sequence_parallel``; ``initialize.py``
+``_initialize_tp_communicators``). torchtitan's async TP (``parallelism.enable_async_tensor_parallel``,
+needs ``compile``) rewrites the same AG+matmul and matmul+RS pairs into PyTorch's symmetric-memory
+``fused_all_gather_matmul`` / ``fused_matmul_reduce_scatter``; MindSpeed's MC2 (``--use-ascend-mc2``,
+``features_manager/tensor_parallel/mc2.py``: needs tp > 1 and SP) fuses them in one Ascend kernel.
+All three are costed alike: the first of the ``tp`` chunks of each collective and any excess of the
+collectives over the layers' GEMMs stay exposed.
 """
 
 from __future__ import annotations
@@ -38,6 +57,45 @@ def overlap_gemms_s(p: Problem, batch: LayoutBatch, moe: bool) -> list[np.ndarra
     qkv = None if p.model.mla else C.gemm_time_s(p, F.attention_gemms(p, batch)[0])
     fc1 = None if moe else C.gemm_time_s(p, F.mlp_gemms(p, batch, moe=False)[0])
     return [qkv, fc1]
+
+
+def comm_overlap_tp_s(batch: LayoutBatch, tp_s: np.ndarray, gemm_s: np.ndarray) -> np.ndarray:
+    """Exposed TP seconds of a stage with ``tp_comm_overlap`` (arrays over layouts).
+
+    Args:
+        tp_s: all TP collectives of the stage's micro-batch (forward, backward, recompute), as
+            exposed without overlap.
+        gemm_s: the stage's linear-layer GEMM seconds they can hide under (forward, 2x backward,
+            recomputed forward).
+
+    Returns ``max(tp_s - gemm_s, 0) + tp_s / tp``: the excess over the GEMMs plus the first of the
+    ``tp`` pipelined chunks of each collective (it must arrive before the first GEMM chunk runs).
+    Example: tp 4, 10 ms of collectives under 40 ms of GEMMs: 2.5 ms exposed.
+    """
+    return np.maximum(tp_s - gemm_s, 0.0) + tp_s / batch.tp
+
+
+# Transformer Engine ``initialize_ub`` registers one userbuffer per overlapped GEMM: ring_exchange
+# qkv_fprop, fc1_fprop, proj_dgrad, fc2_dgrad; pipeline proj_fprop, fc2_fprop; bulk qkv_dgrad, qkv_wgrad,
+# fc1_dgrad, fc1_wgrad (module/base.py, methods dict).
+USERBUFFERS = 10
+
+
+def userbuffer_bytes(p: Problem, batch: LayoutBatch) -> np.ndarray:
+    """Bytes per device of Transformer Engine's userbuffers with ``tp_comm_overlap`` (Megatron-LM;
+    0 elsewhere and for torchtitan, whose symmetric-memory workspace is not modelled).
+
+    Megatron-LM ``initialize.py`` ``_initialize_tp_communicators`` passes
+    ``shape = [seq_length * micro_batch_size / cp, hidden_size]`` to TE ``initialize_ub``; each of
+    the :data:`USERBUFFERS` communicators registers one buffer of that shape (``CommOverlap`` /
+    ``CommOverlapP2P`` for all-gather: ``buffer_shape[0] * buffer_shape[1]`` elements,
+    ``comm_gemm_overlap.cpp``) in the activation dtype (bf16, 2 B). Llama-3-70B, seq 8192, mbs 1,
+    cp 1: 10 x 8192 x 8192 x 2 B = 1.25 GiB. Shape ``(n,)``.
+    """
+    if p.train.framework != "megatron":
+        return np.zeros(len(batch))
+    per_buffer = F.BF16 * p.train.seq_len * batch.mbs / batch.cp * p.model.hidden_size
+    return np.where(batch.tp_comm_overlap, USERBUFFERS * per_buffer, 0.0)
 
 
 def layer_backward_tp_s(p: Problem, batch: LayoutBatch, one_collective_s: np.ndarray,

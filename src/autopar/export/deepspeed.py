@@ -6,8 +6,9 @@ dp is the data-parallel size Megatron's ``mpu`` reports. The tensor/pipeline siz
 Megatron-DeepSpeed flags, not JSON keys: :mod:`autopar.export.megatron_deepspeed` writes them
 next to this JSON (the ``deepspeed`` export format). Refused (:func:`refusal_reason`): ZeRO-2/3
 with pipeline parallelism ("ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"),
-interleaved pipelines (the DeepSpeed pipeline engine has none), context parallelism (not in
-DeepSpeed; Ulysses is a different scheme), fp8, and what the Megatron-DeepSpeed arguments
+interleaved pipelines (the DeepSpeed pipeline engine has none), context parallelism other than
+Ulysses (``cp_comm_type`` a2a, written as ``--ds-sequence-parallel-size cp``; not with Megatron's
+``--sequence-parallel``, and the K/V heads per tp rank must divide by cp), fp8, and what the Megatron-DeepSpeed arguments
 cannot say (an uneven pipeline split, block recompute, model features without a flag there).
 """
 
@@ -50,8 +51,18 @@ def refusal_reason(p: Problem, s: Strategy) -> str | None:
                 "incompatible with pipeline parallelism' (deepspeed/runtime/pipe/engine.py)")
     if s.vpp > 1:
         return f"vpp={s.vpp}: the DeepSpeed pipeline engine has no interleaved schedule"
-    if s.cp > 1:
-        return f"cp={s.cp}: DeepSpeed has no ring context parallelism"
+    if s.cp > 1 and s.cp_comm_type != "a2a":
+        return (f"cp={s.cp} with cp_comm_type={s.cp_comm_type}: DeepSpeed's sequence parallelism is Ulysses "
+                "(--ds-sequence-parallel-size, cp_comm_type a2a); it has no ring context parallelism")
+    if s.cp > 1 and s.sp:
+        return (f"cp={s.cp} with sequence parallelism: Megatron-DeepSpeed's --ds-sequence-parallel-size cannot be "
+                "combined with --sequence-parallel (megatron/arguments.py); use --no-sp")
+    if s.cp > 1 and (m.num_kv_heads // s.tp) % s.cp:
+        return (f"cp={s.cp}: DeepSpeed Ulysses scatters the K/V heads too, and num_key_value_heads/tp = "
+                f"{m.num_kv_heads // s.tp} is not divisible by it")
+    if s.tp_comm_overlap:
+        return ("tp_comm_overlap: Megatron-DeepSpeed has no --tp-comm-overlap (no Transformer Engine userbuffers); "
+                "turn it off (--no-tp-comm-overlap)")
     if p.train.precision == "fp8":
         return "fp8: DeepSpeed's config has no fp8 training section"
     if len(set(split)) > 1:

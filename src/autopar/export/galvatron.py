@@ -69,6 +69,8 @@ def config(p: Problem, s: Strategy) -> dict[str, Any]:
         why = "selective recompute: Galvatron checkpoints whole layers (write per-stage selective with --format sapp)"
     elif s.vpp > 1:
         why = f"vpp={s.vpp}: Galvatron has no interleaved pipeline schedule"
+    elif s.tp_comm_overlap:
+        why = "tp_comm_overlap: Galvatron's runtime has no TP communication overlap switch (--no-tp-comm-overlap)"
     elif s.cp > 1:
         why = (f"cp={s.cp}: hetu-galvatron {RELEASE} never reads cp_sizes_enc (hybrid_parallel_config.py "
                "config2strategy), so its data parallelism would become dp x cp; only its GitHub main runs context "

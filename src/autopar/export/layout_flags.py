@@ -14,6 +14,7 @@ import shlex
 from typing import Literal
 
 from autopar.errors import AutoparError
+from autopar.export.comm_knobs import require_cp_algorithms, te_a2a_heads_reason
 from autopar.export.per_stage import require_default_modules, require_uniform_recompute
 from autopar.pipeline.layout import layout_of
 from autopar.problem import Problem
@@ -30,7 +31,10 @@ SWITCHES = frozenset({
     "--distribute-saved-activations", "--use-torch-fsdp2", "--overlap-param-gather-with-optimizer-step",
     "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split",
     "--recompute-activation-function", "--recompute-norm", "--no-gradient-accumulation-fusion",
+    "--use-ascend-mc2", "--use-mc2",
 })
+# MindSpeed --context-parallel-algo per Strategy.cp_comm_type (mindspeed/arguments.py; no all-gather one).
+MINDSPEED_CP_ALGO = {"p2p": "megatron_cp_algo", "a2a": "ulysses_cp_algo", "a2a+p2p": "hybrid_cp_algo"}
 # Flags written on the line of their partner (the first/last stage pair reads as one setting).
 _SAME_LINE_AS_PREVIOUS = {"--decoder-last-pipeline-num-layers": "--decoder-first-pipeline-num-layers"}
 # Megatron FSDP sharding strategy per ZeRO stage (ecosystem.md 1.2, ``--data-parallel-sharding-strategy``).
@@ -175,13 +179,28 @@ def layout_flags(p: Problem, s: Strategy, dialect: Dialect = "megatron") -> dict
         "--expert-model-parallel-size": str(s.ep) if moe else None,
         "--expert-tensor-parallel-size": str(s.expert_tp) if moe else None,
         "--sequence-parallel": s.sp or None,
-        "--tp-comm-overlap": KEEP if s.sp else None,
+        # TP overlap (autopar.cost.tp_overlap): TE userbuffers; MindSpeed turns --tp-comm-overlap off
+        # (mindspeed/arguments.py) and overlaps with MC2 instead.
+        "--tp-comm-overlap": (s.tp_comm_overlap and dialect == "megatron") or None,
+        "--use-ascend-mc2": (s.tp_comm_overlap and dialect == "mindspeed") or None,
+        "--use-mc2": None,
         "--no-overlap-p2p-communication": KEEP if s.vpp == 1 or s.pp > 2 else None,
         "--micro-batch-size": str(s.mbs),
         "--global-batch-size": str(p.train.global_batch_size),
     }
+    a2a = s.cp_a2a_size
+    hierarchical = s.cp > 1 and s.cp_comm_type == "a2a+p2p"
     if dialect == "mindspeed":
-        flags["--context-parallel-algo"] = "megatron_cp_algo" if s.cp > 1 else KEEP
+        require_cp_algorithms("MindSpeed-LLM", s, tuple(MINDSPEED_CP_ALGO))
+        flags["--context-parallel-algo"] = MINDSPEED_CP_ALGO[s.cp_comm_type] if s.cp > 1 else KEEP
+        flags["--ulysses-degree-in-cp"] = str(a2a) if hierarchical else None
+        flags["--cp-comm-type"] = None
+    else:
+        why = te_a2a_heads_reason(p, s)
+        if why:
+            raise AutoparError(f"Megatron-LM: {why}")
+        flags["--cp-comm-type"] = s.cp_comm_type if s.cp > 1 and s.cp_comm_type != "p2p" else None
+        flags["--hierarchical-context-parallel-sizes"] = f"{a2a} {s.cp // a2a}" if hierarchical else None
     flags.update(_split_flags(p, s, dialect))
     flags.update(_zero_flags(s, dialect))
     flags.update(_recompute_flags(s, dialect))

@@ -29,6 +29,7 @@ from functools import lru_cache
 from typing import Any
 
 from autopar.errors import AutoparError
+from autopar.export.comm_knobs import te_a2a_heads_reason
 from autopar.export.layout_flags import FSDP_STRATEGY
 from autopar.pipeline.layout import layout_of
 from autopar.export.per_stage import require_uniform_recompute
@@ -114,9 +115,12 @@ def _check(p: Problem, s: Strategy) -> None:
                            "(grad_reduce_in_fp32=False), the plan keeps fp32 gradients; use bf16")
     if not p.train.flash_attention:
         raise AutoparError("Megatron-Bridge: its recipes run fused attention; plan with --flash-attention")
-    if p.train.tp_comm_overlap:
+    if s.tp_comm_overlap:
         raise AutoparError("Megatron-Bridge: TP communication overlap needs a CommOverlapConfig userbuffers "
-                           "config for this shape (training/comm_overlap.py); not written")
+                           "config for this shape (training/comm_overlap.py); not written (--no-tp-comm-overlap)")
+    why = te_a2a_heads_reason(p, s)
+    if why:
+        raise AutoparError(f"Megatron-Bridge: {why}")
 
 
 def overrides(p: Problem, s: Strategy) -> dict[str, Any]:
@@ -124,7 +128,8 @@ def overrides(p: Problem, s: Strategy) -> dict[str, Any]:
 
     * parallel sizes: ``model.tensor_model_parallel_size`` (tp), ``pipeline_model_parallel_size``
       (pp), ``virtual_pipeline_model_parallel_size`` (vpp, null for 1), ``context_parallel_size``
-      (cp, with ``cp_comm_type=p2p``, the ring autopar costs), ``expert_model_parallel_size`` (ep),
+      (cp, with the layout's ``cp_comm_type`` and, for a2a+p2p, ``hierarchical_context_parallel_sizes``),
+      ``expert_model_parallel_size`` (ep),
       ``expert_tensor_parallel_size`` (etp; null = tp for dense models), ``sequence_parallel``;
       dp is what remains of the launcher's world (``ConfigContainer.get_data_parallel_size``:
       world / (tp * pp * cp));
@@ -204,8 +209,10 @@ def overrides(p: Problem, s: Strategy) -> dict[str, Any]:
         "comm_overlap": None,
         "model.tp_comm_overlap": False,
     }
-    if s.cp > 1:
-        out["model.cp_comm_type"] = "p2p"
+    if s.cp > 1:  # the layout's CP algorithm (autopar.cost.cp_comm), Megatron-Core TransformerConfig fields
+        out["model.cp_comm_type"] = s.cp_comm_type
+        if s.cp_comm_type == "a2a+p2p":
+            out["model.hierarchical_context_parallel_sizes"] = [s.cp_a2a_size, s.cp // s.cp_a2a_size]
     if fsdp:
         out["checkpoint.ckpt_format"] = "fsdp_dtensor"
         out["model.gradient_accumulation_fusion"] = False

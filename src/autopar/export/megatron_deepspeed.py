@@ -53,6 +53,8 @@ def layout_args(p: Problem, s: Strategy) -> list[str]:
         args.append("--no-pipeline-parallel")
     if s.sp:
         args.append("--sequence-parallel")
+    if s.cp > 1:  # DeepSpeed Ulysses (cp_comm_type a2a; autopar.cost.cp_comm), checked by deepspeed.refusal_reason
+        args.append(f"--ds-sequence-parallel-size {s.cp}")
     args += [f"--micro-batch-size {s.mbs}", f"--global-batch-size {p.train.global_batch_size}",
              f"--seq-length {p.train.seq_len}"]
     if s.recompute == "full" and s.recompute_layers:  # pp = 1 only (refusal_reason): Megatron's own block recompute

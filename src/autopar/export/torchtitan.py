@@ -14,9 +14,10 @@ pipelining, DeepSeek-V3's flex attention no context parallelism, Mixtral-style M
 The sections are merged into the model's own train config (e.g. ``llama3_405b.toml``), so every
 setting the plan depends on is written even where it is torchtitan's default, overriding what
 that config turns on: ``[model] converters`` (``[]`` unless fp8: the 405B config enables float8),
-``[parallelism] enable_async_tensor_parallel = false`` (autopar costs TP collectives unoverlapped
-by async TP), ``pipeline_parallel_degree`` (also 1) and ``[compile] enable = false`` (the time
-model has no torch.compile fusion).
+``[parallelism] enable_async_tensor_parallel`` (the layout's ``tp_comm_overlap``, costed by
+:mod:`autopar.cost.tp_overlap`; true needs ``[compile] enable = true``, torchtitan's parallelize
+raises without it), ``pipeline_parallel_degree`` (also 1) and ``[compile] enable = false`` without
+async TP (the time model has no torch.compile fusion).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import tomllib
 from typing import Any
 
 from autopar.errors import AutoparError
+from autopar.export.comm_knobs import require_cp_algorithms
 from autopar.pipeline.layout import layout_of
 from autopar.export.per_stage import require_default_modules, require_uniform_recompute
 from autopar.problem import Problem
@@ -144,6 +146,7 @@ def config(p: Problem, s: Strategy) -> dict[str, Any]:
         raise _refuse(why)
     if s.tp > 1 and not s.sp:
         raise _refuse(f"tp={s.tp} without sequence parallelism (torchtitan's TP always shards activations)")
+    require_cp_algorithms("torchtitan", s, ("p2p",))  # PyTorch's ring attention (context_parallel)
     if s.ep > 1 and s.expert_tp not in (1, s.tp):
         raise _refuse(f"etp={s.expert_tp}; only 1 or tp={s.tp} are allowed")
     if s.recompute == "full" and s.recompute_layers:
@@ -169,6 +172,9 @@ def config(p: Problem, s: Strategy) -> dict[str, Any]:
     }
     doc["model"] = {"converters": [FLOAT8_SECTION] if p.train.precision == "fp8" else []}
     doc["compile"] = {"enable": False}
+    if s.tp_comm_overlap:  # async TP (autopar.cost.tp_overlap); torchtitan's parallelize raises without compile
+        parallelism["enable_async_tensor_parallel"] = True
+        doc["compile"] = {"enable": True}
     if p.train.precision == "fp8":
         doc["quantize"] = {"linear": {"float8": {"enable_fsdp_float8_all_gather": shard > 1,
                                                 "precompute_float8_dynamic_scale_for_fsdp": shard > 1,

@@ -19,7 +19,7 @@ import numpy as np
 
 from autopar.errors import AutoparError
 from autopar.space import SpaceOptions
-from autopar.strategy import RECOMPUTE_CODES, LayoutBatch
+from autopar.strategy import CP_COMM_TYPES, RECOMPUTE_CODES, LayoutBatch
 
 MAX_VALUE = 2**20  # no layout degree is larger (a pinned value above it is a typo)
 
@@ -43,6 +43,8 @@ FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec("--recompute", "recompute", names=RECOMPUTE_CODES),
     FieldSpec("--schedule", "interleaved", names={"1f1b": 0, "interleaved": 1}),
     FieldSpec("--sp", "sp", names={"off": 0, "on": 1}),
+    FieldSpec("--tp-comm-overlap", "tp_comm_overlap", names={"off": 0, "on": 1}),
+    FieldSpec("--cp-comm-type", "cp_comm", names={name: i for i, name in enumerate(CP_COMM_TYPES)}),
 )
 FIELD_BY_OPTION = {f.option: f for f in FIELDS}
 
@@ -92,10 +94,14 @@ def parse_values(spec: FieldSpec, text: str) -> frozenset[int]:
     return frozenset(values)
 
 
+# The on/off fields, shown as their flag pair (``--sp`` / ``--no-sp``).
+_ON_OFF = ("--sp", "--tp-comm-overlap")
+
+
 def _field_option(c: Constraint) -> str:
     """The :data:`FIELDS` option a pinned constraint came from (``--no-sp`` is ``--sp``)."""
     option = c.text.split()[0]
-    return "--sp" if option == "--no-sp" else option
+    return option.replace("--no-", "--", 1) if option.replace("--no-", "--", 1) in _ON_OFF else option
 
 
 def parse_constraints(pinned: dict[str, str | None], switches: dict[str, bool]) -> list[Constraint]:
@@ -116,7 +122,9 @@ def parse_constraints(pinned: dict[str, str | None], switches: dict[str, bool]) 
             raise AutoparError(f"{option}: not a search constraint; allowed {', '.join(FIELD_BY_OPTION)}")
         if text is not None:
             spec = FIELD_BY_OPTION[option]
-            shown = {"--sp on": "--sp", "--sp off": "--no-sp"}.get(f"{option} {text}", f"{option} {text}")
+            shown = f"{option} {text}"
+            if option in _ON_OFF:
+                shown = option if text == "on" else option.replace("--", "--no-", 1)
             out.append(Constraint(shown, spec.column, parse_values(spec, text)))
     out.sort(key=lambda c: list(FIELD_BY_OPTION).index(_field_option(c)))
     for option, on in switches.items():

@@ -29,13 +29,16 @@ from autopar.space import SpaceOptions
 
 KEYS: dict[str, FieldSpec] = {f.option[2:].replace("-", "_"): f for f in FIELDS}
 MAX_RANK = 2000  # the rank walk checks the target's writer per layout; deeper ranks are reported as "below"
-_LABEL = re.compile(r"^(?:tp(?P<tp>\d+)(?P<sp>\+sp)?|pp(?P<pp>\d+)(?:x(?P<vpp>\d+))?(?:\+e?l?)?~?|cp(?P<cp>\d+)"
+_LABEL = re.compile(r"^(?:tp(?P<tp>\d+)(?P<sp>\+sp)?(?P<ov>\+ov)?|pp(?P<pp>\d+)(?:x(?P<vpp>\d+))?(?:\+e?l?)?~?"
+                    r"|cp(?P<cp>\d+)(?::(?P<cp_algo>a2a|allgather|a2a\d+\+p2p))?"
                     r"|dp(?P<dp>\d+)|ep(?P<ep>\d+)(?:/etp(?P<etp>\d+))?|mbs(?P<mbs>\d+))$")
 
 
 def parse_layout(text: str) -> dict[str, int]:
-    """``--explain``'s value as field key -> code (:data:`KEYS`; ``sp``/``schedule``/``recompute``
-    as their codes).
+    """``--explain``'s value as field key -> code (:data:`KEYS`; ``sp``/``schedule``/``recompute``/
+    ``tp_comm_overlap``/``cp_comm_type`` as their codes; a label's ``+ov`` and ``cp8:a2a`` marks
+    as the table writes them, a label's tp part without ``+ov`` meaning no overlap, its cp part
+    without a mark the ring).
 
     Raises:
         AutoparError: an unknown key or label part, a bad or repeated value (one ``--explain`` line).
@@ -59,9 +62,13 @@ def parse_layout(text: str) -> dict[str, int]:
             if not m:
                 raise AutoparError(f"--explain={text!r}: cannot read {part!r}; give key=value pairs "
                                    "(tp=4,pp=4,vpp=5) or a table label such as 'tp4+sp pp4x5 cp2 dp2'")
-            wanted.update({k: int(v) for k, v in m.groupdict().items() if v and k != "sp"})
+            wanted.update({k: int(v) for k, v in m.groupdict().items() if v and k not in ("sp", "ov", "cp_algo")})
             if part.startswith("tp"):
                 wanted["sp"] = int(bool(m.group("sp")))
+                wanted["tp_comm_overlap"] = int(bool(m.group("ov")))
+            if part.startswith("cp"):  # the table marks an algorithm other than the ring: cp8:a2a, cp16:a2a8+p2p
+                algo = re.sub(r"a2a\d+\+p2p", "a2a+p2p", m.group("cp_algo") or "p2p")
+                wanted["cp_comm_type"] = KEYS["cp_comm_type"].names[algo]
             if part.startswith("pp") and not m.group("vpp"):
                 wanted["vpp"] = 1
     if not wanted:
@@ -182,8 +189,10 @@ def _ranked(p: Problem, grid: Any, fitting: np.ndarray, where: str, result: Sear
     e = estimate(p, grid.valid.strategy(i, layers, p.model.mtp_num_layers), memory_margin)
     best = result.layouts[0]
     s = e.strategy
+    cp_algo = {"p2p": "", "a2a+p2p": f":a2a{s.cp_a2a_size}+p2p"}.get(s.cp_comm_type, f":{s.cp_comm_type}")  # as the table
     lines = [f"ranks #{rank} of {total:,} fitting layouts (the table's order before its top rows are re-balanced): "
-             f"tp{s.tp}{'+sp' if s.sp else ''} pp{s.pp}x{s.vpp} cp{s.cp} dp{s.dp} mbs {s.mbs} zero {s.zero} recompute "
+             f"tp{s.tp}{'+sp' if s.sp else ''}{'+ov' if s.tp_comm_overlap else ''} pp{s.pp}x{s.vpp} "
+             f"cp{s.cp}{cp_algo if s.cp > 1 else ''} dp{s.dp} mbs {s.mbs} zero {s.zero} recompute "
              f"{s.recompute}, step {e.step_time_s:.3f} s, {e.tokens_per_s_per_device:,.0f} tok/s/dev, peak "
              f"{e.peak_memory_bytes / GIB:.1f} of {e.device_memory_bytes / GIB:.1f} GiB"
              + (" (marginal)" if e.marginal else "")]

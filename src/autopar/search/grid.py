@@ -24,6 +24,7 @@ from autopar.cost.stage import bounding_stages
 from autopar.cost.step import evaluate
 from autopar.errors import AutoparError
 from autopar.estimate import DEFAULT_MEMORY_MARGIN, Estimate, estimate
+from autopar.export.comm_knobs import CP_ALGORITHMS, TP_OVERLAP_TARGETS
 from autopar.export.per_stage import MODULE_TARGETS, PER_STAGE_OPTIONS
 from autopar.pipeline.rebalance import TARGETS, TableCache, rank, rebalance_estimate
 from autopar.problem import Problem
@@ -100,7 +101,8 @@ def for_target(p: Problem, target: str) -> Problem:
 
 def for_search(p: Problem, target: str, options: SpaceOptions | None) -> tuple[Problem, SpaceOptions | None]:
     """``p`` as ``target`` runs it (:func:`for_target`) and ``options`` restricted to the
-    recompute modules the target writes.
+    recompute modules, TP overlap and CP algorithms the target writes
+    (:mod:`autopar.export.comm_knobs`).
 
     Raises:
         AutoparError: a ``megatron-bridge`` model without a library recipe (once, not per layout),
@@ -117,6 +119,8 @@ def for_search(p: Problem, target: str, options: SpaceOptions | None) -> tuple[P
             raise AutoparError(f"--recompute-modules {','.join(pinned)} with --target {target}: only "
                                f"{', '.join(MODULE_TARGETS)} writes recompute modules other than core_attn")
         options = replace(options or SpaceOptions(), recompute_modules=DEFAULT_RECOMPUTE_MODULES)
+    options = replace(options or SpaceOptions(), tp_comm_overlap=target in TP_OVERLAP_TARGETS,
+                      cp_comm_types=CP_ALGORITHMS.get(target, ("p2p",)))  # what the target can write
     return p, options
 
 

@@ -38,6 +38,11 @@ Recompute = Annotated[Optional[str], _set("--recompute", "recompute: none | sele
 Schedule = Annotated[Optional[str], _set("--schedule", "pipeline schedule: 1f1b | interleaved")]
 Sp = Annotated[Optional[bool], typer.Option("--sp/--no-sp", help="keep only layouts with (without) Megatron "
                                             "sequence parallelism", rich_help_panel="Constraints")]
+TpCommOverlap = Annotated[Optional[bool], typer.Option(
+    "--tp-comm-overlap/--no-tp-comm-overlap", help="keep only layouts with (without) TP communication overlap",
+    rich_help_panel="Constraints")]
+CpCommType = Annotated[Optional[str], _set("--cp-comm-type", "context-parallel algorithm: p2p | a2a | allgather | "
+                                           "a2a+p2p")]
 NoTp = Annotated[bool, _off("--no-tp", "tensor parallelism (tp 1)")]
 NoPp = Annotated[bool, _off("--no-pp", "pipeline parallelism (pp 1)")]
 NoCp = Annotated[bool, _off("--no-cp", "context parallelism (cp 1)")]
@@ -60,7 +65,8 @@ Plot = Annotated[Optional[str], typer.Option("--plot", help="with --gbs-range: w
 def constraints_from_options(tp: str | None, pp: str | None, dp: str | None, cp: str | None, vpp: str | None,
                              ep: str | None, etp: str | None, mbs: str | None, num_microbatches: str | None,
                              zero: str | None, recompute: str | None, schedule: str | None, sp: bool | None,
-                             switches: dict[str, bool]) -> list[Constraint]:
+                             switches: dict[str, bool], tp_comm_overlap: bool | None = None,
+                             cp_comm_type: str | None = None) -> list[Constraint]:
     """The :class:`Constraint` list of ``search``'s options (None / False = not given).
 
     Raises:
@@ -68,8 +74,14 @@ def constraints_from_options(tp: str | None, pp: str | None, dp: str | None, cp:
     """
     pinned = {"--tp": tp, "--pp": pp, "--dp": dp, "--cp": cp, "--vpp": vpp, "--ep": ep, "--etp": etp, "--mbs": mbs,
               "--num-microbatches": num_microbatches, "--zero": zero, "--recompute": recompute,
-              "--schedule": schedule, "--sp": None if sp is None else ("on" if sp else "off")}
+              "--schedule": schedule, "--sp": _on_off(sp), "--tp-comm-overlap": _on_off(tp_comm_overlap),
+              "--cp-comm-type": cp_comm_type}
     return parse_constraints(pinned, switches)
+
+
+def _on_off(flag: bool | None) -> str | None:
+    """An on/off option's value as its constraint text (None: not given)."""
+    return None if flag is None else ("on" if flag else "off")
 
 
 def check_modes(gbs_range: str | None, plot: str | None, explain: str | None, write_script: str | None,

@@ -368,6 +368,9 @@ def model_from_hf_dict(raw: dict[str, Any], name: str, source: str | None = None
     if model_type is None:
         raise AutoparError(f"{source}: missing field 'model_type' (one of {', '.join(sorted(_READERS))})")
     reader = _READERS.get(model_type)
+    if reader is None and f"{model_type}_text" in _READERS:  # a multimodal wrapper whose text model is missing
+        raise AutoparError(f"{source}: model_type={model_type!r} wraps a text model in field 'text_config', which "
+                           f"is missing; give 'text_config' (model_type {model_type}_text) or the text model's config")
     if reader is None:
         raise AutoparError(
             f"{source}: model_type={model_type!r} is not supported; supported: {', '.join(sorted(_READERS))}"

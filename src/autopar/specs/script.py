@@ -30,8 +30,9 @@ from autopar.errors import AutoparError, from_validation_error, read_text
 from autopar.specs.bash import ShellScript, check_script_size
 from autopar.specs.script_launch import Args, find_launch
 from autopar.specs.script_attention import attention_fields
+from autopar.specs.script_comm import comm_fields
 from autopar.specs.script_flags import check_flags
-from autopar.specs.script_layers import apply_noop_layers, check_cp_comm_type
+from autopar.specs.script_layers import apply_noop_layers
 from autopar.specs.script_optimizer import optimizer_fields
 from autopar.specs.model import ModelSpec
 from autopar.specs.script_vocab import vocab_size
@@ -130,7 +131,7 @@ def read_script(path: str | Path, text: str | None = None) -> ScriptPlan:
     fields, vocab_error = model_fields(a, path)
     mbs = a.integer("--micro-batch-size", 1)
     layout = layout_fields(a, fields["num_layers"])
-    check_cp_comm_type(a, fields["num_layers"], layout["cp"])
+    layout.update(comm_fields(a, framework, fields["num_layers"], layout))
     fields, layout = apply_noop_layers(a, fields, layout, stage_split)
     world = launch.nnodes * launch.nproc_per_node
     dp = max(1, world // (layout["tp"] * layout["pp"] * layout["cp"]))

@@ -14,12 +14,13 @@ from autopar.specs.script import ScriptPlan
 # autopar's own defaults for options neither the command line nor a script sets.
 CLI_FALLBACKS: dict[str, Any] = dict(nodes=1, devices_per_node=None, gbs=1024, seq_len=4096, precision="bf16",
                                      flash=True, vocab_pad=128)
-# sp None: :func:`sequence_parallel_default` of the layout's tp and the target framework.
+# sp None: :func:`sequence_parallel_default`; tp_comm_overlap None: :func:`tp_comm_overlap_default` of the layout's tp and the target framework.
 LAYOUT_FALLBACKS: dict[str, Any] = dict(tp=1, pp=1, cp=1, vpp=1, ep=1, etp=None, mbs=1, zero=1, sp=None,
                                         recompute="none", recompute_layers=None, layers_per_stage=None,
                                         pipeline_layout=None,
                                         account_for_embedding=False, account_for_loss=False,
-                                        recompute_modules=("core_attn",))
+                                        recompute_modules=("core_attn",), tp_comm_overlap=None, cp_comm_type="p2p",
+                                        cp_a2a=None)
 # Sequence parallelism with tp > 1 by target (``--format`` / ``--target``; ``estimate`` and ``balance``
 # cost Megatron-LM): what each framework's own recipes run, so that ``estimate``, ``balance``, ``export``
 # and the search's row for a layout agree when ``--sp/--no-sp`` is not given.
@@ -44,6 +45,24 @@ SP_WITH_TP: dict[str, bool] = {
 }
 
 
+# TP communication overlap (Strategy.tp_comm_overlap) with SP by target, as each framework's recipes set it.
+TP_OVERLAP_WITH_SP: dict[str, bool] = {
+    # Megatron-Bridge recipes (src/megatron/bridge/recipes/llama/h100/llama3.py at 067f987,
+    # llama3_70b_pretrain_32gpu_h100_bf16_config: tp 4, pp 4, vpp 5, cp 2, SP,
+    # CommOverlapConfig(tp_comm_overlap=True, userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192)).
+    "megatron": True,
+    # MindSpeed-LLM example scripts do not pass --use-ascend-mc2 (pretrain_deepseek3_671b_4k_ptd.sh).
+    "mindspeed": False,
+    # torchtitan's parallelism.enable_async_tensor_parallel defaults to false, as in its llama3 tomls.
+    "torchtitan": False,
+    # Megatron-Bridge's recipes run it, but with a userbuffers config tuned per shape, which its writer
+    # does not write (autopar.export.megatron_bridge refuses tp_comm_overlap).
+    "megatron-bridge": False,
+    # No TP overlap switch in these (autopar.export.comm_knobs).
+    "sapp": False, "galvatron": False, "deepspeed": False,
+}
+
+
 # Layout defaults that differ by target: torchtitan shards with FSDP2 by default
 # (data_parallel_shard_degree -1, i.e. ZeRO-3) and has no optimizer-only sharding (ZeRO-1).
 TARGET_FALLBACKS: dict[str, dict[str, Any]] = {"torchtitan": {"zero": 3}}
@@ -60,6 +79,18 @@ def sequence_parallel_default(tp: int, target: str = "megatron") -> bool:
     if target not in SP_WITH_TP:
         raise AutoparError(f"--target={target!r}: allowed {', '.join(SP_WITH_TP)}")
     return tp > 1 and SP_WITH_TP[target]
+
+
+def tp_comm_overlap_default(tp: int, sp: bool, target: str = "megatron") -> bool:
+    """TP communication overlap when neither ``--tp-comm-overlap/--no-tp-comm-overlap`` nor a script
+    says: on with SP and tp > 1 where the ``target``'s recipes run it (:data:`TP_OVERLAP_WITH_SP`).
+
+    Raises:
+        AutoparError: an unknown target.
+    """
+    if target not in TP_OVERLAP_WITH_SP:
+        raise AutoparError(f"--target={target!r}: allowed {', '.join(TP_OVERLAP_WITH_SP)}")
+    return tp > 1 and sp and TP_OVERLAP_WITH_SP[target]
 
 
 # Embedding/loss split switches: from the script unless an explicit split replaces them.
@@ -99,7 +130,8 @@ def cli_defaults(plan: ScriptPlan | None, values: dict[str, Any]) -> dict[str, A
 def layout_defaults(plan: ScriptPlan | None, values: dict[str, Any], target: str = "megatron") -> dict[str, Any]:
     """Fill the layout options left None from the script's layout, else :data:`LAYOUT_FALLBACKS`
     with the ``target``'s :data:`TARGET_FALLBACKS` (``target``: the export format, or ``megatron``;
-    ``sp``: :func:`sequence_parallel_default` of the filled tp and ``target``). The embedding/loss split switches come from the script too (also when
+    ``sp``: :func:`sequence_parallel_default` of the filled tp and ``target``; ``tp_comm_overlap``:
+    :func:`tp_comm_overlap_default` of the filled tp, sp and ``target``). The embedding/loss split switches come from the script too (also when
     ``values`` has no such option), except with an explicit ``layers_per_stage`` or ``pipeline_layout``,
     which replaces every split form of the script (and sets vpp from the layout string)."""
     script = plan.layout if plan is not None else {}
@@ -107,6 +139,10 @@ def layout_defaults(plan: ScriptPlan | None, values: dict[str, Any], target: str
     filled = {k: v if v is not None else script.get(k, fallbacks.get(k)) for k, v in values.items()}
     if "sp" in filled and filled["sp"] is None:
         filled["sp"] = sequence_parallel_default(filled.get("tp") or 1, target)
+    if "tp_comm_overlap" in filled and filled["tp_comm_overlap"] is None:
+        filled["tp_comm_overlap"] = tp_comm_overlap_default(filled.get("tp") or 1, bool(filled.get("sp")), target)
+    if values.get("cp_comm_type") not in (None, "a2a+p2p") and values.get("cp_a2a") is None:
+        filled["cp_a2a"] = None  # the script's hierarchical group size goes with its a2a+p2p only
     explicit_split = values.get("layers_per_stage") is not None or values.get("pipeline_layout") is not None
     for k in _SCRIPT_ONLY:
         if values.get(k) is None and (k in values or plan is not None):

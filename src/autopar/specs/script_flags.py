@@ -30,16 +30,15 @@ from autopar.specs.script_launch import Args
 
 _FLAG = re.compile(r"--[a-z0-9][a-z0-9_-]*")
 # Modules of the launch-script reader that read training flags (script_launch reads the
-# launcher's own options, script_cli autopar's CLI defaults, this module the table, and a
-# script_refused module names flags only to refuse them).
-_NOT_READERS = {"script_launch", "script_cli", "script_flags", "script_refused"}
+# launcher's own options, script_cli autopar's CLI defaults, this module the table).
+_NOT_READERS = {"script_launch", "script_cli", "script_flags"}
 # autopar's own option, named in the reader's messages about the script file.
 _AUTOPAR_OPTIONS = {"--script"}
 
 
 def reader_modules() -> list[Path]:
-    """Source files of the script reader: ``autopar/specs/script*.py`` but the launcher, CLI, table
-    and refusal modules (``_NOT_READERS``)."""
+    """Source files of the script reader: ``autopar/specs/script*.py`` but the launcher, CLI and
+    table modules (``_NOT_READERS``)."""
     here = Path(__file__).parent
     return sorted(p for p in here.glob("script*.py") if p.stem not in _NOT_READERS)
 

@@ -1,5 +1,5 @@
-"""Launch-script flags that change how a script's layers and CP map onto autopar's model:
-``--noop-layers`` (MindSpeed) and ``--cp-comm-type`` (Megatron-LM).
+"""Launch-script flags that change how a script's layers map onto autopar's model:
+``--noop-layers`` (MindSpeed; ``--cp-comm-type`` is read by :mod:`autopar.specs.script_comm`).
 
 ``--noop-layers "61,62,63"`` (MindSpeed ``features_manager`` ``NoopLayersFeature``; ecosystem.md
 section 2): ``--num-layers`` counts layer *positions*; the listed positions (0-based, each in
@@ -13,9 +13,6 @@ positions over pp * vpp chunks); MoE layer indices are renumbered over the real 
 modelled (refused): noop layers with virtual pipeline stages over positions pp * vpp does not
 divide, or with the embedding/loss counted in the split.
 
-``--cp-comm-type`` (Megatron-LM ``arguments.py``: one value, or one per layer; choices ``p2p``
-(default), ``a2a``, ``allgather``, ``a2a+p2p``): autopar costs context parallelism as the p2p ring
-(:mod:`autopar.cost.attention`), so only ``p2p`` is accepted.
 """
 
 from __future__ import annotations
@@ -26,37 +23,6 @@ import numpy as np
 
 from autopar.errors import AutoparError
 from autopar.specs.script_launch import Args
-
-CP_COMM_TYPES = ("p2p", "a2a", "allgather", "a2a+p2p")
-
-
-def check_cp_comm_type(a: Args, num_layers: int, cp: int) -> None:
-    """Accept ``--cp-comm-type p2p`` (or a per-layer list of only ``p2p``), or no flag.
-
-    Args:
-        num_layers: ``--num-layers`` (layer positions, noop layers included).
-        cp: ``--context-parallel-size``.
-    Raises:
-        AutoparError: a value outside Megatron's choices; with cp > 1 a list whose length is
-            neither 1 nor ``num_layers`` (Megatron-Core ``TransformerConfig.__post_init__``:
-            "Length of cp_comm_type ... should equal to the total number of transformer layers");
-            or a2a / allgather / a2a+p2p, which autopar does not model (it costs the p2p ring).
-    """
-    if not a.has("--cp-comm-type"):
-        return
-    values = (a.text("--cp-comm-type") or "").split()
-    if cp > 1 and len(values) not in (1, num_layers):
-        raise AutoparError(f"{a.source}: --cp-comm-type={' '.join(values)!r}: {len(values)} values; Megatron-LM "
-                           f"takes one value or one per layer ({num_layers} for --num-layers={num_layers})")
-    unknown = sorted({v for v in values if v not in CP_COMM_TYPES})
-    if unknown:
-        raise AutoparError(f"{a.source}: --cp-comm-type={' '.join(values)!r}: {', '.join(unknown)} not allowed; "
-                           f"Megatron-LM accepts {', '.join(CP_COMM_TYPES)} (one value, or one per layer)")
-    other = sorted({v for v in values if v != "p2p"})
-    if other:
-        raise AutoparError(f"{a.source}: --cp-comm-type={' '.join(values)!r}: autopar models context parallelism "
-                           f"only as the p2p ring (Megatron's default), not {', '.join(other)}; use p2p or drop "
-                           "the flag")
 
 
 def noop_layers(a: Args, positions: int) -> frozenset[int]:

@@ -68,8 +68,6 @@ class TrainSpec(BaseModel):
         "instead of bf16 weights plus an fp8 copy and its transpose")
     overlap_grad_reduce: bool = Field(default=True, description="DP gradient reduction and parameter "
                                       "gather overlapped with backward/forward (Megatron --overlap-grad-reduce)")
-    tp_comm_overlap: bool = Field(default=False, description="TP collectives overlapped with GEMMs "
-                                  "(Megatron --tp-comm-overlap, Transformer Engine userbuffers)")
     tp_backward_overlap: bool = Field(
         default=True,
         description="backward TP collectives of column-parallel linears overlapped with their own "

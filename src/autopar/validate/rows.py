@@ -400,8 +400,8 @@ def flash_of(row: Row, family: Family) -> bool:
 def tp_overlap_of(row: Row, family: Family) -> bool:
     """TP collectives overlapped with their GEMMs: the family default, or a row that names
     torchtitan's AsyncTP (``enable_async_tensor_parallel``: micro-pipelined all-gather/reduce-scatter
-    matmuls, as Transformer Engine userbuffers)."""
-    return family.tp_overlap or "asynctp" in row["notes"].lower()
+    matmuls, as Transformer Engine userbuffers), written ``AsyncTP`` or ``async TP``."""
+    return family.tp_overlap or "asynctp" in row["notes"].lower().replace(" ", "")
 
 
 def tp_backward_overlap_of(row: Row, family: Family) -> bool:
@@ -429,6 +429,9 @@ def to_case(row: Row) -> Case:
                        "reduce, no TP comm overlap)")
     model = model_of(row, family.dropout, assumed)
     strategy = strategy_of(row, family, model.num_layers, assumed, model.mtp_num_layers)
+    # TP overlap is a layout knob that needs SP with tp > 1 (rule tp_comm_overlap_needs_sp).
+    overlap = tp_overlap_of(row, family) and strategy.sp and strategy.tp > 1
+    strategy = strategy.model_copy(update={"tp_comm_overlap": overlap})
     device = device_of(row)
     gpus = required(row, "num_gpus", "the cluster size is needed")
     per_node = row.int("gpus_per_node") or device.default_devices_per_node
@@ -446,7 +449,7 @@ def to_case(row: Row) -> Case:
         assumed.append(f"{'fused' if flash else 'unfused'} attention ({recipe_of(row).name})")
     train = TrainSpec(global_batch_size=row.int("gbs"), seq_len=required(row, "seq_len", "the batch is needed"),
                       precision=precision_of(row, assumed), flash_attention=flash,
-                      tp_comm_overlap=tp_overlap_of(row, family), overlap_grad_reduce=family.dp_overlap,
+                      overlap_grad_reduce=family.dp_overlap,
                       framework=framework_of(row, family), tp_backward_overlap=tp_backward_overlap_of(row, family),
                       launch_blocking=family.launch_blocking)
     return Case(row, family, Problem(model, cluster, train), strategy, assumed)
