@@ -116,7 +116,8 @@ def test_torchtitan_runs_the_plan(tmp_path):
         want = dict(dp=s.dp, tp=s.tp, pp=s.pp, cp=s.cp, ep=s.ep, etp=s.expert_tp if s.ep > 1 else 1,
                     gbs=p.train.global_batch_size, mbs=s.mbs, num_microbatches=m, sp=s.tp > 1,
                     reshard={2: "never", 3: "always" if s.pp == 1 else "default"}.get(s.zero),
-                    recompute=s.recompute, precision="bfloat16", converters=[], async_tp=False, compile=False)
+                    recompute=s.recompute, precision="bfloat16", converters=[],
+                    async_tp=s.tp_comm_overlap, compile=s.tp_comm_overlap)  # async TP needs compile
         got = dict(dp=e["dp_replicate"] * e["dp_shard"], tp=e["tp"], pp=e["pp"], cp=e["cp"], ep=e["ep"], etp=e["etp"],
                    gbs=e["global_batch_size"],
                    mbs=e["pp_microbatch_size"] if s.pp > 1 else e["local_batch_size"],

@@ -153,9 +153,13 @@ def mds_check(argv, env, world, cfg):
 
 
 class MPU:
-    """What Megatron-DeepSpeed's mpu answers DeepSpeedConfig (data-parallel world) and the engine."""
-    def __init__(self, dp, tp, pp):
-        self.dp, self.tp, self.pp = dp, tp, pp
+    """What Megatron-DeepSpeed's mpu answers DeepSpeedConfig (data-parallel world) and the engine.
+
+    With DeepSpeed Ulysses (``--ds-sequence-parallel-size sp``) Megatron-DeepSpeed's
+    ``parallel_state.initialize_model_parallel`` builds the data-parallel groups over
+    world / (tp * pp * sp) ranks, and the sequence-data-parallel groups over sp * dp."""
+    def __init__(self, dp, tp, pp, sp=1):
+        self.dp, self.tp, self.pp, self.sp = dp, tp, pp, sp
 
     def get_data_parallel_world_size(self):
         return self.dp
@@ -173,25 +177,26 @@ class MPU:
         return self.pp
 
     def get_sequence_parallel_world_size(self):
-        return 1
+        return self.sp
 
     def get_sequence_data_parallel_world_size(self):
-        return self.dp
+        return self.dp * self.sp
 
 
 def check(path, world):
     cfg, argv, env = read_export(path)
     tp = int(opt(argv, "--tensor-model-parallel-size", 1))
     pp = 1 if opt(argv, "--no-pipeline-parallel") else int(opt(argv, "--pipeline-model-parallel-size", 1))
+    sp = int(opt(argv, "--ds-sequence-parallel-size", 1))
     notes = []
-    if world % (tp * pp):
-        return False, f"[world] {world} not divisible by tp*pp={tp * pp}", None
-    dp = world // (tp * pp)
+    if world % (tp * pp * sp):
+        return False, f"[world] {world} not divisible by tp*pp*sp={tp * pp * sp}", None
+    dp = world // (tp * pp * sp)
     stage = "DeepSpeedConfig"
     try:
         import deepspeed.runtime.config as C
         C.dist.get_rank = lambda *a, **k: 0  # rank 0 of an initialised job (no process group here)
-        ds = C.DeepSpeedConfig(dict(cfg), mpu=MPU(dp, tp, pp))
+        ds = C.DeepSpeedConfig(dict(cfg), mpu=MPU(dp, tp, pp, sp))
     except SystemExit as e:
         return False, f"[{stage}] exit {e.code}", None
     except BaseException as e:  # noqa: BLE001
