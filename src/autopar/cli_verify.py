@@ -15,8 +15,9 @@ from typing import Annotated, Optional
 import typer
 from rich.markup import escape
 
-from autopar.cli import (Device, DeviceFile, DeviceSet, Flash, Gbs, Json, Model, Nodes, PerNode, Precision, SeqLen,
-                         VocabPad, VocabSize, _user_errors, app, console, err_console)
+from autopar.cli import (_user_errors, app, console, err_console)
+from autopar.cli_options import (Device, DeviceFile, DeviceSet, Flash, Gbs, Json, Model, Nodes, PerNode, Precision,
+                                 SeqLen, VocabPad, VocabSize)
 from autopar.cli_inputs import positive, problem_from_options
 from autopar.errors import AutoparError
 

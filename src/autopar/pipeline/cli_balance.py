@@ -15,10 +15,11 @@ import numpy as np
 import typer
 from rich.table import Table
 
-from autopar.cli import (Cp, Device, DeviceFile, DeviceSet, Dp, Ep, Etp, Flash, Gbs, Mbs, Model, Nodes, PerNode, Pp,
-                         Fp8ParamStorage, MoeImbalance, Precision, RecomputeLayers, RecomputeModules, RecomputeOpt,
-                         ScheduleOpt, Script, SeqLen, Sp, Tp, VocabPad, VocabSize, Vpp, Zero, _user_errors, app, console,
-                         err_console)
+from autopar.cli import (_user_errors, app, console, err_console)
+from autopar.cli_options import (Cp, Device, DeviceFile, DeviceSet, Dp, Ep, Etp, Flash, Gbs, Mbs, Model, Nodes,
+                                 PerNode, Pp, Fp8ParamStorage, MoeImbalance, Precision, RecomputeLayers,
+                                 RecomputeModules, RecomputeOpt, ScheduleOpt, Script, SeqLen, Sp, Tp, VocabPad,
+                                 VocabSize, Vpp, Zero)
 from autopar.cli_inputs import problem_from_options, recompute_modules_option, strategy_from_options
 from autopar.cli_paths import refuse_overwriting_inputs
 from autopar.errors import AutoparError

@@ -16,8 +16,9 @@ from typing import Annotated, Optional
 import typer
 from rich.progress import Progress
 
-from autopar.cli import (Device, DeviceFile, DeviceSet, Flash, Gbs, Model, Nodes, PerNode, Precision, SeqLen,
-                         VocabPad, _user_errors, console)
+from autopar.cli import (_user_errors, console)
+from autopar.cli_options import (Device, DeviceFile, DeviceSet, Flash, Gbs, Model, Nodes, PerNode, Precision, SeqLen,
+                                 VocabPad)
 from autopar.cli_inputs import positive, problem_from_options
 from autopar.errors import AutoparError
 from autopar.profile.opdb import OpDB, make_folder
