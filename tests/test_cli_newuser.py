@@ -10,7 +10,8 @@ from types import SimpleNamespace
 import typer.main
 from typer.testing import CliRunner
 
-from autopar.cli import app, target_warning
+from autopar.cli import app
+from autopar.cli.search import target_warning
 from autopar.strategy import Strategy
 from conftest import make_problem
 
@@ -32,7 +33,7 @@ def test_help_shows_every_documented_default():
             for default in re.findall(r"\[default: [^\]]*\]", param.help or ""):
                 assert " ".join(default.split()) in rendered, f"{name} --help lost {default!r} of {param.opts}"
                 checked += 1
-    assert checked >= 19  # 17 in cli.py's shared options (search/estimate/export) + 2 of balance
+    assert checked >= 19  # 17 in cli/options.py's shared options (search/estimate/export) + 2 of balance
 
 
 def test_help_at_80_columns_shows_every_option_name_whole():
@@ -102,7 +103,7 @@ def test_search_prints_target_warning_on_stderr(monkeypatch):
         seen.append((target, len(layouts)))
         return "--target deepspeed cannot run #1 unchanged (why); none of the top 2 can be written"
 
-    monkeypatch.setattr("autopar.cli.target_warning", fake)
+    monkeypatch.setattr("autopar.cli.search.target_warning", fake)
     out = runner.invoke(app, ["search", *TOY, "--top", "2", "--target", "deepspeed", "--json"])
     assert out.exit_code == 0 and seen == [("deepspeed", 2)]
     assert "warning: --target deepspeed cannot run #1 unchanged (why)" in out.stderr
