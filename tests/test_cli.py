@@ -191,7 +191,7 @@ def test_fp8_param_storage_flag_drops_the_weight_copy_and_exports_fp8_param_gath
     assert copy.peak_memory_bytes - api.peak_memory_bytes == pytest.approx(2 * 32 * (
         4096 * (4096 + 2 * 1024) + 4096 * 4096 + 3 * 4096 * 14336))
     script = runner.invoke(app, ["export", "--format", "megatron", *LLAMA_FP8, "--fp8-param-storage"])
-    assert script.exit_code == 0 and "--fp8-format hybrid \\\n    --fp8-param-gather \\\n" in script.stdout
+    assert script.exit_code == 0 and "--fp8-format hybrid --fp8-recipe delayed \\\n    --fp8-param-gather \\\n" in script.stdout
     plain = runner.invoke(app, ["export", "--format", "megatron", *LLAMA_FP8])
     assert plain.exit_code == 0 and "--fp8-param-gather" not in plain.stdout
 

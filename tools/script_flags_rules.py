@@ -28,6 +28,8 @@ NUMERICS = "changes numerics only, not memory or step time"
 MOE_ROUTING = "router loss or routing detail: the router's memory and time are costed the same"
 
 NO_EFFECT_FLAGS: dict[str, tuple[str, ...]] = {
+    "eager training steps before the CUDA graphs are captured: the steady-state step autopar costs is "
+    "the same": ("--cuda-graph-warmup-steps",),
     FUSION: ("--no-masked-softmax-fusion", "--no-bias-gelu-fusion", "--no-bias-swiglu-fusion",
              "--no-bias-dropout-fusion", "--no-rope-fusion", "--no-persist-layer-norm",
              "--no-gradient-accumulation-fusion", "--use-fused-weighted-squared-relu", "--use-te-activation-func",
@@ -140,7 +142,7 @@ REFUSED_FLAGS: dict[str, tuple[str, ...]] = {
         "--keep-fp8-transpose-cache", "--no-fp8-wgrad", "--first-last-layers-bf16", "--num-layers-at-start-in-bf16",
         "--num-layers-at-end-in-bf16", "--reuse-grad-buf-for-mxfp8-param-ag", "--fp8-reuse-quantized-weight",
         "--no-use-gmm-fp8", "--te-gmm-mode", "--te-comparison-with-cpu", "--te-comparison-with-bf16"),
-    "FP4 training is not modelled": ("--fp4-format", "--fp4-recipe", "--fp4-param-gather"),
+    "FP4 parameter storage (weights kept only in NVFP4) is not modelled": ("--fp4-param-gather",),
     "context-parallel variants beyond --cp-comm-type / --context-parallel-algo are not modelled": (
         "--cp-window-size",
         "--use-cp-send-recv-overlap", "--megatron-cp-in-bnsd", "--kv-head-repeat-before-uly-alltoall",

@@ -292,6 +292,13 @@ RULES: tuple[Rule, ...] = (
         "(arguments.py); use zero >= 1",
     ),
     Rule(
+        "activation_offload_pp1_no_recompute",
+        lambda p, b: (p.train.activation_offload_layers == 0) | ((b.pp == 1) & (b.recompute == 0)),
+        lambda p, s: f"activation offloading ({p.train.activation_offload_layers} layers) with pp={s.pp}, "
+        f"recompute={s.recompute}: Megatron-Core's CPU offloading runs with pp 1 and no recompute "
+        "(shared/reference/ecosystem.md rule 27; autopar.cost.activation_offload); use pp 1 and recompute none",
+    ),
+    Rule(
         "window_attention_cp",
         lambda p, b: (b.cp == 1) | (not p.model.window_layers),
         lambda p, s: f"cp={s.cp} with model {p.model.name}'s sliding-window layers: autopar costs context "

@@ -17,7 +17,7 @@ from rich.table import Table
 
 from autopar.cli.app import app, console, err_console, user_errors
 from autopar.cli.options import (Cp, Device, DeviceFile, DeviceSet, Dp, Ep, Etp, Flash, Gbs, Mbs, Model, Nodes,
-                                 PerNode, Pp, Fp8ParamStorage, MoeImbalance, Precision, RecomputeLayers,
+                                 PerNode, Pp, Fp8ParamStorage, Fp8Recipe, MoeImbalance, Precision, RecomputeLayers,
                                  RecomputeModules, RecomputeOpt, ScheduleOpt, Script, SeqLen, Sp, Tp, VocabPad,
                                  VocabSize, Vpp, Zero)
 from autopar.cli.inputs import problem_from_options, recompute_modules_option, strategy_from_options
@@ -150,6 +150,7 @@ def balance_command(
     recompute_layers: RecomputeLayers = None, schedule: ScheduleOpt = None,
     script: Script = None, vocab_size: VocabSize = None, recompute_modules: RecomputeModules = None,
     moe_token_imbalance: MoeImbalance = None, fp8_param_storage: Fp8ParamStorage = None,
+    fp8_recipe: Fp8Recipe = None,
     layers: Annotated[Optional[str], typer.Option("--layers", help="JSON/YAML per-layer costs instead of the "
                                                   "model (see autopar.pipeline.layers_file)")] = None,
     form: Annotated[str, typer.Option(help="explicit (any split, per-stage recompute) | megatron "
@@ -188,7 +189,8 @@ def balance_command(
                  "devices-per-node": devices_per_node, "precision": precision, "vocab-size": vocab_size,
                  "device-set": device_set, "make-vocab-size-divisible-by": vocab_pad,
                  "flash-attention" if flash_attention else "no-flash-attention": flash_attention,
-                 "fp8-param-storage" if fp8_param_storage else "no-fp8-param-storage": fp8_param_storage}
+                 "fp8-param-storage" if fp8_param_storage else "no-fp8-param-storage": fp8_param_storage,
+                 "fp8-recipe": fp8_recipe}
         clash = [f"--{k}" for k, v in given.items() if v is not None]
         if clash:
             raise AutoparError(f"--layers with {', '.join(clash)}: the layer file gives the costs, sizes and "
@@ -211,7 +213,7 @@ def balance_command(
             raise AutoparError("give --model (or --script), or --layers FILE")
         p = problem_from_options(model, device, nodes, devices_per_node, gbs, seq_len, precision, device_file,
                                  device_set, flash_attention, vocab_pad, script, vocab_size, moe_token_imbalance,
-                                 fp8_param_storage)
+                                 fp8_param_storage, fp8_recipe=fp8_recipe)
         layout = dict(tp=tp, pp=pp, cp=cp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, zero=zero, sp=sp, recompute=recompute,
                       recompute_layers=recompute_layers, layers_per_stage=None,
                       recompute_modules=recompute_modules_option(p, recompute_modules))

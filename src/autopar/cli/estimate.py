@@ -9,8 +9,8 @@ from autopar.cli.app import app, console, user_errors
 from autopar.cli.config import Config
 from autopar.cli.inputs import problem_from_options, recompute_modules_option, strategy_from_options
 from autopar.cli.options import (Cp, CpA2a, CpCommType, Device, DeviceFile, DeviceSet, Dp, EmbeddingLoss, Ep, Etp,
-                                 Flash, Fp8ParamStorage, Gbs, Json, LayersPerStage, Margin, Mbs, Model, MoeImbalance,
-                                 Nodes, PerNode, PipelineLayoutOpt, Pp, Precision, ProfileDb, ProfileDevice,
+                                 Flash, Fp8ParamStorage, Fp8Recipe, Gbs, Json, LayersPerStage, Margin, Mbs, Model,
+                                 MoeImbalance, Nodes, PerNode, PipelineLayoutOpt, Pp, Precision, ProfileDb, ProfileDevice,
                                  ProfileStandsFor, RecomputeLayers, RecomputeModules, RecomputeOpt, RecomputePerStage,
                                  ScheduleOpt, Script, SeqLen, Sp, Tp, TpCommOverlap, VocabPad, VocabSize, Vpp, Zero)
 from autopar.errors import AutoparError
@@ -31,6 +31,7 @@ def estimate(
     memory_margin: Margin = 0.10, as_json: Json = False, script: Script = None, vocab_size: VocabSize = None,
     profile_db: ProfileDb = None, profile_device: ProfileDevice = None, profile_stands_for: ProfileStandsFor = None,
     moe_token_imbalance: MoeImbalance = None, fp8_param_storage: Fp8ParamStorage = None,
+    fp8_recipe: Fp8Recipe = None,
     recompute_modules: RecomputeModules = None, config: Config = None,
 ) -> None:
     """Estimate memory (per stage) and step time (with breakdown) of one explicit layout."""
@@ -38,7 +39,8 @@ def estimate(
     from autopar.report.table import print_estimate
 
     p = problem_from_options(model, device, nodes, devices_per_node, gbs, seq_len, precision, device_file, device_set,
-                 flash_attention, vocab_pad, script, vocab_size, moe_token_imbalance, fp8_param_storage)
+                 flash_attention, vocab_pad, script, vocab_size, moe_token_imbalance, fp8_param_storage,
+                                 fp8_recipe=fp8_recipe)
     layout = dict(tp=tp, pp=pp, cp=cp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, zero=zero, sp=sp, recompute=recompute,
                   recompute_layers=recompute_layers, layers_per_stage=layers_per_stage, pipeline_layout=pipeline_layout,
                   recompute_per_stage=recompute_per_stage, account_for_embedding=embedding_loss_split,

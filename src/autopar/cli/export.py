@@ -11,8 +11,8 @@ from autopar.cli.app import app, err_console, user_errors
 from autopar.cli.config import Config
 from autopar.cli.inputs import problem_from_options, recompute_modules_option, strategy_from_options
 from autopar.cli.options import (Cp, CpA2a, CpCommType, Device, DeviceFile, DeviceSet, Dp, EmbeddingLoss, Ep, Etp,
-                                 Flash, Fp8ParamStorage, Gbs, LayersPerStage, Mbs, Model, MoeImbalance, Nodes, PerNode,
-                                 PipelineLayoutOpt, Pp, Precision, RecomputeLayers, RecomputeModules, RecomputeOpt,
+                                 Flash, Fp8ParamStorage, Fp8Recipe, Gbs, LayersPerStage, Mbs, Model, MoeImbalance,
+                                 Nodes, PerNode, PipelineLayoutOpt, Pp, Precision, RecomputeLayers, RecomputeModules, RecomputeOpt,
                                  RecomputePerStage, ScheduleOpt, Script, SeqLen, Sp, Tp, TpCommOverlap, VocabPad,
                                  VocabSize, Vpp, Zero)
 from autopar.cli.paths import refuse_overwriting_inputs
@@ -40,6 +40,7 @@ def export(
     pipeline_layout: PipelineLayoutOpt = None,
     script: Script = None, vocab_size: VocabSize = None,
     moe_token_imbalance: MoeImbalance = None, fp8_param_storage: Fp8ParamStorage = None,
+    fp8_recipe: Fp8Recipe = None,
     recompute_modules: RecomputeModules = None, config: Config = None,
 ) -> None:
     """Write one layout as a framework config: a search result's (--from, --rank) or an explicit one."""
@@ -64,11 +65,12 @@ def export(
                                       nodes=nodes, devices_per_node=devices_per_node, gbs=gbs, seq_len=seq_len,
                                       precision=precision, flash=flash_attention, vocab_pad=vocab_pad,
                                       moe_token_imbalance=moe_token_imbalance,
-                                      fp8_param_storage=fp8_param_storage), fmt)
+                                      fp8_param_storage=fp8_param_storage, fp8_recipe=fp8_recipe), fmt)
     else:
         p = for_target(problem_from_options(model, device, nodes, devices_per_node, gbs, seq_len, precision,
                                             device_file, device_set, flash_attention, vocab_pad, script, vocab_size,
-                                            moe_token_imbalance, fp8_param_storage), fmt)
+                                            moe_token_imbalance, fp8_param_storage,
+                                 fp8_recipe=fp8_recipe), fmt)
     from autopar.specs.targets import check_target
 
     check_target(p.cluster.device, fmt, "--format")

@@ -57,33 +57,56 @@ def recompute_modules_option(p: Problem, text: str | None) -> tuple[str, ...] | 
     return modules
 
 
-# TrainSpec fields only a launch script sets (no command-line option): optimizer-state dtypes and offload
-# (autopar.specs.script_optimizer) and fp8 weight storage (--fp8-param-gather).
+# TrainSpec fields a launch script sets: optimizer-state dtypes and offload (autopar.specs.script_optimizer),
+# fp8 weight storage (--fp8-param-gather) and recipe (--fp8-recipe, also an option), CUDA graphs and activation
+# offloading (autopar.specs.script_precision).
 SCRIPT_STATE_FIELDS = ("grad_dtype", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype",
-                       "optimizer_offload_fraction", "optimizer_offload_overlap", "fp8_param_storage")
+                       "optimizer_offload_fraction", "optimizer_offload_overlap", "fp8_param_storage", "fp8_recipe",
+                       "cuda_graph_impl", "cuda_graph_scope", "activation_offload_layers")
 
 
 def script_state_fields(plan, precision: str) -> dict[str, Any]:
     """The :data:`SCRIPT_STATE_FIELDS` a script set (``plan`` a ScriptPlan or None); its
-    ``--fp8-param-gather`` only when the planned ``precision`` is still fp8."""
+    ``--fp8-param-gather`` and fp8 recipe only when the planned ``precision`` is still fp8."""
     fields = {k: v for k, v in (plan.train_fields.items() if plan else ()) if k in SCRIPT_STATE_FIELDS}
     if precision != "fp8":
         fields.pop("fp8_param_storage", None)
+        fields.pop("fp8_recipe", None)
     return fields
+
+
+def fp8_recipe_option(value: str, precision: str, device) -> str:
+    """``--fp8-recipe``, checked: a recipe name, with ``--precision fp8``, that the device runs.
+
+    Raises:
+        AutoparError: another name, another precision, or a device without the recipe's tensor cores
+            (:func:`autopar.cost.fp8_recipe.check_device`).
+    """
+    from autopar.cost.fp8_recipe import check_device
+    from autopar.specs.train import FP8_RECIPES
+
+    if value not in FP8_RECIPES:
+        raise AutoparError(f"--fp8-recipe={value!r}: allowed {', '.join(FP8_RECIPES)}")
+    if precision != "fp8":
+        raise AutoparError(f"--fp8-recipe {value} with --precision={precision}: a recipe applies to --precision fp8")
+    check_device(device, value)
+    return value
 
 
 def problem_from_options(model: str | None, device: str | None, nodes: int | None, devices_per_node: int | None,
                          gbs: int | None, seq_len: int | None, precision: str | None, device_file: str | None,
                          device_set: list[str] | None, flash: bool | None, vocab_pad: int | None,
                          script: str | None = None, vocab_size: int | None = None,
-                         moe_token_imbalance: float | None = None, fp8_param_storage: bool | None = None) -> Problem:
+                         moe_token_imbalance: float | None = None, fp8_param_storage: bool | None = None,
+                         fp8_recipe: str | None = None) -> Problem:
     """The problem the options describe: explicit options, else the ``--script``'s values, else
     the documented defaults (:data:`autopar.specs.script_cli.CLI_FALLBACKS`).
 
     Raises:
         AutoparError: an option outside what it allows (named, with the allowed values), an
             unreadable script, model or device file, or an option the model cannot use
-            (``--moe-token-imbalance`` without routed experts, ``--fp8-param-storage`` without fp8).
+            (``--moe-token-imbalance`` without routed experts, ``--fp8-param-storage`` or ``--fp8-recipe``
+            without fp8, a recipe the device cannot run).
     """
     from autopar.specs.cluster import MAX_DEVICES_PER_NODE, MAX_NODES
     from autopar.specs.script import read_script
@@ -122,6 +145,8 @@ def problem_from_options(model: str | None, device: str | None, nodes: int | Non
     state = script_state_fields(plan, precision)
     if fp8_param_storage is not None:
         state["fp8_param_storage"] = bool(fp8_param_storage)
+    if fp8_recipe is not None:
+        state["fp8_recipe"] = fp8_recipe_option(fp8_recipe, precision, dev)
     train = TrainSpec(global_batch_size=gbs, seq_len=seq_len, precision=precision, flash_attention=flash,
                       make_vocab_size_divisible_by=vocab_pad, moe_token_imbalance=imbalance, **state)
     if train.optimizer_offload_fraction:

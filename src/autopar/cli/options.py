@@ -40,6 +40,10 @@ MoeImbalance = Annotated[Optional[float], typer.Option(
 Fp8ParamStorage = Annotated[Optional[bool], typer.Option(
     "--fp8-param-storage/--no-fp8-param-storage", help="with --precision fp8: keep linear weights only in fp8 "
     "(Megatron --fp8-param-gather) [default: off]")]
+Fp8Recipe = Annotated[Optional[str], typer.Option(
+    "--fp8-recipe", help="with --precision fp8: delayed | tensorwise | blockwise | mxfp8 (Blackwell, MI355X) | nvfp4 "
+    "(Blackwell; fp4 linear layers) (Megatron --fp8-recipe / --fp4-recipe) [default: the script's, else the "
+    "framework's own: delayed, tensorwise for torchtitan]")]
 RecomputeModules = Annotated[Optional[str], typer.Option(
     "--recompute-modules", help="what selective recompute re-runs (Megatron --recompute-modules), comma-separated: "
     "core_attn, layernorm, mla_up_proj, moe_act, mlp, moe, shared_experts [default: core_attn; search without it "

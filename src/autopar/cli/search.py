@@ -18,7 +18,7 @@ from autopar.cli.options import (
     DeviceFile,
     DeviceSet,
     Flash,
-    Fp8ParamStorage,
+    Fp8ParamStorage, Fp8Recipe,
     Gbs,
     Json,
     Margin,
@@ -92,11 +92,12 @@ def search(
                                                         "(--top N writes OUT.sh, OUT.2.sh, ...)")] = None,
     min_gain_pct: Annotated[Optional[float], typer.Option(help="--write-script: least predicted gain over the "
                                                           "script's own layout, % [default: autopar's step-time "
-                                                          "MAPE on similar validation rows: 4.6 dense, 6.5 fp8, "
-                                                          "24.8 MoE]")] = None,
+                                                          "MAPE on similar validation rows: 4.8 dense, 5.8 fp8, "
+                                                          "24.5 MoE]")] = None,
     report: Annotated[Optional[str], typer.Option(help="write result.json, PNG charts and report.html here")] = None,
     profile_db: ProfileDb = None, profile_device: ProfileDevice = None, profile_stands_for: ProfileStandsFor = None,
     moe_token_imbalance: MoeImbalance = None, fp8_param_storage: Fp8ParamStorage = None,
+    fp8_recipe: Fp8Recipe = None,
     recompute_modules: RecomputeModules = None,
     target: Annotated[Optional[str], typer.Option(help="export format the layouts must run on unchanged: megatron | "
                                                   "megatron-bridge | mindspeed | torchtitan | deepspeed (one recompute "
@@ -129,7 +130,8 @@ def search(
         {"--no-tp": no_tp, "--no-pp": no_pp, "--no-cp": no_cp, "--no-ep": no_ep, "--no-vpp": no_vpp,
          "--no-fsdp": no_fsdp, "--no-recompute": no_recompute}, tp_comm_overlap, cp_comm_type)
     p = problem_from_options(model, device, nodes, devices_per_node, gbs, seq_len, precision, device_file, device_set,
-                 flash_attention, vocab_pad, script, vocab_size, moe_token_imbalance, fp8_param_storage)
+                 flash_attention, vocab_pad, script, vocab_size, moe_token_imbalance, fp8_param_storage,
+                                 fp8_recipe=fp8_recipe)
     from autopar.search.grid import for_target
     from autopar.specs.targets import check_target, default_target
 

@@ -97,6 +97,25 @@ def attention_bytes(p: Problem, batch: LayoutBatch, selective: np.ndarray) -> np
     return out + core + drop * n * h / shard
 
 
+def unfused_backward_transient_bytes(p: Problem, batch: LayoutBatch) -> np.ndarray:
+    """Peak transient of one layer's unfused core-attention backward (0 with a fused kernel).
+
+    Megatron-LM / Transformer Engine ``UnfusedDotProductAttention`` (and Megatron-DeepSpeed's
+    ``ParallelAttention``): the probabilities-times-V ``bmm`` backward writes the gradient of the
+    (dropped-out) probabilities, the dropout backward the gradient of the softmax output, and
+    ``FusedScaleMaskSoftmax``'s backward (``scaled_upper_triang_masked_softmax_backward``, in the
+    input dtype) the gradient of the scores, each a full ``b * heads/tp * s/cp * s`` map in bf16;
+    each is freed once the next is written, so two coexist: ``2 * 2`` bytes per score element, for
+    the one layer in backward at a time, on top of what the layers keep (:func:`attention_bytes`
+    keeps the bf16 softmax output, and with dropout its 1-byte mask and 2-byte output). Example:
+    BLOOM-176B (112 heads, tp 4), s 2048, mbs 2: 2 x 28 x 2048^2 x 4 B = 0.88 GiB.
+    """
+    if p.train.flash_attention:
+        return np.zeros(len(batch))
+    scores = _tokens(p, batch) * p.train.seq_len * p.model.num_attention_heads / batch.tp
+    return 2 * BF16 * scores
+
+
 def mlp_bytes(p: Problem, batch: LayoutBatch, moe: bool, selective: np.ndarray | None = None) -> np.ndarray:
     """MLP block (pre-MLP norm to its dropout) for one micro-batch; ``moe`` for MoE layers.
 

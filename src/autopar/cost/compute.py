@@ -36,7 +36,7 @@ def gemm_time_s(p: Problem, g: F.Gemm) -> np.ndarray:
     """Seconds for the GEMMs ``g`` on one device.
 
     Linear layers use the fp8 peak under fp8 training, plus their input quantisation
-    (:mod:`autopar.cost.fp8`). A grouped GEMM (MoE experts, TE ``GroupedLinear`` / CUTLASS) is
+    (:mod:`autopar.cost.fp8`; none where the norm before them writes the fp8 input, ``g.norm_input``). A grouped GEMM (MoE experts, TE ``GroupedLinear`` / CUTLASS) is
     one kernel whose per-expert rows are padded to the M tile
     (:data:`autopar.cost.moe.GROUPED_GEMM_TILE_ROWS`), so few tokens per expert waste the
     tensor cores, and whose weights are all read once (the memory roofline).
@@ -44,7 +44,7 @@ def gemm_time_s(p: Problem, g: F.Gemm) -> np.ndarray:
     dev = p.cluster.device
     peak = dev.peak(fp8.gemm_precision(p, g.fp8)) * fp8.gemm_efficiency(p, g.fp8)
     mem = dev.hbm_bandwidth_bytes_per_s * dev.memory_efficiency
-    cast_s = memory_time_s(p, fp8.cast_bytes(p, g.m, g.k, g.count, g.fp8))
+    cast_s = memory_time_s(p, fp8.cast_bytes(p, g.m, g.k, g.count, g.fp8, g.norm_input))
     if g.grouped:
         rows = np.ceil(g.m / moe_cost.GROUPED_GEMM_TILE_ROWS) * moe_cost.GROUPED_GEMM_TILE_ROWS
         tiled_flops = 2.0 * rows * g.n * g.k * g.count

@@ -46,6 +46,7 @@ class Gemm:
     count: np.ndarray | float = 1.0
     fp8: bool = True  # a linear layer: runs in fp8 under --precision fp8 (router, output layer: no)
     grouped: bool = False  # the ``count`` GEMMs are one kernel (MoE grouped GEMM; unfused attention's bmm)
+    norm_input: bool = False  # the input is a norm's output (TE LayerNormLinear: quantised by the norm kernel)
 
     @property
     def flops(self) -> np.ndarray:
@@ -67,7 +68,7 @@ def attention_gemms(p: Problem, batch: LayoutBatch) -> list[Gemm]:
     m, n, t = p.model, tokens(p, batch), batch.tp
     h = m.hidden_size
     if not m.mla:
-        return [Gemm(n, (m.q_width + 2 * m.kv_width) / t, h), Gemm(n, h, m.v_width / t)]
+        return [Gemm(n, (m.q_width + 2 * m.kv_width) / t, h, norm_input=True), Gemm(n, h, m.v_width / t)]
     # MLA (DeepSeek-V3 report sec. 2.1.1; Megatron-Core multi_latent_attention.py): the
     # duplicated down-projections run on the rank's SP shard (all n tokens without SP).
     heads = m.num_attention_heads
@@ -91,12 +92,12 @@ def mlp_gemms(p: Problem, batch: LayoutBatch, moe: bool, imbalance: bool = True)
     h = m.hidden_size
     up = 2 if m.gated_mlp else 1
 
-    def mlp(rows, ffn, shard, count=1.0, grouped=False):
-        return [Gemm(rows, up * ffn / shard, h, count, grouped=grouped),
+    def mlp(rows, ffn, shard, count=1.0, grouped=False, norm_input=False):
+        return [Gemm(rows, up * ffn / shard, h, count, grouped=grouped, norm_input=norm_input),
                 Gemm(rows, h, ffn / shard, count, grouped=grouped)]
 
     if not moe:
-        return mlp(n, m.ffn_hidden_size, t)
+        return mlp(n, m.ffn_hidden_size, t, norm_input=True)
     # Busiest expert rank: n*k*etp/tp token copies over its E/ep experts (autopar.cost.moe).
     local_experts = m.num_experts / batch.ep
     rows_per_expert = moe_cost.expert_rows(p, batch, imbalance) / local_experts

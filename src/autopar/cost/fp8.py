@@ -10,7 +10,8 @@ fp8: fprop (E4M3 x E4M3), dgrad and wgrad (E5M2 gradients); fprop uses cuBLASLt 
 accumulation, dgrad/wgrad split accumulation (``_2X_ACC_DGRAD``/``_2X_ACC_WGRAD``), which is
 one reason the device's ``fp8_gemm_efficiency`` is below its bf16 ``gemm_efficiency``
 (:func:`gemm_efficiency`). Each fp8 GEMM quantises its activation input (``cast_transpose``:
-read bf16, write fp8 and its fp8 transpose for the backward pass, 4 B per element); the
+read bf16, write fp8 and its fp8 transpose for the backward pass, 4 B per element) unless the norm
+before it writes it in fp8 (TE ``LayerNormLinear``, :func:`cast_bytes`); the
 backward's gradient cast-transpose is the same work on the output side and is covered by the
 2x-forward backward. Weights are cast once per step, not per micro-batch (Megatron calls
 ``set_is_first_microbatch``, TE caches the fp8 weight and its transpose): 4 B per linear
@@ -25,6 +26,10 @@ like the weight. Scaling state: per fp8 GEMM, scale, inverse scale and an amax h
 storage (``--fp8-param-gather``) the weight lives only in fp8 (1 B + 1 B transpose = the bf16
 2 B), so nothing is added. Activations are counted in bf16 as for bf16 training (TE also keeps
 the bf16 norm outputs it recomputes from), so fp8 memory is never below bf16 memory.
+
+The numbers above are the delayed-scaling recipe's; ``TrainSpec.fp8_recipe`` picks another
+(current/tensorwise, blockwise, MXFP8, NVFP4), whose GEMM precision, cast traffic, weight copies
+and scaling state come from :mod:`autopar.cost.fp8_recipe`, and which the device must support.
 """
 
 from __future__ import annotations
@@ -33,26 +38,29 @@ from functools import lru_cache
 
 import numpy as np
 
+from autopar.cost import fp8_recipe
 from autopar.cost.stage import Stages
 from autopar.problem import Problem
 from autopar.specs import ModelSpec
 from autopar.strategy import LayoutBatch
 
-FP8_WEIGHT_EXTRA_BYTES = 2  # fp8 copy + fp8 transpose of each linear weight
-AMAX_HISTORY_LEN = 1024  # TE DelayedScaling default amax_history_len
-SCALING_BYTES_PER_GEMM = 3 * (AMAX_HISTORY_LEN + 2) * 4  # input, weight, grad: history + scale + scale_inv
-CAST_BYTES_PER_ELEMENT = 4  # read bf16 (2) + write fp8 (1) + fp8 transpose (1)
+OPERANDS_PER_GEMM = 3  # input, weight, gradient: each has its scaling state
 
 
 def gemm_precision(p: Problem, linear: bool) -> str:
-    """Tensor-core precision of a GEMM: fp8 only for linear layers under fp8 training.
+    """Tensor-core precision of a GEMM: the recipe's (fp8, or fp4 for NVFP4) only for linear
+    layers under fp8 training.
 
     Raises:
-        AutoparError: via ``DeviceSpec.peak`` when the device has no fp8 (A100).
+        AutoparError: the device cannot run the recipe (:func:`autopar.cost.fp8_recipe.check_device`),
+            e.g. fp8 on an A100 or MXFP8 on an H100.
     """
     if p.train.precision != "fp8":
         return p.train.precision
-    return "fp8" if linear else "bf16"
+    if not linear:
+        return "bf16"
+    fp8_recipe.check_device(p.cluster.device, p.train.effective_fp8_recipe)
+    return fp8_recipe.recipe(p.train.effective_fp8_recipe).gemm_precision
 
 
 def gemm_efficiency(p: Problem, linear: bool) -> float:
@@ -64,16 +72,29 @@ def gemm_efficiency(p: Problem, linear: bool) -> float:
     k-blocks, and an fp8 GEMM draws more power, so the clock throttles further under sustained
     load (see ``autopar.specs.cluster`` for the per-device values and their sources)."""
     dev = p.cluster.device
-    if gemm_precision(p, linear) == "fp8" and dev.fp8_gemm_efficiency is not None:
+    if gemm_precision(p, linear) in ("fp8", "fp4") and dev.fp8_gemm_efficiency is not None:
         return dev.fp8_gemm_efficiency
     return dev.gemm_efficiency
 
 
-def cast_bytes(p: Problem, m, k, count, linear: bool):
-    """HBM traffic of quantising a GEMM's ``m x k`` input to fp8 (0 when not in fp8)."""
+def cast_bytes(p: Problem, m, k, count, linear: bool, norm_input: bool = False):
+    """HBM traffic of quantising a GEMM's ``m x k`` input (0 when not in fp8): the recipe's bytes per
+    element (:func:`autopar.cost.fp8_recipe.cast_bytes_per_element`; delayed scaling: read bf16 2 B,
+    write fp8 and its transpose 1 B each).
+
+    ``norm_input``: the input is a norm's output (the QKV and dense fc1 inputs). Under Megatron-LM
+    these linears are Transformer Engine ``LayerNormLinear`` modules, whose norm kernel writes the
+    quantised output itself when the recipe's scale is known before the tensor is complete
+    (:attr:`~autopar.cost.fp8_recipe.Fp8Recipe.norm_fused_cast`: delayed scaling's scale from the
+    amax history, the block recipes' local scales): no separate cast. Current (tensorwise) scaling
+    and NVFP4 need the finished tensor's amax first, so the norm writes bf16 and the cast follows.
+    torchtitan's float8 linears cast their input themselves."""
     if p.train.precision != "fp8" or not linear:
         return 0.0
-    return CAST_BYTES_PER_ELEMENT * m * k * count
+    name = p.train.effective_fp8_recipe
+    if norm_input and p.train.framework == "megatron" and fp8_recipe.recipe(name).norm_fused_cast:
+        return 0.0
+    return fp8_recipe.cast_bytes_per_element(name) * m * k * count
 
 
 @lru_cache(maxsize=64)
@@ -103,11 +124,14 @@ def linear_params(p: Problem, batch: LayoutBatch, stages: Stages) -> np.ndarray:
 
 
 def extra_memory_bytes(p: Problem, batch: LayoutBatch, stages: Stages) -> np.ndarray:
-    """Bytes fp8 training adds on one device of each stage (module docstring); 0 for bf16/fp16."""
+    """Bytes fp8 training adds on one device of each stage (module docstring): the recipe's cached
+    weight copies (:attr:`~autopar.cost.fp8_recipe.Fp8Recipe.weight_copy_bytes` per linear
+    parameter, none with ``fp8_param_storage``) and scaling state per GEMM operand; 0 for bf16/fp16."""
     if p.train.precision != "fp8":
         return np.zeros(len(batch))
-    copies = 0.0 if p.train.fp8_param_storage else FP8_WEIGHT_EXTRA_BYTES * linear_params(p, batch, stages)
+    r = fp8_recipe.recipe(p.train.effective_fp8_recipe)
+    copies = 0.0 if p.train.fp8_param_storage else r.weight_copy_bytes * linear_params(p, batch, stages)
     m = p.model
     attention = (5 if m.q_lora_rank else 4) if m.mla else 2  # linear modules (qkv/proj; MLA down/up/proj)
     mlp = 2 * (m.num_experts / batch.ep + (1 if m.shared_expert_ffn_hidden_size else 0) if m.is_moe else 1)
-    return copies + SCALING_BYTES_PER_GEMM * (attention + mlp) * stages.layers
+    return copies + OPERANDS_PER_GEMM * r.scaling_state_bytes * (attention + mlp) * stages.layers

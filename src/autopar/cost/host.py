@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from autopar.cost import cuda_graph
 from autopar.cost.recompute import separate_norms
 from autopar.problem import Problem
 from autopar.strategy import LayoutBatch
@@ -84,15 +85,24 @@ SHARED_EXPERT_OPS = 4
 MLA_UP_PROJ_OPS = 8  # q/kv up GEMMs (norms fused), q and kv splits, RoPE on q and k, q and k concatenations
 
 
-def _gemm_launches(p: Problem, batch: LayoutBatch, moe: bool) -> np.ndarray:
-    """Forward GEMM calls of one layer (the GEMMs of :mod:`autopar.cost.flops`): one per linear
-    layer, one per GEMM group of the grouped experts (module docstring)."""
+def gemm_launches_by_part(p: Problem, batch: LayoutBatch, moe: bool) -> dict[str, np.ndarray]:
+    """Forward GEMM calls of one layer (the GEMMs of :mod:`autopar.cost.flops`) by part: one per
+    linear layer, one per GEMM group of the grouped experts (module docstring); ``attn``, ``mlp``
+    (the dense MLP or the whole MoE block) and ``router`` (the MoE gate, a share of ``mlp``)."""
     m = p.model
+    n = len(batch)
     attention = (3 + (2 if m.q_lora_rank else 1)) if m.mla else 2
     if not moe:
-        return np.full(len(batch), attention + 2.0)
+        return {"attn": np.full(n, float(attention)), "mlp": np.full(n, 2.0), "router": np.zeros(n)}
     shared = 2 if m.shared_expert_ffn_hidden_size else 0
-    return np.full(len(batch), attention + 1.0 + GROUPED_GEMM_CALLS + shared)
+    return {"attn": np.full(n, float(attention)), "mlp": np.full(n, 1.0 + GROUPED_GEMM_CALLS + shared),
+            "router": np.ones(n)}
+
+
+def _gemm_launches(p: Problem, batch: LayoutBatch, moe: bool) -> np.ndarray:
+    """Forward GEMM calls of one layer, all parts (:func:`gemm_launches_by_part`)."""
+    parts = gemm_launches_by_part(p, batch, moe)
+    return parts["attn"] + parts["mlp"]
 
 
 def core_attention_ops(p: Problem) -> int:
@@ -104,14 +114,24 @@ def core_attention_ops(p: Problem) -> int:
     return 3 + (1 if p.model.dropout else 0)
 
 
+def forward_ops_by_part(p: Problem, batch: LayoutBatch, moe: bool) -> dict[str, np.ndarray]:
+    """Host ops one decoder layer issues in its forward pass (module docstring), by part: ``attn``
+    (norm to residual add, with its TP collectives), ``mlp`` (the dense MLP, or the MoE block) and
+    ``router`` (the MoE router's ops, a share of ``mlp``; 0 for a dense layer)."""
+    m = p.model
+    ones = np.ones(len(batch))
+    tp_ops = np.where(batch.tp > 1, TP_OPS_PER_BLOCK, 0)
+    attention = ones * (ATTENTION_OPS - 1 + core_attention_ops(p) + (MLA_EXTRA_OPS if m.mla else 0) + tp_ops)
+    if not moe:
+        return {"attn": attention, "mlp": ones * (MLP_OPS + tp_ops), "router": np.zeros(len(batch))}
+    router = ROUTER_OPS_DEEPSEEK if m.router_bias else ROUTER_OPS_TOPK
+    return {"attn": attention, "mlp": ones * (MOE_BLOCK_OPS + moe_mlp_ops(p, batch)), "router": ones * router}
+
+
 def layer_forward_ops(p: Problem, batch: LayoutBatch, moe: bool) -> np.ndarray:
     """Host ops one decoder layer issues in its forward pass (module docstring)."""
-    m = p.model
-    tp_ops = np.where(batch.tp > 1, TP_OPS_PER_BLOCK, 0)
-    attention = ATTENTION_OPS - 1 + core_attention_ops(p) + (MLA_EXTRA_OPS if m.mla else 0) + tp_ops
-    if not moe:
-        return np.ones(len(batch)) * (attention + MLP_OPS + tp_ops)
-    return attention + MOE_BLOCK_OPS + moe_mlp_ops(p, batch)
+    parts = forward_ops_by_part(p, batch, moe)
+    return parts["attn"] + parts["mlp"]
 
 
 def moe_mlp_ops(p: Problem, batch: LayoutBatch) -> np.ndarray:
@@ -157,13 +177,15 @@ def stage_host_s(p: Problem, batch: LayoutBatch, n_dense: np.ndarray, n_moe: np.
     ops again, at the stage's mean per layer); selective recompute adds the re-run modules' ops
     (:func:`selective_ops`) per layer. The embedding, output layer and MTP add a few ops and
     are left out."""
-    dense_fwd = layer_forward_ops(p, batch, False)
+    dense_fwd, dense_bwd = cuda_graph.layer_ops(p, forward_ops_by_part(p, batch, False),
+                                                gemm_launches_by_part(p, batch, False), moe=False)
     forward = n_dense * dense_fwd
-    backward = n_dense * (dense_fwd + _gemm_launches(p, batch, False))
+    backward = n_dense * dense_bwd
     if p.model.is_moe:
-        moe_fwd = layer_forward_ops(p, batch, True)
+        moe_fwd, moe_bwd = cuda_graph.layer_ops(p, forward_ops_by_part(p, batch, True),
+                                                gemm_launches_by_part(p, batch, True), moe=True)
         forward = forward + n_moe * moe_fwd
-        backward = backward + n_moe * (moe_fwd + _gemm_launches(p, batch, True))
+        backward = backward + n_moe * moe_bwd
     layers = n_dense + n_moe
     selective = np.where(batch.recompute == 1, n_dense * selective_ops(p, batch, False)
                          + (n_moe * selective_ops(p, batch, True) if p.model.is_moe else 0.0), 0)

@@ -38,7 +38,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autopar.cost import activation_offload
 from autopar.cost import activations as act
+from autopar.cost import cuda_graph
 from autopar.cost import fp8
 from autopar.cost import framework_memory as fw_mem
 from autopar.cost import tp_overlap
@@ -98,17 +100,24 @@ def in_flight_microbatches(batch: LayoutBatch, stages: Stages) -> np.ndarray:
     return np.where(batch.vpp > 1, chunks / batch.vpp, one_f_one_b).astype(np.float64)
 
 
-def stage_activation_bytes(p: Problem, batch: LayoutBatch, stages: Stages) -> np.ndarray:
-    """Peak activation bytes of each (layout, stage) row, including embedding/logits terms."""
+def stored_layer_bytes(p: Problem, batch: LayoutBatch, stages: Stages) -> np.ndarray:
+    """Activation bytes the stage's decoder layers save per micro-batch without full recompute."""
     n_dense, n_moe = layer_kinds(p.model, stages)
     selective = batch.recompute == 1
     attn = act.attention_bytes(p, batch, selective)
-    attn_full = act.attention_bytes(p, batch, np.zeros(len(batch), dtype=bool))
     dense_layer = attn + act.mlp_bytes(p, batch, moe=False, selective=selective)
     if fw_mem.op_sac(p):  # torchtitan: "selective" is per-op SAC on dense layers
         dense_layer = np.where(selective, fw_mem.op_sac_layer_bytes(p, batch), dense_layer)
     moe_layer = attn + act.mlp_bytes(p, batch, moe=True, selective=selective) if p.model.is_moe else dense_layer
-    stored = n_dense * dense_layer + n_moe * moe_layer  # per micro-batch, no full recompute
+    return n_dense * dense_layer + n_moe * moe_layer
+
+
+def stage_activation_bytes(p: Problem, batch: LayoutBatch, stages: Stages) -> np.ndarray:
+    """Peak activation bytes of each (layout, stage) row, including embedding/logits terms; less what
+    activation CPU offloading moves to the host (:mod:`autopar.cost.activation_offload`)."""
+    n_moe = layer_kinds(p.model, stages)[1]
+    attn_full = act.attention_bytes(p, batch, np.zeros(len(batch), dtype=bool))
+    stored = stored_layer_bytes(p, batch, stages)  # per micro-batch, no full recompute
 
     full = batch.recompute == 2
     per_chunk = np.where(batch.recompute_layers > 0, batch.recompute_layers,
@@ -116,9 +125,11 @@ def stage_activation_bytes(p: Problem, batch: LayoutBatch, stages: Stages) -> np
     recomputed = np.where(full, np.minimum(stages.layers, per_chunk * batch.vpp), 0)
     mean_layer = stored / np.maximum(stages.layers, 1)
     kept = (stages.layers - recomputed) * mean_layer + recomputed * act.layer_input_bytes(p, batch)
+    kept = kept - activation_offload.saved_bytes(p, stages.layers, mean_layer)
     # Recomputing a layer in backward rebuilds that layer's activations once (no recompute).
     working = np.where(full, np.maximum(attn_full + act.mlp_bytes(p, batch, moe=False),
                                         attn_full + act.mlp_bytes(p, batch, moe=p.model.is_moe)), 0.0)
+    working = working + act.unfused_backward_transient_bytes(p, batch)  # one layer's, in its backward
 
     in_flight = in_flight_microbatches(batch, stages)
     first, last = stages.is_first(), stages.is_last(batch)
@@ -142,9 +153,11 @@ def stage_memory(p: Problem, batch: LayoutBatch, stages: Stages) -> MemoryBreakd
     weights = dw + ew + fp8.extra_memory_bytes(p, batch, stages)
     activations = stage_activation_bytes(p, batch, stages)
     tensors = weights + dg + eg + do + eo + activations + gathered
-    # TE userbuffers of --tp-comm-overlap (autopar.cost.tp_overlap.userbuffer_bytes): allocated once at start-up.
+    # TE userbuffers of --tp-comm-overlap (autopar.cost.tp_overlap.userbuffer_bytes): allocated once at start-up;
+    # CUDA graphs' static tensors (autopar.cost.cuda_graph.static_buffer_bytes): in their own pool.
+    graphs = cuda_graph.static_buffer_bytes(p, batch, *layer_kinds(p.model, stages), in_flight_microbatches(batch, stages))
     other = (p.cluster.device.framework_overhead_bytes + gathered + tp_overlap.userbuffer_bytes(p, batch)
-             + fw_mem.allocator_reserve_bytes(p, tensors))
+             + fw_mem.allocator_reserve_bytes(p, tensors) + graphs)
     return MemoryBreakdown(
         params=params.total,
         weights_bytes=weights,

@@ -124,9 +124,15 @@ def extra_tp_collectives(p: Problem, batch: LayoutBatch, n_dense: np.ndarray, n_
     """TP collective pairs (all-gather + reduce-scatter with SP, else one all-reduce) that
     selective recompute repeats per micro-batch: one per dense layer under ``mlp``, the MoE MLP
     block's (:func:`autopar.cost.moe.mlp_tp_collective_pairs`) per MoE layer under ``moe`` or
-    ``shared_experts``."""
+    ``shared_experts``.
+
+    torchtitan's per-op SAC saves the reduce-scatter outputs but not the all-gathers
+    (``parallelize_llama.py`` ``_save_list``: mm, SDPA, ``reduce_scatter_tensor``, max; every other
+    op is ``PREFER_RECOMPUTE``), and its recomputed ``wk``/``w3`` matmuls need their gathered
+    input: with SP each layer repeats its two forward all-gathers (attention and MLP input) in
+    backward, one pair's worth of traffic per layer. Without SP there is no forward all-gather."""
     if p.train.framework == "torchtitan":
-        return np.zeros(len(batch))
+        return (n_dense + n_moe) * np.asarray(batch.sp, dtype=bool) * (batch.tp > 1)
     on = batch.module_on
     moe_block = on("moe") | on("shared_experts")
     return n_dense * on("mlp") + n_moe * moe_cost.mlp_tp_collective_pairs(p) * moe_block

@@ -34,12 +34,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autopar.cost import activation_offload
 from autopar.cost import attention as attn
 from autopar.cost import comm
 from autopar.cost import cp_comm
 from autopar.cost import compute as C
 from autopar.cost import flops as F
 from autopar.cost import framework
+from autopar.cost import memory
 from autopar.cost import host
 from autopar.cost import moe as moe_cost
 from autopar.cost import offload
@@ -114,8 +116,11 @@ def stage_time(p: Problem, batch: LayoutBatch, stages: Stages) -> StageTime:
         + n_dense * bwd_dense + n_moe * bwd_moe
     # Strategy.tp_comm_overlap (TE userbuffers, torchtitan async TP, MindSpeed MC2): every collective
     # pipelined with its GEMM's chunks (autopar.cost.tp_overlap.comm_overlap_tp_s).
-    gemm = (3 * n_dense + recomputed) * dense.gemm_s + 3 * n_moe * moe.gemm_s
-    tp = np.where(batch.tp_comm_overlap, tp_overlap.comm_overlap_tp_s(batch, tp_collectives * one_collective, gemm), tp)
+    if batch.tp_comm_overlap.any():
+        unfused = tp_overlap.unfused_backward_s(p, fwd_pairs, one_collective)
+        tp_blocks, gemm_blocks = tp_overlap.overlap_blocks(p, batch, tp_collectives * one_collective - unfused,
+                                                           n_dense, n_moe, recomputed, moe.gemm_s)
+        tp = np.where(batch.tp_comm_overlap, tp_overlap.comm_overlap_tp_s(batch, tp_blocks, gemm_blocks, unfused), tp)
 
     # Context parallel (autopar.cost.attention): per ring step the next K/V block (backward: K/V
     # and the running dK/dV) travels while the step's attention kernel runs; the excess of a step
@@ -139,6 +144,11 @@ def stage_time(p: Problem, batch: LayoutBatch, stages: Stages) -> StageTime:
     else:
         ep = np.zeros(len(batch))
     backward = 2 * (forward - layers_fwd) + n_dense * dense.backward() + n_moe * moe.backward()
+    if p.train.activation_offload_layers:  # host-link copies beyond the layers they hide under
+        layers = np.maximum(stages.layers, 1)
+        backward = backward + activation_offload.exposed_s(
+            p, stages.layers, memory.stored_layer_bytes(p, batch, stages) / layers, layers_fwd / layers,
+            (n_dense * dense.backward() + n_moe * moe.backward()) / layers)
     # Synchronous launches (CUDA_LAUNCH_BLOCKING=1): each layer pass also pays its host dispatch
     # time, once per forward and recomputed forward, twice per backward (autopar.cost.framework).
     host_per_layer = framework.launch_blocking_host_s_per_layer(p)

@@ -35,7 +35,12 @@ needs ``compile``) rewrites the same AG+matmul and matmul+RS pairs into PyTorch'
 ``fused_all_gather_matmul`` / ``fused_matmul_reduce_scatter``; MindSpeed's MC2 (``--use-ascend-mc2``,
 ``features_manager/tensor_parallel/mc2.py``: needs tp > 1 and SP) fuses them in one Ascend kernel.
 All three are costed alike: the first of the ``tp`` chunks of each collective and any excess of the
-collectives over the layers' GEMMs stay exposed.
+collectives over the layers' GEMMs stay exposed. torchtitan's pass fuses only a reduce-scatter whose
+input is one matmul: in the backward graph the input-gradient reduce-scatter of each column-parallel
+block (attention's wq/wk/wv, the MLP's w1/w3) receives the *sum* of several matmuls and is left
+unfused (PyTorch PR #149946, review of 2025-03-28: "there were only valid scaled_mm-reduce-scatter
+patterns in the forward graph, but not in the backward graph ... the reduce-scatters are receiving as
+input the addition of various scaled_mms"), so it stays exposed (:func:`unfused_backward_s`).
 """
 
 from __future__ import annotations
@@ -59,20 +64,62 @@ def overlap_gemms_s(p: Problem, batch: LayoutBatch, moe: bool) -> list[np.ndarra
     return [qkv, fc1]
 
 
-def comm_overlap_tp_s(batch: LayoutBatch, tp_s: np.ndarray, gemm_s: np.ndarray) -> np.ndarray:
+def comm_overlap_tp_s(batch: LayoutBatch, tp_s, gemm_s, unfused_s: np.ndarray | float = 0.0) -> np.ndarray:
     """Exposed TP seconds of a stage with ``tp_comm_overlap`` (arrays over layouts).
 
     Args:
-        tp_s: all TP collectives of the stage's micro-batch (forward, backward, recompute), as
-            exposed without overlap.
-        gemm_s: the stage's linear-layer GEMM seconds they can hide under (forward, 2x backward,
-            recomputed forward).
+        tp_s: the pipelined TP collectives of the stage's micro-batch (forward, backward,
+            recompute), as exposed without overlap: one array, or a list of arrays, one per block
+            whose GEMMs alone can hide them (:func:`overlap_blocks`).
+        gemm_s: the linear-layer GEMM seconds each entry of ``tp_s`` can hide under (forward,
+            2x backward, recomputed forward), same form as ``tp_s``.
+        unfused_s: TP seconds the framework leaves out of the pipelining
+            (:func:`unfused_backward_s`), exposed in full.
 
-    Returns ``max(tp_s - gemm_s, 0) + tp_s / tp``: the excess over the GEMMs plus the first of the
-    ``tp`` pipelined chunks of each collective (it must arrive before the first GEMM chunk runs).
-    Example: tp 4, 10 ms of collectives under 40 ms of GEMMs: 2.5 ms exposed.
+    Returns ``unfused + sum_b max(tp_b - gemm_b, 0) + sum_b tp_b / tp``: the excess of each block's
+    collectives over its own GEMMs plus the first of the ``tp`` pipelined chunks of each collective
+    (it must arrive before the first GEMM chunk runs). Example: tp 4, 10 ms of collectives under
+    40 ms of GEMMs: 2.5 ms exposed; with 2 ms more unfused, 2 + 2.5 = 4.5 ms; split as 5 ms under
+    5 ms and 5 ms under 35 ms: 2.5 ms; as 5 ms under 2 ms and 5 ms under 38 ms: 3 + 2.5 = 5.5 ms.
     """
-    return np.maximum(tp_s - gemm_s, 0.0) + tp_s / batch.tp
+    tp_blocks = tp_s if isinstance(tp_s, list) else [tp_s]
+    gemm_blocks = gemm_s if isinstance(gemm_s, list) else [gemm_s]
+    exposed = unfused_s + sum(np.maximum(c - g, 0.0) + c / batch.tp for c, g in zip(tp_blocks, gemm_blocks))
+    return np.asarray(exposed, dtype=np.float64)
+
+
+def overlap_blocks(p: Problem, batch: LayoutBatch, fused_s: np.ndarray, n_dense: np.ndarray, n_moe: np.ndarray,
+                   recomputed: np.ndarray, moe_gemm_s: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Split a stage's pipelined TP seconds ``fused_s`` and the GEMMs that hide them into blocks:
+    a collective is decomposed with the GEMM that consumes or produces it (Wang et al., ASPLOS'23;
+    TE ``initialize_ub`` pairs ``qkv``/``proj`` with the attention's gather/scatter and ``fc1``/``fc2``
+    with the MLP's), so the attention's collectives hide only under the QKV and output projections
+    and the MLP's under fc1/fc2. A dense layer has one collective pair per block, so each block
+    carries half of ``fused_s``; its GEMMs run forward, twice in backward and once more per
+    recomputed layer. Llama-3-8B at tp 8 on an H100: the attention's all-gather (the ``s*b*h``
+    input, 7/8 of it over NVLink) outlasts the QKV GEMM (768 of 4096 output columns per rank), so
+    part of it stays exposed although the whole layer's GEMMs outlast its collectives. A stage
+    holding MoE layers keeps one block (their MLP collectives come from the token dispatcher and
+    the shared experts, :mod:`autopar.cost.moe`). Returns (collective seconds, GEMM seconds) per
+    block, arrays over layouts."""
+    passes = 3 * n_dense + recomputed
+    attention = sum(C.gemm_time_s(p, g) for g in F.attention_gemms(p, batch))
+    mlp = sum(C.gemm_time_s(p, g) for g in F.mlp_gemms(p, batch, moe=False))
+    if not p.model.is_moe:
+        return [fused_s / 2, fused_s / 2], [passes * attention, passes * mlp]
+    return [fused_s], [passes * (attention + mlp) + 3 * n_moe * moe_gemm_s]
+
+
+def unfused_backward_s(p: Problem, fwd_pairs: np.ndarray, one_collective_s: np.ndarray) -> np.ndarray:
+    """TP seconds per micro-batch that torchtitan's async TP leaves exposed: the backward
+    input-gradient reduce-scatter of every column-parallel block (module docstring), one per
+    forward all-gather/reduce-scatter pair, each half of an all-reduce (``one_collective_s``).
+    ``fwd_pairs``: the stage's forward collective pairs (two per dense layer). Zero for
+    Megatron-LM (TE userbuffers overlap the ``qkv_dgrad``/``fc1_dgrad`` reduce-scatters in bulk)
+    and MindSpeed. Llama-3-8B layer, 1 ms per all-reduce: 2 pairs -> 1 ms exposed."""
+    if p.train.framework != "torchtitan":
+        return np.zeros_like(one_collective_s)
+    return 0.5 * fwd_pairs * one_collective_s
 
 
 # Transformer Engine ``initialize_ub`` registers one userbuffer per overlapped GEMM: ring_exchange

@@ -22,7 +22,9 @@ def megatron_only_features(fmt: str, write: Callable[[Problem, Strategy], str],
                            model_features: bool = True) -> Callable[[Problem, Strategy], str]:
     """``write`` that first refuses what only the Megatron-LM export writes: non-fp32 optimizer
     dtypes, optimizer offload or bf16 main gradients (``--use-precision-aware-optimizer``,
-    ``--optimizer-cpu-offload``, ``--grad-reduce-in-bf16``),
+    ``--optimizer-cpu-offload``, ``--grad-reduce-in-bf16``), CUDA graphs (``--cuda-graph-impl``;
+    Megatron-Bridge writes them as ``model.cuda_graph_impl``/``cuda_graph_scope``), activation CPU
+    offloading (Megatron-Bridge: ``model.cpu_offloading``),
     and with ``model_features`` sliding-window layers and attention sinks (``--window-size``,
     ``--softmax-type learnable``), which this format's writer would drop. Megatron-Bridge builds
     the model from its recipe (window layers included) but sets fp32 optimizer state itself
@@ -36,6 +38,12 @@ def megatron_only_features(fmt: str, write: Callable[[Problem, Strategy], str],
             raise AutoparError(f"export --format {fmt}: the script's optimizer dtypes / optimizer offload / bf16 main "
                                "gradients are Megatron-LM's (--use-precision-aware-optimizer, --optimizer-cpu-offload, "
                                "--grad-reduce-in-bf16); use --format megatron or drop them")
+        if t.activation_offload_layers and fmt != "megatron-bridge":
+            raise AutoparError(f"export --format {fmt}: activation CPU offloading is Megatron-Core's "
+                               "(TransformerConfig.cpu_offloading); use --format megatron-bridge, or plan without it")
+        if t.cuda_graph_impl != "none" and fmt != "megatron-bridge":
+            raise AutoparError(f"export --format {fmt}: CUDA graph capture (--cuda-graph-impl {t.cuda_graph_impl}) is "
+                               "Megatron-LM's; use --format megatron or megatron-bridge, or plan without it")
         if model_features and (m.window_layers or m.attention_sinks):
             raise AutoparError(f"export --format {fmt}: model {m.name} has sliding-window layers / attention sinks, "
                                "which this format's export does not write; use --format megatron")

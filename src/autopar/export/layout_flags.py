@@ -171,6 +171,9 @@ def layout_flags(p: Problem, s: Strategy, dialect: Dialect = "megatron") -> dict
     require_uniform_recompute("MindSpeed-LLM" if dialect == "mindspeed" else "Megatron-LM", s)
     if dialect == "mindspeed" and p.train.precision == "fp8":
         raise AutoparError("MindSpeed-LLM: fp8 training is not available on Ascend; use bf16 or fp16")
+    if dialect == "mindspeed" and p.train.cuda_graph_impl != "none":
+        raise AutoparError("MindSpeed-LLM: CUDA graphs are NVIDIA's; Ascend has no --cuda-graph-impl (plan with "
+                           "--cuda-graph-impl none)")
     moe = p.model.is_moe
     flags: dict[str, FlagValue] = {
         "--tensor-model-parallel-size": str(s.tp),

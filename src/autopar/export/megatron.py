@@ -131,13 +131,31 @@ def parallel_args(p: Problem, s: Strategy, dialect: Dialect = "megatron") -> lis
     """
     args = flag_words(layout_flags(p, s, dialect))
     args.append(f"--seq-length {p.train.seq_len}")
-    args.append("--" + p.train.precision if p.train.precision != "fp8" else "--bf16 --fp8-format hybrid")
+    args.append("--" + p.train.precision if p.train.precision != "fp8" else precision_flags(p))
     if p.train.fp8_param_storage:
         args.append(fp8_param_gather_flag(s))
+    if p.train.activation_offload_layers:
+        raise AutoparError(f"activation CPU offloading ({p.train.activation_offload_layers} layers): Megatron-LM "
+                           "core_v0.15's arguments have no flag for it (--cpu-offloading-num-layers came after); "
+                           "export --format megatron-bridge (model.cpu_offloading)")
+    if p.train.cuda_graph_impl != "none":  # autopar.cost.cuda_graph; MindSpeed refuses it (layout_flags)
+        scope = " ".join(p.train.cuda_graph_scope)
+        args.append(f"--cuda-graph-impl {p.train.cuda_graph_impl}" + (f" --cuda-graph-scope {scope}" if scope else ""))
     args.extend(optimizer_state_args(p, dialect))
     if p.train.flash_attention:
         args.append("--attention-backend auto" if dialect == "megatron" else "--use-flash-attn")
     return args
+
+
+def precision_flags(p: Problem) -> str:
+    """Megatron-LM (core_v0.15) flags of fp8 training with ``TrainSpec.fp8_recipe``: ``--bf16
+    --fp8-format hybrid --fp8-recipe R`` (``delayed``, ``tensorwise``, ``blockwise``, ``mxfp8``), or
+    ``--bf16 --fp4-format e2m1 --fp4-recipe nvfp4`` for NVFP4 (``arguments.py``
+    ``_add_transformer_engine_args``). The device check is the cost model's
+    (:func:`autopar.cost.fp8_recipe.check_device`)."""
+    if p.train.effective_fp8_recipe == "nvfp4":
+        return "--bf16 --fp4-format e2m1 --fp4-recipe nvfp4"
+    return f"--bf16 --fp8-format hybrid --fp8-recipe {p.train.effective_fp8_recipe}"
 
 
 def fp8_param_gather_flag(s: Strategy) -> str:

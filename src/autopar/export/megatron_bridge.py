@@ -56,9 +56,38 @@ RECIPES: dict[str, str] = {
 
 #: Precision -> Megatron-Bridge mixed-precision recipe (``src/megatron/bridge/training/mixed_precision.py``,
 #: registered by name; the runner's ``mixed_precision=NAME`` is resolved by ``get_mixed_precision_config``
-#: in ``runtime_config_update``). fp8 is TE's delayed scaling, ``--fp8-format hybrid`` (what
-#: :mod:`autopar.cost.fp8` costs), with fp8 parameter gathering, which the recipe turns on.
-MIXED_PRECISION = {"bf16": "bf16_mixed", "fp16": "fp16_mixed", "fp8": "bf16_with_fp8_delayed_scaling_mixed"}
+#: in ``runtime_config_update``).
+MIXED_PRECISION = {"bf16": "bf16_mixed", "fp16": "fp16_mixed"}
+#: fp8 recipe (``TrainSpec.fp8_recipe``) -> (Megatron-Bridge recipe, its ``fp8_param_gather``). The
+#: current-scaling recipe ``bf16_with_fp8_current_scaling_mixed`` also keeps the first and last decoder
+#: layers in bf16 (``first_last_layers_bf16``), which autopar does not cost: not listed.
+FP8_MIXED_PRECISION = {
+    "delayed": ("bf16_with_fp8_delayed_scaling_mixed", True),
+    "mxfp8": ("bf16_with_mxfp8_mixed", True),
+    "blockwise": ("bf16_with_fp8_subchannel_scaling_mixed", False),
+    "nvfp4": ("bf16_with_nvfp4_mixed", False),
+}
+
+
+def mixed_precision(p: Problem) -> str:
+    """The Megatron-Bridge mixed-precision recipe of the plan's precision and fp8 recipe.
+
+    Raises:
+        AutoparError: an fp8 recipe Megatron-Bridge has no recipe for as planned (tensorwise: its
+            recipe adds bf16 first/last layers), or fp8 parameter storage other than the recipe's.
+    """
+    if p.train.precision != "fp8":
+        return MIXED_PRECISION[p.train.precision]
+    if p.train.effective_fp8_recipe not in FP8_MIXED_PRECISION:
+        raise AutoparError(f"Megatron-Bridge: fp8 recipe {p.train.effective_fp8_recipe}: its current-scaling recipe keeps the first "
+                           "and last layers in bf16 (first_last_layers_bf16), which the plan does not cost; export "
+                           "--format megatron")
+    name, gathers = FP8_MIXED_PRECISION[p.train.effective_fp8_recipe]
+    if p.train.fp8_param_storage != gathers:
+        raise AutoparError(f"Megatron-Bridge: {name} (mixed_precision.py) sets fp8_param_gather={gathers}; plan "
+                           f"with {'--fp8-param-storage' if gathers else '--no-fp8-param-storage'}, or export --format "
+                           "megatron")
+    return name
 
 
 #: Adam state and main-gradient dtypes (Megatron-Core ``OptimizerConfig``): fp32, the 4 + 12 bytes per
@@ -97,18 +126,16 @@ def _check(p: Problem, s: Strategy) -> None:
     """Refuse what a named recipe plus overrides cannot run as planned.
 
     Raises:
-        AutoparError: recompute per stage (one ``model.recompute_granularity``); fp8 without fp8 parameter storage (every fp8 recipe of
-            ``mixed_precision.py`` sets ``fp8_param_gather=True``, and ``MixedPrecisionConfig.setup``
-            copies it onto the model and DDP config) or with zero 0 (Megatron-LM: fp8 parameter
-            gathering needs the distributed optimizer); fp16 with fp32 gradients (``fp16_mixed``
+        AutoparError: recompute per stage (one ``model.recompute_granularity``); an fp8 recipe or fp8
+            parameter storage Megatron-Bridge's recipes do not run (:func:`mixed_precision`;
+            ``MixedPrecisionConfig.setup`` copies ``fp8_param_gather`` onto the model and DDP config),
+            fp8 parameter gathering with zero 0 (Megatron-LM: it needs the distributed optimizer); fp16 with fp32 gradients (``fp16_mixed``
             reduces gradients in fp16, ``grad_reduce_in_fp32=False``); non-fused attention;
             TP communication overlap (``CommOverlapConfig`` needs a userbuffers config per shape).
     """
     require_uniform_recompute("Megatron-Bridge", s)
-    if p.train.precision == "fp8" and not p.train.fp8_param_storage:
-        raise AutoparError("Megatron-Bridge: its fp8 recipes (mixed_precision.py) all gather parameters in fp8 "
-                           "(fp8_param_gather=True); plan with --fp8-param-storage, or export --format megatron")
-    if p.train.precision == "fp8" and s.zero == 0:
+    mixed_precision(p)
+    if p.train.precision == "fp8" and p.train.fp8_param_storage and s.zero == 0:
         raise AutoparError("Megatron-Bridge: fp8 parameter gathering needs the distributed optimizer (zero >= 1)")
     if p.train.precision == "fp16" and p.train.grad_dtype == "fp32":
         raise AutoparError("Megatron-Bridge: fp16_mixed (mixed_precision.py) reduces gradients in fp16 "
@@ -205,10 +232,16 @@ def overrides(p: Problem, s: Strategy) -> dict[str, Any]:
         "optimizer.overlap_param_gather": sharded and p.train.overlap_grad_reduce,
         "optimizer.use_precision_aware_optimizer": False,
         **{f"optimizer.{name}": "float32" for name in OPTIMIZER_DTYPES},
-        "mixed_precision": MIXED_PRECISION[p.train.precision],
+        "mixed_precision": mixed_precision(p),
         "comm_overlap": None,
         "model.tp_comm_overlap": False,
     }
+    if p.train.activation_offload_layers:  # autopar.cost.activation_offload; TransformerConfig fields
+        out.update({"model.cpu_offloading": True, "model.cpu_offloading_num_layers": p.train.activation_offload_layers,
+                    "model.cpu_offloading_activations": True, "model.cpu_offloading_weights": False})
+    if p.train.cuda_graph_impl != "none":  # autopar.cost.cuda_graph; TransformerConfig fields
+        out["model.cuda_graph_impl"] = p.train.cuda_graph_impl
+        out["model.cuda_graph_scope"] = list(p.train.cuda_graph_scope)
     if s.cp > 1:  # the layout's CP algorithm (autopar.cost.cp_comm), Megatron-Core TransformerConfig fields
         out["model.cp_comm_type"] = s.cp_comm_type
         if s.cp_comm_type == "a2a+p2p":

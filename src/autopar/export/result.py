@@ -102,6 +102,7 @@ _SCALAR_OPTIONS: dict[str, tuple[str, Callable[[Problem], object]]] = {
     "vocab_pad": ("--make-vocab-size-divisible-by", lambda p: p.train.make_vocab_size_divisible_by),
     "moe_token_imbalance": ("--moe-token-imbalance", lambda p: p.train.moe_token_imbalance),
     "fp8_param_storage": ("--fp8-param-storage", lambda p: p.train.fp8_param_storage),
+    "fp8_recipe": ("--fp8-recipe", lambda p: p.train.fp8_recipe),
 }
 
 

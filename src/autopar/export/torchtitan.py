@@ -170,16 +170,44 @@ def config(p: Problem, s: Strategy) -> dict[str, Any]:
         "parallelism": parallelism,
         "activation_checkpoint": {"mode": mode, **({"selective_ac_option": "op"} if mode == "selective" else {})},
     }
-    doc["model"] = {"converters": [FLOAT8_SECTION] if p.train.precision == "fp8" else []}
+    doc["model"] = {"converters": [_converter(p)] if p.train.precision == "fp8" else []}
     doc["compile"] = {"enable": False}
     if s.tp_comm_overlap:  # async TP (autopar.cost.tp_overlap); torchtitan's parallelize raises without compile
         parallelism["enable_async_tensor_parallel"] = True
         doc["compile"] = {"enable": True}
-    if p.train.precision == "fp8":
+    if p.train.precision == "fp8" and _recipe(p) == "mxfp8":
+        doc["quantize"] = {"linear": {"mx": {"recipe_name": "mxfp8_cublas", "filter_fqns": ["output"]}}}
+    elif p.train.precision == "fp8":
         doc["quantize"] = {"linear": {"float8": {"enable_fsdp_float8_all_gather": shard > 1,
                                                 "precompute_float8_dynamic_scale_for_fsdp": shard > 1,
                                                 "filter_fqns": ["output"]}}}
     return doc
+
+
+#: ``TrainSpec.fp8_recipe`` -> torchtitan v0.2 converter: torchao's float8 linear (its default
+#: recipe, ``recipe_name`` unset, is tensorwise dynamic scaling) or the MX linear (``recipe_name``
+#: ``mxfp8_cublas``). Delayed scaling was removed from torchao; blockwise and NVFP4 have no
+#: torchtitan linear converter.
+TORCHTITAN_CONVERTERS = {"tensorwise": FLOAT8_SECTION, "mxfp8": "quantize.linear.mx"}
+
+
+def _recipe(p: Problem) -> str:
+    """The plan's fp8 recipe as torchtitan runs it: the one named, else torchao's own default
+    (tensorwise), whatever framework the plan was costed for."""
+    return p.train.fp8_recipe or "tensorwise"
+
+
+def _converter(p: Problem) -> str:
+    """The ``[model] converters`` entry of the fp8 recipe.
+
+    Raises:
+        AutoparError: a recipe torchtitan has no converter for (:data:`TORCHTITAN_CONVERTERS`).
+    """
+    recipe = _recipe(p)
+    if recipe not in TORCHTITAN_CONVERTERS:
+        raise _refuse(f"fp8 recipe {recipe}: torchtitan's float8 converters run tensorwise (float8) or "
+                      "mxfp8 (mx) scaling; plan with --fp8-recipe tensorwise or mxfp8")
+    return TORCHTITAN_CONVERTERS[recipe]
 
 
 def _toml_value(v: Any) -> str:

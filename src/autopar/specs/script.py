@@ -34,6 +34,7 @@ from autopar.specs.script_comm import comm_fields
 from autopar.specs.script_flags import check_flags
 from autopar.specs.script_layers import apply_noop_layers
 from autopar.specs.script_optimizer import optimizer_fields
+from autopar.specs.script_precision import precision, recipe_fields
 from autopar.specs.model import ModelSpec
 from autopar.specs.script_vocab import vocab_size
 from autopar.specs.train import TrainSpec
@@ -139,8 +140,7 @@ def read_script(path: str | Path, text: str | None = None) -> ScriptPlan:
                  precision=precision(a), flash_attention=flash_attention(a),
                  make_vocab_size_divisible_by=a.integer("--make-vocab-size-divisible-by", 128),
                  **optimizer_fields(a), **moe_capacity_fields(a))
-    if train["precision"] == "fp8" and a.has("--fp8-param-gather"):
-        train["fp8_param_storage"] = True
+    train.update(recipe_fields(a, train["precision"]))
     return ScriptPlan(path=path, text=text, framework=framework, args=a, num_nodes=launch.nnodes,
                       devices_per_node=launch.nproc_per_node, model_fields=fields, vocab_error=vocab_error,
                       train_fields=train, layout=layout)
@@ -153,27 +153,6 @@ def train_spec(plan: ScriptPlan, **overrides: Any) -> TrainSpec:
         return TrainSpec(**fields)
     except ValidationError as err:
         raise from_validation_error(err, f"{plan.path.name}: training") from None
-
-
-def precision(a: Args) -> str:
-    """``fp8`` with ``--fp8-format``, else ``bf16``/``fp16``.
-
-    Raises:
-        AutoparError: neither (Megatron then trains in fp32, which autopar does not plan), or both
-            --bf16 and --fp16.
-    """
-    if a.has("--bf16") and a.has("--fp16"):  # Megatron arguments.py: assert not (fp16 and bf16)
-        raise AutoparError(f"{a.source}: both --bf16 and --fp16: Megatron refuses the pair; keep one")
-    if a.has("--fp8-format"):
-        if (fmt := a.text("--fp8-format")) not in ("e4m3", "hybrid"):  # Megatron's argparse choices
-            raise AutoparError(f"{a.source}: --fp8-format={fmt!r}: allowed e4m3, hybrid")
-        return "fp8"
-    if a.has("--bf16"):
-        return "bf16"
-    if a.has("--fp16"):
-        return "fp16"
-    raise AutoparError(f"{a.source}: no --bf16/--fp16/--fp8-format: Megatron would train in fp32, which "
-                       "autopar does not plan; add --bf16")
 
 
 def flash_attention(a: Args) -> bool:

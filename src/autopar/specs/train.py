@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from autopar.specs.cluster import Precision
 
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}  # bytes per element of a stored dtype
+# Low-precision recipes of fp8 training (Megatron-LM --fp8-recipe, plus --fp4-recipe nvfp4); costs and
+# device support: autopar.cost.fp8_recipe.
+Fp8RecipeName = Literal["delayed", "tensorwise", "blockwise", "mxfp8", "nvfp4"]
+FP8_RECIPES: tuple[str, ...] = get_args(Fp8RecipeName)
+# Megatron-LM --cuda-graph-impl / --cuda-graph-scope (core_v0.15 arguments.py); costs: autopar.cost.cuda_graph.
+CudaGraphImpl = Literal["none", "local", "transformer_engine"]
+CudaGraphScope = Literal["attn", "mlp", "moe", "moe_router", "moe_preprocess", "full_iteration"]
+CUDA_GRAPH_SCOPES: tuple[str, ...] = get_args(CudaGraphScope)
 
 
 class TrainSpec(BaseModel):
@@ -66,6 +74,26 @@ class TrainSpec(BaseModel):
         default=False,
         description="fp8 training keeps linear weights only in fp8 (Megatron --fp8-param-gather) "
         "instead of bf16 weights plus an fp8 copy and its transpose")
+    fp8_recipe: Fp8RecipeName | None = Field(
+        default=None,
+        description="scaling recipe of fp8 training (Megatron --fp8-recipe delayed|tensorwise|blockwise|mxfp8, "
+        "--fp4-recipe nvfp4; torchtitan float8 tensorwise, mx mxfp8): device support, scale and weight-copy "
+        "memory, quantisation time (autopar.cost.fp8_recipe); only with precision fp8; None = the framework's own "
+        "default (effective_fp8_recipe)")
+    cuda_graph_impl: CudaGraphImpl = Field(
+        default="none",
+        description="CUDA graph capture (Megatron --cuda-graph-impl): 'local' (Megatron's CudaGraphManager; "
+        "--enable-cuda-graph) or 'transformer_engine' (TE make_graphed_callables; --external-cuda-graph); host "
+        "launch time removed, static buffers added (autopar.cost.cuda_graph)")
+    cuda_graph_scope: tuple[CudaGraphScope, ...] = Field(
+        default=(), max_length=len(CUDA_GRAPH_SCOPES),
+        description="what the graphs capture (Megatron --cuda-graph-scope): empty = each whole decoder layer; "
+        "full_iteration only with 'local', the others only with 'transformer_engine'")
+    activation_offload_layers: int = Field(
+        default=0, ge=0, le=100_000,
+        description="decoder layers whose saved activations go to host memory in forward and come back for "
+        "backward (Megatron-Core cpu_offloading + cpu_offloading_num_layers; Megatron-LM "
+        "--cpu-offloading-num-layers on main); needs pp 1 and no recompute (autopar.cost.activation_offload)")
     overlap_grad_reduce: bool = Field(default=True, description="DP gradient reduction and parameter "
                                       "gather overlapped with backward/forward (Megatron --overlap-grad-reduce)")
     tp_backward_overlap: bool = Field(
@@ -98,6 +126,47 @@ class TrainSpec(BaseModel):
             raise ValueError(f"framework={self.framework}: optimizer offload and optimizer dtypes are "
                              "Megatron-LM's (--optimizer-cpu-offload, --use-precision-aware-optimizer)")
         return self
+
+    @model_validator(mode="after")
+    def _recipe_needs_fp8(self) -> "TrainSpec":
+        """A recipe other than the default applies to fp8 training only."""
+        if self.fp8_recipe is not None and self.precision != "fp8":
+            raise ValueError(f"fp8_recipe={self.fp8_recipe} applies to precision fp8, not {self.precision}")
+        return self
+
+    @model_validator(mode="after")
+    def _cuda_graph_scope_fits_impl(self) -> "TrainSpec":
+        """Megatron-LM's rule (``--cuda-graph-scope`` help, core_v0.15): "full_iteration scope is only
+        supported with --cuda-graph-impl=local, other scopes are only supported with
+        --cuda-graph-impl=transformer_engine"; ``moe_preprocess`` needs ``moe_router``; CUDA graphs are
+        Megatron-LM's."""
+        scope, impl = set(self.cuda_graph_scope), self.cuda_graph_impl
+        if scope and impl == "none":
+            raise ValueError(f"cuda_graph_scope={','.join(self.cuda_graph_scope)} needs a cuda_graph_impl (local or "
+                             "transformer_engine)")
+        if impl == "local" and scope - {"full_iteration"}:
+            raise ValueError(f"cuda_graph_scope={','.join(sorted(scope - {'full_iteration'}))} with cuda_graph_impl=local: "
+                             "Megatron-LM supports only full_iteration there (or no scope: whole layers)")
+        if impl == "transformer_engine" and "full_iteration" in scope:
+            raise ValueError("cuda_graph_scope=full_iteration needs cuda_graph_impl=local (Megatron-LM)")
+        if "moe_preprocess" in scope and "moe_router" not in scope:
+            raise ValueError("cuda_graph_scope=moe_preprocess must be used together with moe_router (Megatron-LM)")
+        if self.activation_offload_layers and self.framework != "megatron":
+            raise ValueError(f"framework={self.framework}: activation offloading is Megatron-Core's (cpu_offloading)")
+        if impl != "none" and self.framework != "megatron":
+            raise ValueError(f"framework={self.framework}: CUDA graph capture of training is Megatron-LM's "
+                             "(--cuda-graph-impl)")
+        return self
+
+    @property
+    def effective_fp8_recipe(self) -> str:
+        """The fp8 recipe costed and written: ``fp8_recipe``, else the framework's own default -
+        Transformer Engine's ``DelayedScaling`` for Megatron-LM / DeepSpeed (Megatron's
+        ``--fp8-recipe`` default), torchao's tensorwise dynamic scaling for torchtitan (its
+        ``quantize.linear.float8`` default)."""
+        if self.fp8_recipe is not None:
+            return self.fp8_recipe
+        return "tensorwise" if self.framework == "torchtitan" else "delayed"
 
     @property
     def optimizer_dtypes_set(self) -> bool:

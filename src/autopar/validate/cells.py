@@ -87,6 +87,26 @@ def precision_of(row: Row, assumed: list[str] | None = None) -> str:
     return "bf16"
 
 
+def fp8_recipe_of(row: Row, precision: str) -> str | None:
+    """``TrainSpec.fp8_recipe`` of an fp8 row from its ``prec=`` note: ``FP8-CS`` (NVIDIA's
+    performance tables: current scaling) and torchtitan's ``Float8`` linears (torchao's default
+    ``tensorwise`` dynamic scaling, torchtitan ``float8.recipe_name``) are ``tensorwise``, ``FP8-MX``
+    is ``mxfp8``, ``blockwise``/``FP8-SS`` (sub-channel) is ``blockwise``; None (the framework's
+    default, :attr:`~autopar.specs.train.TrainSpec.effective_fp8_recipe`) when the note names none,
+    and for bf16/fp16 rows."""
+    if precision != "fp8":
+        return None
+    notes = row["notes"]
+    prec = next((s.strip() for s in notes.split(";") if s.strip().lower().startswith("prec=")), "").lower()
+    if "fp8-mx" in prec or "mxfp8" in prec:
+        return "mxfp8"
+    if "fp8-cs" in prec or "float8" in prec or "tensorwise" in prec:
+        return "tensorwise"
+    if "blockwise" in prec or "fp8-ss" in prec:
+        return "blockwise"
+    return None
+
+
 def zero_of(row: Row) -> int | None:
     """ZeRO stage from ``zero_or_distopt``: ``ZeRO-0..3``, FSDP (= 3), a distributed optimizer
     (= 1, Megatron's ``--use-distributed-optimizer``), DDP (= 0); None when empty.

@@ -23,7 +23,7 @@ from autopar.problem import Problem
 from autopar.specs import TrainSpec, load_device, make_cluster
 from autopar.specs.cluster import MAX_NODES, resolve_device_name
 from autopar.strategy import Strategy
-from autopar.validate.cells import (Unscorable, expert_tp_of, flag_of, precision_of, recompute_of, required,
+from autopar.validate.cells import (Unscorable, expert_tp_of, flag_of, fp8_recipe_of, precision_of, recompute_of, required,
                                     zero_of)
 from autopar.validate.measurements import Row
 from autopar.validate.row_model import model_of
@@ -112,8 +112,8 @@ SC21_TABLE1 = {30: (16, None), 40: (8, None), 60: (2, 5), 80: (2, 5), 96: (1, 3)
 
 _FAMILY_BY_PREFIX = (
     ("MLM2020", "megatron-2020"), ("NAR21", "megatron-2021"), ("KOR22", "megatron-2022"),
-    ("MLM-H100", "megatron-2024"), ("MLM-LLAMA", "nemo"), ("NEMO", "nemo"), ("DGXC", "nemo"),
-    ("AUTOMODEL", "torchtitan"), ("TT2412", "torchtitan"), ("BLOOM", "megatron-deepspeed"),
+    ("MLM-H100", "megatron-2024"), ("MLM-LLAMA", "nemo"), ("NEMO", "nemo"), ("DGXC", "nemo"), ("MBR", "nemo"),
+    ("AUTOMODEL", "torchtitan"), ("TT2412", "torchtitan"), ("TT2506", "torchtitan"), ("BLOOM", "megatron-deepspeed"),
 )
 
 @dataclass
@@ -447,8 +447,9 @@ def to_case(row: Row) -> Case:
     flash = flash_of(row, family)
     if flash != family.flash:
         assumed.append(f"{'fused' if flash else 'unfused'} attention ({recipe_of(row).name})")
+    precision = precision_of(row, assumed)
     train = TrainSpec(global_batch_size=row.int("gbs"), seq_len=required(row, "seq_len", "the batch is needed"),
-                      precision=precision_of(row, assumed), flash_attention=flash,
+                      precision=precision, fp8_recipe=fp8_recipe_of(row, precision), flash_attention=flash,
                       overlap_grad_reduce=family.dp_overlap,
                       framework=framework_of(row, family), tp_backward_overlap=tp_backward_overlap_of(row, family),
                       launch_blocking=family.launch_blocking)
