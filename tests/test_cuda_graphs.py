@@ -4,8 +4,6 @@ the Megatron exports, refused elsewhere."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 from pydantic import ValidationError
@@ -22,6 +20,7 @@ from autopar.specs.script import read_script
 from autopar.specs.train import TrainSpec
 from autopar.strategy import Strategy
 from conftest import make_problem
+from test_script_flags import script  # a tp 2, pp 2 job on 8 devices plus the given flags
 
 GIB = 2**30
 
@@ -89,14 +88,6 @@ def test_megatron_rules_for_graph_scopes(fields, message):
         TrainSpec(global_batch_size=8, seq_len=128, **fields)
 
 
-def _script(tmp_path: Path, flags: str) -> Path:
-    path = tmp_path / "job.sh"
-    path.write_text("torchrun --nnodes 1 --nproc_per_node 8 pretrain_gpt.py --num-layers 8 --hidden-size 1024 "
-                    "--num-attention-heads 16 --seq-length 2048 --max-position-embeddings 2048 "
-                    f"--micro-batch-size 1 --global-batch-size 64 --vocab-size 32000 --bf16 {flags}\n")
-    return path
-
-
 @pytest.mark.parametrize("flags, impl, scope", [
     ("--enable-cuda-graph", "local", ()),
     ("--enable-cuda-graph --cuda-graph-scope full_iteration", "local", ("full_iteration",)),
@@ -105,7 +96,7 @@ def _script(tmp_path: Path, flags: str) -> Path:
      ("attn", "moe_router", "moe_preprocess")),
 ])
 def test_scripts_name_their_graphs(tmp_path, flags, impl, scope):
-    train = read_script(_script(tmp_path, flags)).train_fields
+    train = read_script(script(tmp_path, flags)).train_fields
     assert (train["cuda_graph_impl"], train["cuda_graph_scope"]) == (impl, scope)
 
 
@@ -117,7 +108,7 @@ def test_scripts_name_their_graphs(tmp_path, flags, impl, scope):
 ])
 def test_scripts_with_graphs_autopar_cannot_cost_are_refused(tmp_path, flags, message):
     with pytest.raises(AutoparError, match=message):
-        read_script(_script(tmp_path, flags))
+        read_script(script(tmp_path, flags))
 
 
 def test_megatron_exports_write_the_graphs_and_the_others_refuse():

@@ -4,8 +4,6 @@ scripts and written by the exports, or refused."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from pydantic import ValidationError
 
@@ -20,6 +18,7 @@ from autopar.specs.script import read_script
 from autopar.specs.train import TrainSpec
 from autopar.strategy import Strategy
 from conftest import make_problem
+from test_script_flags import script  # a tp 2, pp 2 job on 8 devices plus the given flags
 
 C11 = Strategy(dp=8, zero=1)
 LLAMA2_7B_LINEAR = 6_476_005_376  # 32 * (4 h^2 + 3 h ffn), tests/test_fp8.py
@@ -98,21 +97,13 @@ def test_nvfp4_runs_linear_gemms_on_the_fp4_peak():
     assert estimate(p, C11).step_time_s < estimate(mx, C11).step_time_s
 
 
-def _script(tmp_path: Path, flags: str) -> Path:
-    path = tmp_path / "job.sh"
-    path.write_text("torchrun --nnodes 1 --nproc_per_node 8 pretrain_gpt.py --num-layers 8 --hidden-size 1024 "
-                    "--num-attention-heads 16 --seq-length 2048 --max-position-embeddings 2048 "
-                    f"--micro-batch-size 1 --global-batch-size 64 --vocab-size 32000 --bf16 {flags}\n")
-    return path
-
-
 @pytest.mark.parametrize("flags, recipe", [
     ("--fp8-format hybrid", "delayed"), ("--fp8-format hybrid --fp8-recipe tensorwise", "tensorwise"),
     ("--fp8-format e4m3 --fp8-recipe mxfp8", "mxfp8"), ("--fp8-format hybrid --fp8-recipe blockwise", "blockwise"),
     ("--fp4-format e2m1", "nvfp4"), ("--fp4-format e2m1 --fp4-recipe nvfp4", "nvfp4"),
 ])
 def test_scripts_name_their_recipe(tmp_path, flags, recipe):
-    train = read_script(_script(tmp_path, flags)).train_fields
+    train = read_script(script(tmp_path, flags)).train_fields
     assert (train["precision"], train["fp8_recipe"]) == ("fp8", recipe)
 
 
@@ -124,7 +115,7 @@ def test_scripts_name_their_recipe(tmp_path, flags, recipe):
 ])
 def test_scripts_with_a_recipe_autopar_cannot_cost_are_refused(tmp_path, flags, message):
     with pytest.raises(AutoparError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        read_script(_script(tmp_path, flags))
+        read_script(script(tmp_path, flags))
 
 
 @pytest.mark.parametrize("recipe, flags", [

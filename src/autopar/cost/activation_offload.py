@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from autopar.errors import AutoparError
+from autopar.cost import offload
 from autopar.problem import Problem
 
 
@@ -46,29 +46,19 @@ def saved_bytes(p: Problem, stage_layers: np.ndarray, layer_bytes: np.ndarray) -
     return np.maximum(offloaded_layers(p, stage_layers) - 1, 0.0) * layer_bytes
 
 
-def host_bandwidth_bytes_per_s(p: Problem) -> float:
-    """The device's host link per direction.
-
-    Raises:
-        AutoparError: the device spec has none (``--device-set host_bandwidth_bytes_per_s=...``).
-    """
-    bandwidth = p.cluster.device.host_bandwidth_bytes_per_s
-    if bandwidth is None:
-        raise AutoparError(
-            f"--activation-offload-layers={p.train.activation_offload_layers}: device {p.cluster.device.name} has no "
-            "host link bandwidth; give it with --device-set host_bandwidth_bytes_per_s=VALUE (bytes/s per direction, "
-            "e.g. 64e9 for PCIe Gen5 x16)")
-    return bandwidth
-
-
 def exposed_s(p: Problem, stage_layers: np.ndarray, layer_bytes: np.ndarray, layer_forward_s: np.ndarray,
               layer_backward_s: np.ndarray) -> np.ndarray:
     """Exposed host-link seconds per micro-batch: per offloaded layer, ``max(copy - forward, 0)``
     out and ``max(copy - backward, 0)`` in, ``copy = layer_bytes / host bandwidth`` (module
     docstring). Example: 1 GiB per layer over 64 GB/s (16.8 ms) under a 10 ms forward and a 20 ms
-    backward: 6.8 ms per offloaded layer. Zero without offloading."""
+    backward: 6.8 ms per offloaded layer. Zero without offloading.
+
+    Raises:
+        AutoparError: the device has no host link bandwidth (:func:`autopar.cost.offload.host_bandwidth_bytes_per_s`).
+    """
     n = offloaded_layers(p, stage_layers)
     if not n.any():
         return np.zeros(np.shape(n))
-    copy_s = layer_bytes / host_bandwidth_bytes_per_s(p)
+    option = f"--activation-offload-layers={p.train.activation_offload_layers}"
+    copy_s = layer_bytes / offload.host_bandwidth_bytes_per_s(p, option)
     return n * (np.maximum(copy_s - layer_forward_s, 0.0) + np.maximum(copy_s - layer_backward_s, 0.0))

@@ -42,18 +42,19 @@ def device_optimizer_fraction(p: Problem) -> float:
     return 1.0 - p.train.optimizer_offload_fraction
 
 
-def host_bandwidth_bytes_per_s(p: Problem) -> float:
+def host_bandwidth_bytes_per_s(p: Problem, option: str | None = None) -> float:
     """The device's host link bandwidth per direction.
 
     Raises:
-        AutoparError: the device spec has none (``--device-set host_bandwidth_bytes_per_s=...``).
+        AutoparError: the device spec has none (``--device-set host_bandwidth_bytes_per_s=...``); the
+            message names ``option`` (default: ``--optimizer-offload-fraction=F``), what needs the link.
     """
     bandwidth = p.cluster.device.host_bandwidth_bytes_per_s
     if bandwidth is None:
+        option = option or f"--optimizer-offload-fraction={p.train.optimizer_offload_fraction}"
         raise AutoparError(
-            f"--optimizer-offload-fraction={p.train.optimizer_offload_fraction}: device {p.cluster.device.name} "
-            "has no host link bandwidth; give it with --device-set host_bandwidth_bytes_per_s=VALUE (bytes/s per "
-            "direction, e.g. 64e9 for PCIe Gen5 x16)")
+            f"{option}: device {p.cluster.device.name} has no host link bandwidth; give it with --device-set "
+            "host_bandwidth_bytes_per_s=VALUE (bytes/s per direction, e.g. 64e9 for PCIe Gen5 x16)")
     return bandwidth
 
 
