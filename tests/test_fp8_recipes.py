@@ -4,6 +4,8 @@ scripts and written by the exports, or refused."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from pydantic import ValidationError
 
@@ -166,3 +168,34 @@ def test_the_norm_writes_the_quantised_input_where_the_scale_is_known_in_advance
     separate = fp8.cast_bytes(p, 1024, 4096, 1.0, linear=True)
     assert separate == fp8_recipe.cast_bytes_per_element(recipe) * 1024 * 4096
     assert fp8.cast_bytes(p, 1024, 4096, 1.0, linear=True, norm_input=True) == (0.0 if fused else separate)
+
+
+CLI = ["--model", "llama3-8b", "--device", "h100-80gb", "--nodes", "1", "--gbs", "64", "--seq-len", "4096"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--precision", "fp8", "--fp8-recipe", "mxfp8"], "error: --fp8-recipe=mxfp8: device h100-80gb has no block-scaled"),
+    (["--fp8-recipe", "tensorwise"], "error: --fp8-recipe tensorwise with --precision=bf16"),
+    (["--precision", "fp8", "--fp8-recipe", "e5m2"], "error: --fp8-recipe='e5m2': allowed delayed, tensorwise"),
+])
+def test_the_option_refuses_with_one_line(args, message):
+    from typer.testing import CliRunner
+
+    from autopar.cli import app
+    out = CliRunner().invoke(app, ["estimate", *CLI, *args])
+    assert out.exit_code == 2 and out.output.strip().startswith(message) and out.output.count("error:") == 1, out.output
+
+
+def test_the_option_reaches_the_estimate_and_the_export():
+    from typer.testing import CliRunner
+
+    from autopar.cli import app
+    runner = CliRunner()
+    est = {r: runner.invoke(app, ["estimate", *CLI, "--precision", "fp8", "--fp8-recipe", r, "--json"])
+           for r in ("delayed", "tensorwise")}
+    assert all(o.exit_code == 0 for o in est.values())
+    step = {r: json.loads(o.stdout)["step_time_s"] for r, o in est.items()}
+    assert step["tensorwise"] > step["delayed"]  # the amax read and the unfused norm casts
+    script = runner.invoke(app, ["export", "--format", "megatron", *CLI, "--precision", "fp8", "--fp8-recipe",
+                                 "tensorwise"])
+    assert script.exit_code == 0 and "--fp8-format hybrid --fp8-recipe tensorwise" in script.stdout
