@@ -199,3 +199,15 @@ def test_the_option_reaches_the_estimate_and_the_export():
     script = runner.invoke(app, ["export", "--format", "megatron", *CLI, "--precision", "fp8", "--fp8-recipe",
                                  "tensorwise"])
     assert script.exit_code == 0 and "--fp8-format hybrid --fp8-recipe tensorwise" in script.stdout
+
+
+def test_devices_json_lists_the_recipes_each_preset_runs():
+    from typer.testing import CliRunner
+
+    from autopar.cli import app
+    out = CliRunner().invoke(app, ["devices", "--json"])
+    recipes = {d["name"]: d["fp8_recipes"] for d in json.loads(out.stdout)}
+    assert recipes["h100-80gb"] == ["delayed", "tensorwise", "blockwise"]
+    assert recipes["b200"] == ["delayed", "tensorwise", "blockwise", "mxfp8", "nvfp4"]
+    assert recipes["mi355x"] == ["delayed", "tensorwise", "mxfp8"]
+    assert recipes["a100-80gb"] == []
