@@ -67,7 +67,8 @@ class Estimate:
             "recompute_modules": list(s.recompute_modules),
             "account_for_embedding": s.account_for_embedding, "account_for_loss": s.account_for_loss,
             "tp_comm_overlap": s.tp_comm_overlap, "cp_comm_type": s.cp_comm_type, "cp_a2a": s.cp_a2a,
-            "pipeline_layout": s.pipeline_layout,
+            "pipeline_layout": s.pipeline_layout, "vocab_tp": s.vocab_tp_size, "vocab_sp": s.vocab_sp,
+            "tp_consecutive": s.tp_consecutive,
         }
         return {
             "strategy": strategy,

@@ -74,7 +74,8 @@ def table_notes(layouts: list[Estimate]) -> str | None:
 def layout_label(e: Estimate) -> str:
     """Compact one-line description of a layout, e.g. ``tp8+sp pp4x5 cp1 dp2`` (x5 = vpp), with
     :func:`split_mark` after the pipeline part (``pp32x2+el``, ``pp4~``); ``+ov`` marks TP
-    communication overlap, ``cp4:a2a`` / ``cp8:a2a2+p2p`` a context-parallel algorithm other than the ring."""
+    communication overlap, ``cp4:a2a`` / ``cp8:a2a2+p2p`` a context-parallel algorithm other than the ring;
+    Galvatron's knobs follow (:func:`galvatron_marks`)."""
     s = e.strategy
     parts = [f"tp{s.tp}" + ("+sp" if s.sp else "") + ("+ov" if s.tp_comm_overlap else ""),
              f"pp{s.pp}" + (f"x{s.vpp}" if s.vpp > 1 else "") + split_mark(e)]
@@ -82,7 +83,15 @@ def layout_label(e: Estimate) -> str:
     parts += [f"cp{s.cp}" + (cp_algo if s.cp > 1 else ""), f"dp{s.dp}"]
     if s.ep > 1:
         parts.append(f"ep{s.ep}/etp{s.expert_tp}")
-    return " ".join(parts)
+    return " ".join(parts + galvatron_marks(s))
+
+
+def galvatron_marks(s) -> list[str]:
+    """Label parts of Galvatron's own knobs (:class:`~autopar.strategy.Strategy`): ``vtp4`` (vocabulary
+    TP 4), ``vsp4`` (vocabulary layers sequence-split over 4), ``gpipe``, ``tp-nc`` (non-consecutive
+    TP groups); none for a Megatron-style layout."""
+    marks = [f"vsp{s.vocab_tp_size}"] if s.vocab_sp else [f"vtp{s.vocab_tp_size}"] if s.vocab_tp_size != s.tp else []
+    return marks + (["gpipe"] if s.schedule == "gpipe" else []) + ([] if s.tp_consecutive else ["tp-nc"])
 
 
 _SHORT = {"none": "n", "selective": "s", "full": "f"}
