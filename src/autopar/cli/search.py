@@ -106,7 +106,8 @@ def search(
     tp: S.Tp = None, pp: S.Pp = None, dp: S.Dp = None, cp: S.Cp = None, vpp: S.Vpp = None, ep: S.Ep = None,
     etp: S.Etp = None, mbs: S.Mbs = None, num_microbatches: S.Microbatches = None, zero: S.Zero = None,
     recompute: S.Recompute = None, schedule: S.Schedule = None, sp: S.Sp = None,
-    tp_comm_overlap: S.TpCommOverlap = None, cp_comm_type: S.CpCommType = None, no_tp: S.NoTp = False,
+    tp_comm_overlap: S.TpCommOverlap = None, cp_comm_type: S.CpCommType = None, vocab_tp: S.VocabTp = None,
+    vocab_sp: S.VocabSp = None, tp_consecutive: S.TpConsecutive = None, no_tp: S.NoTp = False,
     no_pp: S.NoPp = False, no_cp: S.NoCp = False, no_ep: S.NoEp = False, no_vpp: S.NoVpp = False,
     no_fsdp: S.NoFsdp = False, no_recompute: S.NoRecompute = False, explain: S.Explain = None,
     gbs_range: S.GbsRange = None, plot: S.Plot = None, config: Config = None,
@@ -127,7 +128,8 @@ def search(
     constraints = S.constraints_from_options(
         tp, pp, dp, cp, vpp, ep, etp, mbs, num_microbatches, zero, recompute, schedule, sp,
         {"--no-tp": no_tp, "--no-pp": no_pp, "--no-cp": no_cp, "--no-ep": no_ep, "--no-vpp": no_vpp,
-         "--no-fsdp": no_fsdp, "--no-recompute": no_recompute}, tp_comm_overlap, cp_comm_type)
+         "--no-fsdp": no_fsdp, "--no-recompute": no_recompute}, tp_comm_overlap, cp_comm_type,
+        (vocab_tp, vocab_sp, tp_consecutive))
     p = problem_from_options(model, device, nodes, devices_per_node, gbs, seq_len, precision, device_file, device_set,
                  flash_attention, vocab_pad, script, vocab_size, moe_token_imbalance, fp8_param_storage)
     from autopar.search.grid import for_target
