@@ -40,8 +40,8 @@ def refusing_galvatron_knobs(fmt: str, write: Callable[[Problem, Strategy], str]
     def checked(p: Problem, s: Strategy) -> str:
         knobs = galvatron_knobs(s)
         if knobs:
-            raise AutoparError(f"export --format {fmt} cannot express this layout: {', '.join(knobs)} "
-                               "are Galvatron's (pipeline_type, vtp/vsp, tp_consecutive_flags); write it with "
-                               f"--format galvatron, or search with --target {fmt} for one it runs")
+            raise AutoparError(f"export --format {fmt} cannot express this layout: {', '.join(knobs)} (Galvatron-only: "
+                               "its pipeline_type, vtp/vsp, tp_consecutive_flags); write it with --format galvatron, "
+                               f"or search with --target {fmt} for one it runs")
         return write(p, s)
     return checked

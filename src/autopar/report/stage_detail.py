@@ -17,8 +17,8 @@ def stage_detail_table(e: Estimate) -> Table:
     (micro-batches x that sum); exposed data-parallel milliseconds per step; GiB of model state
     (weights + gradients + optimizer), activations and the stage's peak
     (:class:`~autopar.estimate.StageTiming`, :class:`~autopar.estimate.StageMemory`)."""
-    table = Table(title=f"Per stage ({e.num_microbatches} micro-batches; ms per micro-batch, busy s per step, "
-                        "GiB per device)")
+    table = Table(title=f"Time and memory per stage ({e.num_microbatches} micro-batches; ms per micro-batch, "
+                        "busy s per step, GiB per device)")
     for name in ("stage", "layers", "recompute", "fwd ms", "bwd ms", "recomp ms", "tp ms", "cp ms", "ep ms", "p2p ms",
                  "busy s", "dp ms", "states GiB", "act GiB", "peak GiB"):
         table.add_column(name, justify="left" if name == "recompute" else "right")
