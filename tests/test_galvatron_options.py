@@ -208,3 +208,35 @@ def test_vocab_layout_equals_layers_when_the_same(vtp, zero, vsp):
     row = LayoutBatch.from_strategy(s.model_copy(update={"vocab_tp": vtp, "vocab_sp": vsp}), 64)
     assert int(row.vocab_tp[0]) == vtp and bool(row.vocab_sp[0]) == vsp and bool(row.tp_consecutive[0])
     assert isinstance(p, Problem) and np.all(row.schedule_code == 0)
+
+
+def test_table_marks_read_back_by_explain():
+    """The table's Galvatron marks (vsp8, gpipe, tp-nc) are read by --explain as their fields."""
+    from autopar.report.table import galvatron_marks
+    from autopar.search.explain import parse_layout
+
+    s = Strategy(dp=4, tp=2, pp=2, sp=True, vocab_tp=8, vocab_sp=True, schedule="gpipe", tp_consecutive=False)
+    assert galvatron_marks(s) == ["vsp8", "gpipe", "tp-nc"]
+    assert galvatron_marks(Strategy(dp=8, vocab_tp=4)) == ["vtp4"] and galvatron_marks(Strategy(dp=8)) == []
+    wanted = parse_layout("tp2+sp pp2 cp1 dp4 vsp8 gpipe tp-nc")
+    assert {k: wanted[k] for k in ("vocab_tp", "vocab_sp", "schedule", "tp_consecutive")} == dict(
+        vocab_tp=8, vocab_sp=1, schedule=2, tp_consecutive=0)
+    assert parse_layout("tp1 pp1 cp1 dp8 vtp4")["vocab_tp"] == 4
+
+
+def test_search_constraints_pick_galvatron_choices():
+    """--schedule gpipe / --vocab-tp / --no-tp-consecutive keep only those rows (CLI, --target galvatron)."""
+    from typer.testing import CliRunner
+
+    from autopar.cli import app
+
+    args = ["search", "--model", "llama3-8b", "--device", "h100-80gb", "--nodes", "2", "--gbs", "64", "--target",
+            "galvatron", "--top", "3", "--json"]
+    runner = CliRunner()
+    for extra, check in ((["--schedule", "gpipe"], lambda s: s["schedule"] == "gpipe" and s["pp"] > 1),
+                         (["--vocab-tp", "4"], lambda s: s["vocab_tp"] == 4),
+                         (["--no-tp-consecutive"], lambda s: not s["tp_consecutive"] and s["tp"] * s["dp"] > 8)):
+        out = runner.invoke(app, args + extra)
+        assert out.exit_code == 0, out.output
+        layouts = json.loads(out.stdout)["layouts"]
+        assert layouts and all(check(e["strategy"]) for e in layouts), extra
