@@ -240,3 +240,16 @@ def test_search_constraints_pick_galvatron_choices():
         assert out.exit_code == 0, out.output
         layouts = json.loads(out.stdout)["layouts"]
         assert layouts and all(check(e["strategy"]) for e in layouts), extra
+
+
+def test_gpipe_uneven_split_is_simulated_as_gpipe():
+    """An uneven split is simulated op by op under GPipe itself: all forwards, then all backwards.
+    Without pipeline sends on the critical path differing, its makespan equals 1F1B's,
+    sum_i t_i + (M - 1) max_i t_i (both schedules keep the slowest stage busy from its first
+    forward to its last backward); only the activations held differ."""
+    p = make_problem("llama3-8b", gbs=256)
+    split = dict(dp=2, pp=4, zero=1, layers_per_stage=(7, 9, 9, 7))
+    e1, eg = estimate(p, Strategy(**split)), estimate(p, Strategy(**split, schedule="gpipe"))
+    assert eg.step_time_s == pytest.approx(e1.step_time_s, rel=1e-9)
+    assert eg.num_microbatches == 128  # gbs 256 / dp 2
+    assert _stage(eg, 1).activations_bytes == pytest.approx(_stage(e1, 1).activations_bytes * 128 / 3, rel=1e-12)
