@@ -12,7 +12,7 @@ from conftest import make_problem
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autopar.cost.comm import reduce_scatter_s
+from autopar.cost.comm import all_reduce_s, reduce_scatter_s
 from autopar.errors import AutoparError, LayoutError
 from autopar.estimate import estimate
 from autopar.export import WRITERS, galvatron
@@ -253,3 +253,19 @@ def test_gpipe_uneven_split_is_simulated_as_gpipe():
     assert eg.step_time_s == pytest.approx(e1.step_time_s, rel=1e-9)
     assert eg.num_microbatches == 128  # gbs 256 / dp 2
     assert _stage(eg, 1).activations_bytes == pytest.approx(_stage(e1, 1).activations_bytes * 128 / 3, rel=1e-12)
+
+
+def test_grad_reduce_once_ddp_all_reduces_after_the_last_backward():
+    """ddp (FSDP NO_SHARD) under no_sync, pp 1: Megatron overlaps the fp32 all-reduce with the last
+    micro-batch's backward, exposing ``all_reduce - backward``; Galvatron all-reduces 4 B x params
+    over dp after it, exposed whole, so the difference is that backward; no gradient memory beyond
+    the unsharded fp32 gradient ddp keeps anyway."""
+    p = make_problem("llama3-8b", nodes=2, gbs=64)
+    s = Strategy(dp=8, tp=2, sp=True, zero=0)
+    mine, megatron = estimate(for_target(p, "galvatron"), s), estimate(p, s)
+    params = _stage(mine).params
+    ring = float(all_reduce_s(p, 4 * params, 8, 2))
+    assert mine.time_breakdown_s["dp_comm"] == pytest.approx(ring, rel=1e-12)
+    (t,) = megatron.time_per_stage
+    assert megatron.time_breakdown_s["dp_comm"] == pytest.approx(ring - t.backward_s - t.recompute_s, rel=1e-9)
+    assert mine.peak_memory_bytes == megatron.peak_memory_bytes

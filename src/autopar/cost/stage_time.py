@@ -278,7 +278,7 @@ def dp_exposed_s(p: Problem, batch: LayoutBatch, params: StageParams, t: StageTi
     once = grad_accumulation.applies(p, batch)
     exposed = np.select(
         [once, batch.zero == 0, batch.zero == 1, batch.zero == 2, titan_pp],
-        [grad_accumulation.exposed_s(batch, ag, rs, fwd, bwd, slack_s, layers),
+        [grad_accumulation.exposed_s(batch, ar, ag, rs, fwd, bwd, slack_s, layers),
          np.maximum(ar - bwd - slack_s, 0.0),
          np.maximum(rs - bwd - slack_s, 0.0) + np.maximum(ag - fwd, 0.0),
          m * np.maximum(rs - bwd, 0.0) + np.maximum(ag - fwd, 0.0),
