@@ -25,6 +25,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from pydantic import ValidationError
+
 from autopar.errors import AutoparError
 from autopar.layerwise.plan import LayerwisePlan
 from autopar.problem import Problem
@@ -123,5 +125,5 @@ def read(doc: dict[str, Any], source: str = "the Galvatron JSON") -> LayerwisePl
                              recompute=tuple(bool(x) for x in ints("checkpoint")),
                              default_zero=0 if dp_type == "ddp" else 2, vocab_tp=ints("vtp")[0],
                              vocab_zero3=bool(int(doc.get("embed_sdp", doc.get("vocab_sdp", 0)))))
-    except ValueError as e:  # pydantic's check of the plan
-        raise AutoparError(f"{source}: {str(e).splitlines()[-1].strip()}") from None
+    except ValidationError as e:  # the plan's own checks (split, lengths)
+        raise AutoparError(f"{source}: {e.errors()[0]['msg'].removeprefix('Value error, ')}") from None
