@@ -56,7 +56,9 @@ def test_galvatron_refuses_moe_and_fp8_plans():
     (lambda d: d.update(use_sp="1," * 31 + "1"), "use_sp="),
     (lambda d: d.update(tp_sizes_enc="2,x"), "tp_sizes_enc='2,x' is not a comma-separated list"),
     (lambda d: d.update(default_dp_type="zero3"), "default_dp_type='zero3': allowed ddp, zero2"),
-    (lambda d: d.update(pp_division="10,10"), "layers_per_stage"),
+    (lambda d: d.update(pp_division="10,10"), "pp_division='10,10' must be pp_deg=2 positive parts summing to the 32"),
+    (lambda d: d.update(chunks=0), "chunks: Input should be greater than 0"),
+    (lambda d: d.update(checkpoint="0,1"), "checkpoint has 2 entries; tp_sizes_enc has 32"),
 ])
 def test_read_names_the_bad_key(change, message):
     doc = G.config(P, PLAN)

@@ -33,6 +33,7 @@ from autopar.problem import Problem
 
 RELEASE = "2.4.0"
 LAYERWISE_FORMATS = ("galvatron",)
+_JSON_KEY = {"pp": "pp_deg", "num_microbatches": "chunks", "tp": "tp_sizes_enc", "vocab_tp": "vtp"}
 _ONE_LAYOUT = {  # format -> where it sets one layout for all layers
     "megatron": "Megatron-LM sets one --tensor-model-parallel-size, data-parallel type and recompute for every layer",
     "megatron-bridge": "Megatron-Bridge's recipe sets one tensor_model_parallel_size for every layer",
@@ -115,6 +116,14 @@ def read(doc: dict[str, Any], source: str = "the Galvatron JSON") -> LayerwisePl
                                "parallelism only (use_sp 0, cp 1)")
     if int(doc.get("vsp", 0)):
         raise AutoparError(f"{source}: vsp={doc['vsp']!r}: autopar costs the vocabulary with Megatron TP only (vsp 0)")
+    n = len(ints("tp_sizes_enc"))
+    for key in ("dp_types_enc", "checkpoint"):
+        if len(ints(key)) != n:
+            raise AutoparError(f"{source}: {key} has {len(ints(key))} entries; tp_sizes_enc has {n} (one per layer)")
+    division, pp = ints("pp_division"), ints("pp_deg")[0]
+    if len(division) != pp or sum(division) != n or min(division) < 1:
+        raise AutoparError(f"{source}: pp_division={doc['pp_division']!r} must be pp_deg={pp} positive parts summing "
+                           f"to the {n} layers of tp_sizes_enc")
     dp_type = doc.get("default_dp_type", "ddp")
     if dp_type not in ("ddp", "zero2"):
         raise AutoparError(f"{source}: default_dp_type={dp_type!r}: allowed ddp, zero2")
@@ -125,5 +134,7 @@ def read(doc: dict[str, Any], source: str = "the Galvatron JSON") -> LayerwisePl
                              recompute=tuple(bool(x) for x in ints("checkpoint")),
                              default_zero=0 if dp_type == "ddp" else 2, vocab_tp=ints("vtp")[0],
                              vocab_zero3=bool(int(doc.get("embed_sdp", doc.get("vocab_sdp", 0)))))
-    except ValidationError as e:  # the plan's own checks (split, lengths)
-        raise AutoparError(f"{source}: {e.errors()[0]['msg'].removeprefix('Value error, ')}") from None
+    except ValidationError as e:  # a bound of the plan's fields (e.g. chunks 0), named by its JSON key
+        err = e.errors()[0]
+        key = _JSON_KEY.get(str(err["loc"][0]) if err["loc"] else "", "the plan")
+        raise AutoparError(f"{source}: {key}: {err['msg']}") from None
