@@ -145,14 +145,15 @@ def _solve_grouped(problems: list[tuple[np.ndarray, np.ndarray]], transition_s: 
     return out
 
 
-def _tables(p: Problem, pps: list[int], max_tp: int, zeros: list[int], sp: bool) -> dict[tuple[int, int], dict]:
-    """{(pp, m): {(tp, zero): PairTable}} for every cell, from one vectorised pass."""
+def _tables(p: Problem, pps: list[int], tp_ok, m_ok, zeros: list[int], sp: bool) -> dict[tuple[int, int], dict]:
+    """{(pp, m): {(tp, zero): PairTable}} for every cell (tp and m passing ``tp_ok`` / ``m_ok``),
+    from one vectorised pass."""
     num_layers, world = p.model.num_layers, p.world_size
     keys, strategies = [], []
     for pp in pps:
         split = tuple(default_layers_per_stage(num_layers, pp))
-        tps = [t for t in _divisors(world // pp) if t <= max_tp]
-        for m in _microbatch_counts(p, pp, tps):
+        tps = [t for t in _divisors(world // pp) if tp_ok(t)]
+        for m in filter(m_ok, _microbatch_counts(p, pp, tps)):
             for t in tps:
                 for z in zeros:
                     try:
@@ -168,6 +169,7 @@ def _tables(p: Problem, pps: list[int], max_tp: int, zeros: list[int], sp: bool)
 
 
 def search_layerwise(p: Problem, *, pp_options: list[int] | None = None, max_tp: int | None = None,
+                     tp_options: list[int] | None = None, microbatch_options: list[int] | None = None,
                      sp: bool = False, recompute: bool = True, zero3: bool = True,
                      default_zeros: tuple[int, ...] = (0, 2), memory_limit_bytes: float | None = None,
                      bins: int = 512) -> LayerwiseResult:
@@ -177,6 +179,7 @@ def search_layerwise(p: Problem, *, pp_options: list[int] | None = None, max_tp:
         pp_options: pipeline degrees to try (default: every divisor of the world that the
             layers allow).
         max_tp: largest tp (default: the devices of a node).
+        tp_options, microbatch_options: only these tp degrees / micro-batch counts (default: all).
         sp: Megatron sequence parallelism on the tp > 1 layers (one runtime switch).
         recompute, zero3: allow per-layer checkpointing, per-layer ZeRO-3.
         default_zeros: the default data-parallel types to try (0 = DDP, 2 = ZeRO-2).
@@ -203,7 +206,9 @@ def search_layerwise(p: Problem, *, pp_options: list[int] | None = None, max_tp:
             raise AutoparError(f"pp={pp}: must divide the {world} devices and be at most the {num_layers} layers")
     zeros = sorted(set(default_zeros) | ({3} if zero3 else set()))
     cells = []
-    for (pp, m), tables in _tables(p, pps, max_tp, zeros, sp).items():
+    tp_ok = lambda t: t <= max_tp and (tp_options is None or t in tp_options)  # noqa: E731
+    m_ok = lambda m: microbatch_options is None or m in microbatch_options  # noqa: E731
+    for (pp, m), tables in _tables(p, pps, tp_ok, m_ok, zeros, sp).items():
         split = tuple(default_layers_per_stage(num_layers, pp))
         for dz in default_zeros:
             pairs = [tables[key] for key in sorted(tables) if key[1] in ((dz, 3) if zero3 else (dz,))]
