@@ -15,6 +15,7 @@ sequence parallelism for every tp > 1 layer (Galvatron's runtime ``--sequence-pa
 
 from __future__ import annotations
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from autopar.errors import AutoparError
@@ -64,11 +65,7 @@ class LayerwisePlan(BaseModel):
 
     def stage_slices(self) -> list[slice]:
         """The layers of each stage as slices of the per-layer tuples."""
-        out, start = [], 0
-        for n in self.layers_per_stage:
-            out.append(slice(start, start + n))
-            start += n
-        return out
+        return stage_slices(self.layers_per_stage)
 
     def layer_zero(self, i: int) -> int:
         """ZeRO stage of layer ``i``: 3 where sharded, else the default type."""
@@ -119,6 +116,12 @@ class LayerwisePlan(BaseModel):
         return cls(pp=s.pp, num_microbatches=s.num_microbatches(p.train.global_batch_size),
                    layers_per_stage=tuple(split), tp=(s.tp,) * n, zero3=(s.zero == 3,) * n, recompute=tuple(flags),
                    default_zero=0 if s.zero == 0 else 2, vocab_tp=s.tp, vocab_zero3=s.zero == 3, sp=s.sp)
+
+
+def stage_slices(layers_per_stage: tuple[int, ...]) -> list[slice]:
+    """Each stage's layers as a slice of the per-layer tuples (``layers_per_stage``: layers per stage)."""
+    ends = np.cumsum(layers_per_stage)
+    return [slice(int(e - n), int(e)) for n, e in zip(layers_per_stage, ends)]
 
 
 def candidate_strategy(p: Problem, pp: int, num_microbatches: int, layers_per_stage: tuple[int, ...], tp: int,

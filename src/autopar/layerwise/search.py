@@ -25,7 +25,7 @@ import numpy as np
 from autopar.errors import AutoparError
 from autopar.layerwise.dp import solve_stages
 from autopar.layerwise.evaluate import PlanCost, cost_from_tables
-from autopar.layerwise.plan import LayerwisePlan, candidate_strategy
+from autopar.layerwise.plan import LayerwisePlan, candidate_strategy, stage_slices
 from autopar.layerwise.tables import Choices, PairTable, pair_tables
 from autopar.problem import Problem
 from autopar.strategy import default_layers_per_stage
@@ -80,11 +80,7 @@ class _Cell:
     variants: list[Choices]
 
     def slices(self) -> list[slice]:
-        out, start = [], 0
-        for n in self.split:
-            out.append(slice(start, start + n))
-            start += n
-        return out
+        return stage_slices(self.split)
 
     def vocab_keys(self) -> list[tuple[int, int]]:
         """The vocabulary (tp, zero) options: the default type, and 3 where ZeRO-3 is searched."""
