@@ -77,6 +77,7 @@ def main() -> None:
     out = args.out or Path(os.environ.get("TMPDIR", "/tmp")) / "bench_layerwise"
     out.mkdir(parents=True, exist_ok=True)
     plans = {"autopar": ours.plan}
+    sources = {}  # plan name -> the JSON Galvatron's cost model reads (Galvatron's own file for its plan)
     result = {"autopar_search_s": min(times), "autopar_cells": ours.cells, "autopar_cells_solved": ours.cells_solved}
     print(f"autopar layer-wise search: best of 5 {min(times):.3f} s ({ours.cells} cells, {ours.cells_solved} solved "
           f"by DP, {ours.plans_costed} plans costed)")
@@ -85,12 +86,14 @@ def main() -> None:
         seconds = float(next(x for x in stdout.splitlines() if x.startswith("SEARCH_SECONDS")).split()[1])
         path = next(x for x in stdout.splitlines() if x.startswith("PLAN ")).split(" ", 1)[1]
         plans["galvatron"] = galvatron_layerwise.read(json.loads(Path(path).read_text()), path)
+        sources["galvatron"] = Path(path)  # keeps its tp_consecutive_flags, which autopar's reader drops
         result["galvatron_search_s"] = seconds
         print(f"Galvatron 2.4.0 search (settle_bsz {GBS}, CPU): {seconds:.1f} s; autopar is "
               f"{seconds / min(times):.0f}x faster")
     for name, plan in plans.items():
         path = out / f"{name}_plan.json"
         path.write_text(galvatron_layerwise.write(p, plan))
+        path = sources.get(name, path)
         ours_cost = evaluate_plan(p, plan)
         row = {"plan": describe(plan), "autopar_step_s": ours_cost.step_time_s,
                "autopar_peak_gib": ours_cost.peak_memory_bytes / 2 ** 30, "autopar_fits": ours_cost.fits}

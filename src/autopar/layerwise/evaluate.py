@@ -80,7 +80,8 @@ def cost_from_tables(p: Problem, plan: LayerwisePlan, tables: dict[tuple[int, in
             p2p = max(p2p, per_layer[sl.stop - 1].p2p_s)
     makespan = sum(stage_t) + (m - 1) * max(stage_t)
     pp_comm = (2 * (m + plan.pp - 2) * p2p + vocab.tied_grad_s) if plan.pp > 1 else 0.0
-    step = makespan + pp_comm + max(stage_step)
+    step = float(makespan + pp_comm + max(stage_step))
+    stage_mem = [float(x) for x in stage_mem]
     peak = max(stage_mem)
     return PlanCost(step_time_s=step, stage_microbatch_s=stage_t, stage_memory_bytes=stage_mem,
                     peak_memory_bytes=peak, memory_limit_bytes=memory_limit_bytes,
