@@ -21,7 +21,7 @@ def test_json_is_the_searched_plan_and_its_galvatron_config():
     assert out.exit_code == 0, out.output
     doc = json.loads(out.stdout)
     p = make_problem("llama2-7b", device="a100-40gb", gbs=64, seq=4096)
-    want = search_layerwise(p, tp_options=[1, 2, 4])
+    want = search_layerwise(p, tp_options=[1, 2, 4], memory_limit_bytes=0.9 * p.cluster.device.memory_bytes)
     assert doc["plan"] == want.plan.model_dump(mode="json")
     assert doc["step_time_s"] == pytest.approx(want.cost.step_time_s)
     assert doc["galvatron"] == galvatron_layerwise.config(p, want.plan)
@@ -63,4 +63,4 @@ def test_moe_and_no_fit_are_one_error_line():
     assert moe.exit_code == 2 and "error: Galvatron" not in moe.output and "MoE model" in moe.output
     tight = runner.invoke(app, ["search", "--model", "llama2-70b", "--device", "a100-40gb", "--gbs", "64",
                                 "--layerwise", "--pp", "1"])
-    assert tight.exit_code == 2 and "error: no layer-wise plan of llama2-70b fits" in tight.output
+    assert tight.exit_code == 2 and "error: no layer-wise plan of llama2-70b fits 90% of a100-40gb memory" in tight.output

@@ -26,15 +26,17 @@ def llama7b():
     Strategy(dp=8, mbs=1, zero=3, recompute="full"),
     Strategy(dp=2, tp=2, pp=2, mbs=1, zero=0),
     Strategy(dp=1, tp=4, pp=2, mbs=2, zero=0, sp=True, recompute="full"),
+    Strategy(dp=2, pp=4, mbs=1, zero=2),
+    Strategy(dp=1, tp=2, pp=4, mbs=2, zero=3, recompute="full"),
 ])
 def test_uniform_plan_costs_what_estimate_says(llama7b, s):
-    """A plan with every layer alike is the uniform layout: the layer-wise sum of per-layer
-    terms gives estimate's step time (pp = 1 to rounding; pp = 2 within 0.5%, where estimate
-    lets the first stage hide its data-parallel traffic in the pipeline drain) and its memory."""
+    """A plan with every layer alike is the uniform layout: the sums of per-layer terms give
+    estimate's step time and memory (the once-per-step terms are shared out per stage, so their
+    overlap with the stage's backward is the uniform layout's)."""
     e = estimate(llama7b, s)
     c = evaluate_plan(llama7b, LayerwisePlan.uniform(llama7b, s))
     assert c.peak_memory_bytes == pytest.approx(e.peak_memory_bytes, rel=1e-9)
-    assert c.step_time_s == pytest.approx(e.step_time_s, rel=1e-9 if s.pp == 1 else 5e-3)
+    assert c.step_time_s == pytest.approx(e.step_time_s, rel=1e-9)
 
 
 def test_tight_memory_checkpoints_only_some_layers(llama7b):

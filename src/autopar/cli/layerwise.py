@@ -89,9 +89,11 @@ def refuse_modes(target: str | None, others: dict[str, object]) -> None:
                            "uniform layouts: drop them or --layerwise")
 
 
-def run_layerwise(console: Console, p: Problem, constraints: list[Constraint], as_json: bool) -> None:
-    """Search, then print the plan (a table of runs of equal layers and the cost per stage) and
-    its Galvatron JSON, or all of it as JSON.
+def run_layerwise(console: Console, p: Problem, constraints: list[Constraint], as_json: bool,
+                  memory_margin: float) -> None:
+    """Search within ``1 - memory_margin`` of the device memory (``search --memory-margin``: the
+    uniform search ranks layouts above it last), then print the plan (a table of runs of equal
+    layers and the cost per stage) and its Galvatron JSON, or all of it as JSON.
 
     Raises:
         AutoparError: a refused constraint, a MoE model, or no plan that fits.
@@ -99,10 +101,11 @@ def run_layerwise(console: Console, p: Problem, constraints: list[Constraint], a
     from autopar.export import galvatron_layerwise
     from autopar.layerwise import search_layerwise
 
-    result = search_layerwise(p, **search_options(constraints))
+    limit = (1 - memory_margin) * p.cluster.device.memory_bytes
+    result = search_layerwise(p, memory_limit_bytes=limit, **search_options(constraints))
     if result.plan is None:
-        raise AutoparError(f"no layer-wise plan of {p.model.name} fits {p.cluster.device.name} memory "
-                           f"({result.cells} (pp, chunks, dp type) cells searched)")
+        raise AutoparError(f"no layer-wise plan of {p.model.name} fits {1 - memory_margin:.0%} of "
+                           f"{p.cluster.device.name} memory ({result.cells} (pp, chunks, dp type) cells searched)")
     plan, cost = result.plan, result.cost
     doc = galvatron_layerwise.config(p, plan)
     if as_json:

@@ -162,7 +162,7 @@ def search(
         if layerwise:
             from autopar.cli.layerwise import run_layerwise
 
-            return run_layerwise(console, p, constraints, as_json)
+            return run_layerwise(console, p, constraints, as_json, memory_margin)
         if gbs_range:
             from autopar.report.batch import run_batch_search
 

@@ -5,11 +5,13 @@ micro-batch count ``m`` (:class:`~autopar.layerwise.plan.LayerwisePlan`). Its co
 the uniform layout :func:`~autopar.layerwise.plan.candidate_strategy` with that tp, zero and
 recompute on every layer, taken layer by layer from :func:`autopar.pipeline.layers.layer_table`
 (a stage with one layer minus the same stage with none; every stage term is linear in its
-layers) and, for the once-per-step terms, from :func:`autopar.cost.stage_time.dp_exposed_s` and
-:func:`~autopar.cost.stage_time.optimizer_time_s` the same way. Each layer then hides its own
-data-parallel collectives behind its own compute (Galvatron's per-layer time model, Miao et al.
-VLDB 2023 sec. 4.2, "cost estimation": each layer's DP communication overlapped with its
-backward computation).
+layers). The once-per-step terms, :func:`autopar.cost.stage_time.dp_exposed_s` and
+:func:`~autopar.cost.stage_time.optimizer_time_s`, are not linear (the data-parallel traffic
+hides behind the stage's backward, a max): each layer gets an equal share of its stage's under
+that choice (the whole stage's less the empty stage's), so a plan's per-layer sums give back the
+uniform layout's step exactly, and a mixed stage is costed by interpolating between uniform
+ones (Galvatron's per-layer time model, Miao et al. VLDB 2023 sec. 4.2, likewise adds each
+layer's data-parallel time with its compute under one overlap coefficient).
 
 The re-sharding between two consecutive layers of different tp (VLDB 2023 sec. 4.1, the
 "transformation cost" of Eq. 2; Galvatron's ``dynamic_programming.py`` "inter-layer timecost
@@ -52,7 +54,8 @@ class PairTable:
         microbatch_s: forward + backward + recompute per micro-batch of each layer.
         activation_bytes: what one micro-batch keeps per layer until its backward.
         static_bytes: ``(L,)`` weights, gradients, optimizer state per layer per device.
-        step_s: data-parallel exposed time plus optimizer step per layer, once per step.
+        step_s: data-parallel exposed time plus optimizer step per layer, once per step (the
+            layer's share of its stage's).
         stage_microbatch_s, stage_bytes: the fixed part of each stage (embedding, output layer,
             loss, framework overhead).
         stage_step_s: ``(pp,)`` the fixed part's data-parallel and optimizer time per step.
@@ -83,7 +86,9 @@ def pair_tables(p: Problem, strategies: list[Strategy]) -> list[PairTable | None
 
     One vectorised pass over every layout: per layout and per option (none, full) the rows of
     :func:`autopar.pipeline.layers.layer_table` (each layer alone on stage 0, the same stage
-    empty, every stage empty); the per-layer part is a row minus its empty stage.
+    empty, every stage empty) and every stage whole; the per-layer part is a row minus its empty
+    stage, the once-per-step part (exposed data-parallel traffic, optimizer) the whole stage's
+    less the empty stage's, shared equally by the stage's layers.
     """
     gbs, num_layers = p.train.global_batch_size, p.model.num_layers
     if not strategies:
@@ -99,14 +104,16 @@ def pair_tables(p: Problem, strategies: list[Strategy]) -> list[PairTable | None
     layer = np.arange(num_layers)
     who, option, index, start, count = [], [], [], [], []
     for j in keep:
-        pp = strategies[j].pp
-        per_option = 2 * num_layers + pp
+        split = np.asarray(strategies[j].layers_per_stage, dtype=np.int64)
+        pp, first = len(split), np.concatenate([[0], np.cumsum(split)[:-1]])
+        per_option = 2 * num_layers + 2 * pp
         for code in (NONE, FULL):
             who.append(np.full(per_option, j))
             option.append(np.full(per_option, code))
-            index.append(np.concatenate([np.zeros(2 * num_layers, dtype=np.int64), np.arange(pp)]))
-            start.append(np.concatenate([layer, layer, np.zeros(pp, dtype=np.int64)]))
-            count.append(np.concatenate([np.ones(num_layers, dtype=np.int64), np.zeros(num_layers + pp, dtype=np.int64)]))
+            index.append(np.concatenate([np.zeros(2 * num_layers, dtype=np.int64), np.arange(pp), np.arange(pp)]))
+            start.append(np.concatenate([layer, layer, np.zeros(pp, dtype=np.int64), first]))
+            count.append(np.concatenate([np.ones(num_layers, dtype=np.int64), np.zeros(num_layers + pp, dtype=np.int64),
+                                         split]))
     rows = base.take(np.concatenate(who))
     rows.recompute = np.concatenate(option)
     rows.recompute_layers = np.where(rows.recompute == FULL, num_layers, 0)
@@ -115,22 +122,29 @@ def pair_tables(p: Problem, strategies: list[Strategy]) -> list[PairTable | None
     mem = stage_memory(p, rows, stages)
     static = mem.weights_bytes + mem.grads_bytes + mem.optimizer_bytes
     params = stage_params(p, rows, stages)
-    per_step = (dp_exposed_s(p, rows, params, stage_time(p, rows, stages), np.zeros(len(rows)))
-                + optimizer_time_s(p, rows, params))
+    t = stage_time(p, rows, stages)
+    slack = stages.index * (t.backward_s + t.recompute_s)  # as autopar.cost.step: the pipeline drain hides DP traffic
+    per_step = dp_exposed_s(p, rows, params, t, slack) + optimizer_time_s(p, rows, params)
     p2p = p2p_time_s(p, base)
     tied = tied_embedding_grad_s(p, base)
     out: list[PairTable | None] = [None] * len(strategies)
     at = 0
     for j in keep:
         s = strategies[j]
-        per_option = 2 * num_layers + s.pp
+        split = np.asarray(s.layers_per_stage, dtype=np.int64)
+        per_option = 2 * num_layers + 2 * s.pp
         span = lambda x: x[at:at + 2 * per_option].reshape(2, per_option)  # noqa: E731
         t, act, st, total, step = (span(x) for x in (times, mem.activations_bytes, static, mem.total_bytes, per_step))
-        with_layer, without, empty = slice(0, num_layers), slice(num_layers, 2 * num_layers), slice(2 * num_layers, None)
+        with_layer, without = slice(0, num_layers), slice(num_layers, 2 * num_layers)
+        empty, whole = slice(2 * num_layers, 2 * num_layers + s.pp), slice(2 * num_layers + s.pp, None)
+        # Once-per-step terms overlap across a stage's layers (a max with the stage's compute), so each layer
+        # gets its stage's share: (the whole stage - the empty stage) / its layers, per stage of the split.
+        stage_of = np.repeat(np.arange(s.pp), split)
+        share = ((step[:, whole] - step[:, empty]) / np.maximum(split, 1))[:, stage_of]
         in_flight = np.minimum(s.pp - np.arange(s.pp), s.num_microbatches(gbs)).astype(np.float64)
         out[j] = PairTable(strategy=s, microbatch_s=(t[:, with_layer] - t[:, without]).T,
                            activation_bytes=((act[:, with_layer] - act[:, without]) / in_flight[0]).T,
-                           static_bytes=st[0, with_layer] - st[0, without], step_s=(step[:, with_layer] - step[:, without]).T,
+                           static_bytes=st[0, with_layer] - st[0, without], step_s=share.T,
                            stage_microbatch_s=t[:, empty].T, stage_bytes=total[:, empty].T, stage_step_s=step[0, empty],
                            p2p_s=float(p2p[j]) if s.pp > 1 else 0.0, tied_grad_s=float(tied[j]), in_flight=in_flight)
         at += 2 * per_option
