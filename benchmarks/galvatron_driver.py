@@ -96,8 +96,12 @@ def search(outdir, argv):
 def cost(outdir, plan_path, argv):
     """Galvatron's time and memory of one plan, as its DP computes them (see the module docstring)."""
     eng, args = engine(outdir, argv)  # stubs galvatron.core first
-    from galvatron.core.search_engine.cost_model import (MemoryCostModel, OtherTimeCostModel, TimeCostModel,
-                                                         pipeline_costmodel)
+    from galvatron.core.search_engine.cost_model import (
+        MemoryCostModel,
+        OtherTimeCostModel,
+        TimeCostModel,
+        pipeline_costmodel,
+    )
     eng.initialize_search_engine()
     doc = json.load(open(plan_path))
     gpus = args.gpu_num

@@ -75,7 +75,7 @@ def config(p: Problem, plan: LayerwisePlan) -> dict[str, Any]:
     why = refusal(p, plan)
     if why:
         raise AutoparError(f"Galvatron cannot express this plan: {why}")
-    enc = lambda values: ",".join(str(int(v)) for v in values)  # noqa: E731
+    enc = lambda values: ",".join(str(int(v)) for v in values)
     n = plan.num_layers
     sdp = int(plan.vocab_zero3)
     return {

@@ -45,7 +45,7 @@ class LayerwisePlan(BaseModel):
     sp: bool = False
 
     @model_validator(mode="after")
-    def _consistent(self) -> "LayerwisePlan":
+    def _consistent(self) -> LayerwisePlan:
         """Per-layer tuples agree in length; the split has pp positive parts summing to it."""
         n = len(self.tp)
         if len(self.zero3) != n or len(self.recompute) != n:
@@ -97,7 +97,7 @@ class LayerwisePlan(BaseModel):
             self.candidate(p, t, self.default_zero, False)
 
     @classmethod
-    def uniform(cls, p: Problem, s: Strategy) -> "LayerwisePlan":
+    def uniform(cls, p: Problem, s: Strategy) -> LayerwisePlan:
         """The layer-wise form of one uniform layout ``s`` (every layer the same; its stage
         recompute options as per-layer flags; ZeRO-1 is not a Galvatron type and is refused).
 

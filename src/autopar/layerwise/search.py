@@ -202,8 +202,8 @@ def search_layerwise(p: Problem, *, pp_options: list[int] | None = None, max_tp:
             raise AutoparError(f"pp={pp}: must divide the {world} devices and be at most the {num_layers} layers")
     zeros = sorted(set(default_zeros) | ({3} if zero3 else set()))
     cells = []
-    tp_ok = lambda t: t <= max_tp and (tp_options is None or t in tp_options)  # noqa: E731
-    m_ok = lambda m: microbatch_options is None or m in microbatch_options  # noqa: E731
+    tp_ok = lambda t: t <= max_tp and (tp_options is None or t in tp_options)
+    m_ok = lambda m: microbatch_options is None or m in microbatch_options
     for (pp, m), tables in _tables(p, pps, tp_ok, m_ok, zeros, sp).items():
         split = tuple(default_layers_per_stage(num_layers, pp))
         for dz in default_zeros:

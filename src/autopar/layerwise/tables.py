@@ -30,9 +30,9 @@ import numpy as np
 
 from autopar.cost import comm
 from autopar.cost import flops as F
+from autopar.cost.memory import stage_memory
 from autopar.cost.params import stage_params
 from autopar.cost.stage import Stages
-from autopar.cost.memory import stage_memory
 from autopar.cost.stage_time import dp_exposed_s, optimizer_time_s, p2p_time_s, stage_time, tied_embedding_grad_s
 from autopar.errors import AutoparError
 from autopar.layerwise.plan import candidate_strategy
@@ -133,8 +133,8 @@ def pair_tables(p: Problem, strategies: list[Strategy]) -> list[PairTable | None
         s = strategies[j]
         split = np.asarray(s.layers_per_stage, dtype=np.int64)
         per_option = 2 * num_layers + 2 * s.pp
-        span = lambda x: x[at:at + 2 * per_option].reshape(2, per_option)  # noqa: E731
-        t, act, st, total, step = (span(x) for x in (times, mem.activations_bytes, static, mem.total_bytes, per_step))
+        t, act, st, total, step = (x[at:at + 2 * per_option].reshape(2, per_option)
+                                   for x in (times, mem.activations_bytes, static, mem.total_bytes, per_step))
         with_layer, without = slice(0, num_layers), slice(num_layers, 2 * num_layers)
         empty, whole = slice(2 * num_layers, 2 * num_layers + s.pp), slice(2 * num_layers + s.pp, None)
         # Once-per-step terms overlap across a stage's layers (a max with the stage's compute), so each layer
@@ -190,12 +190,12 @@ class Choices:
     transition_s: np.ndarray
 
     @classmethod
-    def of(cls, p: Problem, pairs: list[PairTable], recompute: bool = True) -> "Choices":
+    def of(cls, p: Problem, pairs: list[PairTable], recompute: bool = True) -> Choices:
         """Every pair with no recompute and (``recompute``) full recompute."""
         cols = [0, 1] if recompute else [0]
         pair = np.repeat(np.arange(len(pairs)), len(cols))
         col = np.tile(np.array(cols), len(pairs))
-        pick = lambda name: np.stack([getattr(pairs[i], name)[:, c] for i, c in zip(pair, col)])  # noqa: E731
+        pick = lambda name: np.stack([getattr(pairs[i], name)[:, c] for i, c in zip(pair, col)])
         moves = np.array([[reshard_s(p, a, b) for b in pairs] for a in pairs]).reshape(len(pairs), len(pairs))
         return cls(pairs=pairs, pair=pair, col=col, microbatch_s=pick("microbatch_s"),
                    activation_bytes=pick("activation_bytes"),
