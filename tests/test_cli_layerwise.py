@@ -21,7 +21,7 @@ def test_json_is_the_searched_plan_and_its_galvatron_config():
     assert out.exit_code == 0, out.output
     doc = json.loads(out.stdout)
     p = make_problem("llama2-7b", device="a100-40gb", gbs=64, seq=4096)
-    want = search_layerwise(p, tp_options=[1, 2, 4], memory_limit_bytes=0.9 * p.cluster.device.memory_bytes)
+    want = search_layerwise(p, tp_options=[1, 2, 4], sp=None, memory_limit_bytes=0.9 * p.cluster.device.memory_bytes)
     assert doc["plan"] == want.plan.model_dump(mode="json")
     assert doc["step_time_s"] == pytest.approx(want.cost.step_time_s)
     assert doc["galvatron"] == galvatron_layerwise.config(p, want.plan)

@@ -4,7 +4,9 @@ Galvatron JSON, in a table or as ``--json``.
 The constraint options of ``search`` steer it where they have a per-layer meaning: ``--pp`` (the
 pipeline degrees), ``--tp`` (the tp degrees a layer may take), ``--num-microbatches`` (Galvatron's
 ``chunks``), ``--zero`` (0 / 2: the default data-parallel type, 3: per-layer ZeRO-3; ``--no-fsdp``
-drops it), ``--recompute none`` / ``--no-recompute`` (no checkpointing), ``--sp``. The others pin
+drops it), ``--recompute none`` / ``--no-recompute`` (no checkpointing), ``--sp`` / ``--no-sp``
+(Megatron sequence parallelism, Galvatron's runtime ``--sequence-parallel``; both are tried
+unless one is given). The others pin
 what a layer-wise plan does not have (cp, ep, vpp, mbs, ...) and are refused with it.
 """
 
@@ -36,7 +38,7 @@ def search_options(constraints: list[Constraint]) -> dict:
     Raises:
         AutoparError: a constraint the layer-wise search cannot honour, naming the option.
     """
-    kwargs: dict = {}
+    kwargs: dict = {"sp": None}  # Megatron SP on and off unless --sp / --no-sp pins it
     for c in constraints:
         allowed = set(c.allowed)
         if c.column == "pp":
@@ -57,9 +59,7 @@ def search_options(constraints: list[Constraint]) -> dict:
                                    "layer; allowed --recompute none (no checkpointing) or none,full")
             kwargs["recompute"] = _RECOMPUTE_FULL in allowed
         elif c.column == "sp":
-            if len(allowed) > 1:
-                continue
-            kwargs["sp"] = 1 in allowed
+            kwargs["sp"] = None if len(allowed) > 1 else 1 in allowed
         elif c.column in _HARMLESS and (1 in allowed if c.column not in ("interleaved", "tp_comm_overlap")
                                         else 0 in allowed):
             continue

@@ -78,6 +78,7 @@ class _Cell:
     tables: dict[tuple[int, int], PairTable]
     pairs: list[PairTable]
     variants: list[Choices]
+    sp: bool = False
 
     def slices(self) -> list[slice]:
         return stage_slices(self.split)
@@ -97,7 +98,7 @@ class _Cell:
                 for i, sl in enumerate(self.slices())]
         return sum(t) + (self.m - 1) * max(t) + max(step)
 
-    def plans(self, p: Problem, limit: float, sp: bool, bins: int) -> list[LayerwisePlan]:
+    def plans(self, p: Problem, limit: float, bins: int) -> list[LayerwisePlan]:
         """Solve each stage's DP once per variant; one plan per variant and vocabulary option whose
         stages all fit (the budget: ``limit`` less the stage's fixed part at that option)."""
         out = []
@@ -122,7 +123,7 @@ class _Cell:
                 out.append(LayerwisePlan(pp=self.pp, num_microbatches=self.m, layers_per_stage=self.split,
                                          tp=tuple(s.tp for s in chosen), zero3=tuple(s.zero == 3 for s in chosen),
                                          recompute=tuple(bool(x) for x in c.col[ks]), default_zero=self.default_zero,
-                                         vocab_tp=key[0], vocab_zero3=key[1] == 3, sp=sp))
+                                         vocab_tp=key[0], vocab_zero3=key[1] == 3, sp=self.sp))
         return out
 
 
@@ -166,7 +167,7 @@ def _tables(p: Problem, pps: list[int], tp_ok, m_ok, zeros: list[int], sp: bool)
 
 def search_layerwise(p: Problem, *, pp_options: list[int] | None = None, max_tp: int | None = None,
                      tp_options: list[int] | None = None, microbatch_options: list[int] | None = None,
-                     sp: bool = False, recompute: bool = True, zero3: bool = True,
+                     sp: bool | None = False, recompute: bool = True, zero3: bool = True,
                      default_zeros: tuple[int, ...] = (0, 2), memory_limit_bytes: float | None = None,
                      bins: int = 512) -> LayerwiseResult:
     """The fastest layer-wise plan of ``p`` under autopar's cost model (module docstring).
@@ -176,7 +177,8 @@ def search_layerwise(p: Problem, *, pp_options: list[int] | None = None, max_tp:
             layers allow).
         max_tp: largest tp (default: the devices of a node).
         tp_options, microbatch_options: only these tp degrees / micro-batch counts (default: all).
-        sp: Megatron sequence parallelism on the tp > 1 layers (one runtime switch).
+        sp: Megatron sequence parallelism on the tp > 1 layers (one runtime switch); None tries
+            both.
         recompute, zero3: allow per-layer checkpointing, per-layer ZeRO-3.
         default_zeros: the default data-parallel types to try (0 = DDP, 2 = ZeRO-2).
         memory_limit_bytes: usable bytes per device (default: the device's memory).
@@ -204,13 +206,14 @@ def search_layerwise(p: Problem, *, pp_options: list[int] | None = None, max_tp:
     cells = []
     tp_ok = lambda t: t <= max_tp and (tp_options is None or t in tp_options)
     m_ok = lambda m: microbatch_options is None or m in microbatch_options
-    for (pp, m), tables in _tables(p, pps, tp_ok, m_ok, zeros, sp).items():
-        split = tuple(default_layers_per_stage(num_layers, pp))
-        for dz in default_zeros:
-            pairs = [tables[key] for key in sorted(tables) if key[1] in ((dz, 3) if zero3 else (dz,))]
-            if pairs:
-                variants = [Choices.of(p, pairs, recompute=False)] + ([Choices.of(p, pairs)] if recompute else [])
-                cells.append(_Cell(pp, m, split, dz, tables, pairs, variants))
+    for sp_on in ([False, True] if sp is None else [sp]):
+        for (pp, m), tables in _tables(p, pps, tp_ok, m_ok, zeros, sp_on).items():
+            split = tuple(default_layers_per_stage(num_layers, pp))
+            for dz in default_zeros:
+                pairs = [tables[key] for key in sorted(tables) if key[1] in ((dz, 3) if zero3 else (dz,))]
+                if pairs:
+                    variants = [Choices.of(p, pairs, recompute=False)] + ([Choices.of(p, pairs)] if recompute else [])
+                    cells.append(_Cell(pp, m, split, dz, tables, pairs, variants, sp_on))
     # Branch and bound: cells in order of their lower bound, stopping where it reaches the best plan.
     best, solved = _Best(), 0
     for bound, cell in sorted(((c.lower_bound_s(), c) for c in cells), key=lambda x: x[0]):
@@ -218,7 +221,7 @@ def search_layerwise(p: Problem, *, pp_options: list[int] | None = None, max_tp:
             break
         solved += 1
         for plan in {(q.tp, q.zero3, q.recompute, q.vocab_tp, q.vocab_zero3): q
-                     for q in cell.plans(p, limit, sp, bins)}.values():
+                     for q in cell.plans(p, limit, bins)}.values():
             best.offer(plan, cost_from_tables(p, plan, cell.tables, limit))
     return LayerwiseResult(plan=best.plan, cost=best.cost, plans_costed=best.costed,
                            seconds=time.perf_counter() - t0, cells=len(cells), cells_solved=solved)
