@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 from conftest import make_problem
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from autopar.errors import AutoparError
 from autopar.export import galvatron_layerwise as G
@@ -65,3 +67,28 @@ def test_read_names_the_bad_key(change, message):
     change(doc)
     with pytest.raises(AutoparError, match=message):
         G.read(doc, "plan.json")
+
+
+@st.composite
+def plans(draw):
+    """Valid layer-wise plans of Llama-7B on 8 devices with gbs 64 (pp and tp powers of two)."""
+    pp = draw(st.sampled_from([1, 2, 4]))
+    cut = sorted(draw(st.sets(st.integers(1, 31), min_size=pp - 1, max_size=pp - 1)))
+    split = tuple(b - a for a, b in zip([0, *cut], [*cut, 32]))
+    tps = [t for t in (1, 2, 4, 8) if t * pp <= 8]
+    return LayerwisePlan(pp=pp, num_microbatches=draw(st.sampled_from([1, 2, 4, 8])), layers_per_stage=split,
+                         tp=tuple(draw(st.lists(st.sampled_from(tps), min_size=32, max_size=32))),
+                         zero3=tuple(draw(st.lists(st.booleans(), min_size=32, max_size=32))),
+                         recompute=tuple(draw(st.lists(st.booleans(), min_size=32, max_size=32))),
+                         default_zero=draw(st.sampled_from([0, 2])), vocab_tp=draw(st.sampled_from(tps)),
+                         vocab_zero3=draw(st.booleans()))
+
+
+@settings(max_examples=60, deadline=None)
+@given(plans())
+def test_any_plan_survives_the_json(plan):
+    """Every field Galvatron reads carries the plan: read(config(plan)) is the plan (sp is a
+    runtime flag, not a JSON key, so plans here have it off)."""
+    doc = G.config(P, plan)
+    assert all(len(doc[k].split(",")) == 32 for k in ("tp_sizes_enc", "dp_types_enc", "checkpoint", "use_sp"))
+    assert G.read(doc) == plan
