@@ -1,8 +1,9 @@
 """autopar's layer-wise search against Galvatron's own, on Galvatron's Llama inputs.
 
 Run: ``python benchmarks/bench_layerwise.py [--galvatron-python PY] [--out DIR]``, where ``PY`` is
-an interpreter with hetu-galvatron 2.4.0 and a CPU torch (default: ``$AUTOPAR_GALVATRON_PYTHON``;
-without one only autopar's side runs). ``benchmarks/galvatron_driver.py`` runs in it.
+an interpreter with hetu-galvatron 2.4.0 and a CPU torch, e.g. the ``realclients-galvatron`` venv
+that ``.ci/realclient_venvs.sh`` builds (default: ``$AUTOPAR_GALVATRON_PYTHON``; without one only
+autopar's side runs). ``benchmarks/galvatron_driver.py`` runs in it.
 
 The problem is the one Galvatron's own search tests build (``galvatron_driver.py``): Llama-7B
 (Galvatron's ``llama_hf/meta_configs/llama-7b.json``; autopar's ``llama2-7b`` preset is the same
