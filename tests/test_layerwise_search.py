@@ -11,6 +11,7 @@ from pydantic import ValidationError
 from autopar.errors import AutoparError
 from autopar.estimate import estimate
 from autopar.layerwise import LayerwisePlan, evaluate_plan, search_layerwise
+from autopar.layerwise.search import stage_split
 from autopar.layerwise.tables import pair_table, reshard_s
 from autopar.strategy import Strategy
 
@@ -50,6 +51,7 @@ def test_tight_memory_checkpoints_only_some_layers(llama7b):
     r = search_layerwise(llama7b, pp_options=[1], max_tp=1, zero3=False, default_zeros=(2,), memory_limit_bytes=limit)
     k = sum(r.plan.recompute)
     assert 0 < k < 32 and r.cost.fits
+    assert list(r.plan.recompute) == [False] * (32 - k) + [True] * k  # equal layers grouped
     assert none.step_time_s < r.cost.step_time_s < full.step_time_s
     fewer = r.plan.model_copy(update={"recompute": tuple(i < k - 2 for i in range(32))})  # two checkpoints fewer
     assert evaluate_plan(llama7b, fewer, limit).peak_memory_bytes > limit
@@ -119,3 +121,9 @@ def test_layerwise_refuses_moe_and_bad_plans(llama7b):
     with pytest.raises(AutoparError, match="num_microbatches=3 does not divide"):
         evaluate_plan(llama7b, odd)
     assert math.isfinite(evaluate_plan(llama7b, odd.model_copy(update={"num_microbatches": 4})).step_time_s)
+
+
+def test_stage_split_is_megatrons_or_as_even_as_possible():
+    assert stage_split(32, 4) == (8, 8, 8, 8)
+    assert stage_split(80, 32) == (2,) + (3,) * 16 + (2,) * 15  # 80 = 32 x 2 + 16 extra, middle stages first
+    assert stage_split(7, 7) == (1,) * 7

@@ -1,6 +1,6 @@
 """The layer-wise search: Galvatron's outer loops around the per-stage dynamic programme.
 
-For every pipeline degree ``pp`` (stages split as :func:`autopar.strategy.default_layers_per_stage`),
+For every pipeline degree ``pp`` (stages split as :func:`stage_split`),
 micro-batch count ``m`` (Galvatron's ``chunks``) and default data-parallel type (DDP = ZeRO-0 or
 ZeRO-2, Galvatron's ``default_dp_type``), each stage's layers get their (tp, ZeRO-3 or the
 default, checkpoint) by :func:`autopar.layerwise.dp.solve_stage` within the stage's memory
@@ -45,6 +45,22 @@ class LayerwiseResult:
 
 def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def stage_split(num_layers: int, pp: int) -> tuple[int, ...]:
+    """The layers per stage the search uses: Megatron's default split
+    (:func:`autopar.strategy.default_layers_per_stage`) where it exists, else as even as possible
+    with the extra layers on the middle stages first (the first and last also hold the embedding
+    and the output layer; Galvatron's ``pp_division`` takes any split). Needs ``pp <= num_layers``."""
+    split = default_layers_per_stage(num_layers, pp)
+    if split is not None:
+        return tuple(split)
+    base, extra = divmod(num_layers, pp)
+    order = list(range(1, pp - 1)) + [0, pp - 1]  # who gets one more layer first
+    out = [base] * pp
+    for i in order[:extra]:
+        out[i] += 1
+    return tuple(out)
 
 
 def _microbatch_counts(p: Problem, pp: int, tps: list[int]) -> list[int]:
@@ -115,7 +131,7 @@ class _Cell:
                     _, pick = dp.best(limit - float(vocab.stage_bytes[i, variant]))
                     if pick is None:
                         break
-                    layers += [int(k) for k in pick]
+                    layers += _grouped(pick, solved[i], c)
                 if len(layers) != p.model.num_layers:
                     continue
                 ks = np.array(layers)
@@ -125,6 +141,21 @@ class _Cell:
                                          recompute=tuple(bool(x) for x in c.col[ks]), default_zero=self.default_zero,
                                          vocab_tp=key[0], vocab_zero3=key[1] == 3, sp=self.sp))
         return out
+
+
+def _grouped(pick: np.ndarray, stage: tuple[np.ndarray, np.ndarray], c: Choices) -> list[int]:
+    """``pick`` with equal choices next to each other inside each run of one tp, where the stage's
+    layers all cost the same (a dense stage): the DP is indifferent to their order there (no
+    re-sharding within a tp), and runs of equal layers are what Galvatron's JSON reads best."""
+    t, mem = stage
+    if not ((t == t[0]).all() and (mem == mem[0]).all()):
+        return [int(k) for k in pick]
+    out, start, tp = [], 0, [c.pairs[i].strategy.tp for i in c.pair[pick]]
+    for j in range(1, len(pick) + 1):
+        if j == len(pick) or tp[j] != tp[start]:
+            out += sorted(int(k) for k in pick[start:j])
+            start = j
+    return out
 
 
 def _solve_grouped(problems: list[tuple[np.ndarray, np.ndarray]], transition_s: np.ndarray, limit: float,
@@ -148,7 +179,7 @@ def _tables(p: Problem, pps: list[int], tp_ok, m_ok, zeros: list[int], sp: bool)
     num_layers, world = p.model.num_layers, p.world_size
     keys, strategies = [], []
     for pp in pps:
-        split = tuple(default_layers_per_stage(num_layers, pp))
+        split = stage_split(num_layers, pp)
         tps = [t for t in _divisors(world // pp) if tp_ok(t)]
         for m in filter(m_ok, _microbatch_counts(p, pp, tps)):
             for t in tps:
@@ -208,7 +239,7 @@ def search_layerwise(p: Problem, *, pp_options: list[int] | None = None, max_tp:
     m_ok = lambda m: microbatch_options is None or m in microbatch_options
     for sp_on in ([False, True] if sp is None else [sp]):
         for (pp, m), tables in _tables(p, pps, tp_ok, m_ok, zeros, sp_on).items():
-            split = tuple(default_layers_per_stage(num_layers, pp))
+            split = stage_split(num_layers, pp)
             for dz in default_zeros:
                 pairs = [tables[key] for key in sorted(tables) if key[1] in ((dz, 3) if zero3 else (dz,))]
                 if pairs:
