@@ -104,10 +104,15 @@ class _Cell:
         zeros = {s.strategy.zero for s in self.pairs}
         return sorted(k for k in self.tables if k[1] in zeros)
 
-    def lower_bound_s(self) -> float:
+    def lower_bound_s(self, limit: float) -> float:
         """A step time no plan of the cell beats: every layer and stage part at its fastest choice,
-        memory ignored, in the makespan of :mod:`autopar.layerwise.evaluate`."""
+        memory ignored, in the makespan of :mod:`autopar.layerwise.evaluate`; inf where even each
+        layer's and the fixed part's least memory overflows a stage."""
         c, vocab = self.variants[-1], [self.tables[k] for k in self.vocab_keys()]
+        for i, sl in enumerate(self.slices()):
+            least = (c.static_bytes[:, sl] + self.pairs[0].in_flight[i] * c.activation_bytes[:, sl]).min(axis=0).sum()
+            if least + min(float(v.stage_bytes[i].min()) for v in vocab) > limit:
+                return float("inf")
         t = [float(c.microbatch_s[:, sl].min(axis=0).sum()) + min(float(v.stage_microbatch_s[i].min()) for v in vocab)
              for i, sl in enumerate(self.slices())]
         step = [float(c.step_s[:, sl].min(axis=0).sum()) + min(float(v.stage_step_s[i]) for v in vocab)
@@ -247,8 +252,8 @@ def search_layerwise(p: Problem, *, pp_options: list[int] | None = None, max_tp:
                     cells.append(_Cell(pp, m, split, dz, tables, pairs, variants, sp_on))
     # Branch and bound: cells in order of their lower bound, stopping where it reaches the best plan.
     best, solved = _Best(), 0
-    for bound, cell in sorted(((c.lower_bound_s(), c) for c in cells), key=lambda x: x[0]):
-        if best.cost is not None and bound >= best.cost.step_time_s:
+    for bound, cell in sorted(((c.lower_bound_s(limit), c) for c in cells), key=lambda x: x[0]):
+        if bound == float("inf") or (best.cost is not None and bound >= best.cost.step_time_s):
             break
         solved += 1
         for plan in {(q.tp, q.zero3, q.recompute, q.vocab_tp, q.vocab_zero3): q

@@ -121,6 +121,7 @@ def pair_tables(p: Problem, strategies: list[Strategy]) -> list[PairTable | None
     times = op_times_s(p, rows, stages).sum(axis=0)
     mem = stage_memory(p, rows, stages)
     static = mem.weights_bytes + mem.grads_bytes + mem.optimizer_bytes
+    total_bytes = mem.total_bytes  # a property summing the parts: once, not per layout
     params = stage_params(p, rows, stages)
     t = stage_time(p, rows, stages)
     slack = stages.index * (t.backward_s + t.recompute_s)  # as autopar.cost.step: the pipeline drain hides DP traffic
@@ -134,7 +135,7 @@ def pair_tables(p: Problem, strategies: list[Strategy]) -> list[PairTable | None
         split = np.asarray(s.layers_per_stage, dtype=np.int64)
         per_option = 2 * num_layers + 2 * s.pp
         t, act, st, total, step = (x[at:at + 2 * per_option].reshape(2, per_option)
-                                   for x in (times, mem.activations_bytes, static, mem.total_bytes, per_step))
+                                   for x in (times, mem.activations_bytes, static, total_bytes, per_step))
         with_layer, without = slice(0, num_layers), slice(num_layers, 2 * num_layers)
         empty, whole = slice(2 * num_layers, 2 * num_layers + s.pp), slice(2 * num_layers + s.pp, None)
         # Once-per-step terms overlap across a stage's layers (a max with the stage's compute), so each layer
@@ -196,7 +197,10 @@ class Choices:
         pair = np.repeat(np.arange(len(pairs)), len(cols))
         col = np.tile(np.array(cols), len(pairs))
         pick = lambda name: np.stack([getattr(pairs[i], name)[:, c] for i, c in zip(pair, col)])
-        moves = np.array([[reshard_s(p, a, b) for b in pairs] for a in pairs]).reshape(len(pairs), len(pairs))
+        memo: dict[tuple[int, int, int, int], float] = {}  # reshard depends on the two tp and micro-batches only
+        key = lambda a, b: (a.strategy.tp, b.strategy.tp, a.strategy.mbs, b.strategy.mbs)  # noqa: E731
+        moves = np.array([[memo[key(a, b)] if key(a, b) in memo else memo.setdefault(key(a, b), reshard_s(p, a, b))
+                           for b in pairs] for a in pairs]).reshape(len(pairs), len(pairs))
         return cls(pairs=pairs, pair=pair, col=col, microbatch_s=pick("microbatch_s"),
                    activation_bytes=pick("activation_bytes"),
                    static_bytes=np.stack([pairs[i].static_bytes for i in pair]), step_s=pick("step_s"),
