@@ -12,6 +12,7 @@ from rich.markup import escape
 import autopar.cli.search_options as S
 from autopar.cli.app import app, console, err_console, user_errors
 from autopar.cli.config import Config
+from autopar.cli.layerwise import Layerwise
 from autopar.cli.inputs import positive, problem_from_options, recompute_modules_option
 from autopar.cli.options import (
     Device,
@@ -114,6 +115,7 @@ def search(
     verify: Annotated[Optional[int], typer.Option("--verify", help="then run the top K layouts for a few iterations "
                                                   "with --script (autopar verify's defaults: local torchrun, 10 "
                                                   "iterations, jobs in out/verify)")] = None,
+    layerwise: Layerwise = False,
 ) -> None:
     """Search every valid layout, drop those that do not fit, rank the rest by step time."""
     from autopar.export.megatron import megatron_args
@@ -123,6 +125,12 @@ def search(
     from autopar.space import SpaceOptions
 
     S.check_modes(gbs_range, plot, explain, write_script, report)
+    if layerwise:
+        from autopar.cli.layerwise import refuse_modes
+
+        refuse_modes(target, {"--gbs-range": gbs_range, "--explain": explain, "--write-script": write_script,
+                              "--report": report, "--verify": verify is not None})
+        target = target or "galvatron"
     _search_outputs(model, script, device_file, profile_db, write_script, report, positive("--top", top, upper=1000),
                     plot)
     constraints = S.constraints_from_options(
@@ -153,6 +161,10 @@ def search(
     with profiled(p, ops_db, profile_device, profile_stands_for) as coverage:
         modules = recompute_modules_option(p, recompute_modules)
         options = SpaceOptions(recompute_modules=modules) if modules else None
+        if layerwise:
+            from autopar.cli.layerwise import run_layerwise
+
+            return run_layerwise(console, p, constraints, as_json, memory_margin)
         if gbs_range:
             from autopar.report.batch import run_batch_search
 
