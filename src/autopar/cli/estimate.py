@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
-import sys
-
 from autopar.cli.app import app, console, user_errors
 from autopar.cli.config import Config
+from autopar.cli.json_output import print_json
 from autopar.cli.inputs import problem_from_options, recompute_modules_option, strategy_from_options
 from autopar.cli.options import (Cp, CpA2a, CpCommType, Device, DeviceFile, DeviceSet, Dp, EmbeddingLoss, Ep, Etp,
                                  Flash, Fp8ParamStorage, Gbs, Json, LayersPerStage, Margin, Mbs, Model, MoeImbalance,
@@ -55,7 +53,7 @@ def estimate(
         doc = result.to_dict(p.train.global_batch_size)
         if measured:
             doc["profile"] = measured
-        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        print_json("estimate", doc)
         return
     print_estimate(console, result)
     if measured:
