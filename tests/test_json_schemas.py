@@ -47,6 +47,14 @@ def test_search_json_validates_and_gives_the_band():
     assert high == pytest.approx(first["step_time_s"] * (1 + band / 100))
 
 
+def test_report_result_json_is_a_search_document(tmp_path):
+    res = runner.invoke(app, ["search", *TOY, "--top", "2", "--report", str(tmp_path / "r")])
+    assert res.exit_code == 0, res.output
+    doc = json.loads((tmp_path / "r" / "result.json").read_text())
+    assert_valid("search", doc)
+    assert doc["document"] == "search" and "certainty" in doc
+
+
 def test_a_schema_rejects_what_it_does_not_describe():
     doc = _doc(["search", *TOY, "--top", "1", "--json"], "search")
     del doc["layouts"][0]["step_time_s"]
@@ -127,3 +135,21 @@ def test_versioned_puts_the_version_first_and_refuses_unknown_documents():
     assert list(versioned("devices", {"devices": []})) == ["schema_version", "document", "devices"]
     with pytest.raises(KeyError):
         versioned("nope", {})
+
+
+def test_docs_page_lists_every_document_and_field():
+    """docs/reference/json.md is filled from the schema files by the docs hook."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "docs_generated", Path(__file__).resolve().parents[1] / "docs" / "hooks" / "generated.py")
+    generated = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generated)
+    text = generated.on_page_markdown("<!-- autopar-json-schemas -->")
+    for name, command in DOCUMENTS.items():
+        assert f"## {name}\n\n`{command}`, `schema_version` 1" in text
+        for field in schema(name)["properties"]:
+            assert f"| `{field}` |" in text, (name, field)
+    assert "| `layouts` | array of [ranked_layout](#shared-ranked_layout) |" in text
+    assert "### shared: ranked_layout" in text and "| `rank_mark` | string |" in text

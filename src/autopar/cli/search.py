@@ -179,13 +179,10 @@ def search(
         from autopar.cli.verify import verify_search
 
         verified = verify_search(p, result.layouts, verify, script, target)
-    from autopar.validate.bands import certainty as error_bands
+    from autopar.report.ties import problem_certainty, search_document
 
-    bands = error_bands(p.model.is_moe, p.train.precision, p.cluster.device.name)
     if as_json:
-        from autopar.report.ties import annotate
-
-        doc = annotate(result.to_dict(), bands)
+        doc = search_document(p, result)
         doc["megatron_args"] = best_args
         if verify is not None:
             doc["verify"] = verified
@@ -200,7 +197,7 @@ def search(
     console.print(f"[bold]{p.model.name}[/] ({p.model.num_params / 1e9:.1f} B params) on {p.cluster.num_nodes} x "
                   f"{p.cluster.devices_per_node} {p.cluster.device.name}, gbs {p.train.global_batch_size}, "
                   f"seq {p.train.seq_len}, {p.train.precision}")
-    console.print(search_table(result, bands))
+    console.print(search_table(result, problem_certainty(p)))
     console.print(search_summary(result), highlight=False, soft_wrap=True)
     if best_args is None:
         console.print(f"\nMegatron-LM cannot run #1 ({escape(best_args_refused)}): write it with autopar export "

@@ -6,9 +6,13 @@ The band is :class:`autopar.validate.bands.Certainty`'s (the MAPE of similar val
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from autopar.validate.bands import Certainty
+from autopar.validate.bands import Certainty, certainty
+
+if TYPE_CHECKING:
+    from autopar.problem import Problem
+    from autopar.search import SearchResult
 
 TIE = "≈"
 
@@ -59,3 +63,15 @@ def annotate(doc: dict[str, Any], certainty: Certainty) -> dict[str, Any]:
 
 def _range(value: float, band_pct: float | None) -> list[float] | None:
     return None if band_pct is None else [value * (1 - band_pct / 100), value * (1 + band_pct / 100)]
+
+
+def problem_certainty(p: Problem) -> Certainty:
+    """The error bands of problem ``p``: its model family, precision and device
+    (:func:`autopar.validate.bands.certainty`)."""
+    return certainty(p.model.is_moe, p.train.precision, p.cluster.device.name)
+
+
+def search_document(p: Problem, result: SearchResult) -> dict[str, Any]:
+    """The search JSON of ``result`` (``search --json`` and ``--report``'s ``result.json``):
+    :meth:`SearchResult.to_dict` with :func:`annotate`'s bands (no ``schema_version`` yet)."""
+    return annotate(result.to_dict(), problem_certainty(p))
