@@ -84,6 +84,19 @@ def test_export_json_holds_the_text_and_the_files(tmp_path):
         assert open(f["path"]).read() == f["text"]
 
 
+def test_export_from_refuses_another_document_or_version(tmp_path):
+    doc = _doc(["search", *TOY, "--top", "1", "--json"], "search")
+    args = ["export", "--format", "megatron", "--from"]
+    for change, needle in (({"document": "verify"}, "document='verify'; expected a search result"),
+                           ({"schema_version": 2}, "schema_version=2; this autopar reads search documents of version 1")):
+        path = tmp_path / "r.json"
+        path.write_text(json.dumps({**doc, **change}))
+        res = runner.invoke(app, [*args, str(path)])
+        assert res.exit_code == 2 and f"error: --from={str(path)!r}: {needle}" in res.output, res.output
+    path.write_text(json.dumps(doc))
+    assert runner.invoke(app, [*args, str(path)]).exit_code == 0
+
+
 def test_validate_json(tmp_path):
     doc = _doc(["validate", "--out", str(tmp_path / "v"), "--json"], "validate")
     assert doc["rows"] == len(doc["results"]) and 0 < doc["scored"] <= doc["rows"]
