@@ -69,6 +69,8 @@ def test_search_sweep_estimate_devices_json_validate():
     assert [p["gbs"] for p in sweep["points"]] == [8, 16]
     est = _doc(["estimate", *TOY, "--tp", "2", "--json"], "estimate")
     assert est["strategy"]["tp"] == 2
+    band = est["certainty"]["memory_band_pct"]
+    assert est["peak_memory_range_bytes"][1] == pytest.approx(est["peak_memory_bytes"] * (1 + band / 100))
     devices = _doc(["devices", "--json"], "devices")
     assert "h100-80gb" in [d["name"] for d in devices["devices"]]
 

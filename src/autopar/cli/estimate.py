@@ -50,7 +50,10 @@ def estimate(
         result = run_estimate(p, strategy_from_options(p, script, layout, dp, schedule), memory_margin)
         measured = coverage and coverage([result.strategy])
     if as_json:
-        doc = result.to_dict(p.train.global_batch_size)
+        from autopar.report.ties import problem_certainty, with_ranges
+
+        bands = problem_certainty(p)
+        doc = {**with_ranges(result.to_dict(p.train.global_batch_size), bands), "certainty": bands.to_dict()}
         if measured:
             doc["profile"] = measured
         print_json("estimate", doc)

@@ -55,10 +55,17 @@ def annotate(doc: dict[str, Any], certainty: Certainty) -> dict[str, Any]:
     marks = rank_marks([e["step_time_s"] for e in layouts], certainty.step_time.band_pct)
     for e, mark in zip(layouts, marks):
         e["rank_mark"] = mark
-        e["step_time_range_s"] = _range(e["step_time_s"], certainty.step_time.band_pct)
-        e["peak_memory_range_bytes"] = _range(e["peak_memory_bytes"], certainty.memory.band_pct)
+        with_ranges(e, certainty)
     doc["certainty"] = certainty.to_dict()
     return doc
+
+
+def with_ranges(layout: dict[str, Any], certainty: Certainty) -> dict[str, Any]:
+    """Add ``step_time_range_s`` and ``peak_memory_range_bytes`` (the prediction -/+ its band;
+    None without a band) to one layout's JSON (``Estimate.to_dict``). Returns ``layout``."""
+    layout["step_time_range_s"] = _range(layout["step_time_s"], certainty.step_time.band_pct)
+    layout["peak_memory_range_bytes"] = _range(layout["peak_memory_bytes"], certainty.memory.band_pct)
+    return layout
 
 
 def _range(value: float, band_pct: float | None) -> list[float] | None:
