@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from autopar.cli.app import app, console, user_errors
 from autopar.cli.config import Config
-from autopar.cli.json_output import print_json
 from autopar.cli.inputs import problem_from_options, recompute_modules_option, strategy_from_options
+from autopar.cli.json_output import print_json
 from autopar.cli.options import (Cp, CpA2a, CpCommType, Device, DeviceFile, DeviceSet, Dp, EmbeddingLoss, Ep, Etp,
                                  Flash, Fp8ParamStorage, Gbs, Json, LayersPerStage, Margin, Mbs, Model, MoeImbalance,
                                  Nodes, PerNode, PipelineLayoutOpt, Pp, Precision, ProfileDb, ProfileDevice,

@@ -9,8 +9,8 @@ import typer
 
 from autopar.cli.app import app, err_console, user_errors
 from autopar.cli.config import Config
-from autopar.cli.json_output import print_json
 from autopar.cli.inputs import problem_from_options, recompute_modules_option, strategy_from_options
+from autopar.cli.json_output import print_json
 from autopar.cli.options import (Cp, CpA2a, CpCommType, Device, DeviceFile, DeviceSet, Dp, EmbeddingLoss, Ep, Etp,
                                  Flash, Fp8ParamStorage, Gbs, Json, LayersPerStage, Mbs, Model, MoeImbalance, Nodes, PerNode,
                                  PipelineLayoutOpt, Pp, Precision, RecomputeLayers, RecomputeModules, RecomputeOpt,

@@ -10,8 +10,8 @@ from rich.markup import escape
 import autopar.cli.search_options as S
 from autopar.cli.app import app, console, err_console, user_errors
 from autopar.cli.config import Config
-from autopar.cli.json_output import print_json
 from autopar.cli.inputs import positive, problem_from_options, recompute_modules_option
+from autopar.cli.json_output import print_json
 from autopar.cli.options import (
     Device,
     DeviceFile,
