@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import sys
 from typing import Annotated, Optional
 
 import typer
@@ -14,6 +12,7 @@ from autopar.cli.app import app, console, err_console, user_errors
 from autopar.cli.config import Config
 from autopar.cli.layerwise import Layerwise
 from autopar.cli.inputs import positive, problem_from_options, recompute_modules_option
+from autopar.cli.json_output import print_json
 from autopar.cli.options import (
     Device,
     DeviceFile,
@@ -194,8 +193,10 @@ def search(
         from autopar.cli.verify import verify_search
 
         verified = verify_search(p, result.layouts, verify, script, target)
+    from autopar.report.ties import problem_certainty, search_document
+
     if as_json:
-        doc = result.to_dict()
+        doc = search_document(p, result)
         doc["megatron_args"] = best_args
         if verify is not None:
             doc["verify"] = verified
@@ -205,12 +206,12 @@ def search(
             doc["calibration"] = calibration
         if explained:
             doc["explain"] = explained.to_dict()
-        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        print_json("search", doc)
         return
     console.print(f"[bold]{p.model.name}[/] ({p.model.num_params / 1e9:.1f} B params) on {p.cluster.num_nodes} x "
                   f"{p.cluster.devices_per_node} {p.cluster.device.name}, gbs {p.train.global_batch_size}, "
                   f"seq {p.train.seq_len}, {p.train.precision}")
-    console.print(search_table(result))
+    console.print(search_table(result, problem_certainty(p)))
     console.print(search_summary(result), highlight=False, soft_wrap=True)
     if best_args is None:
         console.print(f"\nMegatron-LM cannot run #1 ({escape(best_args_refused)}): write it with autopar export "
