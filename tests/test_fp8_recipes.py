@@ -206,7 +206,7 @@ def test_devices_json_lists_the_recipes_each_preset_runs():
 
     from autopar.cli import app
     out = CliRunner().invoke(app, ["devices", "--json"])
-    recipes = {d["name"]: d["fp8_recipes"] for d in json.loads(out.stdout)}
+    recipes = {d["name"]: d["fp8_recipes"] for d in json.loads(out.stdout)["devices"]}
     assert recipes["h100-80gb"] == ["delayed", "tensorwise", "blockwise"]
     assert recipes["b200"] == ["delayed", "tensorwise", "blockwise", "mxfp8", "nvfp4"]
     assert recipes["mi355x"] == ["delayed", "tensorwise", "mxfp8"]
