@@ -236,3 +236,34 @@ def test_galvatron_runs_the_plan(tmp_path):
         assert got == want, path
         # keys 2.4.0 does not read carry only main's spelling of the same plan
         assert set(e["ignored_keys"]) <= {"cp_sizes_enc", "vcp", "vocab_sdp"}, path
+
+
+def test_galvatron_runs_the_layerwise_plan(tmp_path):
+    """Layer-wise plans (the search's best for Llama-7B on 8 x A100-40GB under a tight budget, and
+    a hand-made one mixing tp 1/2/4, ZeRO-3 and checkpointing per layer) as Galvatron 2.4.0's
+    reader builds them: every per-layer field, the split, chunks and the vocabulary options."""
+    from autopar.export import galvatron_layerwise
+    from autopar.layerwise import LayerwisePlan, search_layerwise
+
+    python = _python("galvatron", "galvatron")
+    p = make_problem("llama2-7b", device="a100-40gb", gbs=64, seq=4096)
+    searched = search_layerwise(p, max_tp=4, memory_limit_bytes=0.75 * p.cluster.device.memory_bytes).plan
+    mixed = LayerwisePlan(pp=2, num_microbatches=8, layers_per_stage=(16, 16),
+                          tp=(1,) * 6 + (2,) * 10 + (4,) * 8 + (2,) * 8, zero3=tuple(i % 3 == 0 for i in range(32)),
+                          recompute=tuple(i < 12 for i in range(32)), default_zero=2, vocab_tp=4, vocab_zero3=True)
+    jobs, plans = [], {}
+    for name, plan in (("searched", searched), ("mixed", mixed)):
+        path = tmp_path / f"{name}.json"
+        path.write_text(galvatron_layerwise.write(p, plan))
+        jobs.append([str(path), str(p.world_size), str(p.model.num_layers)])
+        plans[str(path)] = plan
+    for path, (ok, msg, e) in _effective(python, "galvatron_check.py", jobs, tmp_path).items():
+        plan = plans[path]
+        assert ok, f"{path}: {msg}"
+        want = dict(pp=plan.pp, pp_division=list(plan.layers_per_stage), chunks=plan.num_microbatches,
+                    real_chunks=plan.num_microbatches, tp_per_layer=list(plan.tp),
+                    zero3_per_layer=[int(z) for z in plan.zero3], checkpoint_per_layer=[int(c) for c in plan.recompute],
+                    default_dp_type="ddp" if plan.default_zero == 0 else "zero2", vocab_tp=plan.vocab_tp,
+                    embed_sdp=int(plan.vocab_zero3), use_sp=0, pipeline_type="pipedream_flush",
+                    dp_per_layer=sorted({8 // (plan.pp * t) for t in plan.tp}))
+        assert {k: e[k] for k in want} == want, path

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import sys
 from typing import Annotated
 
 import typer
@@ -11,6 +9,7 @@ import typer
 from autopar.cli.app import app, console, user_errors
 from autopar.cli.config import Config
 from autopar.cli.inputs import problem_from_options, recompute_modules_option, strategy_from_options
+from autopar.cli.json_output import print_json
 from autopar.cli.options import (Cp, CpA2a, CpCommType, Device, DeviceFile, DeviceSet, Dp, EmbeddingLoss, Ep, Etp,
                                  Flash, Fp8ParamStorage, Gbs, Json, LayersPerStage, Margin, Mbs, Model, MoeImbalance,
                                  Nodes, PerNode, PipelineLayoutOpt, Pp, Precision, ProfileDb, ProfileDevice,
@@ -61,10 +60,14 @@ def estimate(
         result = run_estimate(p, strategy_from_options(p, script, layout, dp, schedule), memory_margin)
         measured = coverage and coverage([result.strategy])
     if as_json:
-        doc = result.to_dict(p.train.global_batch_size, detail=detail)
+        from autopar.report.ties import problem_certainty, with_ranges
+
+        bands = problem_certainty(p)
+        doc = {**with_ranges(result.to_dict(p.train.global_batch_size, detail=detail), bands),
+               "certainty": bands.to_dict()}
         if measured:
             doc["profile"] = measured
-        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        print_json("estimate", doc)
         return
     print_estimate(console, result)
     if detail:

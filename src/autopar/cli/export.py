@@ -10,8 +10,9 @@ import typer
 from autopar.cli.app import app, err_console, user_errors
 from autopar.cli.config import Config
 from autopar.cli.inputs import problem_from_options, recompute_modules_option, strategy_from_options
+from autopar.cli.json_output import print_json
 from autopar.cli.options import (Cp, CpA2a, CpCommType, Device, DeviceFile, DeviceSet, Dp, EmbeddingLoss, Ep, Etp,
-                                 Flash, Fp8ParamStorage, Gbs, LayersPerStage, Mbs, Model, MoeImbalance, Nodes, PerNode,
+                                 Flash, Fp8ParamStorage, Gbs, Json, LayersPerStage, Mbs, Model, MoeImbalance, Nodes, PerNode,
                                  PipelineLayoutOpt, Pp, Precision, RecomputeLayers, RecomputeModules, RecomputeOpt,
                                  RecomputePerStage, ScheduleOpt, Script, SeqLen, Sp, Tp, TpCommOverlap, TpConsecutive,
                                  VocabPad, VocabSize, VocabSp, VocabTp, Vpp, Zero)
@@ -41,7 +42,7 @@ def export(
     pipeline_layout: PipelineLayoutOpt = None,
     script: Script = None, vocab_size: VocabSize = None,
     moe_token_imbalance: MoeImbalance = None, fp8_param_storage: Fp8ParamStorage = None,
-    recompute_modules: RecomputeModules = None, config: Config = None,
+    recompute_modules: RecomputeModules = None, config: Config = None, as_json: Json = False,
 ) -> None:
     """Write one layout as a framework config: a search result's (--from, --rank) or an explicit one."""
     from pathlib import Path
@@ -89,6 +90,7 @@ def export(
         strategy = strategy_from_options(p, script, layout, dp, schedule, target=fmt)
     check_strategy(p, strategy)
     text = WRITERS[fmt](p, strategy)
+    written: list = []
     if out and fmt in FILE_WRITERS:  # several files (deepspeed: the JSON and the script that reads it)
         written = FILE_WRITERS[fmt](p, strategy, Path(out))
         err_console.print(f"wrote {', '.join(map(str, written))}", highlight=False)
@@ -97,6 +99,13 @@ def export(
             Path(out).write_text(text)
         except OSError as err:
             raise AutoparError(f"--out={out!r}: cannot write ({err.strerror})") from None
+        written = [Path(out)]
         err_console.print(f"wrote {out}", highlight=False)
-    else:
+    elif not as_json:
         sys.stdout.write(text)
+    if as_json:
+        from autopar.estimate import estimate
+
+        print_json("export", {"format": fmt, "text": text,
+                              "files": [{"path": str(f), "text": Path(f).read_text()} for f in written],
+                              "layout": estimate(p, strategy).to_dict(p.train.global_batch_size)})

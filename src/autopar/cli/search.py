@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import sys
 from typing import Annotated, Optional
 
 import typer
@@ -12,7 +10,9 @@ from rich.markup import escape
 import autopar.cli.search_options as S
 from autopar.cli.app import app, console, err_console, user_errors
 from autopar.cli.config import Config
+from autopar.cli.layerwise import Layerwise
 from autopar.cli.inputs import positive, problem_from_options, recompute_modules_option
+from autopar.cli.json_output import print_json
 from autopar.cli.options import (
     Device,
     DeviceFile,
@@ -114,6 +114,7 @@ def search(
     verify: Annotated[Optional[int], typer.Option("--verify", help="then run the top K layouts for a few iterations "
                                                   "with --script (autopar verify's defaults: local torchrun, 10 "
                                                   "iterations, jobs in out/verify)")] = None,
+    layerwise: Layerwise = False,
 ) -> None:
     """Search every valid layout, drop those that do not fit, rank the rest by step time."""
     from autopar.export.megatron import megatron_args
@@ -123,6 +124,12 @@ def search(
     from autopar.space import SpaceOptions
 
     S.check_modes(gbs_range, plot, explain, write_script, report)
+    if layerwise:
+        from autopar.cli.layerwise import refuse_modes
+
+        refuse_modes(target, {"--gbs-range": gbs_range, "--explain": explain, "--write-script": write_script,
+                              "--report": report, "--verify": verify is not None})
+        target = target or "galvatron"
     _search_outputs(model, script, device_file, profile_db, write_script, report, positive("--top", top, upper=1000),
                     plot)
     constraints = S.constraints_from_options(
@@ -153,6 +160,10 @@ def search(
     with profiled(p, ops_db, profile_device, profile_stands_for) as coverage:
         modules = recompute_modules_option(p, recompute_modules)
         options = SpaceOptions(recompute_modules=modules) if modules else None
+        if layerwise:
+            from autopar.cli.layerwise import run_layerwise
+
+            return run_layerwise(console, p, constraints, as_json, memory_margin)
         if gbs_range:
             from autopar.report.batch import run_batch_search
 
@@ -182,8 +193,10 @@ def search(
         from autopar.cli.verify import verify_search
 
         verified = verify_search(p, result.layouts, verify, script, target)
+    from autopar.report.ties import problem_certainty, search_document
+
     if as_json:
-        doc = result.to_dict()
+        doc = search_document(p, result)
         doc["megatron_args"] = best_args
         if verify is not None:
             doc["verify"] = verified
@@ -193,12 +206,12 @@ def search(
             doc["calibration"] = calibration
         if explained:
             doc["explain"] = explained.to_dict()
-        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        print_json("search", doc)
         return
     console.print(f"[bold]{p.model.name}[/] ({p.model.num_params / 1e9:.1f} B params) on {p.cluster.num_nodes} x "
                   f"{p.cluster.devices_per_node} {p.cluster.device.name}, gbs {p.train.global_batch_size}, "
                   f"seq {p.train.seq_len}, {p.train.precision}")
-    console.print(search_table(result))
+    console.print(search_table(result, problem_certainty(p)))
     console.print(search_summary(result), highlight=False, soft_wrap=True)
     if best_args is None:
         console.print(f"\nMegatron-LM cannot run #1 ({escape(best_args_refused)}): write it with autopar export "
