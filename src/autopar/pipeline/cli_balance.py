@@ -134,7 +134,7 @@ def print_plan(plan: BalancePlan, accounted: bool = False,
     else:
         line += " (no even split: vpp does not divide Megatron's default split)"
     console.print(line, highlight=False)
-    console.print(f"Bubble {best.simulation.bubble_fraction:.1%}; balanced in {plan.solve_time_s:.2f} s "
+    console.print(f"Bubble {best.bubble_fraction:.1%}; balanced in {plan.solve_time_s:.2f} s "
                   f"(the step time above is the simulated pipeline part: compute, recompute, p2p, bubbles)",
                   highlight=False)
 

@@ -10,6 +10,7 @@ makes the greedy answer None: the integer program then starts without an incumbe
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -56,8 +57,8 @@ def greedy_counts(costs: ChunkCosts, options: np.ndarray, layers_per_chunk: np.n
     return counts
 
 
-MAX_COMPOSITIONS = 200_000  # option mixes of one rank's layers the per-rank table enumerates
 T_CANDIDATES = 40  # bottleneck times the split DP tries above the lowest feasible one
+HEIGHTS = 8  # chunk-size shapes per layer count (from even to all layers in one chunk)
 
 
 def _compositions(n: int, parts: int) -> np.ndarray:
@@ -70,104 +71,172 @@ def _compositions(n: int, parts: int) -> np.ndarray:
     return np.diff(edges, axis=1) - 1
 
 
-def _chunk_sizes(n: int, in_flight: np.ndarray) -> np.ndarray:
-    """``n`` layers over a rank's chunks as evenly as possible, the remainder on the chunks with
-    the fewest micro-batches in flight."""
-    vpp = len(in_flight)
-    sizes = np.full(vpp, n // vpp, dtype=np.int64)
-    sizes[np.argsort(in_flight, kind="stable")[:n % vpp]] += 1
+def _chunk_sizes(n: int, in_flight: np.ndarray, height: int) -> np.ndarray:
+    """``n`` layers on a rank's chunks, at most ``height`` each, the chunks holding the fewest
+    micro-batches in flight filled first (``height = ceil(n / vpp)``: as even as possible)."""
+    sizes = np.zeros(len(in_flight), dtype=np.int64)
+    left = n
+    for chunk in np.argsort(in_flight, kind="stable"):
+        sizes[chunk] = min(height, left)
+        left -= sizes[chunk]
     return sizes
 
 
-def rank_table(costs: ChunkCosts, options: np.ndarray, rank: int, max_layers: int):
-    """For ``n = 0..max_layers`` layers on ``rank`` (one kind): the fastest option mix that fits
-    in memory, its time per micro-batch and slowest chunk (seconds; inf where nothing fits),
-    shapes ``(max_layers + 1,)`` and mixes ``(max_layers + 1, len(options))``.
+def _slots(in_flight: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """Chunk of each layer slot, the chunks with the most micro-batches in flight first."""
+    order = np.argsort(-in_flight, kind="stable")
+    return np.repeat(order, sizes[order])
 
-    The layers spread evenly over the chunks (:func:`_chunk_sizes`); the options that keep the
-    fewest activation bytes go to the chunks holding the most micro-batches (by the
-    rearrangement inequality the least memory for that mix).
+
+@dataclass(frozen=True)
+class RankCandidates:
+    """Ways to load one rank (one layer kind): ``layers`` ``(c,)``, ``time_s`` ``(c,)`` seconds
+    per micro-batch, ``chunk_s`` ``(c,)`` its slowest chunk, ``mixes`` ``(c, O)`` layers per
+    option, ``sizes`` ``(c, vpp)`` layers per chunk."""
+
+    layers: np.ndarray
+    time_s: np.ndarray
+    chunk_s: np.ndarray
+    mixes: np.ndarray
+    sizes: np.ndarray
+
+
+def rank_candidates(costs: ChunkCosts, options: np.ndarray, rank: int, max_layers: int) -> RankCandidates:
+    """For each layer count ``n <= max_layers`` and chunk shape (:func:`_chunk_sizes`, :data:`HEIGHTS`
+    heights from even to one chunk): the fastest option mix that fits in memory. The options that
+    keep the fewest activation bytes go to the chunks holding the most micro-batches (by the
+    rearrangement inequality the least memory for that mix). Where the fastest option fits the
+    even shape, that is the only candidate for ``n`` (it is the fastest and its chunks the most
+    even); once nothing fits ``n``, more layers fit neither.
     """
     options = np.asarray(options, dtype=np.int64)
-    act = costs.activation_bytes[0, options]
-    order = np.argsort(act, kind="stable")  # lightest activations first
-    time = costs.time_s[0, options]
+    act, time = costs.activation_bytes[0, options], costs.time_s[0, options]
+    order = np.argsort(act, kind="stable")  # lightest activations first, on the fullest slots
     fixed_t, fixed_m = costs.stage_time_s[rank, options], costs.stage_bytes[rank, options]
-    in_flight = costs.in_flight[rank]
-    best_t = np.full(max_layers + 1, np.inf)
-    best_c = np.full(max_layers + 1, np.inf)
-    best_mix = np.zeros((max_layers + 1, len(options)), dtype=np.int64)
-    for n in range(1, max_layers + 1):
-        mix = _compositions(n, len(options))
-        sizes = _chunk_sizes(n, in_flight)
-        slots = np.sort(np.repeat(in_flight, sizes))[::-1]  # in flight of each layer slot, most first
-        prefix = np.concatenate([[0.0], np.cumsum(slots)])
+    in_flight, vpp, holder = costs.in_flight[rank], costs.vpp, costs.holder[rank]
+    fastest = np.zeros(len(options), dtype=np.int64)
+    fastest[np.argmin(time)] = 1
+    found: list[tuple] = []
+
+    def fastest_fitting(mix: np.ndarray, n: int, slot_chunk: np.ndarray):
+        """The fastest of ``mix`` ``(count, O)`` that fits: its index, time, extra fixed time and
+        per-slot times; None if none fits."""
         ends = np.cumsum(mix[:, order], axis=1)
-        starts = ends - mix[:, order]
-        act_bytes = ((prefix[ends] - prefix[starts]) * act[order]).sum(axis=1)
+        option_at = np.argmax(np.arange(n)[None, :, None] < ends[:, None, :], axis=2)  # index into order
+        act_at, time_at = act[order][option_at], time[order][option_at]  # (mixes, n)
         used = mix > 0
-        memory = n * costs.static_bytes[0] + act_bytes + np.max(np.where(used, fixed_m, -np.inf), axis=1)
-        total = mix @ time + fixed_t.min() + np.max(np.where(used, fixed_t - fixed_t.min(), 0.0), axis=1)
+        memory = (n * costs.static_bytes[0] + act_at @ in_flight[slot_chunk]
+                  + np.max(np.where(used, fixed_m, -np.inf), axis=1))
+        extra_t = np.max(np.where(used, fixed_t - fixed_t.min(), 0.0), axis=1)
+        total = time_at.sum(axis=1) + fixed_t.min() + extra_t
         total[memory > costs.memory_limit_bytes] = np.inf
         i = int(np.argmin(total))
-        if not np.isfinite(total[i]):
+        return None if not np.isfinite(total[i]) else (i, total[i], extra_t[i], time_at[i])
+
+    def record(n: int, sizes: np.ndarray, slot_chunk: np.ndarray, mix: np.ndarray, hit) -> None:
+        i, total, extra_t, time_at = hit
+        chunk = np.zeros(vpp)
+        np.add.at(chunk, slot_chunk, time_at)
+        chunk[holder] += fixed_t.min() + extra_t
+        found.append((n, total, chunk.max(), mix[i], sizes))
+
+    for n in range(1, max_layers + 1):
+        even = -(-n // vpp)
+        sizes = _chunk_sizes(n, in_flight, even)
+        slot_chunk = _slots(in_flight, sizes)
+        hit = fastest_fitting(fastest[None] * n, n, slot_chunk)
+        if hit is not None:  # the fastest option fits the even shape: nothing beats it
+            record(n, sizes, slot_chunk, fastest[None] * n, hit)
+            continue
+        mixes = _compositions(n, len(options))
+        any_fit = False
+        for height in np.unique(np.linspace(even, n, HEIGHTS).round().astype(np.int64)):
+            sizes = _chunk_sizes(n, in_flight, int(height))
+            slot_chunk = _slots(in_flight, sizes)
+            hit = fastest_fitting(mixes, n, slot_chunk)
+            if hit is not None:
+                record(n, sizes, slot_chunk, mixes, hit)
+                any_fit = True
+        if not any_fit:
             break  # a layer more only adds memory
-        if True:
-            best_t[n], best_mix[n] = total[i], mix[i]
-            per_layer = total[i] - fixed_t.min()  # chunk times: the rank's layers pro rata, fixed part on its holder
-            chunk = sizes * (per_layer / n)
-            chunk[costs.holder[rank]] += fixed_t.min()
-            best_c[n] = chunk.max()
-        if len(mix) > MAX_COMPOSITIONS:
-            break
-    return best_t, best_c, best_mix
+    if not found:
+        empty = np.zeros(0)
+        return RankCandidates(empty.astype(np.int64), empty, empty, np.zeros((0, len(options)), np.int64),
+                              np.zeros((0, vpp), np.int64))
+    n, t, c, mixes, sizes = zip(*found)
+    return RankCandidates(np.array(n), np.array(t), np.array(c), np.array(mixes), np.array(sizes))
 
 
-def _placed(costs: ChunkCosts, options: np.ndarray, rank: int, mix: np.ndarray) -> np.ndarray:
-    """``(vpp, R)`` counts of ``mix`` (per option) on ``rank``'s chunks, as :func:`rank_table` places them."""
-    in_flight = costs.in_flight[rank]
-    sizes = _chunk_sizes(int(mix.sum()), in_flight)
+def _subset(cand: RankCandidates, keep: np.ndarray) -> RankCandidates:
+    return RankCandidates(cand.layers[keep], cand.time_s[keep], cand.chunk_s[keep], cand.mixes[keep],
+                          cand.sizes[keep])
+
+
+def _placed(costs: ChunkCosts, options: np.ndarray, rank: int, mix: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """``(vpp, R)`` counts of ``mix`` (per option) on ``rank``'s chunks of ``sizes``, as
+    :func:`rank_candidates` places them."""
     order = np.argsort(costs.activation_bytes[0, options], kind="stable")
-    layer_option = np.repeat(options[order], mix[order])  # lightest first
-    chunk_of_slot = np.repeat(np.argsort(-in_flight, kind="stable"), sizes[np.argsort(-in_flight, kind="stable")])
-    out = np.zeros((len(in_flight), costs.forward_s.shape[1]), dtype=np.int64)
-    np.add.at(out, (chunk_of_slot, layer_option), 1)
+    layer_option = np.repeat(options[order], mix[order])  # lightest first, on the fullest slots
+    out = np.zeros((costs.vpp, costs.forward_s.shape[1]), dtype=np.int64)
+    np.add.at(out, (_slots(costs.in_flight[rank], sizes), layer_option), 1)
     return out
 
 
-def split_dp_counts(costs: ChunkCosts, options: np.ndarray, num_microbatches: int) -> np.ndarray | None:
-    """Counts ``(pp, vpp, 1, R)`` minimising ``(m - 1) * T + sum_r tail_r`` over layers per rank
-    (one layer kind): per rank the fastest fitting mix of each size (:func:`rank_table`), then for
-    each of the :data:`T_CANDIDATES` lowest bottlenecks ``T`` a min-plus DP over the ranks for the
-    layer counts summing to ``L`` with every rank within ``T``. None when nothing fits."""
+def all_rank_candidates(costs: ChunkCosts, options: np.ndarray) -> list[RankCandidates]:
+    """:func:`rank_candidates` of every rank, each up to ``L - pp + 1`` layers."""
+    options = np.asarray(options, dtype=np.int64)
+    return [rank_candidates(costs, options, r, costs.num_layers - (costs.pp - 1)) for r in range(costs.pp)]
+
+
+def split_dp_counts(costs: ChunkCosts, options: np.ndarray, num_microbatches: int,
+                    even_chunks: bool = False, ranks: list[RankCandidates] | None = None) -> np.ndarray | None:
+    """Counts ``(pp, vpp, 1, R)`` minimising ``(m - 1) * T + sum_r c_r`` (the objective of
+    :mod:`autopar.pipeline.chunk_ilp`) over the candidates of each rank (:func:`rank_candidates`),
+    one layer kind: for each of the :data:`T_CANDIDATES` lowest bottlenecks ``T`` that fit (until
+    ``(m - 1) * T`` plus the least possible chunk sum exceeds the best found), a
+    min-plus DP over the ranks for layer counts summing to ``L``, each rank taking its candidate
+    with the smallest slowest chunk within ``T``. None when nothing fits (or several kinds).
+
+    ``ranks``: :func:`all_rank_candidates`, computed here if not given. ``even_chunks``: only candidates whose chunks differ by at most one layer. The objective
+    prices a lopsided rank only by its slowest chunk; the simulated interleaved step can cost more
+    (405B, pp 16 x vpp 2: 216 s against 209 s evenly), so the balancer simulates both answers.
+    """
     options = np.asarray(options, dtype=np.int64)
     pp, vpp, total = costs.pp, costs.vpp, costs.num_layers
     if len(costs.kind_layers) != 1:
         return None
-    tables = [rank_table(costs, options, r, total - (pp - 1)) for r in range(pp)]
-    times = np.stack([t for t, _, _ in tables])  # (pp, n)
-    tails = times if vpp == 1 else np.stack([c for _, c, _ in tables])
-    levels = np.unique(times[np.isfinite(times)])
-    best, best_value = None, np.inf
-    tried = 0
+    ranks = all_rank_candidates(costs, options) if ranks is None else ranks
+    if even_chunks:
+        ranks = [_subset(cand, np.ptp(cand.sizes, axis=1) <= 1) for cand in ranks]
+    levels = np.unique(np.concatenate([c.time_s for c in ranks]))
+    n = np.arange(total + 1)
+    j = n[:, None] - n[None, :]  # layers of the next rank for each (l, l_before)
+    j_ok = j >= 0
+    best, best_value, tried = None, np.inf, 0
+    for cand in ranks:  # by layer count, then slowest chunk: the first of each count is its best
+        order = np.lexsort((cand.chunk_s, cand.layers))
+        for name in ("layers", "time_s", "chunk_s", "mixes", "sizes"):
+            object.__setattr__(cand, name, getattr(cand, name)[order])
+    least_tail = sum(float(cand.chunk_s.min(initial=np.inf)) for cand in ranks)
     for level in levels:
-        if tried >= T_CANDIDATES:
-            break
+        if tried >= T_CANDIDATES or (num_microbatches - 1) * level + least_tail >= best_value:
+            break  # no later bottleneck can do better
+        within = [cand.time_s <= level for cand in ranks]
+        if sum(int(cand.layers[ok].max(initial=0)) for cand, ok in zip(ranks, within)) < total:
+            continue  # the ranks cannot hold every layer within this bottleneck
         cost = np.full((pp, total + 1), np.inf)
-        cost[:, :times.shape[1]] = np.where(times <= level, tails, np.inf)
-        cost[:, 0] = np.inf  # every rank holds a layer
-        reach = cost[0]  # reach[l]: least tail sum of the ranks so far holding l layers
-        n = np.arange(total + 1)
-        j = n[:, None] - n[None, :]  # layers of the next rank for each (l, l_before)
-        j_ok = j >= 0
-        back = []
+        pick = np.full((pp, total + 1), -1)
+        for r, (cand, ok) in enumerate(zip(ranks, within)):
+            index = np.flatnonzero(ok)
+            counts_here, first = np.unique(cand.layers[index], return_index=True)
+            cost[r, counts_here], pick[r, counts_here] = cand.chunk_s[index[first]], index[first]
+        reach, back = cost[0], []  # reach[l]: least sum of the ranks so far holding l layers
         for r in range(1, pp):
-            # new[l] = min over l' of reach[l'] + cost[r, l - l']
             candidates = np.where(j_ok, reach[None, :] + cost[r][np.clip(j, 0, total)], np.inf)
             choice = np.argmin(candidates, axis=1)
             back.append(choice)
             reach = candidates[n, choice]
-        if total >= len(reach) or not np.isfinite(reach[total]):
+        if not np.isfinite(reach[total]):
             continue
         tried += 1
         value = (num_microbatches - 1) * level + reach[total]
@@ -177,10 +246,10 @@ def split_dp_counts(costs: ChunkCosts, options: np.ndarray, num_microbatches: in
                 prev = int(back[r - 1][left])
                 sizes[r], left = left - prev, prev
             sizes[0] = left
-            best, best_value = sizes, value
+            best, best_value = [int(pick[r, sizes[r]]) for r in range(pp)], value
     if best is None:
         return None
     counts = np.zeros((pp, vpp, 1, costs.forward_s.shape[1]), dtype=np.int64)
-    for r, n in enumerate(best):
-        counts[r, :, 0, :] = _placed(costs, options, r, tables[r][2][n])
+    for r, i in enumerate(best):
+        counts[r, :, 0, :] = _placed(costs, options, r, ranks[r].mixes[i], ranks[r].sizes[i])
     return counts
