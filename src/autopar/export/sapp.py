@@ -67,8 +67,9 @@ def write(p: Problem, s: Strategy) -> str:
 
 
 def chunk_arrays(layers_per_chunk: np.ndarray, full_counts: np.ndarray, selective_counts: np.ndarray) -> dict[str, Any]:
-    """MindFormers' ``offset`` / ``recompute`` / ``select_recompute`` of a split with recompute
-    layer counts per chunk (what ``autopar balance`` chooses), in SAPP-PPB's shape: ``[vpp][pp]``
+    """The :func:`config` fields (``pipeline_stage``, ``pp_interleave_num``, MindFormers' ``offset`` /
+    ``recompute`` / ``select_recompute``) of a split with recompute layer counts per chunk (what
+    ``autopar balance`` chooses; a Strategy has one option per stage), in SAPP-PPB's shape: ``[vpp][pp]``
     lists (a flat list of pp with vpp 1). E.g. SAPP-PPB's documented Llama-2 run (pp 16, vpp 2):
     ``offset [[0,...,0,1,1], [0,...,0,-2]]``, ``recompute [[3,1,1,1,1,0,...], [0,...]]``
     (MindSpore hyper_parallel ``auto_parallel/sapp_ppb/README.md``).
@@ -78,8 +79,9 @@ def chunk_arrays(layers_per_chunk: np.ndarray, full_counts: np.ndarray, selectiv
             chunk, and how many of them run with full / selective recompute.
     """
     layers = np.asarray(layers_per_chunk, dtype=np.int64)
-    vpp = layers.shape[1]
+    pp, vpp = layers.shape
     by_chunk = lambda counts: (lambda rows: rows[0] if vpp == 1 else rows)(  # noqa: E731
         np.asarray(counts, dtype=np.int64).T.tolist())
-    return {"offset": PipelineLayout.from_chunks(layers).sapp_offsets(), "recompute": by_chunk(full_counts),
+    return {"pipeline_stage": int(pp), "pp_interleave_num": int(vpp),
+            "offset": PipelineLayout.from_chunks(layers).sapp_offsets(), "recompute": by_chunk(full_counts),
             "select_recompute": by_chunk(selective_counts)}

@@ -40,7 +40,7 @@ from autopar.pipeline.schedules import check_schedule, in_flight_chunks
 from autopar.pipeline.simulate import PipelineTimes, SimulationResult
 from autopar.pipeline.steady import simulate_bounded
 from autopar.pipeline.split import dp_split, megatron_split
-from autopar.pipeline.warm_start import all_rank_candidates, greedy_counts, split_dp_counts
+from autopar.pipeline.warm_start import all_rank_candidates, greedy_counts, rank_time_floor_s, split_dp_counts
 
 FORMS = ("explicit", "megatron")
 # Real jobs run tens to a few thousand micro-batches per step. The simulation's cost does not grow
@@ -254,7 +254,7 @@ def _positional(table: LayerTable, costs: ChunkCosts, indices: np.ndarray, vpp: 
 def balance(table: LayerTable, vpp: int, num_microbatches: int, schedule: str,
             options: tuple[str, ...] | None = None, form: str = "explicit", baseline: str | None = None,
             time_limit_s: float = TIME_LIMIT_S, even_split: tuple[int, ...] | None = None,
-            limit_name: str | None = None) -> BalancePlan:
+            limit_name: str | None = None, even_chunks: np.ndarray | None = None) -> BalancePlan:
     """Balance ``table.pp`` stages (``vpp`` chunks each) for ``num_microbatches`` under ``schedule``.
 
     ``form="explicit"``: layers per chunk (unequal chunks, empty chunks allowed, every stage
@@ -272,6 +272,8 @@ def balance(table: LayerTable, vpp: int, num_microbatches: int, schedule: str,
             layout; the layout's own one where it counts the embedding/loss as layers).
         limit_name: how the no-fit error names the memory limit, as the user gave it (e.g.
             ``--memory-limit-gib=60``); default ``memory_limit_bytes=<GiB>``.
+        even_chunks: ``(pp, vpp)`` layers per chunk of the layout compared against (e.g.
+            Megatron's ``--account-for-embedding/loss-in-pipeline-split`` chunks); overrides ``even_split``.
 
     Raises:
         AutoparError: unknown form/option/schedule, sizes the schedule cannot run, more than
@@ -306,15 +308,16 @@ def balance(table: LayerTable, vpp: int, num_microbatches: int, schedule: str,
         one_kind = len(costs.kind_layers) == 1
         ranks = all_rank_candidates(costs, indices) if one_kind else None
         even_shape = split_dp_counts(costs, indices, num_microbatches, True, ranks) if one_kind and vpp > 1 else None
-        even_chunks = _even_chunks(table.num_layers, pp, vpp, even_split)
-        on_even = None if even_chunks is None else greedy_counts(costs, indices, even_chunks)
+        reference = _even_chunks(table.num_layers, pp, vpp, even_split) if even_chunks is None else even_chunks
+        on_even = None if reference is None else greedy_counts(costs, indices, reference)
         starts = [split_dp_counts(costs, indices, num_microbatches, False, ranks) if one_kind else None, even_shape,
                   on_even]
         starts = [c for c in starts if c is not None]
         warm = min(starts, key=lambda c: chunk_ilp.objective_s(costs, c, num_microbatches)) if starts else None
         counts, solver, optimal = warm, "greedy", False
         if pp > 1:
-            found = chunk_ilp.solve(costs, indices, num_microbatches, warm, time_limit_s)
+            floor = None if ranks is None else rank_time_floor_s(ranks, table.num_layers)
+            found = chunk_ilp.solve(costs, indices, num_microbatches, warm, time_limit_s, floor)
             solver, optimal, gap, hit = found.solver, found.optimal, found.gap, found.time_limit_hit
             if found.counts is not None and (warm is None or found.objective_s <= chunk_ilp.objective_s(
                     costs, warm, num_microbatches)):
@@ -330,9 +333,10 @@ def balance(table: LayerTable, vpp: int, num_microbatches: int, schedule: str,
     if counts is None:
         raise _no_fit(table, costs, names, limit_name)
     best = best or _plan_cost(table, costs, counts, num_microbatches, schedule)
-    even_chunks = _even_chunks(table.num_layers, pp, vpp, even_split)
+    if even_chunks is None:
+        even_chunks = _even_chunks(table.num_layers, pp, vpp, even_split)
     even = None if even_chunks is None else _plan_cost(
-        table, costs, _uniform_counts(costs, even_chunks, np.full(pp, base)), num_microbatches, schedule)
+        table, costs, _uniform_counts(costs, np.asarray(even_chunks), np.full(pp, base)), num_microbatches, schedule)
     if (even is not None and base in indices and even.makespan_s < best.makespan_s
             and np.max(even.stage_memory_bytes) <= table.memory_limit_bytes):
         best = even  # the surrogate objective can miss by a little; never answer worse than even

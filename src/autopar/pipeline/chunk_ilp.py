@@ -94,7 +94,8 @@ class _Rows:
 class _Program:
     """Columns, bounds, integrality, rows and cost of the program (module docstring)."""
 
-    def __init__(self, costs: ChunkCosts, options: np.ndarray, num_microbatches: int, upper_bound_s: float | None):
+    def __init__(self, costs: ChunkCosts, options: np.ndarray, num_microbatches: int, upper_bound_s: float | None,
+                 floor_s: np.ndarray | None = None):
         pp, vpp, layers = costs.pp, costs.vpp, costs.kind_layers
         num_kinds, num_opts = len(layers), len(options)
         self.costs, self.options, self.m = costs, options, num_microbatches
@@ -125,6 +126,13 @@ class _Program:
         # Bounds on T (ms): some rank holds ceil(L / pp) layers; the warm start caps it.
         fastest = time.min(axis=1)  # (K,)
         t_low = math.ceil(total / pp) * fastest.min() + base_t.min()
+        if floor_s is not None:  # the least bottleneck at which the ranks can hold every layer
+            floor = floor_s * MS
+            for level in np.unique(floor[np.isfinite(floor)]):
+                capacity = [int(np.flatnonzero(row <= level).max(initial=0)) for row in floor]
+                if min(capacity) >= 1 and sum(capacity) >= total:
+                    t_low = max(t_low, float(level))
+                    break
         work_low = float((layers * fastest).sum() + base_t.sum())
         tail_low = work_low if vpp == 1 else work_low / vpp
         t_high = np.inf
@@ -134,6 +142,8 @@ class _Program:
         cap_mem = np.floor((limit - base_m) / np.maximum(per_layer_m.min(axis=(1, 2)), 1e-12))
         cap_time = np.floor((t_high - base_t) / fastest.min()) if np.isfinite(t_high) else np.full(pp, total)
         cap = np.clip(np.minimum(cap_mem, cap_time), 0, total)  # (pp,) layers a rank may hold
+        if floor_s is not None:
+            cap = np.minimum(cap, [np.flatnonzero(np.isfinite(row)).max(initial=0) for row in floor_s])
         self.cap = cap
 
         self.x = block("x", (pp, vpp, num_kinds, num_opts), 0, cap[:, None, None, None], True)
@@ -188,6 +198,10 @@ class _Program:
             rows.add(np.concatenate([x[r].ravel(), [self.ft[r], self.t[r]]]),
                      np.concatenate([layer_t.ravel(), [1.0, -1.0]]), -base_t[r], -base_t[r])
             rows.add([self.T, self.t[r]], [1.0, -1.0], 0.0)
+            if floor_s is not None:  # t[r] above the lower convex envelope of the rank's floor
+                for slope, intercept in _envelope(floor_s[r] * MS):
+                    rows.add(np.concatenate([x[r].ravel(), [self.t[r]]]),
+                             np.concatenate([np.full(x[r].size, -slope), [1.0]]), intercept)
             mem = static[None, :, None] + costs.in_flight[r][:, None, None] * act[None]  # (vpp, K, O)
             rows.add(np.concatenate([x[r].ravel(), [self.fm[r]]]), np.concatenate([mem.ravel(), [1.0]]),
                      upper=limit - base_m[r])
@@ -229,6 +243,26 @@ class _Program:
 
     def counts(self, col: np.ndarray) -> np.ndarray:
         return np.rint(col[self.x]).astype(np.int64)
+
+
+def _envelope(values: np.ndarray) -> list[tuple[float, float]]:
+    """``(slope, intercept)`` of each segment of the lower convex envelope of the finite points
+    ``(n, values[n])``, ``n >= 1`` (monotone chain); a line through one point is level."""
+    n = np.flatnonzero(np.isfinite(values))
+    n = n[n >= 1]
+    hull: list[int] = []
+    for i in n:
+        while len(hull) >= 2:
+            a, b = hull[-2], hull[-1]
+            if (values[b] - values[a]) * (i - a) >= (values[i] - values[a]) * (b - a):
+                hull.pop()
+            else:
+                break
+        hull.append(int(i))
+    if len(hull) == 1:
+        return [(0.0, float(values[hull[0]]))]
+    return [((values[b] - values[a]) / (b - a), values[a] - (values[b] - values[a]) / (b - a) * a)
+            for a, b in zip(hull[:-1], hull[1:])]
 
 
 def _solve_highs(prog: _Program, warm: np.ndarray | None, time_limit_s: float):
@@ -281,16 +315,20 @@ def _solve_scipy(prog: _Program, time_limit_s: float):
 
 
 def solve(costs: ChunkCosts, options: np.ndarray, num_microbatches: int, warm: np.ndarray | None,
-          time_limit_s: float) -> ChunkSolution:
+          time_limit_s: float, floor_s: np.ndarray | None = None) -> ChunkSolution:
     """Best chunk counts and recompute counts among ``options`` (column indices of ``costs``).
 
     Args:
         warm: a feasible ``(pp, vpp, K, R)`` full-table counts to start from (or None).
         time_limit_s: wall-clock limit of the solver.
+        floor_s: ``(pp, L + 1)`` least seconds per micro-batch of each rank holding ``n`` layers
+            (:func:`autopar.pipeline.warm_start.rank_time_floor_s`, one layer kind), or None: it
+            bounds ``T`` below, caps each rank's layers and adds the lower convex envelope of
+            each rank's floor as cuts on ``t[r]``.
     """
     options = np.asarray(options, dtype=np.int64)
     upper = None if warm is None else objective_s(costs, warm, num_microbatches)
-    prog = _Program(costs, options, num_microbatches, upper)
+    prog = _Program(costs, options, num_microbatches, upper, floor_s)
     start = None if warm is None else warm[..., options]
     try:
         import highspy  # noqa: F401

@@ -253,3 +253,14 @@ def split_dp_counts(costs: ChunkCosts, options: np.ndarray, num_microbatches: in
     for r, i in enumerate(best):
         counts[r, :, 0, :] = _placed(costs, options, r, ranks[r].mixes[i], ranks[r].sizes[i])
     return counts
+
+
+def rank_time_floor_s(ranks: list[RankCandidates], num_layers: int) -> np.ndarray:
+    """``(pp, L + 1)``: the least seconds per micro-batch of each rank holding ``n`` layers (inf
+    where ``n`` layers fit in no way). A valid floor for any chunk placement: among the shapes of
+    :func:`rank_candidates` is the one with every layer on the chunk holding the fewest
+    micro-batches, the least memory any placement of a mix needs."""
+    floor = np.full((len(ranks), num_layers + 1), np.inf)
+    for r, cand in enumerate(ranks):
+        np.minimum.at(floor[r], cand.layers, cand.time_s)
+    return floor
