@@ -68,7 +68,8 @@ class PlanCost:
     device, ``chunk_times`` the per-chunk seconds per micro-batch and ``chunk_activation_bytes``
     ``(pp, vpp)`` what one micro-batch keeps per chunk, ``makespan_s`` the simulated step of
     ``num_microbatches`` under ``schedule`` (:func:`autopar.pipeline.makespan.static_makespan_s`
-    for the static schedules, the event simulation otherwise)."""
+    for the static schedules, the event simulation otherwise), ``objective_s`` the integer
+    program's objective of this split (:func:`autopar.pipeline.chunk_ilp.objective_s`)."""
 
     layers_per_chunk: np.ndarray
     recompute_counts: np.ndarray
@@ -79,6 +80,7 @@ class PlanCost:
     schedule: str
     num_microbatches: int
     makespan_s: float
+    objective_s: float
 
     @cached_property
     def simulation(self) -> SimulationResult:
@@ -179,7 +181,7 @@ def _plan_cost(table: LayerTable, costs: ChunkCosts, counts: np.ndarray, num_mic
     makespan = static_makespan_s(times, num_microbatches, schedule) if sim is None else sim.makespan_s
     per_chunk = counts.sum(axis=2)
     cost = PlanCost(per_chunk.sum(axis=2), per_chunk, table.options, costs.rank_bytes(counts), times, act, schedule,
-                    num_microbatches, makespan)
+                    num_microbatches, makespan, chunk_ilp.objective_s(costs, counts, num_microbatches))
     if sim is not None:
         cost.__dict__["simulation"] = sim  # cached_property's slot
     return cost
@@ -306,10 +308,12 @@ def balance(table: LayerTable, vpp: int, num_microbatches: int, schedule: str,
                                               time_limit_s)
     else:
         one_kind = len(costs.kind_layers) == 1
-        ranks = all_rank_candidates(costs, indices) if one_kind else None
-        even_shape = split_dp_counts(costs, indices, num_microbatches, True, ranks) if one_kind and vpp > 1 else None
         reference = _even_chunks(table.num_layers, pp, vpp, even_split) if even_chunks is None else even_chunks
         on_even = None if reference is None else greedy_counts(costs, indices, reference)
+        bound = np.inf if on_even is None else chunk_ilp.bottleneck_bound_s(
+            costs, indices, num_microbatches, chunk_ilp.objective_s(costs, on_even, num_microbatches))
+        ranks = all_rank_candidates(costs, indices, bound) if one_kind else None
+        even_shape = split_dp_counts(costs, indices, num_microbatches, True, ranks) if one_kind and vpp > 1 else None
         starts = [split_dp_counts(costs, indices, num_microbatches, False, ranks) if one_kind else None, even_shape,
                   on_even]
         starts = [c for c in starts if c is not None]

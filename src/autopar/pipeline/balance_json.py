@@ -43,6 +43,7 @@ def _cost_document(cost: PlanCost, memory_limit_bytes: float) -> dict[str, Any]:
         "stage_memory_bytes": [float(x) for x in cost.stage_memory_bytes],
         "stage_time_s": [float(x) for x in cost.stage_time_s],
         "step_time_s": float(cost.makespan_s),
+        "objective_s": float(cost.objective_s),
         "bubble_fraction": float(cost.bubble_fraction),
         "fits": bool(np.max(cost.stage_memory_bytes) <= memory_limit_bytes),
     }

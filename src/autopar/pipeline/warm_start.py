@@ -10,6 +10,7 @@ makes the greedy answer None: the integer program then starts without an incumbe
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -92,84 +93,103 @@ def _slots(in_flight: np.ndarray, sizes: np.ndarray) -> np.ndarray:
 class RankCandidates:
     """Ways to load one rank (one layer kind): ``layers`` ``(c,)``, ``time_s`` ``(c,)`` seconds
     per micro-batch, ``chunk_s`` ``(c,)`` its slowest chunk, ``mixes`` ``(c, O)`` layers per
-    option, ``sizes`` ``(c, vpp)`` layers per chunk."""
+    option, ``sizes`` ``(c, vpp)`` layers per chunk; ``exact``: every option mix was tried for
+    every count (else only mixes of two options, :data:`MAX_MIXES`), so the least time per count
+    is a true floor."""
 
     layers: np.ndarray
     time_s: np.ndarray
     chunk_s: np.ndarray
     mixes: np.ndarray
     sizes: np.ndarray
+    exact: bool = True
+
+
+MAX_MIXES = 20_000  # option mixes tried per (count, shape); beyond, mixes of at most two options
+
+
+def _two_option_mixes(n: int, parts: int) -> np.ndarray:
+    """Mixes of ``n`` layers over at most two of ``parts`` options, shape ``(count, parts)``."""
+    rows = []
+    for a in range(parts):
+        for b in range(a + 1, parts):
+            block = np.zeros((n + 1, parts), dtype=np.int64)
+            block[:, a] = np.arange(n + 1)
+            block[:, b] = n - np.arange(n + 1)
+            rows.append(block)
+    return np.unique(np.concatenate(rows), axis=0) if rows else np.array([[n]], dtype=np.int64)
 
 
 def rank_candidates(costs: ChunkCosts, options: np.ndarray, rank: int, max_layers: int) -> RankCandidates:
     """For each layer count ``n <= max_layers`` and chunk shape (:func:`_chunk_sizes`, :data:`HEIGHTS`
-    heights from even to one chunk): the fastest option mix that fits in memory. The options that
-    keep the fewest activation bytes go to the chunks holding the most micro-batches (by the
-    rearrangement inequality the least memory for that mix). Where the fastest option fits the
-    even shape, that is the only candidate for ``n`` (it is the fastest and its chunks the most
-    even); once nothing fits ``n``, more layers fit neither.
+    heights from even to one chunk; one shape with vpp 1): the fastest option mix that fits in
+    memory. The options that keep the fewest activation bytes go to the chunks holding the most
+    micro-batches (by the rearrangement inequality the least memory for that mix). Where the
+    fastest option fits the even shape, that is the only candidate for ``n`` (it is the fastest
+    and its chunks the most even); once nothing fits ``n``, more layers fit neither.
     """
     options = np.asarray(options, dtype=np.int64)
     act, time = costs.activation_bytes[0, options], costs.time_s[0, options]
     order = np.argsort(act, kind="stable")  # lightest activations first, on the fullest slots
     fixed_t, fixed_m = costs.stage_time_s[rank, options], costs.stage_bytes[rank, options]
     in_flight, vpp, holder = costs.in_flight[rank], costs.vpp, costs.holder[rank]
-    fastest = np.zeros(len(options), dtype=np.int64)
-    fastest[np.argmin(time)] = 1
+    fastest = np.zeros((1, len(options)), dtype=np.int64)
+    fastest[0, np.argmin(time)] = 1
     found: list[tuple] = []
+    exact = True
 
-    def fastest_fitting(mix: np.ndarray, n: int, slot_chunk: np.ndarray):
-        """The fastest of ``mix`` ``(count, O)`` that fits: its index, time, extra fixed time and
-        per-slot times; None if none fits."""
+    def fastest_fitting(mix: np.ndarray, n: int, sizes: np.ndarray):
+        """The fastest of ``mix`` ``(count, O)`` that fits ``sizes``: its index and time; None if none fits."""
+        slots = in_flight[_slots(in_flight, sizes)]  # in flight of each slot, the fullest first
+        prefix = np.concatenate([[0.0], np.cumsum(slots)])
         ends = np.cumsum(mix[:, order], axis=1)
-        option_at = np.argmax(np.arange(n)[None, :, None] < ends[:, None, :], axis=2)  # index into order
-        act_at, time_at = act[order][option_at], time[order][option_at]  # (mixes, n)
+        act_bytes = ((prefix[ends] - prefix[ends - mix[:, order]]) * act[order]).sum(axis=1)
         used = mix > 0
-        memory = (n * costs.static_bytes[0] + act_at @ in_flight[slot_chunk]
-                  + np.max(np.where(used, fixed_m, -np.inf), axis=1))
-        extra_t = np.max(np.where(used, fixed_t - fixed_t.min(), 0.0), axis=1)
-        total = time_at.sum(axis=1) + fixed_t.min() + extra_t
+        memory = n * costs.static_bytes[0] + act_bytes + np.max(np.where(used, fixed_m, -np.inf), axis=1)
+        total = mix @ time + fixed_t.min() + np.max(np.where(used, fixed_t - fixed_t.min(), 0.0), axis=1)
         total[memory > costs.memory_limit_bytes] = np.inf
         i = int(np.argmin(total))
-        return None if not np.isfinite(total[i]) else (i, total[i], extra_t[i], time_at[i])
+        return None if not np.isfinite(total[i]) else (i, float(total[i]))
 
-    def record(n: int, sizes: np.ndarray, slot_chunk: np.ndarray, mix: np.ndarray, hit) -> None:
-        i, total, extra_t, time_at = hit
+    def record(n: int, sizes: np.ndarray, mix: np.ndarray, total: float) -> None:
+        layer_option = np.repeat(options[order], mix[order])  # lightest first, on the fullest slots
         chunk = np.zeros(vpp)
-        np.add.at(chunk, slot_chunk, time_at)
-        chunk[holder] += fixed_t.min() + extra_t
-        found.append((n, total, chunk.max(), mix[i], sizes))
+        np.add.at(chunk, _slots(in_flight, sizes), costs.time_s[0, layer_option])
+        chunk[holder] += total - float(mix @ time)  # the fixed part
+        found.append((n, total, chunk.max(), mix, sizes))
 
     for n in range(1, max_layers + 1):
         even = -(-n // vpp)
         sizes = _chunk_sizes(n, in_flight, even)
-        slot_chunk = _slots(in_flight, sizes)
-        hit = fastest_fitting(fastest[None] * n, n, slot_chunk)
+        hit = fastest_fitting(fastest * n, n, sizes)
         if hit is not None:  # the fastest option fits the even shape: nothing beats it
-            record(n, sizes, slot_chunk, fastest[None] * n, hit)
+            record(n, sizes, fastest[0] * n, hit[1])
             continue
-        mixes = _compositions(n, len(options))
+        if math.comb(n + len(options) - 1, len(options) - 1) <= MAX_MIXES:
+            mixes = _compositions(n, len(options))
+        else:
+            mixes, exact = _two_option_mixes(n, len(options)), False
         any_fit = False
-        for height in np.unique(np.linspace(even, n, HEIGHTS).round().astype(np.int64)):
+        heights = np.unique(np.linspace(even, n, HEIGHTS).round().astype(np.int64)) if vpp > 1 else [n]
+        for height in heights:
             sizes = _chunk_sizes(n, in_flight, int(height))
-            slot_chunk = _slots(in_flight, sizes)
-            hit = fastest_fitting(mixes, n, slot_chunk)
+            hit = fastest_fitting(mixes, n, sizes)
             if hit is not None:
-                record(n, sizes, slot_chunk, mixes, hit)
+                record(n, sizes, mixes[hit[0]], hit[1])
                 any_fit = True
         if not any_fit:
             break  # a layer more only adds memory
     if not found:
         empty = np.zeros(0)
         return RankCandidates(empty.astype(np.int64), empty, empty, np.zeros((0, len(options)), np.int64),
-                              np.zeros((0, vpp), np.int64))
+                              np.zeros((0, vpp), np.int64), exact)
     n, t, c, mixes, sizes = zip(*found)
-    return RankCandidates(np.array(n), np.array(t), np.array(c), np.array(mixes), np.array(sizes))
+    return RankCandidates(np.array(n), np.array(t), np.array(c), np.array(mixes), np.array(sizes), exact)
 
 
 def _subset(cand: RankCandidates, keep: np.ndarray) -> RankCandidates:
     return RankCandidates(cand.layers[keep], cand.time_s[keep], cand.chunk_s[keep], cand.mixes[keep],
-                          cand.sizes[keep])
+                          cand.sizes[keep], cand.exact)
 
 
 def _placed(costs: ChunkCosts, options: np.ndarray, rank: int, mix: np.ndarray, sizes: np.ndarray) -> np.ndarray:
@@ -182,10 +202,19 @@ def _placed(costs: ChunkCosts, options: np.ndarray, rank: int, mix: np.ndarray, 
     return out
 
 
-def all_rank_candidates(costs: ChunkCosts, options: np.ndarray) -> list[RankCandidates]:
-    """:func:`rank_candidates` of every rank, each up to ``L - pp + 1`` layers."""
+def all_rank_candidates(costs: ChunkCosts, options: np.ndarray, bottleneck_s: float = np.inf) -> list[RankCandidates]:
+    """:func:`rank_candidates` of every rank, each up to ``L - pp + 1`` layers and no more than
+    fit within ``bottleneck_s`` at the fastest option (a known answer's slowest rank: a better
+    answer has none slower)."""
     options = np.asarray(options, dtype=np.int64)
-    return [rank_candidates(costs, options, r, costs.num_layers - (costs.pp - 1)) for r in range(costs.pp)]
+    most = costs.num_layers - (costs.pp - 1)
+    fastest = float(costs.time_s[0, options].min())
+    out = []
+    for r in range(costs.pp):
+        room = (bottleneck_s - float(costs.stage_time_s[r, options].min())) / fastest if fastest > 0 else np.inf
+        out.append(rank_candidates(costs, options, r, int(min(most, np.floor(room * (1 + 1e-9)))) if np.isfinite(room)
+                                   else most))
+    return out
 
 
 def split_dp_counts(costs: ChunkCosts, options: np.ndarray, num_microbatches: int,
@@ -255,12 +284,15 @@ def split_dp_counts(costs: ChunkCosts, options: np.ndarray, num_microbatches: in
     return counts
 
 
-def rank_time_floor_s(ranks: list[RankCandidates], num_layers: int) -> np.ndarray:
+def rank_time_floor_s(ranks: list[RankCandidates], num_layers: int) -> np.ndarray | None:
     """``(pp, L + 1)``: the least seconds per micro-batch of each rank holding ``n`` layers (inf
-    where ``n`` layers fit in no way). A valid floor for any chunk placement: among the shapes of
+    where ``n`` layers fit in no way, or beyond the counts tried: slower than the bound of
+    :func:`all_rank_candidates`), or None where some rank did not try every mix. A valid floor for any chunk placement: among the shapes of
     :func:`rank_candidates` is the one with every layer on the chunk holding the fewest
     micro-batches, the least memory any placement of a mix needs."""
     floor = np.full((len(ranks), num_layers + 1), np.inf)
+    if not all(cand.exact for cand in ranks):
+        return None
     for r, cand in enumerate(ranks):
         np.minimum.at(floor[r], cand.layers, cand.time_s)
     return floor
