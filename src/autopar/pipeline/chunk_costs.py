@@ -34,33 +34,26 @@ class ChunkCosts:
     """Costs of ``K`` layer kinds under ``R`` recompute options on ``pp x vpp`` chunks.
 
     Attributes:
+        table: the layer table (its per-rank fixed parts ``stage_*`` ``(pp, R)``, memory limit and
+            p2p time are used as they are).
         starts: ``(K + 1,)`` layer boundaries; kind ``k`` is layers ``[starts[k], starts[k+1])``.
         forward_s, backward_s, recompute_s: ``(K, R)`` seconds per micro-batch of one layer.
         activation_bytes: ``(K, R)`` bytes one micro-batch keeps per layer.
         static_bytes: ``(K,)`` model-state bytes per layer.
-        stage_forward_s, stage_backward_s, stage_recompute_s, stage_bytes: ``(pp, R)`` fixed parts
-            of each rank (the table's).
         holder: ``(pp,)`` chunk of each rank that runs its fixed part (chunk 0; the last chunk
             of the last rank, where the output layer and loss run).
         in_flight: ``(pp, vpp)`` micro-batches of each chunk held at the rank's peak.
-        memory_limit_bytes: usable bytes per device.
-        p2p_s: one transfer between adjacent virtual stages.
     """
 
+    table: LayerTable
     starts: np.ndarray
     forward_s: np.ndarray
     backward_s: np.ndarray
     recompute_s: np.ndarray
     activation_bytes: np.ndarray
     static_bytes: np.ndarray
-    stage_forward_s: np.ndarray
-    stage_backward_s: np.ndarray
-    stage_recompute_s: np.ndarray
-    stage_bytes: np.ndarray
     holder: np.ndarray
     in_flight: np.ndarray
-    memory_limit_bytes: float
-    p2p_s: float
 
     @property
     def pp(self) -> int:
@@ -87,7 +80,16 @@ class ChunkCosts:
     @property
     def stage_time_s(self) -> np.ndarray:
         """``(pp, R)`` fixed seconds per micro-batch of each rank."""
-        return self.stage_forward_s + self.stage_backward_s + self.stage_recompute_s
+        return self.table.stage_time_s
+
+    @property
+    def stage_bytes(self) -> np.ndarray:
+        """``(pp, R)`` fixed bytes of each rank."""
+        return self.table.stage_bytes
+
+    @property
+    def memory_limit_bytes(self) -> float:
+        return self.table.memory_limit_bytes
 
     def fixed_option(self, counts: np.ndarray) -> np.ndarray:
         """``(pp,)`` the option whose fixed part each rank pays: among those its layers use
@@ -106,12 +108,13 @@ class ChunkCosts:
         fixed part on its :attr:`holder` chunk."""
         ranks, option = np.arange(self.pp), self.fixed_option(counts)
         out = []
-        for per_layer, fixed in ((self.forward_s, self.stage_forward_s), (self.backward_s, self.stage_backward_s),
-                                 (self.recompute_s, self.stage_recompute_s)):
+        t = self.table
+        for per_layer, fixed in ((self.forward_s, t.stage_forward_s), (self.backward_s, t.stage_backward_s),
+                                 (self.recompute_s, t.stage_recompute_s)):
             values = (counts * per_layer[None, None]).sum(axis=(2, 3))
             values[ranks, self.holder] += fixed[ranks, option]
             out.append(values)
-        return PipelineTimes(*out, p2p_s=self.p2p_s)
+        return PipelineTimes(*out, p2p_s=t.p2p_s)
 
     def chunk_activation_bytes(self, counts: np.ndarray) -> np.ndarray:
         """``(pp, vpp)`` activation bytes one micro-batch keeps on each chunk."""
@@ -144,12 +147,10 @@ def chunk_costs(table: LayerTable, vpp: int, schedule: str, num_microbatches: in
     first = starts[:-1]
     holder = np.zeros(pp, dtype=np.int64)
     holder[-1] = vpp - 1 if pp > 1 else 0
-    return ChunkCosts(starts=starts, forward_s=table.forward_s[first], backward_s=table.backward_s[first],
-                      recompute_s=table.recompute_s[first], activation_bytes=table.activation_bytes[first],
-                      static_bytes=table.static_bytes[first], stage_forward_s=table.stage_forward_s,
-                      stage_backward_s=table.stage_backward_s, stage_recompute_s=table.stage_recompute_s,
-                      stage_bytes=table.stage_bytes, holder=holder, in_flight=in_flight,
-                      memory_limit_bytes=table.memory_limit_bytes, p2p_s=table.p2p_s)
+    return ChunkCosts(table=table, starts=starts, forward_s=table.forward_s[first],
+                      backward_s=table.backward_s[first], recompute_s=table.recompute_s[first],
+                      activation_bytes=table.activation_bytes[first], static_bytes=table.static_bytes[first],
+                      holder=holder, in_flight=in_flight)
 
 
 def kind_counts(starts: np.ndarray, layers_per_chunk: np.ndarray) -> np.ndarray:
