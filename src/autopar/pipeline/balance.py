@@ -328,10 +328,14 @@ def balance(table: LayerTable, vpp: int, num_microbatches: int, schedule: str,
                 counts = found.counts
         elif warm is not None:
             solver, optimal, gap = "dp", True, 0.0
-        if counts is not None and vpp > 1:
-            # The objective prices a lopsided rank by its slowest chunk only, and not where its empty
-            # chunks fall; the simulated step decides between the answer and the even-shaped ones.
-            shapes = [counts] + [c for c in (even_shape, on_even) if c is not None and not np.array_equal(c, counts)]
+        if counts is not None:
+            # The objective prices a lopsided rank by its slowest chunk only, not where its empty chunks
+            # fall nor which stage is the slow one; the simulated step decides between the answer and
+            # the others found (ties of the objective: 1F1B is faster with the slow stage first).
+            shapes = [counts]
+            for other in (warm, even_shape, on_even):
+                if other is not None and not any(np.array_equal(other, c) for c in shapes):
+                    shapes.append(other)
             best = min((_plan_cost(table, costs, c, num_microbatches, schedule) for c in shapes),
                        key=lambda plan: plan.makespan_s)
     if counts is None:
