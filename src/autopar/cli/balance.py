@@ -29,7 +29,7 @@ from autopar.specs.cluster import MAX_MEMORY_BYTES
 from autopar.pipeline.balance import FORMS, TIME_LIMIT_S, BalancePlan
 from autopar.pipeline.balance_json import plan_document, sapp_arrays
 from autopar.pipeline.layout import PipelineLayout, layout_of
-from autopar.strategy import DEFAULT_RECOMPUTE_MODULES
+from autopar.strategy import DEFAULT_RECOMPUTE_MODULES, parse_recompute_modules
 
 GIB = 2.0**30
 MAX_TIME_LIMIT_S = 3600.0  # SAPP-PPB's default is 90 s
@@ -42,6 +42,12 @@ def _fmt_time(seconds: float) -> str:
 
 def _layers_text(row: np.ndarray) -> str:
     return str(int(row.sum())) if len(row) == 1 else f"{int(row.sum())} ({'+'.join(str(int(n)) for n in row)})"
+
+
+def _module_sets_in_order(names: tuple[str, ...], module_sets: tuple[tuple[str, ...], ...]) -> list:
+    """``module_sets`` lined up with ``names`` (None where a name is not ``selective:...``)."""
+    sets = iter(module_sets)
+    return [next(sets) if n.startswith("selective:") else None for n in names]
 
 
 def solver_text(plan: BalancePlan) -> str:
@@ -128,8 +134,11 @@ def print_plan(plan: BalancePlan, accounted: bool = False,
     console.print(balance_table(plan))
     arrays = sapp_arrays(plan)
     console.print(f"SAPP offset:    {arrays['offset']}", highlight=False)
-    other = "" if tuple(modules) == DEFAULT_RECOMPUTE_MODULES or "selective" not in plan.best.recompute else \
-        " (SAPP's own selective recompute, not --recompute-modules " + ",".join(modules) + ")"
+    used = [n for n in plan.best.options if n.startswith("selective") and plan.best.option_counts(n).any()]
+    sets = [n.split(":", 1)[1] for n in used if ":" in n]
+    if "selective" in used and tuple(modules) != DEFAULT_RECOMPUTE_MODULES:
+        sets.insert(0, "+".join(modules))
+    other = "" if not sets else f" (SAPP's own selective recompute, not the module sets {', '.join(sets)})"
     console.print(f"SAPP recompute: {arrays['recompute']}, select_recompute: {arrays['select_recompute']}{other}",
                   highlight=False, soft_wrap=True)
     console.print(f"Megatron-LM:    {megatron_flags(plan, accounted, modules, mtp_num_layers)}", highlight=False,
@@ -164,7 +173,9 @@ def balance_command(
     form: Annotated[str, typer.Option(help="explicit (any split, per-stage recompute) | megatron "
                                       "(equal middle stages, one recompute)")] = "explicit",
     options: Annotated[Optional[str], typer.Option("--options", help="recompute options to choose from, e.g. "
-                                                   "none,selective [default: all]")] = None,
+                                                   "none,selective,full,selective:core_attn+mlp (selective "
+                                                   "recompute of those --recompute-modules) [default: "
+                                                   "none,selective,full]")] = None,
     memory_limit_gib: Annotated[Optional[float], typer.Option("--memory-limit-gib", help="usable memory per "
                                                               "device [default: the device's]")] = None,
     plot: Annotated[Optional[str], typer.Option("--plot", help="write the timeline + memory figure (PNG)")] = None,
@@ -218,7 +229,7 @@ def balance_command(
         baseline, title = (names or table.options)[0], f"{layers}"
         limit_name = f"--layers {layers}: memory_limit_bytes={table.memory_limit_bytes:g}"
     else:
-        from autopar.pipeline.layers import layer_table
+        from autopar.pipeline.layers import layer_table, module_set_option
         from autopar.rules import check_strategy
 
         if model is None and script is None:
@@ -237,7 +248,11 @@ def balance_command(
         accounted = s.account_for_embedding or s.account_for_loss
         if accounted:  # compare against the chunks the layout runs, not Megatron's default ones
             even_chunks = layout_of(p, s).decoder
-        table, num_vpp, sched = layer_table(p, s, limit), s.vpp, s.schedule
+        module_sets = tuple(parse_recompute_modules(n.split(":", 1)[1].replace("+", ","), f"--options {n}")
+                            for n in names or () if n.startswith("selective:"))
+        names = names and tuple(module_set_option(m) if n.startswith("selective:") else n
+                                for n, m in zip(names, _module_sets_in_order(names, module_sets)))
+        table, num_vpp, sched = layer_table(p, s, limit, module_sets), s.vpp, s.schedule
         m = s.num_microbatches(p.train.global_batch_size)
         baseline = s.recompute if names is None or s.recompute in names else names[0]
         title = f"{p.model.name} tp{s.tp} pp{s.pp}" + (f" vpp{s.vpp}" if s.vpp > 1 else "")

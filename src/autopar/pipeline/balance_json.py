@@ -24,9 +24,11 @@ SCHEMA_VERSION = 1
 def sapp_arrays(plan: BalancePlan) -> dict[str, list]:
     """MindFormers' ``offset`` / ``recompute`` / ``select_recompute`` of the balanced plan: the
     layers of each chunk minus ``L // (pp * vpp)``, and how many of them run with full / selective
-    recompute (:func:`autopar.export.sapp.chunk_arrays`)."""
+    recompute (:func:`autopar.export.sapp.chunk_arrays`); ``select_recompute`` counts every
+    selective option, module sets (``selective:core_attn+mlp``) included: MindFormers has its own."""
     best = plan.best
-    return chunk_arrays(best.layers_per_chunk, best.option_counts("full"), best.option_counts("selective"))
+    selective = sum(best.option_counts(name) for name in best.options if name.split(":")[0] == "selective")
+    return chunk_arrays(best.layers_per_chunk, best.option_counts("full"), selective)
 
 
 def megatron_layout(plan: BalancePlan, mtp_num_layers: int = 0) -> str:
