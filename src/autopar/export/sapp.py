@@ -80,8 +80,11 @@ def chunk_arrays(layers_per_chunk: np.ndarray, full_counts: np.ndarray, selectiv
     """
     layers = np.asarray(layers_per_chunk, dtype=np.int64)
     pp, vpp = layers.shape
-    by_chunk = lambda counts: (lambda rows: rows[0] if vpp == 1 else rows)(  # noqa: E731
-        np.asarray(counts, dtype=np.int64).T.tolist())
+
+    def by_chunk(counts: np.ndarray) -> list:
+        rows = np.asarray(counts, dtype=np.int64).T.tolist()  # [chunk][stage]
+        return rows[0] if vpp == 1 else rows
+
     return {"pipeline_stage": int(pp), "pp_interleave_num": int(vpp),
             "offset": PipelineLayout.from_chunks(layers).sapp_offsets(), "recompute": by_chunk(full_counts),
             "select_recompute": by_chunk(selective_counts)}

@@ -27,7 +27,8 @@ def sapp_arrays(plan: BalancePlan) -> dict[str, list]:
     recompute (:func:`autopar.export.sapp.chunk_arrays`); ``select_recompute`` counts every
     selective option, module sets (``selective:core_attn+mlp``) included: MindFormers has its own."""
     best = plan.best
-    selective = sum(best.option_counts(name) for name in best.options if name.split(":")[0] == "selective")
+    selective = sum((best.option_counts(name) for name in best.options if name.split(":")[0] == "selective"),
+                    np.zeros(best.layers_per_chunk.shape, dtype=np.int64))
     return chunk_arrays(best.layers_per_chunk, best.option_counts("full"), selective)
 
 

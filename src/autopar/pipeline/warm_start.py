@@ -31,9 +31,15 @@ def greedy_counts(costs: ChunkCosts, options: np.ndarray, layers_per_chunk: np.n
     for k in range(num_kinds):
         counts[:, :, k, fastest[k]] = per_kind[:, :, k]
     limit = costs.memory_limit_bytes
+    per_layer = costs.static_bytes[None, :, None] + costs.in_flight[:, :, None, None] * costs.activation_bytes[None]
+
+    def rank_bytes(r: int) -> float:
+        """Rank ``r``'s peak bytes (:meth:`ChunkCosts.rank_bytes` of one rank)."""
+        used = counts[r].sum(axis=(0, 1)) > 0
+        return float((counts[r] * per_layer[r]).sum() + np.max(np.where(used, costs.stage_bytes[r], -np.inf)))
+
     for r in range(pp):
-        while costs.rank_bytes(counts)[r] > limit:
-            now = costs.rank_bytes(counts)[r]
+        while (now := rank_bytes(r)) > limit:
             best, best_ratio = None, -np.inf
             for v, k, o in zip(*np.nonzero(counts[r])):
                 for to in options:
@@ -41,7 +47,7 @@ def greedy_counts(costs: ChunkCosts, options: np.ndarray, layers_per_chunk: np.n
                         continue
                     counts[r, v, k, o] -= 1
                     counts[r, v, k, to] += 1
-                    saved = now - costs.rank_bytes(counts)[r]
+                    saved = now - rank_bytes(r)
                     counts[r, v, k, o] += 1
                     counts[r, v, k, to] -= 1
                     if saved <= 0:
@@ -59,7 +65,7 @@ def greedy_counts(costs: ChunkCosts, options: np.ndarray, layers_per_chunk: np.n
 
 
 T_CANDIDATES = 40  # bottleneck times the split DP tries above the lowest feasible one
-HEIGHTS = 8  # chunk-size shapes per layer count (from even to all layers in one chunk)
+HEIGHTS = 4  # chunk-size shapes per layer count (from even to all layers in one chunk)
 
 
 def _compositions(n: int, parts: int) -> np.ndarray:
