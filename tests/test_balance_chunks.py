@@ -38,7 +38,7 @@ def test_four_stages_memory_forces_one_full_layer_on_the_first_two():
     (m - 1) * T + sum t = 99 * 7 + 26 = 719 s."""
     table = _table(4, ("none", "full"), [1, 1], [2, 2], [0, 1], [10, 1], 50.0, 8)
     plan = balance(table, 1, 100, "1f1b", time_limit_s=30)
-    assert plan.optimal and plan.gap == pytest.approx(0, abs=1e-4)
+    assert plan.optimal and plan.gap <= 1e-3
     assert plan.best.layers_per_stage == (2, 2, 2, 2)
     assert plan.best.recompute == ("1 none + 1 full", "1 none + 1 full", "none", "none")
     assert plan.best.objective_s == pytest.approx(719)

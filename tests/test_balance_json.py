@@ -31,9 +31,11 @@ def test_document_fields_and_types(tmp_path):
     assert (doc["pp"], doc["vpp"], doc["schedule"], doc["num_microbatches"]) == (4, 1, "1f1b", 8)
     assert doc["memory_limit_bytes"] == 2e10
     solver = doc["solver"]
-    assert set(solver) == {"name", "optimal", "mip_gap", "time_limit_hit", "time_limit_s", "solve_time_s"}
+    assert set(solver) == {"name", "optimal", "mip_gap", "bound_s", "time_limit_hit", "time_limit_s",
+                           "solve_time_s"}
     assert solver["name"] in ("highs", "scipy") and isinstance(solver["optimal"], bool)
     assert isinstance(solver["time_limit_hit"], bool) and solver["time_limit_s"] == 0.3
+    assert solver["bound_s"] <= doc["balanced"]["objective_s"] * (1 + 1e-9)
     for part in ("balanced", "even"):
         cost = doc[part]
         assert set(cost) == {"layers_per_stage", "layers_per_chunk", "recompute", "recompute_counts",

@@ -51,11 +51,12 @@ def _module_sets_in_order(names: tuple[str, ...], module_sets: tuple[tuple[str, 
 
 
 def solver_text(plan: BalancePlan) -> str:
-    """How the plan was solved, e.g. ``solver highs, proven optimal`` or ``solver highs, MIP gap
-    6.3%, time limit 0.3 s hit``."""
+    """How the plan was solved, e.g. ``solver highs, proven optimal (MIP gap 0.01%)`` (within
+    :data:`autopar.pipeline.chunk_ilp.MIP_REL_GAP`) or ``solver highs, MIP gap 0.3%, time limit
+    0.3 s hit``."""
     text = f"solver {plan.solver}"
     if plan.optimal:
-        return text + ", proven optimal"
+        return text + ", proven optimal" + ("" if plan.gap is None else f" (MIP gap {plan.gap:.2%})")
     if plan.gap is not None:
         text += f", MIP gap {plan.gap:.1%}"
     if plan.time_limit_hit:

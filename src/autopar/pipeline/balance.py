@@ -127,7 +127,9 @@ class BalancePlan:
     memory limit, and how it was solved (``solver``: dp / megatron / highs / scipy / greedy;
     ``optimal``: proven optimal for the objective of :mod:`autopar.pipeline.chunk_ilp` within
     its MIP gap; ``gap``: the solver's relative MIP gap, None when it gave no bound;
-    ``time_limit_hit``: the solver stopped at ``time_limit_s``)."""
+    ``time_limit_hit``: the solver stopped at ``time_limit_s``; ``bound_s``: its proven lower bound
+    of the objective, to compare with ``best.objective_s``: the answer kept is the one with the
+    fastest simulated step among those found, which can differ from the program's own)."""
 
     best: PlanCost
     even: PlanCost | None
@@ -140,6 +142,7 @@ class BalancePlan:
     time_limit_hit: bool = False
     time_limit_s: float | None = None
     num_microbatches: int | None = None
+    bound_s: float | None = None
 
     @property
     def offset(self) -> list[list[int]]:
@@ -302,7 +305,7 @@ def balance(table: LayerTable, vpp: int, num_microbatches: int, schedule: str,
     indices = np.array([table.option_index(n) for n in names])
     base = table.option_index(baseline or names[0])
     costs = chunk_costs(table, vpp, schedule, num_microbatches)
-    gap, hit, best = None, False, None
+    gap, hit, best, bound = None, False, None, None
     if form == "megatron" or len(costs.kind_layers) > MAX_KINDS:
         counts, solver, optimal = _positional(table, costs, indices, vpp, num_microbatches, schedule, form,
                                               time_limit_s)
@@ -323,6 +326,7 @@ def balance(table: LayerTable, vpp: int, num_microbatches: int, schedule: str,
             floor = None if ranks is None else rank_time_floor_s(ranks, table.num_layers)
             found = chunk_ilp.solve(costs, indices, num_microbatches, warm, time_limit_s, floor)
             solver, optimal, gap, hit = found.solver, found.optimal, found.gap, found.time_limit_hit
+            bound = found.bound_s
             if found.counts is not None and (warm is None or found.objective_s <= chunk_ilp.objective_s(
                     costs, warm, num_microbatches)):
                 counts = found.counts
@@ -349,4 +353,5 @@ def balance(table: LayerTable, vpp: int, num_microbatches: int, schedule: str,
             and np.max(even.stage_memory_bytes) <= table.memory_limit_bytes):
         best = even  # the surrogate objective can miss by a little; never answer worse than even
     return BalancePlan(best, even, table.memory_limit_bytes, schedule, solver, optimal, time.perf_counter() - start,
-                       gap=gap, time_limit_hit=hit, time_limit_s=time_limit_s, num_microbatches=num_microbatches)
+                       gap=gap, time_limit_hit=hit, time_limit_s=time_limit_s, num_microbatches=num_microbatches,
+                       bound_s=bound)

@@ -65,7 +65,7 @@ def plan_document(plan: BalancePlan, mtp_num_layers: int = 0) -> dict[str, Any]:
         "schedule": plan.schedule,
         "num_microbatches": plan.num_microbatches,
         "memory_limit_bytes": float(plan.memory_limit_bytes),
-        "solver": {"name": plan.solver, "optimal": plan.optimal, "mip_gap": plan.gap,
+        "solver": {"name": plan.solver, "optimal": plan.optimal, "mip_gap": plan.gap, "bound_s": plan.bound_s,
                    "time_limit_hit": plan.time_limit_hit, "time_limit_s": plan.time_limit_s,
                    "solve_time_s": float(plan.solve_time_s)},
         "balanced": _cost_document(plan.best, limit),
