@@ -144,3 +144,15 @@ def test_sapp_ppb_example_shapes(tmp_path):
     layers = np.array(doc["balanced"]["layers_per_chunk"]).T  # [chunk][stage]
     assert np.array_equal(np.array(sapp["offset"]) + 2, layers)
     assert np.all(np.array(sapp["recompute"]) <= layers) and sum(map(sum, sapp["recompute"])) > 0
+
+
+def test_scipy_fallback_finds_the_same_optimum(monkeypatch):
+    """Without highspy the program goes to scipy.optimize.milp (HiGHS inside scipy): the same
+    hand-derived answer as above."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "highspy", None)  # import highspy raises ImportError
+    table = _table(4, ("none", "full"), [1, 1], [2, 2], [0, 1], [10, 1], 50.0, 8)
+    plan = balance(table, 1, 100, "1f1b", time_limit_s=30)
+    assert plan.solver == "scipy" and plan.optimal
+    assert plan.best.layers_per_stage == (2, 2, 2, 2) and plan.best.objective_s == pytest.approx(719)
