@@ -136,10 +136,10 @@ def print_plan(plan: BalancePlan, accounted: bool = False,
     arrays = sapp_arrays(plan)
     console.print(f"SAPP offset:    {arrays['offset']}", highlight=False)
     used = [n for n in plan.best.options if n.startswith("selective") and plan.best.option_counts(n).any()]
-    sets = [n.split(":", 1)[1] for n in used if ":" in n]
+    sets = [n for n in used if ":" in n]  # selective:core_attn+mlp
     if "selective" in used and tuple(modules) != DEFAULT_RECOMPUTE_MODULES:
-        sets.insert(0, "+".join(modules))
-    other = "" if not sets else f" (SAPP's own selective recompute, not the module sets {', '.join(sets)})"
+        sets.insert(0, "--recompute-modules " + ",".join(modules))
+    other = "" if not sets else f" (SAPP's own selective recompute, not {', '.join(sets)})"
     console.print(f"SAPP recompute: {arrays['recompute']}, select_recompute: {arrays['select_recompute']}{other}",
                   highlight=False, soft_wrap=True)
     console.print(f"Megatron-LM:    {megatron_flags(plan, accounted, modules, mtp_num_layers)}", highlight=False,
