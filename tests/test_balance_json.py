@@ -1,4 +1,4 @@
-"""``autopar balance --json``: one document (schema_version 1) with the split, the SAPP arrays,
+"""``autopar balance --json``: one document (schema_version 1, autopar/data/schemas/balance.schema.json) with the split, the SAPP arrays,
 the Megatron layout, per-stage memory and times, and how it was solved."""
 
 from __future__ import annotations
@@ -9,8 +9,9 @@ import pytest
 from typer.testing import CliRunner
 
 from autopar.cli import app
-from autopar.pipeline.balance_json import SCHEMA_VERSION
 from autopar.pipeline.layout import PipelineLayout
+from autopar.schemas import schema_version
+from json_schema_support import assert_valid
 
 runner = CliRunner()
 LAYER = {"forward_s": 0.01, "backward_s": 0.02, "static_bytes": 1e9, "activation_bytes": {"none": 2e9, "full": 1e8}}
@@ -27,7 +28,8 @@ def _balance_json(tmp_path, pp=4, vpp=1, layers=10, m=8, limit=2e10, extra=()) -
 
 def test_document_fields_and_types(tmp_path):
     doc = _balance_json(tmp_path)
-    assert doc["schema_version"] == SCHEMA_VERSION == 1
+    assert doc["schema_version"] == schema_version("balance") == 1 and doc["document"] == "balance"
+    assert_valid("balance", doc)
     assert (doc["pp"], doc["vpp"], doc["schedule"], doc["num_microbatches"]) == (4, 1, "1f1b", 8)
     assert doc["memory_limit_bytes"] == 2e10
     solver = doc["solver"]

@@ -7,9 +7,7 @@ or the per-layer costs from ``--layers FILE`` (see :mod:`autopar.pipeline.layers
 
 from __future__ import annotations
 
-import json
 import shlex
-import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -22,6 +20,7 @@ from autopar.cli.options import (Cp, Device, DeviceFile, DeviceSet, Dp, Ep, Etp,
                                  PerNode, Pp, Fp8ParamStorage, MoeImbalance, Precision, RecomputeLayers,
                                  RecomputeModules, RecomputeOpt, ScheduleOpt, Script, SeqLen, Sp, Tp, VocabPad,
                                  VocabSize, Vpp, Zero)
+from autopar.cli.json_output import print_json
 from autopar.cli.inputs import problem_from_options, recompute_modules_option, strategy_from_options
 from autopar.cli.paths import refuse_overwriting_inputs
 from autopar.errors import AutoparError
@@ -270,7 +269,7 @@ def balance_command(
     plan = balance(table, num_vpp, m, sched, options=names, form=form, baseline=baseline, even_split=even_split,
                    limit_name=limit_name, time_limit_s=time_limit_s, even_chunks=even_chunks)
     if as_json:
-        sys.stdout.write(json.dumps(plan_document(plan, mtp_num_layers), indent=2) + "\n")
+        print_json("balance", plan_document(plan, mtp_num_layers))
     if plot:
         from autopar.pipeline.plot import plot_plan
 

@@ -1,6 +1,7 @@
 """The balanced plan as data: SAPP arrays, Megatron layout, and the ``autopar balance --json`` document.
 
-``plan_document`` is what ``balance --json`` prints (schema :data:`SCHEMA_VERSION`): the split
+``plan_document`` is what ``balance --json`` prints (through :func:`autopar.cli.json_output.print_json`,
+which adds ``schema_version`` and ``document``; schema ``autopar/data/schemas/balance.schema.json``): the split
 (layers per stage and per chunk), the SAPP arrays (``offset``, ``recompute``, ``select_recompute``
 in SAPP-PPB's ``[vpp][pp]`` shape, :func:`autopar.export.sapp.chunk_arrays`), the Megatron-LM
 layout string, the recompute counts per chunk and option, per-stage memory (bytes) and times
@@ -17,9 +18,6 @@ import numpy as np
 from autopar.export.sapp import chunk_arrays
 from autopar.pipeline.balance import BalancePlan, PlanCost
 from autopar.pipeline.layout import PipelineLayout
-
-SCHEMA_VERSION = 1
-
 
 def sapp_arrays(plan: BalancePlan) -> dict[str, list]:
     """MindFormers' ``offset`` / ``recompute`` / ``select_recompute`` of the balanced plan: the
@@ -59,7 +57,6 @@ def plan_document(plan: BalancePlan, mtp_num_layers: int = 0) -> dict[str, Any]:
     limit = plan.memory_limit_bytes
     even = None if plan.even is None else _cost_document(plan.even, limit)
     return {
-        "schema_version": SCHEMA_VERSION,
         "pp": int(pp),
         "vpp": int(vpp),
         "schedule": plan.schedule,
