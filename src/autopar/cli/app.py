@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 import typing
 from functools import wraps
-from typing import Any, Callable
+from typing import Any, Callable, ContextManager
 
 import typer
 from rich.console import Console
@@ -67,6 +67,24 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         return result
 
     return wrapper
+
+
+def on_terminals() -> bool:
+    """Whether stdout and stderr are both a terminal."""
+    return sys.stdout.isatty() and sys.stderr.isatty()
+
+
+def progress_shown(quiet: bool) -> ContextManager[None]:
+    """The progress display of slow phases (:mod:`autopar.progress`) on stderr, or nothing: off
+    with ``--quiet`` and whenever stdout or stderr is not a terminal (a pipe, a file, CI), so
+    progress never mixes into output that is read back (``--json > out.json``)."""
+    from contextlib import nullcontext
+
+    if quiet or not on_terminals():
+        return nullcontext()
+    from autopar.progress import display
+
+    return display(err_console)
 
 
 def main(prog_name: str | None = None) -> None:

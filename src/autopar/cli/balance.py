@@ -15,14 +15,15 @@ import numpy as np
 import typer
 from rich.table import Table
 
-from autopar.cli.app import app, console, err_console, user_errors
+from autopar.cli.app import app, console, err_console, progress_shown, user_errors
 from autopar.cli.options import (Cp, Device, DeviceFile, DeviceSet, Dp, Ep, Etp, Flash, Gbs, Mbs, Model, Nodes,
-                                 PerNode, Pp, Fp8ParamStorage, MoeImbalance, Precision, RecomputeLayers,
+                                 PerNode, Pp, Fp8ParamStorage, MoeImbalance, Precision, Quiet, RecomputeLayers,
                                  RecomputeModules, RecomputeOpt, ScheduleOpt, Script, SeqLen, Sp, Tp, VocabPad,
                                  VocabSize, Vpp, Zero)
 from autopar.cli.inputs import problem_from_options, recompute_modules_option, strategy_from_options
 from autopar.cli.paths import refuse_overwriting_inputs
 from autopar.errors import AutoparError
+from autopar.progress import phase
 from autopar.specs.cluster import MAX_MEMORY_BYTES
 from autopar.pipeline.balance import FORMS, BalancePlan
 from autopar.pipeline.layout import PipelineLayout
@@ -159,6 +160,7 @@ def balance_command(
     memory_limit_gib: Annotated[Optional[float], typer.Option("--memory-limit-gib", help="usable memory per "
                                                               "device [default: the device's]")] = None,
     plot: Annotated[Optional[str], typer.Option("--plot", help="write the timeline + memory figure (PNG)")] = None,
+    quiet: Quiet = False,
 ) -> None:
     """Balance pipeline stages: layers (per chunk) and recompute per stage vs the even split."""
     from autopar.pipeline.balance import balance
@@ -241,8 +243,9 @@ def balance_command(
                            f"{', '.join(table.options)}")
     if memory_limit_gib is not None:
         limit_name = f"--memory-limit-gib={memory_limit_gib:g}"
-    plan = balance(table, num_vpp, m, sched, options=names, form=form, baseline=baseline, even_split=even_split,
-                   limit_name=limit_name)
+    with progress_shown(quiet), phase("balance", description=f"balancing {pp} stages (integer program)"):
+        plan = balance(table, num_vpp, m, sched, options=names, form=form, baseline=baseline, even_split=even_split,
+                       limit_name=limit_name)
     if header:  # after the balancing, so a refusal is the one line printed
         console.print(header)
     print_plan(plan, accounted, modules, mtp_num_layers)

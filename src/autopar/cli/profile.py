@@ -1,7 +1,7 @@
 """``autopar profile ops|layer|comm`` (typer sub-app) and the ``--profile-db`` helpers.
 
 torch and transformers are imported inside the commands only, so ``autopar search`` never
-loads them. Progress is a rich bar; every measurement is committed as it finishes, so Ctrl-C
+loads them. Progress shows on stderr (autopar.progress); every measurement is committed as it finishes, so Ctrl-C
 loses at most the one in flight and a rerun measures only what is missing.
 """
 
@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.progress import Progress
 
-from autopar.cli.app import console, user_errors
-from autopar.cli.options import (Device, DeviceFile, DeviceSet, Flash, Gbs, Model, Nodes, PerNode, Precision, SeqLen,
-                                 VocabPad)
+from autopar.cli.app import console, progress_shown, user_errors
+from autopar.cli.options import (Device, DeviceFile, DeviceSet, Flash, Gbs, Model, Nodes, PerNode, Precision, Quiet,
+                                 SeqLen, VocabPad)
 from autopar.cli.inputs import positive, problem_from_options
 from autopar.errors import AutoparError
+from autopar.progress import advance, phase
 from autopar.profile.opdb import OpDB, make_folder
 
 profile_app = typer.Typer(no_args_is_help=True, help="Measure operators, layers and collectives into a profile DB.")
@@ -176,13 +176,12 @@ def _measure_all(db: OpDB, ops: list, dtype: str, repeats: int, given_device: st
     todo = [(op, dims) for op, dims in ops if not db.has(name, op, dims, dtype, versions)]
     console.print(f"{name}: {len(ops)} shapes, {len(ops) - len(todo)} already measured, {len(todo)} to go",
                   highlight=False)
-    with Progress(console=console) as bar:
-        task = bar.add_task("profiling ops", total=len(todo))
+    with phase("profile ops", total=len(todo), description="profiling ops"):
         for op, dims in todo:
-            bar.update(task, description=f"{op} {dims}")
+            advance(0, description=f"{op} {dims}")
             fwd, bwd, moved = O.measure(op, dims, dtype, device, repeats=repeats)
             db.put(name, op, dims, dtype, versions, fwd, bwd, moved, repeats)
-            bar.advance(task)
+            advance()
     return len(todo)
 
 
@@ -197,7 +196,7 @@ def ops(
     cp: int = 1, ep: int = 1, etp: Optional[int] = None, mbs: int = 1,
     sp: Annotated[Optional[bool], typer.Option("--sp/--no-sp", help="sequence parallelism [default: on with tp > 1]")] = None,
     missing_from: Annotated[Optional[str], typer.Option(help="a --json result of search/estimate --profile-db")] = None,
-    repeats: int = 5,
+    repeats: int = 5, quiet: Quiet = False,
 ) -> None:
     """Measure the operator shapes a search needs (only those missing from the database)."""
     positive("--repeats", repeats, upper=1000)
@@ -238,7 +237,8 @@ def ops(
         planned = p.cluster.device.name
     make_folder(db, "--db")
     _require("torch")  # after the options are checked, before OpDB creates an empty --db file
-    _measure_all(OpDB(db, "--db"), wanted, dtype, repeats, planned)
+    with progress_shown(quiet):
+        _measure_all(OpDB(db, "--db"), wanted, dtype, repeats, planned)
 
 
 @profile_app.command()

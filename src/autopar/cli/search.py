@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from typing import Annotated, Optional
 
 import typer
 from rich.markup import escape
 
 import autopar.cli.search_options as S
-from autopar.cli.app import app, console, err_console, user_errors
+from autopar.cli.app import app, console, err_console, progress_shown, user_errors
 from autopar.cli.config import Config
 from autopar.cli.inputs import positive, problem_from_options, recompute_modules_option
 from autopar.cli.options import (
@@ -27,6 +28,7 @@ from autopar.cli.options import (
     Nodes,
     PerNode,
     Precision,
+    Quiet,
     ProfileDb,
     ProfileDevice,
     ProfileStandsFor,
@@ -37,6 +39,7 @@ from autopar.cli.options import (
     VocabSize,
 )
 from autopar.cli.paths import refuse_overwriting_inputs
+from autopar import STARTED_S
 from autopar.errors import AutoparError
 from autopar.problem import Problem
 
@@ -113,6 +116,7 @@ def search(
     verify: Annotated[Optional[int], typer.Option("--verify", help="then run the top K layouts for a few iterations "
                                                   "with --script (autopar verify's defaults: local torchrun, 10 "
                                                   "iterations, jobs in out/verify)")] = None,
+    quiet: Quiet = False,
 ) -> None:
     """Search every valid layout, drop those that do not fit, rank the rest by step time."""
     from autopar.export.megatron import megatron_args
@@ -148,7 +152,7 @@ def search(
     from autopar.cli.profile import print_coverage, profiled
 
     ops_db = profile_db if calibration is None or calibration["operator_rows"] else None  # a DB of runs only
-    with profiled(p, ops_db, profile_device, profile_stands_for) as coverage:
+    with profiled(p, ops_db, profile_device, profile_stands_for) as coverage, progress_shown(quiet):
         modules = recompute_modules_option(p, recompute_modules)
         options = SpaceOptions(recompute_modules=modules) if modules else None
         if gbs_range:
@@ -191,6 +195,7 @@ def search(
             doc["calibration"] = calibration
         if explained:
             doc["explain"] = explained.to_dict()
+        doc["command_s"] = time.perf_counter() - STARTED_S  # wall time of the whole command, imports included
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return
     console.print(f"[bold]{p.model.name}[/] ({p.model.num_params / 1e9:.1f} B params) on {p.cluster.num_nodes} x "

@@ -6,7 +6,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from autopar.cli.app import app, console, user_errors
+from autopar.cli.app import app, console, progress_shown, user_errors
+from autopar.cli.options import Quiet
 from autopar.cli.paths import refuse_overwriting_inputs
 from autopar.errors import AutoparError
 
@@ -20,6 +21,7 @@ def validate(
     csv_path: Annotated[Optional[str], typer.Option("--csv", help="measurements CSV (default: "
                                                     "the published measurements shipped with autopar)")] = None,
     out: Annotated[str, typer.Option("--out", help="report directory")] = "out/validation",
+    quiet: Quiet = False,
 ) -> None:
     """Score autopar against published measurements; write accuracy.md, rows.md, scatter.png."""
     from pathlib import Path
@@ -29,7 +31,8 @@ def validate(
     refuse_overwriting_inputs({"--csv": csv_path or DEFAULT_CSV},
                               {"--out": (out, [Path(out) / name for name in VALIDATE_FILES])})
     try:
-        results, paths = run_validation(csv_path or DEFAULT_CSV.resolve(), out)
+        with progress_shown(quiet):
+            results, paths = run_validation(csv_path or DEFAULT_CSV.resolve(), out)
     except OSError as err:
         raise AutoparError(f"--out={out!r}: cannot write the report ({err.strerror})") from None
     console.print(paths["accuracy"].read_text(), highlight=False, markup=False)

@@ -26,6 +26,7 @@ from autopar.export.comm_knobs import CP_ALGORITHMS, TP_OVERLAP_TARGETS
 from autopar.export.per_stage import MODULE_TARGETS, PER_STAGE_OPTIONS
 from autopar.pipeline.rebalance import TARGETS, TableCache, rank, rebalance_estimate
 from autopar.problem import Problem
+from autopar.progress import advance, phase, timings
 from autopar.problem_record import problem_record
 from autopar.rules import RULES, first_failure
 from autopar.search.costing import search_costs
@@ -53,6 +54,7 @@ class SearchResult:
     extra: dict[str, Any] = field(default_factory=dict)
     problem: dict[str, Any] | None = None  # autopar.problem_record.problem_record of the problem searched
     constraints: dict[str, int] = field(default_factory=dict)  # constraint text -> layouts it removed
+    phases_s: dict[str, float] = field(default_factory=dict)  # wall time of each phase (autopar.progress)
 
     def to_dict(self) -> dict[str, Any]:
         """The stable search JSON documented in the README."""
@@ -63,6 +65,7 @@ class SearchResult:
             "out_of_memory": self.out_of_memory,
             "marginal": self.marginal,
             "search_time_s": self.search_time_s,
+            "phases_s": self.phases_s,
             "target": self.target,
             "not_writable": self.not_writable,
             "problem": self.problem,
@@ -214,7 +217,8 @@ def costed_grid(p: Problem, memory_margin: float, options: SpaceOptions | None =
     """
     constraints = constraints or []
     options = widen_space(options or SpaceOptions(), constraints)
-    space, extra = _full_space(p, options, constraints) if full else (valid_layouts(p, options, constraints), {})
+    with phase("enumerate", description="enumerating the valid layouts"):
+        space, extra = _full_space(p, options, constraints) if full else (valid_layouts(p, options, constraints), {})
     if constraints and space.enumerated == sum(space.removed.values()):
         what = ", ".join(f"{text} ({count:,})" for text, count in space.removed.items())
         raise AutoparError(f"the constraints leave none of the {space.enumerated:,} layouts of {p.model.name} on "
@@ -223,11 +227,13 @@ def costed_grid(p: Problem, memory_margin: float, options: SpaceOptions | None =
     if len(valid) == 0:
         raise _nothing_valid(p, space.rejected)
     capacity = p.cluster.device.memory_bytes
-    costs = search_costs(p, valid, capacity, space.keys)
-    fits = costs.peak_memory_bytes <= capacity
-    marginal = fits & (costs.peak_memory_bytes > (1 - memory_margin) * capacity)
-    ties = tuple(getattr(valid, name) for name in reversed(SIMPLICITY_ORDER))  # last key sorts first
-    order = np.lexsort(ties + (np.round(costs.step_time_s, 6), marginal, ~fits))
+    with phase("cost", description=f"costing {len(valid):,} valid layouts"):
+        costs = search_costs(p, valid, capacity, space.keys)
+    with phase("rank", description="ranking"):
+        fits = costs.peak_memory_bytes <= capacity
+        marginal = fits & (costs.peak_memory_bytes > (1 - memory_margin) * capacity)
+        ties = tuple(getattr(valid, name) for name in reversed(SIMPLICITY_ORDER))  # last key sorts first
+        order = np.lexsort(ties + (np.round(costs.step_time_s, 6), marginal, ~fits))
     return Grid(space.enumerated, space.removed, space.rejected, valid, costs, fits, marginal, order, **extra)
 
 
@@ -266,12 +272,37 @@ def search(
     start = time.perf_counter()
     if target not in TARGETS:
         raise AutoparError(f"--target={target!r}: allowed {', '.join(TARGETS)}")
-    p, options = for_search(p, target, options)
-    grid = costed_grid(p, memory_margin, options, constraints)
-    if not np.any(grid.fits):
-        raise _nothing_fits(p, grid)
-    valid, costs, fits, marginal = grid.valid, grid.costs, grid.fits, grid.marginal
-    order = grid.order
+    with timings() as phases_s:
+        p, options = for_search(p, target, options)
+        grid = costed_grid(p, memory_margin, options, constraints)
+        if not np.any(grid.fits):
+            raise _nothing_fits(p, grid)
+        layouts, refused = _top(p, grid, top_k, memory_margin, target)
+    return SearchResult(
+        layouts=layouts,
+        enumerated=grid.enumerated,
+        rejected=grid.rejected,
+        out_of_memory=int(np.sum(~grid.fits)),
+        marginal=int(np.sum(grid.marginal)),
+        search_time_s=time.perf_counter() - start,
+        global_batch_size=p.train.global_batch_size,
+        target=target,
+        not_writable=len(refused),
+        problem=problem_record(p),
+        constraints=grid.removed,
+        phases_s=phases_s,
+    )
+
+
+def _top(p: Problem, grid: Grid, top_k: int, memory_margin: float, target: str) -> tuple[list[Estimate], list[str]]:
+    """The ``top_k`` best undominated layouts ``target`` can write, re-costed stage by stage
+    (:func:`estimate`), re-balanced and re-ranked (see the module docstring), and the refusals of
+    the fitting layouts skipped on the way.
+
+    Raises:
+        AutoparError: the target's writer refuses every fitting layout.
+    """
+    valid, costs, fits = grid.valid, grid.costs, grid.fits
     refused: list[str] = []
 
     def writable(i: int) -> bool:
@@ -280,26 +311,24 @@ def search(
             refused.append(reason)
         return reason is None
 
-    order = list(islice(undominated(valid, costs.step_time_s, costs.peak_memory_bytes, order[fits[order]], writable),
-                        top_k))
+    with phase("rank"):
+        order = list(islice(undominated(valid, costs.step_time_s, costs.peak_memory_bytes, grid.order[fits[grid.order]],
+                                        writable), top_k))
     if not order:
         raise AutoparError(f"no fitting layout can be written for --target {target}: "
                            f"{len(refused):,} refused, e.g. {refused[0]}")
-    layouts = [estimate(p, valid.strategy(int(i), p.model.num_layers, p.model.mtp_num_layers), memory_margin) for i in order]
-    cache = TableCache()  # one layer table per shard shape across the top k
-    layouts = _unique(rank([rebalance_estimate(p, e, memory_margin, target, cache, use_ilp=False) for e in layouts]))
+    with phase("recost", total=2 * len(order), description=f"re-costing and re-balancing the top {len(order)}"):
+        layouts = []
+        for i in order:
+            layouts.append(estimate(p, valid.strategy(int(i), p.model.num_layers, p.model.mtp_num_layers), memory_margin))
+            advance()
+        cache = TableCache()  # one layer table per shard shape across the top k
+        balanced = []
+        for e in layouts:
+            balanced.append(rebalance_estimate(p, e, memory_margin, target, cache, use_ilp=False))
+            advance()
+        layouts = _unique(rank(balanced))
     if target in PER_STAGE_OPTIONS and layouts[0].strategy.pp > 1:  # the integer program polishes #1 only
-        layouts = _unique(rank([rebalance_estimate(p, layouts[0], memory_margin, target, cache)] + layouts))
-    return SearchResult(
-        layouts=layouts,
-        enumerated=grid.enumerated,
-        rejected=grid.rejected,
-        out_of_memory=int(np.sum(~fits)),
-        marginal=int(np.sum(marginal)),
-        search_time_s=time.perf_counter() - start,
-        global_batch_size=p.train.global_batch_size,
-        target=target,
-        not_writable=len(refused),
-        problem=problem_record(p),
-        constraints=grid.removed,
-    )
+        with phase("balance", description="balancing #1 (integer program)"):
+            layouts = _unique(rank([rebalance_estimate(p, layouts[0], memory_margin, target, cache)] + layouts))
+    return layouts, refused
