@@ -40,6 +40,10 @@ from autopar.strategy import CP_COMM_TYPES, DEFAULT_RECOMPUTE_MODULES, LayoutBat
 # Candidate layouts one search may hold (14 int64 columns plus the cost arrays): 22.8 million took
 # 32 s and 5 GB (DeepSeek-V3 on 800,000 devices); the 2,048-GPU DeepSeek-V3 search holds about one million.
 MAX_LAYOUTS = 10_000_000
+# (tp, cp, pp, vpp) blocks one search may go through (:func:`blocks`): the search counts each block's
+# layouts without building them, but goes through the blocks one by one in Python; 720,720 devices
+# (240 divisors) have 135,770 blocks and took 30 s; 16,384 devices have about 1,400.
+MAX_BLOCKS = 50_000
 
 
 def divisors(n: int) -> list[int]:
@@ -224,12 +228,22 @@ def assemble(scalars: np.ndarray, values: dict[str, np.ndarray]) -> np.ndarray:
 
 
 def blocks(p: Problem, opt: SpaceOptions | None = None) -> list[Block]:
-    """The blocks of the space of ``p`` (see :class:`Block`), in enumeration order."""
+    """The blocks of the space of ``p`` (see :class:`Block`), in enumeration order.
+
+    Raises:
+        AutoparError: more than :data:`MAX_BLOCKS` blocks (a device count with very many divisors).
+    """
     opt = opt or SpaceOptions()
     mbs, zero = np.asarray(opt.mbs, dtype=np.int64)[:, None], np.asarray(opt.zero, dtype=np.int64)[:, None]
+    grid = _grid(p, opt)
+    if len(grid) > MAX_BLOCKS:
+        raise AutoparError(
+            f"--nodes x --devices-per-node = {p.world_size} devices: {p.model.name}'s layout space there has "
+            f"{len(grid):,} (tp, cp, pp, vpp) blocks, more than the {MAX_BLOCKS:,} autopar searches; plan fewer "
+            "devices or a count with fewer divisors (e.g. a power of two)")
     out = []
     experts, recompute = {}, {}  # by tp; by (pp, vpp)
-    for tp, cp, pp, vpp, accounted in _grid(p, opt):
+    for tp, cp, pp, vpp, accounted in grid:
         if tp not in experts:
             experts[tp] = np.asarray(_expert_options(p, tp), dtype=np.int64)
         if (pp, vpp) not in recompute:

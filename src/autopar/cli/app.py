@@ -14,7 +14,6 @@ from typing import Any, Callable, ContextManager
 import typer
 from rich.console import Console
 from rich.markup import escape
-from typer.rich_utils import rich_format_error
 
 from autopar.cli.config import Config
 from autopar.cli.paths import refuse_empty
@@ -100,6 +99,8 @@ def main(prog_name: str | None = None) -> None:
         code = app(standalone_mode=False, prog_name=prog_name)
     except typer.TyperException as err:  # typer's vendored click errors
         if type(err).__name__ == "NoArgsIsHelpError":
+            from typer.rich_utils import rich_format_error  # rich markdown: only for this help box
+
             rich_format_error(err)  # the help text, as standalone typer shows it
             sys.exit(err.exit_code)
         where = f" (see '{err.ctx.command_path} --help')" if getattr(err, "ctx", None) else ""

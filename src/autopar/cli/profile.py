@@ -11,7 +11,7 @@ import json
 import os
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
@@ -21,7 +21,9 @@ from autopar.cli.options import (Device, DeviceFile, DeviceSet, Flash, Gbs, Mode
 from autopar.cli.inputs import positive, problem_from_options
 from autopar.errors import AutoparError
 from autopar.progress import advance, phase
-from autopar.profile.opdb import OpDB, make_folder
+
+if TYPE_CHECKING:
+    from autopar.profile.opdb import OpDB  # sqlite3: imported by the commands that open a database
 
 profile_app = typer.Typer(no_args_is_help=True, help="Measure operators, layers and collectives into a profile DB.")
 Db = Annotated[str, typer.Option("--db", help="SQLite profile database (created if missing)")]
@@ -69,6 +71,7 @@ def open_times(path: str, device: str | None, dtype: str, planned: str, stands_f
             impossible rows, or another device's rows without ``stands_for``.
     """
     from autopar.profile.provenance import accept, device_preset
+    from autopar.profile.opdb import OpDB
     from autopar.profile.provider import ProfileTimes
 
     db = OpDB(path, write=False)
@@ -235,6 +238,8 @@ def ops(
         wanted = unique([op for s in layouts for op in strategy_ops(p, s)])
         dtype = "bf16" if p.train.precision == "fp8" else p.train.precision
         planned = p.cluster.device.name
+    from autopar.profile.opdb import OpDB, make_folder
+
     make_folder(db, "--db")
     _require("torch")  # after the options are checked, before OpDB creates an empty --db file
     with progress_shown(quiet):
@@ -271,6 +276,8 @@ def layer(
     shard = Shard(tp=tp, cp=cp, ep=ep, etp=etp or tp, mbs=mbs, seq=seq_len)
     device, name = O.local_device()
     layer_mod, rotary = build_layer(raw, shard, moe, device, torch.bfloat16, fused=fused)
+    from autopar.profile.opdb import OpDB
+
     store = OpDB(db, "--db")
     versions = O.library_versions()
     store.put_measured_on(O.measured_on(None, versions))
@@ -323,6 +330,8 @@ def comm(
     _, name = O.local_device()
     versions = O.library_versions() + f" backend={backend}"
     ranks_per_node = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", 1)))
+    from autopar.profile.opdb import OpDB
+
     store = OpDB(db, "--db")
     store.put_measured_on(O.measured_on(None, versions))
     for row in samples:

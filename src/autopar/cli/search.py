@@ -74,13 +74,20 @@ def _search_outputs(model: str | None, script: str | None, device_file: str | No
     ``top`` scripts, ``--report`` four files, ``--plot`` one; :func:`autopar.cli.paths.refuse_overwriting_inputs`)."""
     from pathlib import Path
 
-    from autopar.export.rewrite import script_paths
-    from autopar.report.html import report_paths
+    written = []
+    if write_script:
+        from autopar.export.rewrite import script_paths
 
+        written = script_paths(Path(write_script), top)
+    reported = []
+    if report:  # the report module loads matplotlib: only when a report is asked for
+        from autopar.report.html import report_paths
+
+        reported = report_paths(report)
     refuse_overwriting_inputs(
         {"--model": model, "--script": script, "--device-file": device_file, "--profile-db": profile_db},
-        {"--write-script": (write_script, script_paths(Path(write_script), top) if write_script else []),
-         "--report": (report, report_paths(report) if report else []), "--plot": (plot, [Path(plot)] if plot else [])})
+        {"--write-script": (write_script, written), "--report": (report, reported),
+         "--plot": (plot, [Path(plot)] if plot else [])})
 
 
 @app.command()
