@@ -52,23 +52,25 @@ def _views_of(batch: LayoutBatch, per_view: list[np.ndarray]) -> list[np.ndarray
 def _cost_memory(p: Problem, batch: LayoutBatch, views: list[Stages], distinct: Distinct | None) -> np.ndarray:
     """Peak bytes per layout: the largest stage total over the views that are stages."""
     totals = []
+    fn = lambda b, s: stage_memory(p, b, s).total_bytes  # noqa: E731
     for j, rows in enumerate(_own_rows(batch)):
-        sub, stages = (batch, views[j]) if j == 0 else (batch.take(rows), views[j].take(rows))
-        fn = lambda b, s: stage_memory(p, b, s).total_bytes  # noqa: E731
-        totals.append(fn(sub, stages) if distinct is None else distinct.run(f"memory{j}", fn, rows, sub, stages))
+        if distinct is not None:
+            totals.append(distinct.run(f"memory{j}", fn, rows, batch, views[j]))
+        else:
+            totals.append(fn(batch, views[j]) if j == 0 else fn(batch.take(rows), views[j].take(rows)))
     return np.max(np.stack(_views_of(batch, totals)), axis=0)
 
 
-def _cost_time(p: Problem, batch: LayoutBatch, views: list[Stages], peak: np.ndarray, fit: np.ndarray,
+def _cost_time(p: Problem, valid: LayoutBatch, views: list[Stages], peak: np.ndarray, fit: np.ndarray,
                distinct: Distinct | None) -> StepCosts:
-    """:func:`autopar.cost.step.combine` of ``batch`` (the valid rows at ``fit``) with each view
-    timed on its own rows."""
+    """:func:`autopar.cost.step.combine` of the ``valid`` rows at ``fit`` (``views``: the valid
+    rows' stage views; ``peak``: the fitting rows' peaks) with each view timed on its own rows."""
+    batch = valid.take(fit)
     parts = []  # per view: (StageTime, dp, opt) on its own rows
     for j, rows in enumerate(_own_rows(batch)):
-        sub, stages = (batch, views[j]) if j == 0 else (batch.take(rows), views[j].take(rows))
+        sub, stages = batch.take(rows), views[j].take(fit[rows])
         run = None if distinct is None else (
-            lambda name, fn, j=j, rows=rows, sub=sub, stages=stages: distinct.run(f"{name}{j}", fn, fit[rows], sub,
-                                                                                  stages))
+            lambda name, fn, j=j, rows=fit[rows]: distinct.run(f"{name}{j}", fn, rows, valid, views[j]))
         parts.append(view_time(p, sub, stages, run))
     names = [f.name for f in fields(T.StageTime)]
     full = {name: _views_of(batch, [getattr(t, name) for t, _, _ in parts]) for name in names}
@@ -78,14 +80,23 @@ def _cost_time(p: Problem, batch: LayoutBatch, views: list[Stages], peak: np.nda
     return combine(p, batch, view_counts(batch), times, dp, opt, peak, [])
 
 
+def _bounding_stages(p: Problem, batch: LayoutBatch, distinct: Distinct | None) -> list[Stages]:
+    """:func:`bounding_stages` of ``batch``, computed once per block where ``distinct`` knows the
+    blocks (a layout's stages depend on its block only: pp and the embedding/loss accounting)."""
+    if distinct is None:
+        return bounding_stages(p, batch)
+    first, inverse = distinct.per_block()
+    return [v.take(inverse) for v in bounding_stages(p, batch.take(first))]
+
+
 def search_costs(p: Problem, batch: LayoutBatch, capacity_bytes: float, keys: np.ndarray | None = None) -> StepCosts:
     """Step costs of the search's layouts (``(n,)`` arrays): the peak memory of every layout, the
     step time, breakdown, tokens/s per device and MFU of those whose peak is at most
     ``capacity_bytes`` (``inf`` / ``nan`` for the others; see the module docstring). ``memory`` is
     empty (the search keeps only the peak). ``keys`` (:attr:`ValidSpace.keys`): cost each term once
     per distinct key of what it reads (:class:`autopar.search.distinct.Distinct`)."""
-    views = bounding_stages(p, batch)
     distinct = None if keys is None else Distinct(keys)
+    views = _bounding_stages(p, batch, distinct)
     peak = _cost_memory(p, batch, views, distinct)
     fit = np.flatnonzero(peak <= capacity_bytes)
     n = len(batch)
@@ -93,7 +104,7 @@ def search_costs(p: Problem, batch: LayoutBatch, capacity_bytes: float, keys: np
     breakdown = {key: np.full(n, np.nan) for key in TIME_KEYS}
     tps, mfu = np.full(n, np.nan), np.full(n, np.nan)
     if len(fit):
-        costs = _cost_time(p, batch.take(fit), [v.take(fit) for v in views], peak[fit], fit, distinct)
+        costs = _cost_time(p, batch, views, peak[fit], fit, distinct)
         step[fit], tps[fit], mfu[fit] = costs.step_time_s, costs.tokens_per_s_per_device, costs.mfu
         for key, value in costs.time_breakdown_s.items():
             breakdown.setdefault(key, np.full(n, np.nan))[fit] = value

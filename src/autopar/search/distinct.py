@@ -24,6 +24,7 @@ from autopar.strategy import LayoutBatch
 RowFn = Callable[[LayoutBatch, Stages], Any]
 WORTH = 0.7  # cost the distinct rows only where they are fewer than this share of the rows
 _SAMPLE = 8  # rows the column recorder runs a function on
+_DENSE_RANGE = 2**25  # key ranges up to this are made dense with a table, larger ones by sorting
 
 
 def _scatter(value: Any, inverse: np.ndarray) -> Any:
@@ -60,20 +61,33 @@ class Distinct:
         if factors not in self._codes:
             columns = [0] + [1 + FACTORS.index(f) for f in FACTORS if f in factors]
             key = self.keys[:, columns]
-            raw = np.ravel_multi_index(key.T, key.max(axis=0) + 1) if len(key) else np.zeros(0, dtype=np.int64)
-            self._codes[factors] = np.unique(raw, return_inverse=True)[1].ravel()
+            if not len(key):
+                self._codes[factors] = np.zeros(0, dtype=np.int64)
+                return self._codes[factors]
+            dims = key.max(axis=0) + 1
+            raw = np.ravel_multi_index(tuple(key.T), dims)
+            if int(np.prod(dims.astype(float))) <= _DENSE_RANGE:  # a table over the range, no sort
+                present = np.zeros(int(np.prod(dims)), dtype=bool)
+                present[raw] = True
+                self._codes[factors] = (np.cumsum(present) - 1)[raw]
+            else:
+                self._codes[factors] = np.unique(raw, return_inverse=True)[1].ravel()
         return self._codes[factors]
 
     def run(self, name: str, fn: RowFn, rows: np.ndarray, batch: LayoutBatch, stages: Stages) -> Any:
-        """``fn(batch, stages)``, where ``batch`` / ``stages`` are the valid rows at indices
-        ``rows`` (one stage view), costed once per distinct key of the factors ``fn`` reads
-        (``name`` caches what it reads)."""
+        """``fn`` on the valid rows at indices ``rows`` of ``batch`` (the search's valid batch) with
+        their stage view ``stages`` (aligned with ``batch``), costed once per distinct key of the
+        factors ``fn`` reads (``name`` caches what it reads); rows are taken only as needed."""
         if len(rows) == 0:
-            return fn(batch, stages)
+            return fn(batch.take(rows), stages.take(rows))
         if name not in self._reads:
-            sample = np.arange(min(_SAMPLE, len(rows)))
+            sample = rows[:_SAMPLE]
             self._reads[name] = _factors_read(lambda b: fn(b, stages.take(sample)), batch.take(sample))
         first, inverse = _first_of_each(self._code(self._reads[name])[rows])
         if len(first) > WORTH * len(rows):
-            return fn(batch, stages)
-        return _scatter(fn(batch.take(first), stages.take(first)), inverse)
+            return fn(batch.take(rows), stages.take(rows))
+        return _scatter(fn(batch.take(rows[first]), stages.take(rows[first])), inverse)
+
+    def per_block(self) -> tuple[np.ndarray, np.ndarray]:
+        """One valid row per block and each row's index into them (see :func:`_first_of_each`)."""
+        return _first_of_each(self._code(frozenset()))

@@ -170,9 +170,10 @@ def _nothing_valid(p: Problem, rejected: dict[str, int]) -> AutoparError:
 class Grid:
     """The vectorised stage of a search: how many layouts the space holds (``enumerated``), how
     many each constraint removed (``removed``) and each rule rejected first (``rejected``, by rule
-    name), the valid layouts (``valid``) with their ``costs`` (:func:`autopar.cost.step.evaluate`
-    on bounding stages), ``fits`` / ``marginal`` masks over ``valid`` and ``order``: valid rows
-    best first (fitting, then by step time, then simplest). With ``full`` (``--explain``) it also
+    name), the valid layouts (``valid``) with their ``costs`` (:func:`autopar.search.costing.search_costs`:
+    the step time only where a layout fits), ``fits`` / ``marginal`` masks over ``valid`` and ``order``: the fitting
+    rows best first (comfortable before marginal, then by step time, then simplest), then the
+    others in row order. With ``full`` (``--explain``) it also
     holds every enumerated layout (``batch``), which the constraints kept (``kept``), the first
     rule each kept layout fails (``failed``: index into :data:`RULES`, -1 = valid) and the valid
     ones' rows in ``batch`` (``valid_rows``); without, those are None."""
@@ -232,8 +233,10 @@ def costed_grid(p: Problem, memory_margin: float, options: SpaceOptions | None =
     with phase("rank", description="ranking"):
         fits = costs.peak_memory_bytes <= capacity
         marginal = fits & (costs.peak_memory_bytes > (1 - memory_margin) * capacity)
-        ties = tuple(getattr(valid, name) for name in reversed(SIMPLICITY_ORDER))  # last key sorts first
-        order = np.lexsort(ties + (np.round(costs.step_time_s, 6), marginal, ~fits))
+        fit_rows = np.flatnonzero(fits)
+        ties = tuple(getattr(valid, name)[fit_rows] for name in reversed(SIMPLICITY_ORDER))  # last key sorts first
+        best = fit_rows[np.lexsort(ties + (np.round(costs.step_time_s[fit_rows], 6), marginal[fit_rows]))]
+        order = np.concatenate([best, np.flatnonzero(~fits)])
     return Grid(space.enumerated, space.removed, space.rejected, valid, costs, fits, marginal, order, **extra)
 
 
