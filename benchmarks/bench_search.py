@@ -112,12 +112,15 @@ def main() -> None:
     """Print the side-by-side tables (see the module docstring)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--baseline", default="main", help="git revision to compare against ('' = none)")
+    ap.add_argument("--baseline-src", default=None, help="an extracted baseline src folder instead of --baseline")
     ap.add_argument("--only", default=None, help="run only the problems whose name contains this")
     ap.add_argument("--no-sweep", action="store_true", help="skip the scale sweep")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         sides = {"this": ROOT / "src"}
-        if args.baseline:
+        if args.baseline_src:
+            sides["baseline"] = Path(args.baseline_src)
+        elif args.baseline:
             sides[args.baseline] = baseline_src(args.baseline, Path(tmp))
         header = "CPU s   enumerated / valid / fitting   peak RSS"
         print(f"{'problem':28s} " + " | ".join(f"{name + ': ' + header:58s}" for name in sides))
