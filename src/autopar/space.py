@@ -59,7 +59,8 @@ class SpaceOptions:
     and the model's memory-saving set). ``tp_comm_overlap``: also offer TP overlap on every SP
     layout; ``cp_comm_types``: the context-parallel algorithms offered with cp > 1 (``a2a+p2p``
     with every all-to-all group size ``1 < a < cp`` dividing cp). The search sets both by target
-    (:mod:`autopar.export.comm_knobs`)."""
+    (:mod:`autopar.export.comm_knobs`). ``galvatron_choices``: also Galvatron's vocabulary TP, GPipe
+    and non-consecutive TP groups (:mod:`autopar.galvatron_space`; ``--target galvatron``)."""
 
     mbs: tuple[int, ...] = (1, 2, 4, 8)
     zero: tuple[int, ...] = (0, 1, 2, 3)
@@ -71,6 +72,7 @@ class SpaceOptions:
     recompute_modules: tuple[str, ...] | None = None
     tp_comm_overlap: bool = False
     cp_comm_types: tuple[str, ...] = ("p2p",)
+    galvatron_choices: bool = False
 
 
 def _grid(p: Problem, opt: SpaceOptions) -> list[tuple[int, int, int, int, int]]:
@@ -283,14 +285,21 @@ def enumerate_layouts(p: Problem, opt: SpaceOptions | None = None) -> LayoutBatc
     """Every candidate layout of the space, valid or not, as one batch.
 
     Built with numpy per (tp, cp, pp, vpp) block (:func:`blocks`); the row order is that of
-    ``itertools.product`` over (ep/etp, recompute, mbs, zero, sp/overlap, CP algorithm). The
-    search enumerates only the valid layouts (:mod:`autopar.search.valid_space`); this full batch
-    serves ``--explain`` and the tests.
+    ``itertools.product`` over (ep/etp, recompute, mbs, zero, sp/overlap, CP algorithm), followed
+    with ``galvatron_choices`` by Galvatron's variants (:func:`autopar.galvatron_space.add_variants`).
+    Without them the search enumerates only the valid layouts (:mod:`autopar.search.valid_space`);
+    this full batch serves ``--explain``, ``--target galvatron`` and the tests.
 
     Raises:
         AutoparError: more than :data:`MAX_LAYOUTS` candidates (:func:`check_size`).
     """
+    opt = opt or SpaceOptions()
     space = blocks(p, opt)
     check_size(p, sum(b.size for b in space))
     a = np.concatenate([b.all_rows() for b in space]) if space else np.zeros((0, _COLUMNS), dtype=np.int64)
-    return batch_of(p, a)
+    batch = batch_of(p, a)
+    if opt.galvatron_choices:
+        from autopar.galvatron_space import add_variants
+
+        batch = add_variants(p, batch)
+    return batch
