@@ -1,10 +1,17 @@
 """``autopar search --report DIR``: ``result.json``, ``ranking.png``, ``memory.png`` and one
-self-contained ``report.html`` (images embedded as base64, no external files or scripts).
+self-contained ``report.html`` (images embedded as base64, style and script inline: it opens
+with no network and no file beside it).
+
+The page: the problem and the best layout in a few numbers; the ranking as a table that sorts
+by any column (click its header); under each of the first :data:`DETAIL_LAYOUTS` layouts, one
+click away, its memory per pipeline stage against the device and its simulated pipeline step
+(:mod:`autopar.report.timeline`); the notes the table needs (marks, short forms, marginal
+layouts); the step time by part of the first :data:`CHART_LAYOUTS`; what the search dropped.
 
 Bounded work: ``ranking.png`` draws the first :data:`CHART_LAYOUTS` layouts (a bar each; with
 ``--top 1000`` the chart was a 50,000-pixel-tall, 5.6 MB image that took 40 s and 500 MB to
-draw), while ``result.json`` and the HTML table hold all of them (``search --top`` is at most
-1,000)."""
+draw), the details the first :data:`DETAIL_LAYOUTS` (two charts each, ~0.5 s), while
+``result.json`` and the HTML table hold all of them (``search --top`` is at most 1,000)."""
 
 from __future__ import annotations
 
@@ -14,54 +21,145 @@ import json
 from pathlib import Path
 
 from autopar.errors import AutoparError
+from autopar.estimate import Estimate
+from autopar.pipeline.layout import layout_of
+from autopar.pipeline.layout_timeline import layout_simulation
 from autopar.problem import Problem
+from autopar.report.page_assets import SCRIPT, STYLE
 from autopar.report.plots import GIB, memory_chart, ranking_chart
-from autopar.report.table import layout_label, recompute_label, table_notes
+from autopar.report.table import layout_label, recompute_label, search_summary, table_notes
+from autopar.report.timeline import timeline_png
 from autopar.search import SearchResult
 
 CHART_LAYOUTS = 30  # bars in ranking.png: the first 30 layouts
+DETAIL_LAYOUTS = 10  # layouts with their memory and timeline charts one click away
 
-_STYLE = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:1.5em auto;padding:0 1em;color:#222}
-table{border-collapse:collapse;font-size:14px;width:100%}th,td{padding:4px 8px;border-bottom:1px solid #ddd;
-text-align:right}th{background:#f3f3f3}td.l,th.l{text-align:left}img{max-width:100%;height:auto}
-.note{color:#666;font-size:13px}"""
+# (header, left-aligned) of the ranking table, in order.
+COLUMNS = (("#", False), ("layout", True), ("mbs", False), ("zero", False), ("recompute", True),
+           ("peak GiB", False), ("step s", False), ("tok/s/dev", False), ("MFU", False), ("bubble", False),
+           ("note", True))
 
 
-def _table(result: SearchResult) -> str:
-    head = ["#", "layout", "mbs", "zero", "recompute", "peak GiB", "step s", "tok/s/dev", "MFU", "bubble", "note"]
-    rows = []
-    for rank, e in enumerate(result.layouts, 1):
-        s = e.strategy
-        cells = [str(rank), layout_label(e), str(s.mbs), str(s.zero), recompute_label(e),
-                 f"{e.peak_memory_bytes / GIB:.1f}", f"{e.step_time_s:.2f}", f"{e.tokens_per_s_per_device:,.0f}", f"{e.mfu:.1%}",
-                 f"{e.time_breakdown_s['pp_bubble'] / e.step_time_s:.1%}", "marginal" if e.marginal else ""]
-        rows.append("<tr>" + "".join(f'<td{" class=l" if i in (1, 4, 10) else ""}>{html.escape(c)}</td>'
-                                     for i, c in enumerate(cells)) + "</tr>")
-    header = "".join(f'<th{" class=l" if i in (1, 4, 10) else ""}>{h}</th>' for i, h in enumerate(head))
-    legend = table_notes(result.layouts)
-    note = "".join(f"<p class=note>{html.escape(line)}</p>" for line in legend.split("\n")) if legend else ""
-    return f"<table><tr>{header}</tr>{''.join(rows)}</table>{note}"
+def _cell(text: str, value: float | None = None, left: bool = False) -> str:
+    """One ``<td>``: ``value`` (a number) is what the column sorts by."""
+    attrs = (" class=l" if left else "") + ("" if value is None else f' data-v="{float(value):.17g}"')
+    return f"<td{attrs}>{html.escape(text)}</td>"
+
+
+def _row(rank: int, e: Estimate, has_detail: bool) -> str:
+    s = e.strategy
+    bubble = e.time_breakdown_s["pp_bubble"] / e.step_time_s
+    toggle = "<span class=toggle>&#9656;</span>" if has_detail else "<span class=toggle></span>"
+    cells = [_cell(str(rank), rank),
+             f"<td class=l>{toggle}{html.escape(layout_label(e))}</td>",
+             _cell(str(s.mbs), s.mbs), _cell(str(s.zero), s.zero), _cell(recompute_label(e), left=True),
+             _cell(f"{e.peak_memory_bytes / GIB:.1f}", e.peak_memory_bytes / GIB),
+             _cell(f"{e.step_time_s:.2f}", e.step_time_s),
+             _cell(f"{e.tokens_per_s_per_device:,.0f}", e.tokens_per_s_per_device),
+             _cell(f"{e.mfu:.1%}", e.mfu), _cell(f"{bubble:.1%}", bubble),
+             "<td class=l><span class=marginal>marginal</span></td>" if e.marginal else "<td class=l></td>"]
+    classes = "row has-detail" if has_detail else "row"
+    return f'<tr class="{classes}" data-detail="detail-{rank}">{"".join(cells)}</tr>'
 
 
 def _img(png: bytes, alt: str) -> str:
-    return f'<img alt="{alt}" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
+    return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
+
+
+def _layers_text(chunks: list[int]) -> str:
+    """A stage's decoder layers by chunk: ``8``, ``4+5``, ``10 x 4`` (equal chunks), ``40 in 10
+    chunks`` (more than 4 unequal ones)."""
+    if len(chunks) == 1:
+        return str(chunks[0])
+    if len(set(chunks)) == 1:
+        return f"{len(chunks)} x {chunks[0]}"
+    return "+".join(map(str, chunks)) if len(chunks) <= 4 else f"{sum(chunks)} in {len(chunks)} chunks"
+
+
+def _stage_labels(p: Problem, e: Estimate) -> list[str]:
+    """``stage i (4+5 L, none)``: decoder layers (by chunk) and the stage's recompute."""
+    decoder = layout_of(p, e.strategy).decoder
+    return [f"stage {m.stage} ({_layers_text([int(n) for n in decoder[m.stage]])} L, {m.recompute})"
+            for m in e.memory_per_stage]
+
+
+def _timeline(p: Problem, rank: int, e: Estimate) -> str:
+    """The layout's simulated pipeline step as an ``<img>``, or a line saying why there is none."""
+    s = e.strategy
+    if s.pp == 1:
+        return "<p class=note>pp 1: no pipeline, every device runs the whole model.</p>"
+    try:
+        sim, p2p_s = layout_simulation(p, s)
+    except AutoparError as err:  # a step too long to simulate op by op
+        return f"<p class=note>pipeline timeline not drawn: {html.escape(str(err))}</p>"
+    schedule = "interleaved 1F1B" if s.vpp > 1 else "1F1B"
+    title = (f"#{rank} {layout_label(e)}: {schedule}, {e.num_microbatches} micro-batches; pipeline part "
+             f"{sim.makespan_s:,.2f} s of the {e.step_time_s:,.2f} s step, idle {sim.bubble_fraction:.1%}")
+    return _img(timeline_png(sim, _stage_labels(p, e), title, p2p_s), f"pipeline timeline of #{rank}")
+
+
+def _detail(p: Problem, rank: int, e: Estimate, memory_png: bytes | None = None) -> str:
+    """The hidden row under layout ``rank``: its memory per stage and its pipeline timeline."""
+    memory = memory_png or memory_chart(e, f"#{rank} {layout_label(e)}: memory per device by stage")
+    return (f'<tr class=detail id="detail-{rank}" hidden><td colspan={len(COLUMNS)}><div class=detail-grid>'
+            f"<figure><figcaption>Simulated pipeline step: forward, backward, recompute per stage; white is idle "
+            f"(the bubble)</figcaption>{_timeline(p, rank, e)}</figure>"
+            f"<figure class=memory><figcaption>Memory per device by pipeline stage (weights, gradients, optimizer, "
+            f"activations) against the device's {e.device_memory_bytes / GIB:.1f} GiB</figcaption>"
+            f"{_img(memory, f'memory per stage of #{rank}')}</figure></div></td></tr>")
+
+
+def _details(p: Problem, result: SearchResult, memory_png: bytes) -> dict[int, str]:
+    """Rank -> detail row (:func:`_detail`) of the first :data:`DETAIL_LAYOUTS` layouts."""
+    return {rank: _detail(p, rank, e, memory_png if rank == 1 else None)
+            for rank, e in enumerate(result.layouts[:DETAIL_LAYOUTS], 1)}
+
+
+def _table(result: SearchResult, details: dict[int, str] | None = None) -> str:
+    """The ranking table, each layout's detail row (``details``: rank -> row) under it, and the
+    notes the table needs."""
+    details = details or {}
+    header = "".join(f'<th{" class=l" if left else ""}>{name}</th>' for name, left in COLUMNS)
+    rows = []
+    for rank, e in enumerate(result.layouts, 1):
+        rows.append(_row(rank, e, rank in details) + details.get(rank, ""))
+    more = len(result.layouts) - len(details)
+    hint = "Click a column header to sort"
+    if details:
+        hint += ("; click a layout to show its memory per stage and its pipeline timeline"
+                 + (f" (the first {len(details)}; the other {more} are in the table and result.json)" if more else ""))
+    legend = table_notes(result.layouts)
+    notes = legend.split("\n") if legend else []
+    if any(e.marginal for e in result.layouts):
+        notes.append("marginal: fits, but above 90% of the device memory; real runs at that level often fail from "
+                     "fragmentation, so these rank after the comfortable layouts.")
+    return (f"<p class=hint>{html.escape(hint)}.</p>"
+            f"<table id=ranking><thead><tr>{header}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+            + "".join(f"<p class=note>{html.escape(line)}</p>" for line in notes))
+
+
+def _cards(result: SearchResult) -> str:
+    best = result.layouts[0]
+    cards = [(layout_label(best), "best layout"), (f"{best.step_time_s:,.2f} s", "step time"),
+             (f"{best.mfu:.1%}", "MFU"), (f"{best.tokens_per_s_per_device:,.0f}", "tokens/s per device"),
+             (f"{best.peak_memory_bytes / GIB:.1f} of {best.device_memory_bytes / GIB:.1f} GiB", "peak memory"),
+             (f"{len(result.layouts):,}", "layouts ranked")]
+    return "<div class=cards>" + "".join(f"<div class=card><b>{html.escape(v)}</b><span>{k}</span></div>"
+                                         for v, k in cards) + "</div>"
 
 
 def render(p: Problem, result: SearchResult, ranking_png: bytes, memory_png: bytes) -> str:
-    """The HTML page: headline, ranking table, both charts."""
-    best = result.layouts[0]
+    """The HTML page (see the module docstring); ``memory_png`` is #1's memory chart."""
     title = (f"{p.model.name}: {p.model.num_params / 1e9:.1f} B params on {p.cluster.num_nodes} x "
              f"{p.cluster.devices_per_node} {p.cluster.device.name}, gbs {p.train.global_batch_size}, "
              f"seq {p.train.seq_len}, {p.train.precision}")
-    rejected = ", ".join(f"{k} {v}" for k, v in sorted(result.rejected.items(), key=lambda kv: -kv[1])) or "none"
-    return (f"<!doctype html><html><head><meta charset=utf-8><title>autopar report</title>"
-            f"<style>{_STYLE}</style></head><body><h1>autopar plan</h1><p>{html.escape(title)}</p>"
-            f"<p>Best: <b>{html.escape(layout_label(best))}</b>, step {best.step_time_s:.2f} s, MFU {best.mfu:.1%}, "
-            f"peak {best.peak_memory_bytes / GIB:.1f} of {best.device_memory_bytes / GIB:.1f} GiB.</p>"
-            f"<h2>Ranking</h2>{_table(result)}<p class=note>{result.enumerated:,} layouts enumerated; rejected by "
-            f"rule: {html.escape(rejected)}; out of memory: {result.out_of_memory:,}.</p>"
-            f"<h2>Step time by part</h2>{_img(ranking_png, 'ranking')}"
-            f"<h2>Memory per stage (best layout)</h2>{_img(memory_png, 'memory')}</body></html>\n")
+    return (f"<!doctype html><html lang=en><head><meta charset=utf-8><title>autopar: {html.escape(p.model.name)}</title>"
+            f"<meta name=viewport content='width=device-width,initial-scale=1'><style>{STYLE}</style></head><body>"
+            f"<h1>autopar plan</h1><p class=lead>{html.escape(title)}</p>{_cards(result)}"
+            f"<h2>Ranking</h2>{_table(result, _details(p, result, memory_png))}"
+            f"<h2>Step time by part</h2>{_img(ranking_png, 'step time by part of the top layouts')}"
+            f"<h2>What the search dropped</h2><p class=note>{html.escape(search_summary(result))}.</p>"
+            f"<script>{SCRIPT}</script></body></html>\n")
 
 
 def report_paths(directory: str | Path) -> list[Path]:
@@ -72,8 +170,8 @@ def report_paths(directory: str | Path) -> list[Path]:
 
 def write_report(p: Problem, result: SearchResult, directory: str | Path) -> Path:
     """Write the four report files into ``directory`` (created if needed); returns the HTML path.
-    The ranking chart shows the first :data:`CHART_LAYOUTS` layouts, the rest go to the table
-    and ``result.json``.
+    The ranking chart shows the first :data:`CHART_LAYOUTS` layouts, the details the first
+    :data:`DETAIL_LAYOUTS`; the rest go to the table and ``result.json``.
 
     Raises:
         AutoparError: the directory cannot be created or written.
