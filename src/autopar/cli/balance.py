@@ -21,7 +21,7 @@ from autopar.cli.options import (Cp, Device, DeviceFile, DeviceSet, Dp, Ep, Etp,
                                  RecomputeModules, RecomputeOpt, ScheduleOpt, Script, SeqLen, Sp, Tp, VocabPad,
                                  VocabSize, Vpp, Zero)
 from autopar.cli.inputs import problem_from_options, recompute_modules_option, strategy_from_options
-from autopar.cli.paths import refuse_overwriting_inputs
+from autopar.cli.paths import refuse_overwriting_inputs, refuse_unwritable_figure
 from autopar.errors import AutoparError
 from autopar.specs.cluster import MAX_MEMORY_BYTES
 from autopar.pipeline.balance import FORMS, BalancePlan
@@ -29,7 +29,6 @@ from autopar.pipeline.layout import PipelineLayout
 from autopar.strategy import DEFAULT_RECOMPUTE_MODULES, default_layers_per_stage
 
 GIB = 2.0**30
-PLOT_SUFFIXES = (".png", ".svg", ".pdf")  # figure formats matplotlib writes (plot_plan's savefig)
 
 
 def _fmt_time(seconds: float) -> str:
@@ -170,10 +169,7 @@ def balance_command(
     limit = None if memory_limit_gib is None else memory_limit_gib * GIB
     refuse_overwriting_inputs({"--model": model, "--script": script, "--device-file": device_file, "--layers": layers},
                               {"--plot": (plot, [Path(plot)] if plot else [])})
-    if plot and not Path(plot).resolve().parent.is_dir():  # before the work, not after the table
-        raise AutoparError(f"--plot={plot!r}: cannot write (no directory {str(Path(plot).resolve().parent)!r})")
-    if plot and Path(plot).suffix.lower() not in PLOT_SUFFIXES:  # matplotlib appended .png to a directory
-        raise AutoparError(f"--plot={plot!r}: give a file name ending in {', '.join(PLOT_SUFFIXES)}")
+    refuse_unwritable_figure("--plot", plot)  # before the work, not after the table
     names = tuple(o.strip() for o in options.split(",") if o.strip()) if options else None
     if options is not None and not names:  # ",,," crashed with an IndexError
         raise AutoparError(f"--options={options!r}: name one or more recompute options, e.g. none,selective")

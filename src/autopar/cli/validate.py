@@ -11,7 +11,7 @@ from autopar.cli.paths import refuse_overwriting_inputs
 from autopar.errors import AutoparError
 
 # The files ``autopar validate`` writes into ``--out`` (autopar.validate.report.write_report).
-VALIDATE_FILES = ("accuracy.md", "rows.md", "scatter.png")
+VALIDATE_FILES = ("accuracy.md", "rows.md", "errors.png")
 
 
 @app.command()
@@ -21,7 +21,7 @@ def validate(
                                                     "the published measurements shipped with autopar)")] = None,
     out: Annotated[str, typer.Option("--out", help="report directory")] = "out/validation",
 ) -> None:
-    """Score autopar against published measurements; write accuracy.md, rows.md, scatter.png."""
+    """Score autopar against published measurements; write accuracy.md, rows.md, errors.png."""
     from pathlib import Path
 
     from autopar.validate import DEFAULT_CSV, run_validation

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import numpy as np
 
-from autopar.errors import AutoparError
 from autopar.pipeline.balance import BalancePlan, PlanCost
 from autopar.pipeline.window import timeline_window
 
@@ -101,25 +100,20 @@ def balance_figure(plan: BalancePlan, title: str = ""):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from autopar.report.timeline import draw_timeline
+    from autopar.report.timeline import draw_titled_timeline, head_room_in
 
     best = plan.best
     pp = len(best.layers_per_stage)
     timeline_in, memory_in, width_in = max(2.2, 0.36 * pp), 2.6, 14.0
     window = timeline_window(best.simulation)
-    head_in = 1.0 if window.elided else 0.5
+    head_in = head_room_in(window)
     height_in = timeline_in + memory_in + head_in + 1.6
     fig = plt.figure(figsize=(width_in, height_in))
     outer = fig.add_gridspec(2, 1, height_ratios=[timeline_in, memory_in],
                              hspace=1.0 / ((timeline_in + memory_in) / 2),
                              left=0.13, right=0.85, top=1 - head_in / height_in, bottom=0.5 / height_in)
-    axes, handles = draw_timeline(fig, outer[0], best.simulation, window, _stage_labels(best), width_in=width_in)
-    note = ""
-    if window.elided:
-        note = "\ndrawn: the fill, one steady-state period and the drain; the micro-batches between them run the " \
-               "same period and are not drawn"
-    fig.suptitle(_time_title(plan, title) + note, fontsize=10, y=1 - 0.1 / height_in)
-    axes[-1].legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+    draw_titled_timeline(fig, outer[0], best.simulation, window, _stage_labels(best), _time_title(plan, title),
+                         width_in=width_in)
     _memory_panel(fig.add_subplot(outer[1]), plan)
     return fig
 
@@ -131,13 +125,6 @@ def plot_plan(plan: BalancePlan, path: str | Path, title: str = "") -> Path:
     Raises:
         AutoparError: the file cannot be written.
     """
-    import matplotlib.pyplot as plt
+    from autopar.report.plots import save_figure
 
-    fig = balance_figure(plan, title)
-    try:
-        fig.savefig(path, dpi=110)
-    except OSError as err:
-        raise AutoparError(f"--plot {path}: {err.strerror or err}") from None
-    finally:
-        plt.close(fig)
-    return Path(path)
+    return save_figure(balance_figure(plan, title), path)

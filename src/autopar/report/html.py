@@ -22,9 +22,9 @@ from pathlib import Path
 
 from autopar.errors import AutoparError
 from autopar.estimate import Estimate
-from autopar.pipeline.layout import layout_of
 from autopar.pipeline.layout_timeline import layout_simulation
 from autopar.problem import Problem
+from autopar.report.layout_plot import stage_labels, timeline_title
 from autopar.report.page_assets import SCRIPT, STYLE
 from autopar.report.plots import GIB, memory_chart, ranking_chart
 from autopar.report.table import layout_label, recompute_label, search_summary, table_notes
@@ -66,23 +66,6 @@ def _img(png: bytes, alt: str) -> str:
     return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
 
 
-def _layers_text(chunks: list[int]) -> str:
-    """A stage's decoder layers by chunk: ``8``, ``4+5``, ``10 x 4`` (equal chunks), ``40 in 10
-    chunks`` (more than 4 unequal ones)."""
-    if len(chunks) == 1:
-        return str(chunks[0])
-    if len(set(chunks)) == 1:
-        return f"{len(chunks)} x {chunks[0]}"
-    return "+".join(map(str, chunks)) if len(chunks) <= 4 else f"{sum(chunks)} in {len(chunks)} chunks"
-
-
-def _stage_labels(p: Problem, e: Estimate) -> list[str]:
-    """``stage i (4+5 L, none)``: decoder layers (by chunk) and the stage's recompute."""
-    decoder = layout_of(p, e.strategy).decoder
-    return [f"stage {m.stage} ({_layers_text([int(n) for n in decoder[m.stage]])} L, {m.recompute})"
-            for m in e.memory_per_stage]
-
-
 def _timeline(p: Problem, rank: int, e: Estimate) -> str:
     """The layout's simulated pipeline step as an ``<img>``, or a line saying why there is none."""
     s = e.strategy
@@ -92,10 +75,8 @@ def _timeline(p: Problem, rank: int, e: Estimate) -> str:
         sim, p2p_s = layout_simulation(p, s)
     except AutoparError as err:  # a step too long to simulate op by op
         return f"<p class=note>pipeline timeline not drawn: {html.escape(str(err))}</p>"
-    schedule = "interleaved 1F1B" if s.vpp > 1 else "1F1B"
-    title = (f"#{rank} {layout_label(e)}: {schedule}, {e.num_microbatches} micro-batches; pipeline part "
-             f"{sim.makespan_s:,.2f} s of the {e.step_time_s:,.2f} s step, idle {sim.bubble_fraction:.1%}")
-    return _img(timeline_png(sim, _stage_labels(p, e), title, p2p_s), f"pipeline timeline of #{rank}")
+    title = timeline_title(f"#{rank} {layout_label(e)}", e, sim)
+    return _img(timeline_png(sim, stage_labels(p, e), title, p2p_s), f"pipeline timeline of #{rank}")
 
 
 def _detail(p: Problem, rank: int, e: Estimate, memory_png: bytes | None = None) -> str:

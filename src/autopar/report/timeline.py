@@ -164,23 +164,38 @@ def draw_timeline(fig, spec, sim: SimulationResult, window: TimelineWindow, stag
     return axes, handles
 
 
+ELIDED_NOTE = "drawn: the fill, one steady-state period and the drain (the micro-batches between repeat the period)"
+
+
+def head_room_in(window: TimelineWindow) -> float:
+    """Inches above the timeline for the title: two lines more when part of the step is left out."""
+    return 1.0 if window.elided else 0.5
+
+
+def draw_titled_timeline(fig, spec, sim: SimulationResult, window: TimelineWindow, stage_labels: list[str],
+                         title: str, p2p_s: float | None = None, width_in: float = 12.0) -> list:
+    """:func:`draw_timeline` with ``title`` (and :data:`ELIDED_NOTE` when part of the step is
+    left out) as the figure's title and the legend to the right of the last panel; returns the
+    axes."""
+    axes, handles = draw_timeline(fig, spec, sim, window, stage_labels, p2p_s, width_in)
+    fig.suptitle(title + ("\n" + ELIDED_NOTE if window.elided else ""), fontsize=10,
+                 y=1 - 0.1 / fig.get_size_inches()[1])
+    axes[-1].legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+    return axes
+
+
 def timeline_png(sim: SimulationResult, stage_labels: list[str], title: str, p2p_s: float | None = None) -> bytes:
-    """PNG of one simulated step (:func:`draw_timeline` of :func:`autopar.pipeline.window.timeline_window`
-    of ``sim``) with ``title`` above it; when part of the step is left out, the title says so."""
+    """PNG of one simulated step (:func:`draw_titled_timeline` of
+    :func:`autopar.pipeline.window.timeline_window` of ``sim``)."""
     import matplotlib.pyplot as plt
 
     from autopar.pipeline.window import timeline_window
     from autopar.report.plots import _png
 
-    pp = len(stage_labels)
     window = timeline_window(sim)
-    width_in, rows_in = 11.0, max(1.6, 0.34 * pp)
-    head_in = 1.0 if window.elided else 0.5
+    width_in, rows_in, head_in = 11.0, max(1.6, 0.34 * len(stage_labels)), head_room_in(window)
     height_in = rows_in + head_in + 0.7
     fig = plt.figure(figsize=(width_in, height_in))
     spec = fig.add_gridspec(1, 1, left=0.16, right=0.8, top=1 - head_in / height_in, bottom=0.55 / height_in)
-    axes, handles = draw_timeline(fig, spec[0], sim, window, stage_labels, p2p_s, width_in)
-    note = "\ndrawn: the fill, one steady-state period and the drain (the rest repeats the period)" if window.elided else ""
-    fig.suptitle(title + note, fontsize=10, y=1 - 0.08 / height_in)
-    axes[-1].legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+    draw_titled_timeline(fig, spec[0], sim, window, stage_labels, title, p2p_s, width_in)
     return _png(fig)
