@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.colors import to_rgb
 import pytest
 from conftest import make_problem
 
@@ -85,3 +86,24 @@ def test_long_step_is_drawn_as_fill_period_drain_and_says_so(plan):
 def test_plot_plan_writes_the_file(plan, tmp_path):
     path = plot_plan(plan, tmp_path / "pipe.png", "t")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_zero_bubble_step_has_its_weight_gradient_colour_and_p2p_in_the_legend():
+    """ZB-H1 splits each backward into B and W (Qi et al., ICLR 2024): W gets its own colour; the
+    p2p strip is labelled with the transfer time read off the timeline (0.1 s)."""
+    from autopar.pipeline.simulate import PipelineTimes, simulate
+    from autopar.pipeline.window import timeline_window
+    from autopar.report.timeline import KIND_COLOURS, draw_titled_timeline
+
+    sim = simulate(PipelineTimes.uniform(4, 1, 1.0, 2.0, recompute_s=0.5, p2p_s=0.1), 12, "zb-h1")
+    fig = plt.figure(figsize=(10, 3))
+    try:
+        axes = draw_titled_timeline(fig, fig.add_gridspec(1, 1)[0], sim, timeline_window(sim),
+                                    [f"stage {i}" for i in range(4)], "zb")
+        legend = [t.get_text() for t in axes[-1].get_legend().get_texts()]
+        assert legend == ["forward", "backward", "recompute", "weight gradient (W)", "p2p (100.0 ms each)",
+                          "idle (bubble)"]
+        colours = {tuple(np.round(c.get_facecolor()[0][:3], 3)) for c in axes[0].collections}
+        assert tuple(np.round(to_rgb(KIND_COLOURS["weight_grad"]), 3)) in colours
+    finally:
+        plt.close(fig)
