@@ -3,6 +3,7 @@ transfers read off the timeline; numbers derived by hand for uniform 1F1B."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -70,6 +71,25 @@ def test_window_accounts_for_every_microbatch(pp, vpp, groups, forward_s, backwa
     assert all(a.end_s <= b.start_s for a, b in zip(segments, segments[1:]))
     assert segments[0].start_s == 0 and segments[-1].end_s == pytest.approx(sim.makespan_s)
     bounds = [(s.start_s, s.end_s) for s in segments[:-1]] + [(segments[-1].start_s, float("inf"))]
+    drawn = sum(_forwards_in(sim, a, b) for a, b in bounds)
+    assert drawn + sum(g.microbatches for g in window.gaps) == m
+
+
+@settings(max_examples=25, deadline=None)
+@given(pp=st.integers(2, 4), extra=st.integers(1, 200), forward_s=st.floats(0.5, 2.0),
+       backward_s=st.floats(0.5, 4.0), stage_scale=st.lists(st.floats(0.5, 2.0), min_size=4, max_size=4))
+def test_extrapolated_window_ends_at_the_step_and_counts_every_microbatch(pp, extra, forward_s, backward_s,
+                                                                         stage_scale):
+    """Steps long enough to be extrapolated (more than 10 pp micro-batches), unequal stages: the
+    drain drawn ends at the step's makespan, and drawn + left out = all micro-batches."""
+    m = 10 * pp + extra
+    scale = np.array(stage_scale[:pp])[:, None]
+    times = PipelineTimes(forward_s * scale, backward_s * scale, np.zeros((pp, 1)), 0.05)
+    sim = simulate_bounded(times, m, "1f1b")
+    window = timeline_window(sim)
+    last = window.segments[-1]
+    assert last.end_s + last.shift_s == pytest.approx(sim.makespan_s)
+    bounds = [(s.start_s, s.end_s) for s in window.segments[:-1]] + [(last.start_s, float("inf"))]
     drawn = sum(_forwards_in(sim, a, b) for a, b in bounds)
     assert drawn + sum(g.microbatches for g in window.gaps) == m
 

@@ -129,15 +129,20 @@ def timeline_window(sim: SimulationResult, whole_forwards_per_rank: int = WHOLE_
     starts = _forward_starts(timeline)
     candidates = sorted(k for k in starts if k % step == 0 and k + cycle in starts
                         and starts[k] >= fill_end_s and starts[k + cycle] <= drain_start_s)
-    if not candidates:
-        return whole
-    k = candidates[len(candidates) // 2]
-    period = Segment("steady state", starts[k], starts[k + cycle])
     per_microbatch_s = delta_s / cycle
 
     def gap(start_s: float, end_s: float, extra_s: float) -> Gap:
         drawn = sum(1 for t in starts.values() if start_s <= t < end_s)
         return Gap(end_s - start_s + extra_s, drawn + (round(extra_s / per_microbatch_s) if extra_s > 0 else 0))
+
+    if not candidates:  # no whole period between fill and drain: only what was never simulated is left out
+        if shift_s <= 0 or drain_start_s <= 0:
+            return whole
+        return TimelineWindow((Segment("fill + steady state", 0.0, drain_start_s),
+                               Segment("drain", drain_start_s, drawn_end_s, shift_s)),
+                              (gap(drain_start_s, drain_start_s, shift_s),), cycle, delta_s)
+    k = candidates[len(candidates) // 2]
+    period = Segment("steady state", starts[k], starts[k + cycle])
 
     segments = [Segment("fill", 0.0, fill_end_s), period, Segment("drain", drain_start_s, drawn_end_s, shift_s)]
     gaps = [gap(fill_end_s, period.start_s, 0.0), gap(period.end_s, drain_start_s, shift_s)]
