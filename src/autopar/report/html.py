@@ -82,9 +82,12 @@ def _timeline(p: Problem, rank: int, e: Estimate) -> str:
 def _detail(p: Problem, rank: int, e: Estimate, memory_png: bytes | None = None) -> str:
     """The hidden row under layout ``rank``: its memory per stage and its pipeline timeline."""
     memory = memory_png or memory_chart(e, f"#{rank} {layout_label(e)}: memory per device by stage")
+    timeline = _timeline(p, rank, e)
+    if e.strategy.pp > 1:
+        timeline = (f"<figure><figcaption>Simulated pipeline step: forward, backward, recompute per stage; white is "
+                    f"idle (the bubble)</figcaption>{timeline}</figure>")
     return (f'<tr class=detail id="detail-{rank}" hidden><td colspan={len(COLUMNS)}><div class=detail-grid>'
-            f"<figure><figcaption>Simulated pipeline step: forward, backward, recompute per stage; white is idle "
-            f"(the bubble)</figcaption>{_timeline(p, rank, e)}</figure>"
+            f"{timeline}"
             f"<figure class=memory><figcaption>Memory per device by pipeline stage (weights, gradients, optimizer, "
             f"activations) against the device's {e.device_memory_bytes / GIB:.1f} GiB</figcaption>"
             f"{_img(memory, f'memory per stage of #{rank}')}</figure></div></td></tr>")
