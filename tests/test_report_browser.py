@@ -39,7 +39,7 @@ window.addEventListener('load', function () {
     var step = table.tHead.rows[0].cells[headers.indexOf('step s')];
     step.click(); step.click();  // descending: the slowest first
     var rows = table.tBodies[0].rows;
-    out.order = Array.prototype.map.call(rows, function (r) { return r.classList.contains('detail') ? 'd' + r.id.split('-')[1] : r.cells[0].textContent; });
+    out.order = Array.prototype.map.call(rows, function (r) { return r.classList.contains('detail') ? 'd' + r.id.split('-')[1] : r.cells[0].getAttribute('data-v'); });
     out.sorted = step.getAttribute('aria-sort');
     var first = document.querySelector('tr.row.has-detail');
     var detail = document.getElementById(first.getAttribute('data-detail'));

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
+from types import SimpleNamespace
 
 from autopar.report.html import write_report
 from autopar.report.plots import memory_chart, ranking_chart
@@ -82,3 +84,22 @@ def test_sort_values_are_the_numbers_behind_the_cells(tmp_path):
     assert '<td data-v="7">7</td>' in row
     assert f'data-v="{e.step_time_s:.17g}">{e.step_time_s:.2f}</td>' in row
     assert 'class="row"' in row and "has-detail" not in row
+
+
+def test_ties_with_the_first_are_marked_and_the_band_named():
+    """Step times 100, 103, 105, 105.1 s with a 5% band: ranks 1, ≈1, ≈1, 4 (as the search table
+    marks them) and the note names the band; the # column still sorts by the rank (data-v)."""
+    from autopar.report.html import _certainty, _table
+    from autopar.validate.bands import Band, Certainty
+
+    p = make_problem("llama3-8b", nodes=2, gbs=256)
+    layouts = search(p, top_k=4).layouts
+    result = SimpleNamespace(layouts=[replace(e, step_time_s=t) for e, t in zip(layouts, (100.0, 103.0, 105.0, 105.1))])
+    bands = Certainty(Band("step_time", 5.0, "dense bf16/fp16 H100-class rows", ("a", "b")),
+                      Band("memory", None, "no similar rows", ()))
+    page = _table(result, None, bands)
+    for cell in ('<td data-v="1">1</td>', '<td data-v="2">≈1</td>', '<td data-v="3">≈1</td>', '<td data-v="4">4</td>'):
+        assert cell in page
+    assert "≈1: step time within ±5% of #1" in page
+    assert "step time ±5% (MAPE on 2 dense bf16/fp16 H100-class rows)" in _certainty(bands)
+    assert "no similar measured row" in _certainty(Certainty(Band("step_time", None, "", ()), bands.memory))

@@ -2,8 +2,9 @@
 self-contained ``report.html`` (images embedded as base64, style and script inline: it opens
 with no network and no file beside it).
 
-The page: the problem and the best layout in a few numbers; the ranking as a table that sorts
-by any column (click its header); under each of the first :data:`DETAIL_LAYOUTS` layouts, one
+The page: the problem and the best layout in a few numbers, with autopar's error band on them
+(:mod:`autopar.validate.bands`: its error on similar validation rows); the ranking as a table
+that sorts by any column (click its header), layouts within the band of #1 ranked ``≈1``; under each of the first :data:`DETAIL_LAYOUTS` layouts, one
 click away, its memory per pipeline stage against the device and its simulated pipeline step
 (:mod:`autopar.report.timeline`); the notes the table needs (marks, short forms, marginal
 layouts); the step time by part of the first :data:`CHART_LAYOUTS`; what the search dropped.
@@ -28,8 +29,11 @@ from autopar.report.layout_plot import stage_labels, timeline_title
 from autopar.report.page_assets import SCRIPT, STYLE
 from autopar.report.plots import GIB, memory_chart, ranking_chart
 from autopar.report.table import layout_label, recompute_label, search_summary, table_notes
+from autopar.report.ties import problem_certainty, rank_marks, search_document, ties_note
 from autopar.report.timeline import timeline_png
+from autopar.schemas import versioned
 from autopar.search import SearchResult
+from autopar.validate.bands import Certainty
 
 CHART_LAYOUTS = 30  # bars in ranking.png: the first 30 layouts
 DETAIL_LAYOUTS = 10  # layouts with their memory and timeline charts one click away
@@ -46,11 +50,13 @@ def _cell(text: str, value: float | None = None, left: bool = False) -> str:
     return f"<td{attrs}>{html.escape(text)}</td>"
 
 
-def _row(rank: int, e: Estimate, has_detail: bool) -> str:
+def _row(rank: int, e: Estimate, has_detail: bool, mark: str | None = None) -> str:
+    """One layout's row; ``mark`` is what the # column shows (``≈1`` for a tie with #1,
+    :func:`autopar.report.ties.rank_marks`; default the rank), the column sorts by the rank."""
     s = e.strategy
     bubble = e.time_breakdown_s["pp_bubble"] / e.step_time_s
     toggle = "<span class=toggle>&#9656;</span>" if has_detail else "<span class=toggle></span>"
-    cells = [_cell(str(rank), rank),
+    cells = [_cell(mark or str(rank), rank),
              f"<td class=l>{toggle}{html.escape(layout_label(e))}</td>",
              _cell(str(s.mbs), s.mbs), _cell(str(s.zero), s.zero), _cell(recompute_label(e), left=True),
              _cell(f"{e.peak_memory_bytes / GIB:.1f}", e.peak_memory_bytes / GIB),
@@ -99,14 +105,16 @@ def _details(p: Problem, result: SearchResult, memory_png: bytes) -> dict[int, s
             for rank, e in enumerate(result.layouts[:DETAIL_LAYOUTS], 1)}
 
 
-def _table(result: SearchResult, details: dict[int, str] | None = None) -> str:
+def _table(result: SearchResult, details: dict[int, str] | None = None, certainty: Certainty | None = None) -> str:
     """The ranking table, each layout's detail row (``details``: rank -> row) under it, and the
-    notes the table needs."""
+    notes the table needs; with ``certainty`` (the problem's error bands) a layout within the
+    step-time band of #1 is ranked ``≈1`` and a note names the band, as the search table does."""
     details = details or {}
     header = "".join(f'<th{" class=l" if left else ""}>{name}</th>' for name, left in COLUMNS)
-    rows = []
-    for rank, e in enumerate(result.layouts, 1):
-        rows.append(_row(rank, e, rank in details) + details.get(rank, ""))
+    marks = (rank_marks([e.step_time_s for e in result.layouts], certainty.step_time.band_pct) if certainty
+             else [str(i) for i in range(1, len(result.layouts) + 1)])
+    rows = [_row(rank, e, rank in details, mark) + details.get(rank, "")
+            for rank, (mark, e) in enumerate(zip(marks, result.layouts), 1)]
     more = len(result.layouts) - len(details)
     hint = "Click a column header to sort"
     if details:
@@ -114,6 +122,9 @@ def _table(result: SearchResult, details: dict[int, str] | None = None) -> str:
                  + (f" (the first {len(details)}; the other {more} are in the table and result.json)" if more else ""))
     legend = table_notes(result.layouts)
     notes = legend.split("\n") if legend else []
+    tie = certainty and ties_note(certainty, marks)
+    if tie:
+        notes.append(tie)
     if any(e.marginal for e in result.layouts):
         notes.append("marginal: fits, but above 90% of the device memory; real runs at that level often fail from "
                      "fragmentation, so these rank after the comfortable layouts.")
@@ -122,11 +133,27 @@ def _table(result: SearchResult, details: dict[int, str] | None = None) -> str:
             + "".join(f"<p class=note>{html.escape(line)}</p>" for line in notes))
 
 
-def _cards(result: SearchResult) -> str:
+def _certainty(certainty: Certainty) -> str:
+    """One paragraph: how far autopar's predictions for this problem can be off (its error on
+    similar validation rows), or that no similar row was measured."""
+    parts = []
+    for name, band in (("step time", certainty.step_time), ("peak memory", certainty.memory)):
+        if band.band_pct is not None:
+            parts.append(f"{name} \u00b1{band.band_pct:g}% (MAPE on {len(band.rows)} {band.group})")
+    text = ("Certainty: autopar's predictions for this problem are off by about " + "; ".join(parts)
+            + " (the development set of autopar validate)." if parts else
+            "Certainty: no similar measured row, so no error band is known for this problem.")
+    return f"<p class=note>{html.escape(text)}</p>"
+
+
+def _cards(result: SearchResult, certainty: Certainty) -> str:
     best = result.layouts[0]
-    cards = [(layout_label(best), "best layout"), (f"{best.step_time_s:,.2f} s", "step time"),
-             (f"{best.mfu:.1%}", "MFU"), (f"{best.tokens_per_s_per_device:,.0f}", "tokens/s per device"),
-             (f"{best.peak_memory_bytes / GIB:.1f} of {best.device_memory_bytes / GIB:.1f} GiB", "peak memory"),
+    step_band, memory_band = certainty.step_time.band_pct, certainty.memory.band_pct
+    step = f"{best.step_time_s:,.2f} s" + (f" \u00b1{step_band:g}%" if step_band is not None else "")
+    memory = (f"{best.peak_memory_bytes / GIB:.1f} of {best.device_memory_bytes / GIB:.1f} GiB"
+              + (f" \u00b1{memory_band:g}%" if memory_band is not None else ""))
+    cards = [(layout_label(best), "best layout"), (step, "step time"), (f"{best.mfu:.1%}", "MFU"),
+             (f"{best.tokens_per_s_per_device:,.0f}", "tokens/s per device"), (memory, "peak memory"),
              (f"{len(result.layouts):,}", "layouts ranked")]
     return "<div class=cards>" + "".join(f"<div class=card><b>{html.escape(v)}</b><span>{k}</span></div>"
                                          for v, k in cards) + "</div>"
@@ -134,13 +161,15 @@ def _cards(result: SearchResult) -> str:
 
 def render(p: Problem, result: SearchResult, ranking_png: bytes, memory_png: bytes) -> str:
     """The HTML page (see the module docstring); ``memory_png`` is #1's memory chart."""
+    certainty = problem_certainty(p)
     title = (f"{p.model.name}: {p.model.num_params / 1e9:.1f} B params on {p.cluster.num_nodes} x "
              f"{p.cluster.devices_per_node} {p.cluster.device.name}, gbs {p.train.global_batch_size}, "
              f"seq {p.train.seq_len}, {p.train.precision}")
     return (f"<!doctype html><html lang=en><head><meta charset=utf-8><title>autopar: {html.escape(p.model.name)}</title>"
             f"<meta name=viewport content='width=device-width,initial-scale=1'><style>{STYLE}</style></head><body>"
-            f"<h1>autopar plan</h1><p class=lead>{html.escape(title)}</p>{_cards(result)}"
-            f"<h2>Ranking</h2>{_table(result, _details(p, result, memory_png))}"
+            f"<h1>autopar plan</h1><p class=lead>{html.escape(title)}</p>{_cards(result, certainty)}"
+            f"{_certainty(certainty)}"
+            f"<h2>Ranking</h2>{_table(result, _details(p, result, memory_png), certainty)}"
             f"<h2>Step time by part</h2>{_img(ranking_png, 'step time by part of the top layouts')}"
             f"<h2>What the search dropped</h2><p class=note>{html.escape(search_summary(result))}.</p>"
             f"<script>{SCRIPT}</script></body></html>\n")
@@ -169,7 +198,7 @@ def write_report(p: Problem, result: SearchResult, directory: str | Path) -> Pat
         ranking = ranking_chart(shown, f"Top {len(shown)}{f' of {len(result.layouts)}' if more else ''} layouts: "
                                 f"predicted step time by part{' (the table and result.json list all)' if more else ''}")
         memory = memory_chart(result.layouts[0], f"#1 {layout_label(result.layouts[0])}: memory per device by stage")
-        result_path.write_text(json.dumps(result.to_dict(), indent=2) + "\n")
+        result_path.write_text(json.dumps(versioned("search", search_document(p, result)), indent=2) + "\n")
         ranking_path.write_bytes(ranking)
         memory_path.write_bytes(memory)
         page.write_text(render(p, result, ranking, memory))
