@@ -60,7 +60,10 @@ def test_refusals_name_the_option(extra, message):
 def test_moe_and_no_fit_are_one_error_line():
     moe = runner.invoke(app, ["search", "--model", "qwen3-30b-a3b", "--device", "h100-80gb", "--gbs", "64",
                               "--layerwise"])
-    assert moe.exit_code == 2 and "error: Galvatron" not in moe.output and "MoE model" in moe.output
+    assert moe.exit_code == 2 and "error: Galvatron cannot run a layer-wise plan" in moe.output
+    assert "MoE model" in moe.output
+    fp8 = runner.invoke(app, [*LLAMA, "--device", "h100-80gb", "--precision", "fp8"])
+    assert fp8.exit_code == 2 and "precision fp8: Galvatron trains in fp32, fp16 or bf16" in fp8.output
     tight = runner.invoke(app, ["search", "--model", "llama2-70b", "--device", "a100-40gb", "--gbs", "64",
                                 "--layerwise", "--pp", "1"])
     assert tight.exit_code == 2 and "error: no layer-wise plan of llama2-70b fits 90% of a100-40gb memory" in tight.output
