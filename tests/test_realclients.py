@@ -187,10 +187,26 @@ def test_deepspeed_config_runs_the_plan(tmp_path):
         assert got == want, path
 
 
+# Layouts with Galvatron's own knobs (GPipe, vtp/vsp, non-consecutive TP) on Llama-3-8B, gbs 64: (nodes, layout).
+GALVATRON_KNOBS = [
+    (1, dict(dp=4, tp=1, pp=2, zero=3, vocab_tp=4, schedule="gpipe")),
+    (2, dict(dp=2, tp=8, sp=True, zero=0, tp_consecutive=False, vocab_tp=8, vocab_sp=True)),
+    (1, dict(dp=2, tp=4, sp=True, zero=2, vocab_tp=1, mbs=4)),
+    (2, dict(dp=4, tp=2, pp=2, sp=True, zero=3, vocab_tp=8, vocab_sp=True, tp_consecutive=False)),
+]
+
+
+def _galvatron_layouts() -> list[tuple[str, object, Strategy]]:
+    """The top layouts of --target galvatron plus :data:`GALVATRON_KNOBS`."""
+    knobs = [("llama3-8b", for_target(make_problem("llama3-8b", nodes=n, gbs=64), "galvatron"), Strategy(**kw))
+             for n, kw in GALVATRON_KNOBS]
+    return _layouts("galvatron", ("llama3-8b", "llama3-70b")) + knobs
+
+
 def test_galvatron_runs_the_plan(tmp_path):
     python = _python("galvatron", "galvatron")
     jobs, plans = [], {}
-    for i, (name, p, s) in enumerate(_layouts("galvatron", ("llama3-8b", "llama3-70b"))):
+    for i, (name, p, s) in enumerate(_galvatron_layouts()):
         path = tmp_path / f"{name}.{i}.json"
         path.write_text(WRITERS["galvatron"](p, s))
         jobs.append([str(path), str(p.world_size), str(p.model.num_layers)])
@@ -201,12 +217,19 @@ def test_galvatron_runs_the_plan(tmp_path):
         split = _split(p, s)
         stages = s.recompute_per_stage or (s.recompute,) * s.pp
         checkpointed = sum(min(n, s.recompute_layers or n) if o == "full" else 0 for n, o in zip(split, stages))
-        want = dict(pp=s.pp, tp=[s.tp], dp=[s.dp * s.cp], gbs=p.train.global_batch_size, mbs=s.mbs,
+        # Galvatron's data loader splits the batch over the vocabulary layers' data parallelism, world/pp/vtp
+        # ranks, so each sees mbs*vtp/tp sequences per micro-batch (rule vocab_tp_whole_samples).
+        want = dict(pp=s.pp, tp=[s.tp], dp=[s.dp * s.cp], gbs=p.train.global_batch_size,
+                    mbs=s.mbs * s.vocab_tp_size / s.tp, vocab=(s.vocab_tp_size, int(s.vocab_sp)),
+                    pipeline_type="gpipe" if s.schedule == "gpipe" else "pipedream_flush",
+                    tp_consecutive=[int(s.tp_consecutive)],
                     num_microbatches=s.num_microbatches(p.train.global_batch_size), split=split,
                     zero=({0: "ddp", 2: "zero2", 3: "zero2"}[s.zero], p.model.num_layers if s.zero == 3 else 0,
                           int(s.zero == 3)),
                     checkpoint_layers=checkpointed, ulysses=0)
         got = dict(pp=e["pp"], tp=e["tp"], dp=e["dp_per_layer"], gbs=e["global_bsz"], mbs=e["micro_batch"],
+                   vocab=(e["vocab_tp"], e["vocab_sp"]), pipeline_type=e["pipeline_type"],
+                   tp_consecutive=e["tp_consecutive"],
                    num_microbatches=e["real_chunks"], split=e["pp_division"],
                    zero=(e["default_dp_type"], e["zero3_layers"], e["embed_sdp"]),
                    checkpoint_layers=e["checkpoint_layers"], ulysses=e["use_sp"])

@@ -55,7 +55,8 @@ class SpaceOptions:
     and the model's memory-saving set). ``tp_comm_overlap``: also offer TP overlap on every SP
     layout; ``cp_comm_types``: the context-parallel algorithms offered with cp > 1 (``a2a+p2p``
     with every all-to-all group size ``1 < a < cp`` dividing cp). The search sets both by target
-    (:mod:`autopar.export.comm_knobs`)."""
+    (:mod:`autopar.export.comm_knobs`). ``galvatron_choices``: also Galvatron's vocabulary TP, GPipe
+    and non-consecutive TP groups (:mod:`autopar.galvatron_space`; ``--target galvatron``)."""
 
     mbs: tuple[int, ...] = (1, 2, 4, 8)
     zero: tuple[int, ...] = (0, 1, 2, 3)
@@ -67,6 +68,7 @@ class SpaceOptions:
     recompute_modules: tuple[str, ...] | None = None
     tp_comm_overlap: bool = False
     cp_comm_types: tuple[str, ...] = ("p2p",)
+    galvatron_choices: bool = False
 
 
 def _grid(p: Problem, opt: SpaceOptions) -> list[tuple[int, int, int, int, int]]:
@@ -198,10 +200,15 @@ def enumerate_layouts(p: Problem, opt: SpaceOptions | None = None) -> LayoutBatc
         blocks.append(block)
     a = np.concatenate(blocks) if blocks else np.zeros((0, 17), dtype=np.int64)
     gbs = p.train.global_batch_size
-    return LayoutBatch(
+    batch = LayoutBatch(
         dp=a[:, 0], tp=a[:, 1], pp=a[:, 2], vpp=a[:, 3], cp=a[:, 4], ep=a[:, 5], etp=a[:, 6],
         mbs=a[:, 7], sp=a[:, 8].astype(bool), zero=a[:, 9], recompute=a[:, 10],
         recompute_layers=a[:, 11], num_microbatches=gbs // (a[:, 7] * a[:, 0]),
         account_embedding=a[:, 12].astype(bool), account_loss=a[:, 12].astype(bool), recompute_modules=a[:, 13],
         tp_comm_overlap=a[:, 14].astype(bool), cp_comm=a[:, 15], cp_a2a=a[:, 16],
     )
+    if opt.galvatron_choices:
+        from autopar.galvatron_space import add_variants
+
+        batch = add_variants(p, batch)
+    return batch
