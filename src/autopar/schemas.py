@@ -22,6 +22,7 @@ SCHEMA_DIR = Path(__file__).resolve().parent / "data" / "schemas"
 DOCUMENTS = {
     "search": "autopar search --json",
     "search-sweep": "autopar search --gbs-range ... --json",
+    "search-layerwise": "autopar search --layerwise --json",
     "estimate": "autopar estimate --json",
     "devices": "autopar devices --json",
     "validate": "autopar validate --json",
