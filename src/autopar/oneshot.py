@@ -16,6 +16,8 @@ from pathlib import Path
 
 from autopar.errors import AutoparError
 from autopar.problem import Problem
+from autopar.report.ties import search_document
+from autopar.schemas import versioned
 from autopar.search import SearchResult
 
 # Export format -> file name suffix of one layout's config (FILE_WRITERS formats write a folder).
@@ -67,7 +69,7 @@ def write_plan(p: Problem, result: SearchResult, out: Path) -> tuple[list[Path],
     target = result.target
     try:
         out.mkdir(parents=True, exist_ok=True)
-        (out / RESULT_NAME).write_text(json.dumps(result.to_dict(), indent=2) + "\n")
+        (out / RESULT_NAME).write_text(json.dumps(versioned("search", search_document(p, result)), indent=2) + "\n")
     except OSError as err:
         raise AutoparError(f"--out={str(out)!r}: cannot write ({err.strerror})") from None
     written, skipped = [out / RESULT_NAME], []

@@ -19,6 +19,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from autopar.cli.json_output import print_json
 from autopar.errors import AutoparError
 from autopar.problem import Problem
 from autopar.search.constraints import Constraint
@@ -111,8 +112,6 @@ def run_layerwise(console: Console, p: Problem, constraints: list[Constraint], a
     plan, cost = result.plan, result.cost
     doc = galvatron_layerwise.config(p, plan)
     if as_json:
-        from autopar.cli.json_output import print_json
-
         print_json("search-layerwise", {
             "plan": plan.model_dump(mode="json"), "step_time_s": cost.step_time_s,
             "tokens_per_s_per_device": cost.tokens_per_s_per_device, "peak_memory_bytes": cost.peak_memory_bytes,
