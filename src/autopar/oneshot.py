@@ -1,7 +1,8 @@
 """One-shot planning (``autopar plan``; Tinker's one-shot mode): profile where a device is present,
 search, and write everything the target framework runs into one folder.
 
-The folder holds ``result.json`` (the search JSON, which ``autopar export --from`` reads), one
+The folder holds ``result.json`` (the search JSON document of ``search --json``, which ``autopar
+export --from`` reads), one
 config per ranked layout in the target's own form (``rank1.sh`` for Megatron-LM, MindSpeed-LLM and
 Megatron-Bridge, ``rank1.toml`` for torchtitan, ``rank1.json`` for Galvatron and SAPP, a folder
 ``rank1/`` with the DeepSpeed JSON and the Megatron-DeepSpeed script) and, where the machine could
@@ -16,6 +17,8 @@ from pathlib import Path
 
 from autopar.errors import AutoparError
 from autopar.problem import Problem
+from autopar.report.ties import search_document
+from autopar.schemas import versioned
 from autopar.search import SearchResult
 
 # Export format -> file name suffix of one layout's config (FILE_WRITERS formats write a folder).
@@ -67,7 +70,7 @@ def write_plan(p: Problem, result: SearchResult, out: Path) -> tuple[list[Path],
     target = result.target
     try:
         out.mkdir(parents=True, exist_ok=True)
-        (out / RESULT_NAME).write_text(json.dumps(result.to_dict(), indent=2) + "\n")
+        (out / RESULT_NAME).write_text(json.dumps(versioned("search", search_document(p, result)), indent=2) + "\n")
     except OSError as err:
         raise AutoparError(f"--out={str(out)!r}: cannot write ({err.strerror})") from None
     written, skipped = [out / RESULT_NAME], []
