@@ -75,6 +75,16 @@ def test_search_sweep_estimate_devices_json_validate():
     assert "h100-80gb" in [d["name"] for d in devices["devices"]]
 
 
+def test_layerwise_and_plan_json_validate(tmp_path):
+    layerwise = _doc(["search", "--model", "llama2-7b", "--device", "a100-40gb", "--gbs", "64", "--seq-len", "4096",
+                      "--layerwise", "--tp", "1", "--json"], "search-layerwise")
+    assert set(layerwise["plan"]["tp"]) == {1} and sum(layerwise["plan"]["layers_per_stage"]) == 32
+    plan = _doc(["plan", *TOY, "--out", str(tmp_path / "p"), "--profile", "off", "--json"], "plan")
+    assert plan["profile_skipped"] == "--profile off" and not plan["profiled"]
+    assert plan["written"][0] == str(tmp_path / "p" / "result.json")
+    assert_valid("search", json.loads((tmp_path / "p" / "result.json").read_text()))
+
+
 def test_export_json_holds_the_text_and_the_files(tmp_path):
     doc = _doc(["export", "--format", "megatron", *TOY, "--tp", "2", "--json"], "export")
     assert "--tensor-model-parallel-size 2" in doc["text"] and doc["files"] == []
@@ -107,10 +117,9 @@ def test_validate_json(tmp_path):
     assert dense["rows"] <= len(errors)
 
 
-def test_profile_ops_and_layer_json(tmp_path):
+def test_profile_ops_json(tmp_path):
     pytest.importorskip("torch")
     from test_profile import TINY
-    from test_profile_layer import CONFIGS
 
     model = tmp_path / "tiny.json"
     model.write_text(json.dumps(TINY))
@@ -118,9 +127,16 @@ def test_profile_ops_and_layer_json(tmp_path):
     ops = _doc(["profile", "ops", "--db", str(tmp_path / "ops.db"), *common, "--tp", "2", "--repeats", "1", "--json"],
                "profile-ops")
     assert ops["shapes"] == 9 and len(ops["measured"]) == 9 and ops["already_measured"] == 0  # as test_profile
-    layer_model = tmp_path / "layer.json"
-    layer_model.write_text(json.dumps(CONFIGS["llama"]))
-    layer = _doc(["profile", "layer", "--db", str(tmp_path / "l.db"), "--model", str(layer_model), "--tp", "2",
+
+
+def test_profile_layer_json(tmp_path):
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from test_profile_layer import CONFIGS
+
+    model = tmp_path / "layer.json"
+    model.write_text(json.dumps(CONFIGS["llama"]))
+    layer = _doc(["profile", "layer", "--db", str(tmp_path / "l.db"), "--model", str(model), "--tp", "2",
                   "--mbs", "2", "--seq-len", "64", "--recompute", "none", "--hf", "--repeats", "1", "--json"],
                  "profile-layer")
     assert [r["recompute"] for r in layer["layers"]] == ["none"] and layer["shard"]["tp"] == 2

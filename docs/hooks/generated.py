@@ -87,6 +87,12 @@ def on_page_content(html: str, **kwargs) -> str:  # mkdocs hook signature
 JSON_MARKER = "<!-- autopar-json-schemas -->"
 
 
+def _plain(text: str) -> str:
+    """A schema description as literal markdown text: HTML escaped, ``[`` not a link
+    (``[stage][chunk]`` would be read as a reference link)."""
+    return html.escape(text, quote=False).replace("[", "\\[")
+
+
 def _type_of(node: dict) -> str:
     """A field's JSON type as the page shows it (``integer``, ``string or null``, ``[strategy](#strategy)``)."""
     if "$ref" in node:
@@ -112,8 +118,8 @@ def _field_rows(node: dict, prefix: str = "") -> list[str]:
     required = set(node.get("required", ()))
     for key, sub in node.get("properties", {}).items():
         path = f"{prefix}{key}"
-        text = sub.get("description", "").replace("|", "\\|")
-        rows.append(f"| `{path}` | {_type_of(sub)} | {'yes' if key in required else 'no'} | {html.escape(text, quote=False)} |")
+        text = _plain(sub.get("description", "")).replace("|", "\\|")
+        rows.append(f"| `{path}` | {_type_of(sub)} | {'yes' if key in required else 'no'} | {text} |")
         if "$ref" in sub:
             continue
         if sub.get("type") == "object" or "properties" in sub:
@@ -140,12 +146,12 @@ def json_markdown() -> str:
     parts = []
     for name, command in DOCUMENTS.items():
         s = schema(name)
-        parts.append(f"## {name}\n\n`{command}`, `schema_version` {schema_version(name)}: {s['description']} "
+        parts.append(f"## {name}\n\n`{command}`, `schema_version` {schema_version(name)}: {_plain(s['description'])} "
                      f"Schema: `src/autopar/data/schemas/{schema_path(name).name}`.\n")
         parts.append(_table(s))
     parts.append("## Shared parts\n\nThe definitions of `common.schema.json` the documents refer to.\n")
     for name, node in schema("common")["$defs"].items():
-        parts.append(f"### shared: {name}\n\n{node.get('description', '')}\n")
+        parts.append(f"### shared: {name}\n\n{_plain(node.get('description', ''))}\n")
         parts.append(_table(node) if "properties" in node else
                      "".join(_table(p) for p in node.get("allOf", ()) if "properties" in p)
                      + "".join(f"Also every field of {_type_of(p)}.\n" for p in node.get("allOf", ()) if "$ref" in p))

@@ -22,6 +22,7 @@ SCHEMA_DIR = Path(__file__).resolve().parent / "data" / "schemas"
 DOCUMENTS = {
     "search": "autopar search --json",
     "search-sweep": "autopar search --gbs-range ... --json",
+    "search-layerwise": "autopar search --layerwise --json",
     "estimate": "autopar estimate --json",
     "devices": "autopar devices --json",
     "validate": "autopar validate --json",
@@ -31,6 +32,7 @@ DOCUMENTS = {
     "profile-comm": "autopar profile comm --json",
     "verify": "autopar verify --json",
     "calibrate": "autopar calibrate --json",
+    "plan": "autopar plan --json",
     # balance --json comes with the balancer branch (autopar.pipeline.balance_json.plan_document);
     # it is to print through autopar.cli.json_output.print_json("balance", ...) like the others.
     "balance": "autopar balance --json",

@@ -13,13 +13,13 @@ what a layer-wise plan does not have (cp, ep, vpp, mbs, ...) and are refused wit
 from __future__ import annotations
 
 import json
-import sys
 from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from autopar.cli.json_output import print_json
 from autopar.errors import AutoparError
 from autopar.problem import Problem
 from autopar.search.constraints import Constraint
@@ -109,12 +109,12 @@ def run_layerwise(console: Console, p: Problem, constraints: list[Constraint], a
     plan, cost = result.plan, result.cost
     doc = galvatron_layerwise.config(p, plan)
     if as_json:
-        sys.stdout.write(json.dumps({
+        print_json("search-layerwise", {
             "plan": plan.model_dump(mode="json"), "step_time_s": cost.step_time_s,
             "tokens_per_s_per_device": cost.tokens_per_s_per_device, "peak_memory_bytes": cost.peak_memory_bytes,
             "stage_memory_bytes": cost.stage_memory_bytes, "search_seconds": result.seconds,
             "galvatron": doc, "galvatron_runtime_flags": ["--sequence-parallel"] if plan.sp else [],
-        }, indent=2) + "\n")
+        })
         return
     console.print(f"[bold]{p.model.name}[/] on {p.cluster.num_nodes} x {p.cluster.devices_per_node} "
                   f"{p.cluster.device.name}, gbs {p.train.global_batch_size}, seq {p.train.seq_len}: layer-wise plan, "

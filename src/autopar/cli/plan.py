@@ -16,7 +16,8 @@ from rich.markup import escape
 from autopar.cli.app import app, console, err_console, user_errors
 from autopar.cli.config import Config
 from autopar.cli.inputs import positive, problem_from_options
-from autopar.cli.options import (Device, DeviceFile, DeviceSet, Flash, Fp8ParamStorage, Gbs, Margin, Model,
+from autopar.cli.json_output import print_json
+from autopar.cli.options import (Device, DeviceFile, DeviceSet, Flash, Fp8ParamStorage, Gbs, Json, Margin, Model,
                                  MoeImbalance, Nodes, PerNode, Precision, Script, SeqLen, VocabPad, VocabSize)
 from autopar.cli.paths import refuse_overwriting_inputs
 from autopar.errors import AutoparError
@@ -52,9 +53,9 @@ def _profile_status(p: Problem, mode: str) -> str | None:
     return why
 
 
-def _profile(p: Problem, db: Path, top: int, margin: float, target: str, repeats: int) -> None:
+def _profile(p: Problem, db: Path, top: int, margin: float, target: str, repeats: int, out=console) -> None:
     """Measure into ``db`` the operator shapes of the ``top`` layouts of an analytic search
-    (``autopar profile ops``'s selection)."""
+    (``autopar profile ops``'s selection); progress on the rich console ``out``."""
     from autopar.cli.profile import _measure_all
     from autopar.profile.opdb import OpDB
     from autopar.profile.shapes import strategy_ops, unique
@@ -63,7 +64,7 @@ def _profile(p: Problem, db: Path, top: int, margin: float, target: str, repeats
     layouts = [e.strategy for e in run_search(p, top, margin, target=target).layouts]
     wanted = unique([op for s in layouts for op in strategy_ops(p, s)])
     dtype = "bf16" if p.train.precision == "fp8" else p.train.precision
-    _measure_all(OpDB(str(db), "--out"), wanted, dtype, repeats, p.cluster.device.name)
+    _measure_all(OpDB(str(db), "--out"), wanted, dtype, repeats, p.cluster.device.name, out)
 
 
 @app.command()
@@ -84,12 +85,13 @@ def plan(
                                          "has the planned GPU, else say why not and plan analytically | on: "
                                          "refuse without one | off")] = "auto",
     repeats: Annotated[int, typer.Option(help="timed repeats per profiled operator")] = 5,
-    memory_margin: Margin = 0.10, config: Config = None,
+    memory_margin: Margin = 0.10, config: Config = None, as_json: Json = False,
 ) -> None:
     """Profile where a GPU is present, search, and write the target's configs into one folder."""
     from autopar.cli.profile import print_coverage, profiled
     from autopar.oneshot import PROFILE_NAME, plan_paths, write_plan
     from autopar.report.table import search_summary, search_table
+    from autopar.report.ties import problem_certainty
     from autopar.search import search as run_search
     from autopar.search.grid import for_target
     from autopar.specs.targets import check_target, default_target
@@ -113,14 +115,21 @@ def plan(
                           highlight=False, soft_wrap=True)
     else:
         folder.mkdir(parents=True, exist_ok=True)
-        _profile(p, db, top, memory_margin, target, repeats)
+        _profile(p, db, top, memory_margin, target, repeats, err_console if as_json else console)
     with profiled(p, None if skipped_why else str(db), None) as coverage:
         result = run_search(p, top, memory_margin, target=target)
         measured = coverage and coverage([e.strategy for e in result.layouts])
     written, refused = write_plan(p, result, folder)
+    if as_json:
+        for line in refused:
+            err_console.print(f"[yellow]not written:[/] {escape(line)}", highlight=False, soft_wrap=True)
+        print_json("plan", {"out": str(folder), "target": target, "profiled": skipped_why is None,
+                            "profile_skipped": skipped_why, "written": [str(w) for w in written],
+                            "refused": refused, "profile": measured or None})
+        return
     console.print(f"[bold]{p.model.name}[/] on {p.cluster.num_nodes} x {p.cluster.devices_per_node} "
                   f"{p.cluster.device.name}, gbs {p.train.global_batch_size}, seq {p.train.seq_len}, --target {target}")
-    console.print(search_table(result))
+    console.print(search_table(result, problem_certainty(p)))
     console.print(search_summary(result), highlight=False, soft_wrap=True)
     if measured:
         print_coverage(measured)
