@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+
+import pytest
 from typer.testing import CliRunner
 
 from autopar.cli import app
@@ -42,7 +45,12 @@ def test_balance_layers_file(tmp_path):
                    f'"layers": [{heavy}, {layer}, {layer}, {layer}, {layer}, {layer}]}}')
     result = runner.invoke(app, ["balance", "--layers", str(doc)])
     assert result.exit_code == 0, result.output
-    assert "SAPP offset:    [-1, 1]" in result.output  # the heavy first layer gets fewer neighbours
+    # the heavy first layer (0.12 s) gets fewer neighbours: (2, 4) and (1, 5) both make the slowest
+    # stage 0.15 s, objective 7 * 0.15 + 0.27 = 1.32 s (the split (3, 3): 1.53 s)
+    assert "SAPP offset:    [-1, 1]" in result.output or "SAPP offset:    [-2, 2]" in result.output
+    doc = json.loads(runner.invoke(app, ["balance", "--layers", str(doc), "--json"]).stdout)
+    assert doc["balanced"]["objective_s"] == pytest.approx(1.32)
+    assert doc["balanced"]["layers_per_stage"] in ([2, 4], [1, 5]) and doc["balanced"]["step_time_s"] <= 1.32 + 1e-9
 
 
 def test_balance_layers_file_missing_field_is_one_line(tmp_path):
@@ -59,27 +67,22 @@ def test_balance_sapp_arrays_match_the_sapp_export():
     layer counts (flat per stage without interleaving). Llama-3-8B, 32 layers, pp 2 vpp 2, stages
     14 + 18 (chunks 7+7, 9+9), full recompute on stage 0 and selective on stage 1: by hand offset
     7-8 = -1 and 9-8 = +1 per chunk, recompute [7, 0], select_recompute [0, 9]."""
-    from types import SimpleNamespace
-
     import numpy as np
 
     from autopar.export import sapp
-    from autopar.cli.balance import sapp_arrays
     from autopar.strategy import Strategy
     from conftest import make_problem
 
-    plan = SimpleNamespace(best=SimpleNamespace(layers_per_chunk=np.array([[7, 7], [9, 9]]),
-                                                recompute=("full", "selective")))
-    arrays = sapp_arrays(plan)
-    assert arrays == {"offset": [[-1, 1], [-1, 1]], "recompute": [[7, 0], [7, 0]],
-                      "select_recompute": [[0, 9], [0, 9]]}
+    arrays = sapp.chunk_arrays(np.array([[7, 7], [9, 9]]), np.array([[7, 7], [0, 0]]), np.array([[0, 0], [9, 9]]))
+    assert arrays == {"pipeline_stage": 2, "pp_interleave_num": 2, "offset": [[-1, 1], [-1, 1]],
+                      "recompute": [[7, 0], [7, 0]], "select_recompute": [[0, 9], [0, 9]]}
     s = Strategy(dp=4, pp=2, vpp=2, schedule="interleaved", layers_per_stage=(14, 18),
                  recompute="full", recompute_per_stage=("full", "selective"))
     written = sapp.config(make_problem("llama3-8b", gbs=64, seq=4096), s)
     assert {k: written[k] for k in arrays} == arrays
-    flat = sapp_arrays(SimpleNamespace(best=SimpleNamespace(layers_per_chunk=np.array([[3], [5]]),
-                                                            recompute=("none", "full"))))
-    assert flat == {"offset": [-1, 1], "recompute": [0, 5], "select_recompute": [0, 0]}
+    flat = sapp.chunk_arrays(np.array([[3], [5]]), np.array([[0], [5]]), np.array([[0], [0]]))
+    assert flat == {"pipeline_stage": 2, "pp_interleave_num": 1, "offset": [-1, 1], "recompute": [0, 5],
+                    "select_recompute": [0, 0]}
 
 
 def test_balance_plot_into_a_missing_directory_is_one_line_before_any_output(tmp_path):

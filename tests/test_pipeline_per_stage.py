@@ -20,7 +20,8 @@ from autopar.cli import app
 from autopar.cost.stage import all_stages
 from autopar.cost.stage_time import stage_time
 from autopar.estimate import estimate
-from autopar.pipeline.balance import balance
+from autopar.pipeline.balance import _plan_cost, _uniform_counts, balance
+from autopar.pipeline.chunk_costs import chunk_costs
 from autopar.pipeline.folded import fold
 from autopar.pipeline.layers import layer_table
 from autopar.pipeline.makespan import static_makespan_s
@@ -96,17 +97,22 @@ def test_search_ranks_per_stage_recompute_only_for_targets_that_can_write_it(p):
                for e in galvatron.layouts)
 
 
-def test_min_max_split_with_per_stage_options_matches_the_integer_program(p):
-    """The search's DP candidate (exact min-max split, fastest fitting option per stage) equals
-    the balancer's proven-optimal integer program here: (7, 8, 9, 8) with full on stage 0."""
+def test_recompute_counts_beat_one_option_per_stage(p):
+    """The search's DP candidate (exact min-max split, fastest fitting option per stage) is
+    (7, 8, 9, 8) with full on stage 0; recomputing only some layers of a stage (the balancer's
+    counts, SAPP-PPB's ``recompute`` arrays) fits a faster split in the same memory."""
     limit = 0.9 * p.cluster.device.memory_bytes
     s = Strategy(dp=2, pp=4, recompute="full")
-    plan = balance(layer_table(p, s, limit), 1, 32, "1f1b")
+    table = layer_table(p, s, limit)
+    plan = balance(table, 1, 32, "1f1b")
     assert plan.solver == "highs" and plan.optimal
-    assert plan.best.layers_per_stage == (7, 8, 9, 8) and plan.best.recompute == ("full", "none", "none", "none")
     uniform, mixed = per_stage_candidates(p, s, limit, ("none", "selective", "full"), use_ilp=False)
     assert uniform.recompute_per_stage is None and uniform.recompute == "full"
-    assert (mixed.layers_per_stage, mixed.recompute_per_stage) == (plan.best.layers_per_stage, plan.best.recompute)
+    assert (mixed.layers_per_stage, mixed.recompute_per_stage) == ((7, 8, 9, 8), ("full", "none", "none", "none"))
+    assert sum(plan.best.layers_per_stage) == 32 and max(plan.best.stage_memory_bytes) <= limit
+    costs = chunk_costs(table, 1, "1f1b", 32)
+    per_stage = _uniform_counts(costs, np.array([[7], [8], [9], [8]]), np.array([2, 0, 0, 0]))
+    assert plan.best.makespan_s < 0.95 * _plan_cost(table, costs, per_stage, 32, "1f1b").makespan_s
 
 
 def test_no_integer_program_when_the_fastest_option_fits_everywhere():

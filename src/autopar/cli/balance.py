@@ -16,21 +16,23 @@ import typer
 from rich.table import Table
 
 from autopar.cli.app import app, console, err_console, progress_shown, user_errors
-from autopar.cli.options import (Cp, Device, DeviceFile, DeviceSet, Dp, Ep, Etp, Flash, Gbs, Mbs, Model, Nodes,
+from autopar.cli.options import (Cp, Device, DeviceFile, DeviceSet, Dp, Ep, Etp, Flash, Gbs, Json, Mbs, Model, Nodes,
                                  PerNode, Pp, Fp8ParamStorage, MoeImbalance, Precision, Quiet, RecomputeLayers,
                                  RecomputeModules, RecomputeOpt, ScheduleOpt, Script, SeqLen, Sp, Tp, VocabPad,
                                  VocabSize, Vpp, Zero)
+from autopar.cli.json_output import print_json
 from autopar.cli.inputs import problem_from_options, recompute_modules_option, strategy_from_options
-from autopar.cli.paths import refuse_overwriting_inputs
+from autopar.cli.paths import refuse_overwriting_inputs, refuse_unwritable_figure
 from autopar.errors import AutoparError
 from autopar.progress import phase
 from autopar.specs.cluster import MAX_MEMORY_BYTES
-from autopar.pipeline.balance import FORMS, BalancePlan
-from autopar.pipeline.layout import PipelineLayout
-from autopar.strategy import DEFAULT_RECOMPUTE_MODULES, default_layers_per_stage
+from autopar.pipeline.balance import FORMS, TIME_LIMIT_S, BalancePlan
+from autopar.pipeline.balance_json import plan_document, sapp_arrays
+from autopar.pipeline.layout import PipelineLayout, layout_of
+from autopar.strategy import DEFAULT_RECOMPUTE_MODULES, parse_recompute_modules
 
 GIB = 2.0**30
-PLOT_SUFFIXES = (".png", ".svg", ".pdf")  # figure formats matplotlib writes (plot_plan's savefig)
+MAX_TIME_LIMIT_S = 3600.0  # SAPP-PPB's default is 90 s
 
 
 def _fmt_time(seconds: float) -> str:
@@ -41,12 +43,31 @@ def _layers_text(row: np.ndarray) -> str:
     return str(int(row.sum())) if len(row) == 1 else f"{int(row.sum())} ({'+'.join(str(int(n)) for n in row)})"
 
 
+def _module_sets_in_order(names: tuple[str, ...], module_sets: tuple[tuple[str, ...], ...]) -> list:
+    """``module_sets`` lined up with ``names`` (None where a name is not ``selective:...``)."""
+    sets = iter(module_sets)
+    return [next(sets) if n.startswith("selective:") else None for n in names]
+
+
+def solver_text(plan: BalancePlan) -> str:
+    """How the plan was solved, e.g. ``solver highs, proven optimal (MIP gap 0.01%)`` (within
+    :data:`autopar.pipeline.chunk_ilp.MIP_REL_GAP`) or ``solver highs, MIP gap 0.3%, time limit
+    0.3 s hit``."""
+    text = f"solver {plan.solver}"
+    if plan.optimal:
+        return text + ", proven optimal" + ("" if plan.gap is None else f" (MIP gap {plan.gap:.2%})")
+    if plan.gap is not None:
+        text += f", MIP gap {plan.gap:.1%}"
+    if plan.time_limit_hit:
+        text += f", time limit {plan.time_limit_s:g} s hit"
+    return text
+
+
 def balance_table(plan: BalancePlan) -> Table:
     """Rich table: per stage the balanced layers (per chunk with vpp), recompute and memory,
     next to the even split's layers and memory."""
     best, even = plan.best, plan.even
-    table = Table(title=f"Balanced pipeline ({plan.schedule}, solver {plan.solver}"
-                        f"{'' if plan.optimal else ', time limit hit'})")
+    table = Table(title=f"Balanced pipeline ({plan.schedule}, {solver_text(plan)})")
     for name in ("stage", "layers", "recompute", "memory GiB", "even layers", "even memory GiB"):
         table.add_column(name, justify="left" if name == "recompute" else "right")
     for i, row in enumerate(best.layers_per_chunk):
@@ -79,38 +100,31 @@ def megatron_flags(plan: BalancePlan, accounted: bool = False,
                   f"--decoder-last-pipeline-num-layers {first_last[1]}"]
         if accounted:
             flags.append("(instead of --account-for-embedding/loss-in-pipeline-split: Megatron-LM takes one or the other)")
-    names = set(plan.best.recompute)
-    if len(names) > 1 and "selective" in names and tuple(modules) != DEFAULT_RECOMPUTE_MODULES:
+    best = plan.best
+    names = set(best.recompute)
+    full = best.option_counts("full")
+    mixed = len(names) > 1 or any(" + " in n for n in names)
+    if mixed and set(best.options) - {"none", "full"} and not best.option_counts("selective").any() \
+            and np.all(full == full.flat[0]) and np.all(best.recompute_counts.sum(axis=2) - full
+                                                        == best.option_counts("none")):
+        mixed = False  # the same number of fully recomputed layers in every chunk: Megatron's block method
+    if mixed and "selective" in "".join(names) and tuple(modules) != DEFAULT_RECOMPUTE_MODULES:
         # SAPP and Galvatron (the per-stage writers) refuse a module set (export.per_stage)
-        flags.append(f"(recompute differs per stage {list(plan.best.recompute)}: Megatron has one setting, and no "
+        flags.append(f"(recompute differs per stage {list(best.recompute)}: Megatron has one setting, and no "
                      f"per-stage writer takes --recompute-modules {' '.join(modules)}; use --form megatron, or the "
-                     "default core_attn for autopar export --format sapp)")
-    elif len(names) > 1:
-        flags.append(f"(recompute differs per stage {list(plan.best.recompute)}: Megatron has one setting; "
-                     "write it with autopar export --format sapp (or galvatron), or use --form megatron)")
+                     "default core_attn for the SAPP arrays)")
+    elif mixed:
+        flags.append(f"(recompute differs per stage {list(best.recompute)}: Megatron has one setting; "
+                     "use the SAPP arrays (MindFormers), or --form megatron)")
     elif names == {"selective"}:
         flags.append("--recompute-granularity selective")
         if tuple(modules) != DEFAULT_RECOMPUTE_MODULES:
             flags.append("--recompute-modules " + " ".join(modules))
     elif names == {"full"}:
         flags.append("--recompute-granularity full --recompute-method uniform --recompute-num-layers 1")
+    elif full.any():
+        flags.append(f"--recompute-granularity full --recompute-method block --recompute-num-layers {int(full.flat[0])}")
     return " ".join(flags) if flags else "(even split, no extra flags)"
-
-
-def sapp_arrays(plan: BalancePlan) -> dict[str, list]:
-    """The plan as MindFormers' ``offset`` / ``recompute`` / ``select_recompute``, in the shape
-    ``autopar export --format sapp`` writes (:mod:`autopar.export.sapp`): one entry per stage, or
-    ``[chunk][stage]`` with ``pp_interleave_num`` (vpp) > 1; ``recompute`` / ``select_recompute``
-    count the layers of each stage (chunk) with full / selective recompute. ``offset`` is the
-    layers minus ``L // (pp * vpp)`` (MindFormers ``docs/feature_cards/Offset_Recompute.md``)."""
-    chunks = plan.best.layers_per_chunk  # shape (pp, vpp)
-    by_chunk = chunks.T.tolist()  # [chunk][stage]
-    offsets = PipelineLayout.from_chunks(chunks).sapp_offsets()
-    names = plan.best.recompute  # one option per stage
-    arrays = {"offset": offsets if len(by_chunk) > 1 else [offsets],
-              "recompute": [[n if r == "full" else 0 for n, r in zip(row, names)] for row in by_chunk],
-              "select_recompute": [[n if r == "selective" else 0 for n, r in zip(row, names)] for row in by_chunk]}
-    return {k: v[0] if len(by_chunk) == 1 else v for k, v in arrays.items()}
 
 
 def print_plan(plan: BalancePlan, accounted: bool = False,
@@ -120,8 +134,11 @@ def print_plan(plan: BalancePlan, accounted: bool = False,
     console.print(balance_table(plan))
     arrays = sapp_arrays(plan)
     console.print(f"SAPP offset:    {arrays['offset']}", highlight=False)
-    other = "" if tuple(modules) == DEFAULT_RECOMPUTE_MODULES or "selective" not in plan.best.recompute else \
-        " (SAPP's own selective recompute, not --recompute-modules " + ",".join(modules) + ")"
+    used = [n for n in plan.best.options if n.startswith("selective") and plan.best.option_counts(n).any()]
+    sets = [n for n in used if ":" in n]  # selective:core_attn+mlp
+    if "selective" in used and tuple(modules) != DEFAULT_RECOMPUTE_MODULES:
+        sets.insert(0, "--recompute-modules " + ",".join(modules))
+    other = "" if not sets else f" (SAPP's own selective recompute, not {', '.join(sets)})"
     console.print(f"SAPP recompute: {arrays['recompute']}, select_recompute: {arrays['select_recompute']}{other}",
                   highlight=False, soft_wrap=True)
     console.print(f"Megatron-LM:    {megatron_flags(plan, accounted, modules, mtp_num_layers)}", highlight=False,
@@ -133,9 +150,9 @@ def print_plan(plan: BalancePlan, accounted: bool = False,
         gain = plan.gain
         line += (f", gain {gain:+.1%}" if gain is not None else " (the even split does not fit in memory)")
     else:
-        line += " (no even split: vpp does not divide Megatron's default split)"
+        line += " (no even split to compare with)"
     console.print(line, highlight=False)
-    console.print(f"Bubble {best.simulation.bubble_fraction:.1%}; balanced in {plan.solve_time_s:.2f} s "
+    console.print(f"Bubble {best.bubble_fraction:.1%}; balanced in {plan.solve_time_s:.2f} s "
                   f"(the step time above is the simulated pipeline part: compute, recompute, p2p, bubbles)",
                   highlight=False)
 
@@ -156,10 +173,15 @@ def balance_command(
     form: Annotated[str, typer.Option(help="explicit (any split, per-stage recompute) | megatron "
                                       "(equal middle stages, one recompute)")] = "explicit",
     options: Annotated[Optional[str], typer.Option("--options", help="recompute options to choose from, e.g. "
-                                                   "none,selective [default: all]")] = None,
+                                                   "none,selective,full,selective:core_attn+mlp (selective "
+                                                   "recompute of those --recompute-modules) [default: "
+                                                   "none,selective,full]")] = None,
     memory_limit_gib: Annotated[Optional[float], typer.Option("--memory-limit-gib", help="usable memory per "
                                                               "device [default: the device's]")] = None,
     plot: Annotated[Optional[str], typer.Option("--plot", help="write the timeline + memory figure (PNG)")] = None,
+    time_limit_s: Annotated[float, typer.Option("--time-limit", help="seconds the integer program may take "
+                                                "(its MIP gap is reported)")] = TIME_LIMIT_S,
+    as_json: Json = False,
     quiet: Quiet = False,
 ) -> None:
     """Balance pipeline stages: layers (per chunk) and recompute per stage vs the even split."""
@@ -167,19 +189,18 @@ def balance_command(
 
     if form not in FORMS:
         raise AutoparError(f"--form={form!r}: allowed {', '.join(FORMS)}")
+    if not 0 < time_limit_s <= MAX_TIME_LIMIT_S:  # also nan
+        raise AutoparError(f"--time-limit={time_limit_s}: must be a number of seconds in (0, {MAX_TIME_LIMIT_S:g}]")
     if memory_limit_gib is not None and not 0 < memory_limit_gib <= MAX_MEMORY_BYTES / GIB:  # also nan, inf
         raise AutoparError(f"--memory-limit-gib={memory_limit_gib}: must be a number in (0, {MAX_MEMORY_BYTES / GIB:.0f}]")
     limit = None if memory_limit_gib is None else memory_limit_gib * GIB
     refuse_overwriting_inputs({"--model": model, "--script": script, "--device-file": device_file, "--layers": layers},
                               {"--plot": (plot, [Path(plot)] if plot else [])})
-    if plot and not Path(plot).resolve().parent.is_dir():  # before the work, not after the table
-        raise AutoparError(f"--plot={plot!r}: cannot write (no directory {str(Path(plot).resolve().parent)!r})")
-    if plot and Path(plot).suffix.lower() not in PLOT_SUFFIXES:  # matplotlib appended .png to a directory
-        raise AutoparError(f"--plot={plot!r}: give a file name ending in {', '.join(PLOT_SUFFIXES)}")
+    refuse_unwritable_figure("--plot", plot)  # before the work, not after the table
     names = tuple(o.strip() for o in options.split(",") if o.strip()) if options else None
     if options is not None and not names:  # ",,," crashed with an IndexError
         raise AutoparError(f"--options={options!r}: name one or more recompute options, e.g. none,selective")
-    even_split, accounted, modules, header = None, False, DEFAULT_RECOMPUTE_MODULES, ""
+    even_split, even_chunks, accounted, modules, header = None, None, False, DEFAULT_RECOMPUTE_MODULES, ""
     if layers:
         from autopar.pipeline.layers_file import load_layers_file
 
@@ -206,7 +227,7 @@ def balance_command(
         baseline, title = (names or table.options)[0], f"{layers}"
         limit_name = f"--layers {layers}: memory_limit_bytes={table.memory_limit_bytes:g}"
     else:
-        from autopar.pipeline.layers import layer_table
+        from autopar.pipeline.layers import layer_table, module_set_option
         from autopar.rules import check_strategy
 
         if model is None and script is None:
@@ -223,13 +244,13 @@ def balance_command(
         if s.pp == 1:
             raise AutoparError("--pp=1: nothing to balance (give --pp 2 or more)")
         accounted = s.account_for_embedding or s.account_for_loss
-        if accounted and s.vpp > 1:  # its chunks differ (the embedding/loss chunk has a layer fewer)
-            raise AutoparError(f"vpp={s.vpp} with the script's --account-for-embedding/loss-in-pipeline-split: "
-                               "balance models equal model chunks; use vpp 1 or a script without those switches")
-        if accounted:  # compare against the split the layout runs, not Megatron's default one
-            even_split = default_layers_per_stage(p.model.num_layers, s.pp, s.account_for_embedding,
-                                                  s.account_for_loss)
-        table, num_vpp, sched = layer_table(p, s, limit), s.vpp, s.schedule
+        if accounted:  # compare against the chunks the layout runs, not Megatron's default ones
+            even_chunks = layout_of(p, s).decoder
+        module_sets = tuple(parse_recompute_modules(n.split(":", 1)[1].replace("+", ","), f"--options {n}")
+                            for n in names or () if n.startswith("selective:"))
+        names = names and tuple(module_set_option(m) if n.startswith("selective:") else n
+                                for n, m in zip(names, _module_sets_in_order(names, module_sets)))
+        table, num_vpp, sched = layer_table(p, s, limit, module_sets), s.vpp, s.schedule
         m = s.num_microbatches(p.train.global_batch_size)
         baseline = s.recompute if names is None or s.recompute in names else names[0]
         title = f"{p.model.name} tp{s.tp} pp{s.pp}" + (f" vpp{s.vpp}" if s.vpp > 1 else "")
@@ -243,13 +264,17 @@ def balance_command(
                            f"{', '.join(table.options)}")
     if memory_limit_gib is not None:
         limit_name = f"--memory-limit-gib={memory_limit_gib:g}"
-    with progress_shown(quiet), phase("balance", description=f"balancing {pp} stages (integer program)"):
+    with progress_shown(quiet), phase("balance", description="balancing the pipeline stages (integer program)"):
         plan = balance(table, num_vpp, m, sched, options=names, form=form, baseline=baseline, even_split=even_split,
-                       limit_name=limit_name)
-    if header:  # after the balancing, so a refusal is the one line printed
-        console.print(header)
-    print_plan(plan, accounted, modules, mtp_num_layers)
+                       limit_name=limit_name, time_limit_s=time_limit_s, even_chunks=even_chunks)
+    if as_json:
+        print_json("balance", plan_document(plan, mtp_num_layers))
     if plot:
         from autopar.pipeline.plot import plot_plan
 
         err_console.print(f"wrote {plot_plan(plan, plot, title)}", highlight=False)
+    if as_json:
+        return
+    if header:  # after the balancing, so a refusal is the one line printed
+        console.print(header)
+    print_plan(plan, accounted, modules, mtp_num_layers)

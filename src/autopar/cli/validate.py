@@ -13,7 +13,7 @@ from autopar.cli.paths import refuse_overwriting_inputs
 from autopar.errors import AutoparError
 
 # The files ``autopar validate`` writes into ``--out`` (autopar.validate.report.write_report).
-VALIDATE_FILES = ("accuracy.md", "rows.md", "scatter.png")
+VALIDATE_FILES = ("accuracy.md", "rows.md", "errors.png")
 
 
 @app.command()
@@ -25,7 +25,7 @@ def validate(
     as_json: Json = False,
     quiet: Quiet = False,
 ) -> None:
-    """Score autopar against published measurements; write accuracy.md, rows.md, scatter.png."""
+    """Score autopar against published measurements; write accuracy.md, rows.md, errors.png."""
     from pathlib import Path
 
     from autopar.validate import DEFAULT_CSV, run_validation

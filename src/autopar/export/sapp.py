@@ -15,9 +15,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import numpy as np
+
 from autopar.errors import AutoparError
 from autopar.export.comm_knobs import require_cp_algorithms, require_no_tp_overlap
-from autopar.pipeline.layout import layout_of
+from autopar.pipeline.layout import PipelineLayout, layout_of
 from autopar.export.per_stage import require_default_modules
 from autopar.problem import Problem
 from autopar.strategy import Strategy
@@ -62,3 +64,27 @@ def config(p: Problem, s: Strategy) -> dict[str, Any]:
 def write(p: Problem, s: Strategy) -> str:
     """The ``sapp`` export format (JSON text)."""
     return json.dumps(config(p, s), indent=2) + "\n"
+
+
+def chunk_arrays(layers_per_chunk: np.ndarray, full_counts: np.ndarray, selective_counts: np.ndarray) -> dict[str, Any]:
+    """The :func:`config` fields (``pipeline_stage``, ``pp_interleave_num``, MindFormers' ``offset`` /
+    ``recompute`` / ``select_recompute``) of a split with recompute layer counts per chunk (what
+    ``autopar balance`` chooses; a Strategy has one option per stage), in SAPP-PPB's shape: ``[vpp][pp]``
+    lists (a flat list of pp with vpp 1). E.g. SAPP-PPB's documented Llama-2 run (pp 16, vpp 2):
+    ``offset [[0,...,0,1,1], [0,...,0,-2]]``, ``recompute [[3,1,1,1,1,0,...], [0,...]]``
+    (MindSpore hyper_parallel ``auto_parallel/sapp_ppb/README.md``).
+
+    Args:
+        layers_per_chunk, full_counts, selective_counts: ``(pp, vpp)`` decoder layers of each
+            chunk, and how many of them run with full / selective recompute.
+    """
+    layers = np.asarray(layers_per_chunk, dtype=np.int64)
+    pp, vpp = layers.shape
+
+    def by_chunk(counts: np.ndarray) -> list:
+        rows = np.asarray(counts, dtype=np.int64).T.tolist()  # [chunk][stage]
+        return rows[0] if vpp == 1 else rows
+
+    return {"pipeline_stage": int(pp), "pp_interleave_num": int(vpp),
+            "offset": PipelineLayout.from_chunks(layers).sapp_offsets(), "recompute": by_chunk(full_counts),
+            "select_recompute": by_chunk(selective_counts)}

@@ -25,7 +25,7 @@ from autopar.cost.stage_time import p2p_time_s, stage_time
 from autopar.errors import AutoparError
 from autopar.problem import Problem
 from autopar.pipeline.layout import layout_of
-from autopar.strategy import RECOMPUTE_NAMES, LayoutBatch, Strategy
+from autopar.strategy import RECOMPUTE_NAMES, LayoutBatch, Strategy, module_mask
 
 
 @dataclass(frozen=True)
@@ -122,9 +122,17 @@ def chunk_op_times_s(p: Problem, s: Strategy, batch: LayoutBatch, stages: Stages
     return out
 
 
-def layer_table(p: Problem, s: Strategy, memory_limit_bytes: float | None = None) -> LayerTable:
+def module_set_option(modules: tuple[str, ...]) -> str:
+    """The option name of selective recompute of ``modules``, e.g. ``selective:core_attn+mlp``."""
+    return "selective:" + "+".join(modules)
+
+
+def layer_table(p: Problem, s: Strategy, memory_limit_bytes: float | None = None,
+                module_sets: tuple[tuple[str, ...], ...] = ()) -> LayerTable:
     """The per-layer table of layout ``s`` (its pp, vpp, tp, ... ; its recompute is replaced by
-    each of none / selective / full-on-every-layer in turn).
+    each of none / selective / full-on-every-layer in turn, then by selective recompute of each
+    of ``module_sets``, Megatron-LM's ``--recompute-modules``, as options named by
+    :func:`module_set_option`; ``selective`` re-runs ``s.recompute_modules``).
 
     Args:
         memory_limit_bytes: usable bytes per device (default: the device's memory).
@@ -135,12 +143,16 @@ def layer_table(p: Problem, s: Strategy, memory_limit_bytes: float | None = None
     limit = p.cluster.device.memory_bytes if memory_limit_bytes is None else float(memory_limit_bytes)
     if not limit > 0:
         raise AutoparError(f"memory_limit_bytes={limit}: must be positive")
-    num_layers, pp, num_options = p.model.num_layers, s.pp, len(RECOMPUTE_NAMES)
+    names = RECOMPUTE_NAMES + tuple(module_set_option(m) for m in module_sets)
+    num_layers, pp, num_options = p.model.num_layers, s.pp, len(names)
     one = LayoutBatch.from_strategy(s, p.train.global_batch_size)
     # Rows: per option, L layer rows (stage 0 with one layer), L empty stage-0 rows, pp empty stages.
     per_option = 2 * num_layers + pp
     batch = one.take(np.zeros(num_options * per_option, dtype=np.int64))
-    batch.recompute = np.repeat(np.arange(num_options), per_option)
+    codes = np.concatenate([np.arange(len(RECOMPUTE_NAMES)), np.ones(len(module_sets), dtype=np.int64)])
+    masks = [int(one.recompute_modules[0])] * len(RECOMPUTE_NAMES) + [module_mask(m) for m in module_sets]
+    batch.recompute = np.repeat(codes, per_option)
+    batch.recompute_modules = np.repeat(np.array(masks, dtype=np.int64), per_option)
     batch.recompute_layers = np.where(batch.recompute == 2, num_layers, 0)
     layer = np.arange(num_layers)
     index = np.tile(np.concatenate([np.zeros(2 * num_layers, dtype=np.int64), np.arange(pp)]), num_options)
@@ -161,7 +173,7 @@ def layer_table(p: Problem, s: Strategy, memory_limit_bytes: float | None = None
     layer_times = times[:, :, with_layer] - times[:, :, without]  # (3, R, L)
     stage_times = times[:, :, 2 * num_layers:]  # (3, R, pp)
     return LayerTable(
-        options=RECOMPUTE_NAMES,
+        options=names,
         forward_s=layer_times[0].T, backward_s=layer_times[1].T, recompute_s=layer_times[2].T,
         activation_bytes=((act[:, with_layer] - act[:, without]) / in_flight_first).T,
         static_bytes=static[0, with_layer] - static[0, without],
