@@ -33,6 +33,7 @@ from pathlib import Path
 from autopar.export import galvatron_layerwise
 from autopar.layerwise import LayerwisePlan, evaluate_plan, search_layerwise
 from autopar.problem import Problem
+from autopar.search.grid import for_target
 from autopar.specs import TrainSpec, load_device, load_model, make_cluster
 
 HERE = Path(__file__).resolve().parent
@@ -43,9 +44,10 @@ GALVATRON_ARGS = ["--memory_constraint", "40", "--settle_bsz", str(GBS), "--max_
 
 
 def problem() -> Problem:
-    """Llama-7B on one node of 8 x A100-40GB, gbs 64, sequence 4096, bf16."""
-    return Problem(load_model("llama2-7b"), make_cluster(load_device("a100-40gb"), 1, 8),
-                   TrainSpec(global_batch_size=GBS, seq_len=SEQ))
+    """Llama-7B on one node of 8 x A100-40GB, gbs 64, sequence 4096, bf16, costed as Galvatron runs
+    it (:func:`autopar.search.grid.for_target`, as ``search --layerwise`` does)."""
+    return for_target(Problem(load_model("llama2-7b"), make_cluster(load_device("a100-40gb"), 1, 8),
+                              TrainSpec(global_batch_size=GBS, seq_len=SEQ)), "galvatron")
 
 
 def galvatron(python: str, mode: str, workdir: Path, *extra: str) -> str:

@@ -247,11 +247,11 @@ def test_profile_layer_malformed_config(tmp_path, content, needle):
 def test_cluster_whose_layout_space_does_not_fit_in_memory():
     """720,720 = 2^4 3^2 5 7 11 13 devices (90,090 nodes of 8, within --nodes' bound) has 240
     divisors: DeepSeek-V3's space was 235 million layouts and numpy's 22.8 GiB allocation crashed;
-    Llama-3-8B's is 18,446,016 rows with the flexible-layout vpps, and 80,739,760 with TP overlap (a third
-    SP mode where tp > 1) and Megatron's CP algorithms (a2a, allgather, a2a+p2p where cp > 1): more than
-    MAX_LAYOUTS = 10 million. Refused before allocating."""
+    Llama-3-8B's is 80,739,760 candidates in 135,770 (tp, cp, pp, vpp) blocks. The search counts
+    each block's layouts without building them (autopar.search.valid_space) but goes through the
+    blocks one by one: more than MAX_BLOCKS = 50,000 is refused before that (it took 30 s)."""
     err = one_line_error(["search", *LLAMA, "--nodes", "90090", "--gbs", str(2**30)])
-    assert "720720 devices: llama3-8b's layout space there has 80,739,760 candidate layouts" in err
+    assert "720720 devices: llama3-8b's layout space there has 135,770 (tp, cp, pp, vpp) blocks, more than" in err
 
 
 def test_search_result_without_layouts(tmp_path, result_doc):

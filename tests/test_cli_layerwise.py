@@ -6,11 +6,13 @@ import json
 
 import pytest
 from conftest import make_problem
+from json_schema_support import assert_valid
 from typer.testing import CliRunner
 
 from autopar.cli import app
 from autopar.export import galvatron_layerwise
 from autopar.layerwise import search_layerwise
+from autopar.search.grid import for_target
 
 runner = CliRunner(env={"COLUMNS": "400", "TERMINAL_WIDTH": "400"})
 LLAMA = ["search", "--model", "llama2-7b", "--device", "a100-40gb", "--gbs", "64", "--seq-len", "4096", "--layerwise"]
@@ -20,7 +22,9 @@ def test_json_is_the_searched_plan_and_its_galvatron_config():
     out = runner.invoke(app, [*LLAMA, "--tp", "1,2,4", "--json"])
     assert out.exit_code == 0, out.output
     doc = json.loads(out.stdout)
-    p = make_problem("llama2-7b", device="a100-40gb", gbs=64, seq=4096)
+    assert doc["document"] == "search-layerwise" and doc["schema_version"] == 1
+    assert_valid("search-layerwise", doc)
+    p = for_target(make_problem("llama2-7b", device="a100-40gb", gbs=64, seq=4096), "galvatron")  # as it runs
     want = search_layerwise(p, tp_options=[1, 2, 4], sp=None, memory_limit_bytes=0.9 * p.cluster.device.memory_bytes)
     assert doc["plan"] == want.plan.model_dump(mode="json")
     assert doc["step_time_s"] == pytest.approx(want.cost.step_time_s)
@@ -29,9 +33,9 @@ def test_json_is_the_searched_plan_and_its_galvatron_config():
 
 
 def test_options_steer_the_layerwise_search():
-    doc = json.loads(runner.invoke(app, [*LLAMA, "--tp", "2", "--pp", "1", "--no-recompute", "--no-fsdp",
+    doc = json.loads(runner.invoke(app, [*LLAMA, "--tp", "4", "--pp", "1", "--no-recompute", "--no-fsdp",
                                          "--json"]).stdout)
-    assert set(doc["plan"]["tp"]) == {2} and doc["plan"]["pp"] == 1
+    assert set(doc["plan"]["tp"]) == {4} and doc["plan"]["pp"] == 1
     assert not any(doc["plan"]["recompute"]) and not any(doc["plan"]["zero3"])
 
 
@@ -60,7 +64,10 @@ def test_refusals_name_the_option(extra, message):
 def test_moe_and_no_fit_are_one_error_line():
     moe = runner.invoke(app, ["search", "--model", "qwen3-30b-a3b", "--device", "h100-80gb", "--gbs", "64",
                               "--layerwise"])
-    assert moe.exit_code == 2 and "error: Galvatron" not in moe.output and "MoE model" in moe.output
+    assert moe.exit_code == 2 and "error: Galvatron cannot run a layer-wise plan" in moe.output
+    assert "MoE model" in moe.output
+    fp8 = runner.invoke(app, [*LLAMA, "--device", "h100-80gb", "--precision", "fp8"])
+    assert fp8.exit_code == 2 and "precision fp8: Galvatron trains in fp32, fp16 or bf16" in fp8.output
     tight = runner.invoke(app, ["search", "--model", "llama2-70b", "--device", "a100-40gb", "--gbs", "64",
                                 "--layerwise", "--pp", "1"])
     assert tight.exit_code == 2 and "error: no layer-wise plan of llama2-70b fits 90% of a100-40gb memory" in tight.output

@@ -7,6 +7,7 @@ import json
 
 import pytest
 from conftest import make_problem
+from json_schema_support import assert_valid
 from typer.testing import CliRunner
 
 from autopar.cli import app
@@ -57,4 +58,5 @@ def test_cli_detail_table_and_json():
     assert "slowest stage 1" in detail.output
     doc = json.loads(runner.invoke(app, [*args, "--detail", "--json"]).stdout)
     assert [s["stage"] for s in doc["time_per_stage"]] == [0, 1]
+    assert_valid("estimate", doc)  # time_per_stage is in the estimate schema
     assert "time_per_stage" not in json.loads(runner.invoke(app, [*args, "--json"]).stdout)

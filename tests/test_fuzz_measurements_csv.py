@@ -1,7 +1,7 @@
 """Fuzz ``autopar validate --csv FILE``: two rows of the shipped measurements CSV with cells
 emptied or garbled (negative, zero, huge, fractional, words, unicode, quotes, newlines), a column
 dropped, or the header changed. The run must write the report (``accuracy.md``, ``rows.md``,
-``scatter.png``) or give one ``error:`` line naming the column changed (see :mod:`fuzz_support`).
+``errors.png``) or give one ``error:`` line naming the column changed (see :mod:`fuzz_support`).
 A row ``validate`` cannot score is listed with its reason, not a reason to fail the report."""
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def scorable(i: int) -> bool:
 
 METRIC = HEADER.index("measured_metric")
 #: Observed out-of-memory rows (``oom_observed``): a CSV whose scored rows are all such crashed the
-#: report (validate/report.py scatter_png: ``min()`` of no timed rows), see
+#: report (the former scatter plot of validate/report.py: ``min()`` of no timed rows), see
 #: :func:`test_measurement_rows_all_memory_checks`; the other properties leave them out.
 TIMED = [i for i, r in enumerate(ROWS) if r[METRIC] != "oom_observed"]
 OOM_ROWS = [r for r in ROWS if r[METRIC] == "oom_observed"]
@@ -154,5 +154,5 @@ def test_measurement_duplicate_header_column(workdir, case):
 @given(rows=st.lists(st.sampled_from(OOM_ROWS), min_size=1, max_size=2))
 def test_measurement_rows_all_memory_checks(workdir, rows):
     """Only ``oom_observed`` rows (e.g. BLOOMPQ-0225-07-oom alone): ``ValueError: min() arg is an
-    empty sequence`` in validate/report.py scatter_png (no timed row to plot)."""
+    empty sequence`` in the former scatter plot of validate/report.py (no timed row to plot)."""
     _run(workdir, _csv_text([HEADER, *rows]), [])

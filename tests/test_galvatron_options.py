@@ -188,7 +188,7 @@ def test_search_target_galvatron_offers_the_knobs():
     assert batch.gpipe.any() and batch.vocab_sp.any() and (~batch.tp_consecutive).any()
     assert (batch.vocab_tp != batch.tp).any()
     mp, mopts = for_search(p, "megatron", None)
-    plain = costed_grid(mp, 0.1, mopts).batch
+    plain = costed_grid(mp, 0.1, mopts, full=True).batch  # every candidate (the search builds only the valid ones)
     assert not (plain.gpipe.any() or plain.vocab_sp.any() or (~plain.tp_consecutive).any()
                 or (plain.vocab_tp != plain.tp).any())
     result = search(p, top_k=5, target="galvatron")

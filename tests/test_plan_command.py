@@ -9,6 +9,7 @@ import json
 
 import pytest
 from conftest import MODELS
+from json_schema_support import assert_valid
 from typer.testing import CliRunner
 
 from autopar.cli import app
@@ -34,6 +35,7 @@ def test_plan_writes_the_search_and_each_layout(tmp_path, target, names):
     assert f"profiling skipped: {NO_GPU}; planning with the analytic model" in " ".join(result.output.split())
     doc = json.loads((out / "result.json").read_text())
     assert doc["target"] == target and len(doc["layouts"]) == 2
+    assert_valid("search", doc)  # the document `search --json` prints
     assert sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()) == sorted(["result.json", *names])
     if target == "deepspeed":
         return

@@ -57,7 +57,7 @@ def test_validate_few_rows(few_rows, tmp_path):
     assert step.mape == pytest.approx((abs(a.error_pct) + abs(b.error_pct)) / 2)
     assert step.max_abs == pytest.approx(max(abs(a.error_pct), abs(b.error_pct)))
     text = paths["rows"].read_text()
-    assert "| MLM2020-V100-1 |" in text and paths["scatter"].stat().st_size > 0
+    assert "| MLM2020-V100-1 |" in text and paths["errors"].stat().st_size > 0
 
 
 def test_cli_missing_csv_exits_2(tmp_path):

@@ -197,8 +197,9 @@ def test_sizes_that_would_exhaust_memory_are_not_scored(row, needle):
 
 
 def test_only_oom_rows_still_write_the_report(tmp_path):
-    # the scatter plot had no point to scale its axes by (ValueError: min() arg is an empty sequence)
+    # the former scatter plot had no point to scale its axes by (ValueError: min() arg is an empty
+    # sequence); the error plot says it has no row with a numeric error
     result = _validate(tmp_path, LLAMA.replace("step_time,1", "oom_observed,1"))
     assert result.exit_code == 0, result.output
-    assert (tmp_path / "o" / "scatter.png").stat().st_size > 0
+    assert (tmp_path / "o" / "errors.png").stat().st_size > 0
     assert "| NEMO-X | went OOM |" in (tmp_path / "o" / "accuracy.md").read_text()

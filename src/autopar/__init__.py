@@ -5,7 +5,11 @@ space, each layout is costed (memory, time), the search ranks the ones that fit,
 report/export layers present them.
 """
 
-from autopar.errors import AutoparError, LayoutError
+import time as _time
+
+STARTED_S = _time.perf_counter()  # when autopar was first imported: a command's start, for its JSON ``command_s``
+
+from autopar.errors import AutoparError, LayoutError  # noqa: E402
 
 __all__ = ["AutoparError", "LayoutError", "__version__"]
 __version__ = "0.1.0"

@@ -1,7 +1,8 @@
 """One-shot planning (``autopar plan``; Tinker's one-shot mode): profile where a device is present,
 search, and write everything the target framework runs into one folder.
 
-The folder holds ``result.json`` (the search JSON, which ``autopar export --from`` reads), one
+The folder holds ``result.json`` (the search JSON document of ``search --json``, which ``autopar
+export --from`` reads), one
 config per ranked layout in the target's own form (``rank1.sh`` for Megatron-LM, MindSpeed-LLM and
 Megatron-Bridge, ``rank1.toml`` for torchtitan, ``rank1.json`` for Galvatron and SAPP, a folder
 ``rank1/`` with the DeepSpeed JSON and the Megatron-DeepSpeed script) and, where the machine could

@@ -40,6 +40,10 @@ from autopar.strategy import CP_COMM_TYPES, DEFAULT_RECOMPUTE_MODULES, LayoutBat
 # Candidate layouts one search may hold (14 int64 columns plus the cost arrays): 22.8 million took
 # 32 s and 5 GB (DeepSeek-V3 on 800,000 devices); the 2,048-GPU DeepSeek-V3 search holds about one million.
 MAX_LAYOUTS = 10_000_000
+# (tp, cp, pp, vpp) blocks one search may go through (:func:`blocks`): the search counts each block's
+# layouts without building them, but goes through the blocks one by one in Python; 720,720 devices
+# (240 divisors) have 135,770 blocks and took 30 s; 16,384 devices have about 1,400.
+MAX_BLOCKS = 50_000
 
 
 def divisors(n: int) -> list[int]:
@@ -165,48 +169,135 @@ def _product(*columns: np.ndarray) -> list[np.ndarray]:
     return [g.ravel() for g in grids]
 
 
-def enumerate_layouts(p: Problem, opt: SpaceOptions | None = None) -> LayoutBatch:
-    """Every candidate layout of the space, valid or not, as one batch.
+# The per-block factors, in row order (the first varies slowest), and the LayoutBatch columns
+# each one sets; the block sets dp, tp, pp, vpp, cp and the embedding/loss accounting.
+FACTORS: tuple[str, ...] = ("experts", "recompute", "mbs", "zero", "tp_modes", "cp_modes")
+FACTOR_COLUMNS: dict[str, tuple[str, ...]] = {
+    "experts": ("ep", "etp"), "recompute": ("recompute", "recompute_layers", "recompute_modules"),
+    "mbs": ("mbs", "num_microbatches"), "zero": ("zero",), "tp_modes": ("sp", "tp_comm_overlap"),
+    "cp_modes": ("cp_comm", "cp_a2a"),
+}
+_COLUMNS = 17  # dp tp pp vpp cp ep etp mbs sp zero recompute recompute_layers accounted modules overlap cp_comm cp_a2a
 
-    Built with numpy per (tp, cp, pp, vpp) block so a million-row space (DeepSeek-V3 on 2,048
-    GPUs) takes a fraction of a second; the row order is that of ``itertools.product`` over
-    (ep/etp, recompute, mbs, zero, sp/overlap, CP algorithm).
+
+@dataclass(frozen=True)
+class Block:
+    """One (tp, cp, pp, vpp, accounted) combination of the space and its factors: ``values``
+    maps each name of :data:`FACTORS` to its values, one row each (``(k, c)`` int64; experts
+    ``(ep, etp)``, recompute ``(code, layers, module mask)``, mbs ``(mbs,)``, zero ``(zero,)``,
+    tp_modes ``(sp, overlap)``, cp_modes ``(cp_comm, cp_a2a)``). Its layouts are the product of
+    the factors, in :data:`FACTORS` order."""
+
+    dp: int
+    tp: int
+    cp: int
+    pp: int
+    vpp: int
+    accounted: int
+    values: dict[str, np.ndarray]
+
+    @property
+    def size(self) -> int:
+        """How many layouts the block holds (the product of its factor lengths)."""
+        return math.prod(len(v) for v in self.values.values())
+
+    def rows(self, index: dict[str, np.ndarray]) -> np.ndarray:
+        """The block's layouts at the factor indices ``index`` (name -> ``(n,)`` int arrays, one
+        per factor), as an ``(n, 17)`` int64 array of :func:`batch_of` columns."""
+        n = len(index["mbs"])
+        return assemble(np.broadcast_to(self.scalars, (n, 6)), {f: self.values[f][index[f]] for f in FACTORS})
+
+    @property
+    def scalars(self) -> np.ndarray:
+        """``(dp, tp, pp, vpp, cp, accounted)`` as a ``(6,)`` int64 array."""
+        return np.asarray((self.dp, self.tp, self.pp, self.vpp, self.cp, self.accounted), dtype=np.int64)
+
+    def all_rows(self) -> np.ndarray:
+        """Every layout of the block (:meth:`rows` over the full product)."""
+        return self.rows(dict(zip(FACTORS, _product(*(np.arange(len(self.values[f])) for f in FACTORS)))))
+
+
+def assemble(scalars: np.ndarray, values: dict[str, np.ndarray]) -> np.ndarray:
+    """``(n, 17)`` rows of :func:`batch_of` columns from the blocks' ``(n, 6)`` ``scalars``
+    (:attr:`Block.scalars`) and each factor's ``(n, c)`` values (see :class:`Block`)."""
+    a = np.empty((len(scalars), _COLUMNS), dtype=np.int64)
+    a[:, :5], a[:, 12] = scalars[:, :5], scalars[:, 5]
+    a[:, 5:7] = values["experts"]
+    a[:, 7], a[:, 9] = values["mbs"][:, 0], values["zero"][:, 0]
+    a[:, 8], a[:, 14], a[:, 15:17] = values["tp_modes"][:, 0], values["tp_modes"][:, 1], values["cp_modes"]
+    a[:, 10:12], a[:, 13] = values["recompute"][:, :2], values["recompute"][:, 2]
+    return a
+
+
+def blocks(p: Problem, opt: SpaceOptions | None = None) -> list[Block]:
+    """The blocks of the space of ``p`` (see :class:`Block`), in enumeration order.
+
+    Raises:
+        AutoparError: more than :data:`MAX_BLOCKS` blocks (a device count with very many divisors).
     """
     opt = opt or SpaceOptions()
-    blocks = []
-    mbs, zero = np.asarray(opt.mbs), np.asarray(opt.zero)
-    grid = [(g, np.asarray(_expert_options(p, g[0]), dtype=np.int64),
-             np.asarray(_recompute_options(p, g[2], g[3], opt), dtype=np.int64)) for g in _grid(p, opt)]
-    rows = sum(len(e) * len(r) * len(_tp_modes(g[0], opt)) * len(_cp_modes(g[1], g[0], p.cluster.fast_domain_size, opt))
-               for g, e, r in grid) * len(mbs) * len(zero)
+    mbs, zero = np.asarray(opt.mbs, dtype=np.int64)[:, None], np.asarray(opt.zero, dtype=np.int64)[:, None]
+    grid = _grid(p, opt)
+    if len(grid) > MAX_BLOCKS:
+        raise AutoparError(
+            f"--nodes x --devices-per-node = {p.world_size} devices: {p.model.name}'s layout space there has "
+            f"{len(grid):,} (tp, cp, pp, vpp) blocks, more than the {MAX_BLOCKS:,} autopar searches; plan fewer "
+            "devices or a count with fewer divisors (e.g. a power of two)")
+    out = []
+    experts, recompute = {}, {}  # by tp; by (pp, vpp)
+    for tp, cp, pp, vpp, accounted in grid:
+        if tp not in experts:
+            experts[tp] = np.asarray(_expert_options(p, tp), dtype=np.int64)
+        if (pp, vpp) not in recompute:
+            recompute[pp, vpp] = np.asarray(_recompute_options(p, pp, vpp, opt), dtype=np.int64)
+        values = {"experts": experts[tp], "recompute": recompute[pp, vpp], "mbs": mbs, "zero": zero,
+                  "tp_modes": _tp_modes(tp, opt), "cp_modes": _cp_modes(cp, tp, p.cluster.fast_domain_size, opt)}
+        out.append(Block(p.world_size // (tp * cp * pp), tp, cp, pp, vpp, accounted, values))
+    return out
+
+
+def check_size(p: Problem, rows: int, what: str = "candidate") -> None:
+    """Refuse a space of more than :data:`MAX_LAYOUTS` layouts held in memory.
+
+    Raises:
+        AutoparError: naming the device count (--nodes x --devices-per-node) and the layouts.
+    """
     if rows > MAX_LAYOUTS:  # 720,720 devices (240 divisors) asked numpy for 22.8 GiB and crashed
         raise AutoparError(
             f"--nodes x --devices-per-node = {p.world_size} devices: {p.model.name}'s layout space there has "
-            f"{rows:,} candidate layouts, more than the {MAX_LAYOUTS:,} autopar enumerates in memory; plan fewer "
+            f"{rows:,} {what} layouts, more than the {MAX_LAYOUTS:,} autopar holds in memory; plan fewer "
             "devices or a count with fewer divisors (e.g. a power of two)")
-    for (tp, cp, pp, vpp, accounted), experts, recompute in grid:
-        dp = p.world_size // (tp * cp * pp)
-        tp_modes, cp_modes = _tp_modes(tp, opt), _cp_modes(cp, tp, p.cluster.fast_domain_size, opt)
-        ie, ir, m, z, it, ic = _product(np.arange(len(experts)), np.arange(len(recompute)), mbs, zero,
-                                        np.arange(len(tp_modes)), np.arange(len(cp_modes)))
-        block = np.empty((len(ie), 17), dtype=np.int64)
-        block[:, :5] = (dp, tp, pp, vpp, cp)
-        block[:, 5:7] = experts[ie]
-        block[:, 7], block[:, 8], block[:, 9] = m, tp_modes[it, 0], z
-        block[:, 14], block[:, 15:17] = tp_modes[it, 1], cp_modes[ic]
-        block[:, 10:12] = recompute[ir, :2]
-        block[:, 12] = accounted
-        block[:, 13] = recompute[ir, 2]
-        blocks.append(block)
-    a = np.concatenate(blocks) if blocks else np.zeros((0, 17), dtype=np.int64)
+
+
+def batch_of(p: Problem, a: np.ndarray) -> LayoutBatch:
+    """The :class:`LayoutBatch` of the ``(n, 17)`` rows ``a`` (:meth:`Block.rows`)."""
     gbs = p.train.global_batch_size
-    batch = LayoutBatch(
+    return LayoutBatch(
         dp=a[:, 0], tp=a[:, 1], pp=a[:, 2], vpp=a[:, 3], cp=a[:, 4], ep=a[:, 5], etp=a[:, 6],
         mbs=a[:, 7], sp=a[:, 8].astype(bool), zero=a[:, 9], recompute=a[:, 10],
         recompute_layers=a[:, 11], num_microbatches=gbs // (a[:, 7] * a[:, 0]),
         account_embedding=a[:, 12].astype(bool), account_loss=a[:, 12].astype(bool), recompute_modules=a[:, 13],
         tp_comm_overlap=a[:, 14].astype(bool), cp_comm=a[:, 15], cp_a2a=a[:, 16],
     )
+
+
+def enumerate_layouts(p: Problem, opt: SpaceOptions | None = None) -> LayoutBatch:
+    """Every candidate layout of the space, valid or not, as one batch.
+
+    Built with numpy per (tp, cp, pp, vpp) block (:func:`blocks`); the row order is that of
+    ``itertools.product`` over (ep/etp, recompute, mbs, zero, sp/overlap, CP algorithm), followed
+    with ``galvatron_choices`` by Galvatron's variants (:func:`autopar.galvatron_space.add_variants`).
+    Without them the search enumerates only the valid layouts (:mod:`autopar.search.valid_space`);
+    this full batch serves ``--explain``, ``--target galvatron`` and the tests.
+
+    Raises:
+        AutoparError: more than :data:`MAX_LAYOUTS` candidates (:func:`check_size`).
+    """
+    opt = opt or SpaceOptions()
+    space = blocks(p, opt)
+    check_size(p, sum(b.size for b in space))
+    a = np.concatenate([b.all_rows() for b in space]) if space else np.zeros((0, _COLUMNS), dtype=np.int64)
+    batch = batch_of(p, a)
     if opt.galvatron_choices:
         from autopar.galvatron_space import add_variants
 

@@ -9,12 +9,11 @@ from __future__ import annotations
 import sys
 import typing
 from functools import wraps
-from typing import Any, Callable
+from typing import Any, Callable, ContextManager
 
 import typer
 from rich.console import Console
 from rich.markup import escape
-from typer.rich_utils import rich_format_error
 
 from autopar.cli.config import Config
 from autopar.cli.paths import refuse_empty
@@ -69,6 +68,24 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+def on_terminals() -> bool:
+    """Whether stdout and stderr are both a terminal."""
+    return sys.stdout.isatty() and sys.stderr.isatty()
+
+
+def progress_shown(quiet: bool) -> ContextManager[None]:
+    """The progress display of slow phases (:mod:`autopar.progress`) on stderr, or nothing: off
+    with ``--quiet`` and whenever stdout or stderr is not a terminal (a pipe, a file, CI), so
+    progress never mixes into output that is read back (``--json > out.json``)."""
+    from contextlib import nullcontext
+
+    if quiet or not on_terminals():
+        return nullcontext()
+    from autopar.progress import display
+
+    return display(err_console)
+
+
 def main(prog_name: str | None = None) -> None:
     """Console entry point (``autopar``; ``prog_name`` names it in usage lines): :data:`app`, with click's usage errors (unknown option,
     ``--gbs 1.5``, missing value) printed as one ``error:`` line naming the option, exit code 2.
@@ -82,6 +99,8 @@ def main(prog_name: str | None = None) -> None:
         code = app(standalone_mode=False, prog_name=prog_name)
     except typer.TyperException as err:  # typer's vendored click errors
         if type(err).__name__ == "NoArgsIsHelpError":
+            from typer.rich_utils import rich_format_error  # rich markdown: only for this help box
+
             rich_format_error(err)  # the help text, as standalone typer shows it
             sys.exit(err.exit_code)
         where = f" (see '{err.ctx.command_path} --help')" if getattr(err, "ctx", None) else ""

@@ -15,15 +15,17 @@ import numpy as np
 import typer
 from rich.table import Table
 
-from autopar.cli.app import app, console, err_console, user_errors
+from autopar.cli.app import app, console, err_console, progress_shown, user_errors
 from autopar.cli.options import (Cp, Device, DeviceFile, DeviceSet, Dp, Ep, Etp, Flash, Gbs, Json, Mbs, Model, Nodes,
-                                 PerNode, Pp, Fp8ParamStorage, Fp8Recipe, MoeImbalance, Precision, RecomputeLayers,
+                                 PerNode, Pp, Fp8ParamStorage, Fp8Recipe, MoeImbalance, Precision, Quiet,
+                                 RecomputeLayers,
                                  RecomputeModules, RecomputeOpt, ScheduleOpt, Script, SeqLen, Sp, Tp, VocabPad,
                                  VocabSize, Vpp, Zero)
 from autopar.cli.json_output import print_json
 from autopar.cli.inputs import problem_from_options, recompute_modules_option, strategy_from_options
-from autopar.cli.paths import refuse_overwriting_inputs
+from autopar.cli.paths import refuse_overwriting_inputs, refuse_unwritable_figure
 from autopar.errors import AutoparError
+from autopar.progress import phase
 from autopar.specs.cluster import MAX_MEMORY_BYTES
 from autopar.pipeline.balance import FORMS, TIME_LIMIT_S, BalancePlan
 from autopar.pipeline.balance_json import plan_document, sapp_arrays
@@ -32,7 +34,6 @@ from autopar.strategy import DEFAULT_RECOMPUTE_MODULES, parse_recompute_modules
 
 GIB = 2.0**30
 MAX_TIME_LIMIT_S = 3600.0  # SAPP-PPB's default is 90 s
-PLOT_SUFFIXES = (".png", ".svg", ".pdf")  # figure formats matplotlib writes (plot_plan's savefig)
 
 
 def _fmt_time(seconds: float) -> str:
@@ -183,6 +184,7 @@ def balance_command(
     time_limit_s: Annotated[float, typer.Option("--time-limit", help="seconds the integer program may take "
                                                 "(its MIP gap is reported)")] = TIME_LIMIT_S,
     as_json: Json = False,
+    quiet: Quiet = False,
 ) -> None:
     """Balance pipeline stages: layers (per chunk) and recompute per stage vs the even split."""
     from autopar.pipeline.balance import balance
@@ -196,10 +198,7 @@ def balance_command(
     limit = None if memory_limit_gib is None else memory_limit_gib * GIB
     refuse_overwriting_inputs({"--model": model, "--script": script, "--device-file": device_file, "--layers": layers},
                               {"--plot": (plot, [Path(plot)] if plot else [])})
-    if plot and not Path(plot).resolve().parent.is_dir():  # before the work, not after the table
-        raise AutoparError(f"--plot={plot!r}: cannot write (no directory {str(Path(plot).resolve().parent)!r})")
-    if plot and Path(plot).suffix.lower() not in PLOT_SUFFIXES:  # matplotlib appended .png to a directory
-        raise AutoparError(f"--plot={plot!r}: give a file name ending in {', '.join(PLOT_SUFFIXES)}")
+    refuse_unwritable_figure("--plot", plot)  # before the work, not after the table
     names = tuple(o.strip() for o in options.split(",") if o.strip()) if options else None
     if options is not None and not names:  # ",,," crashed with an IndexError
         raise AutoparError(f"--options={options!r}: name one or more recompute options, e.g. none,selective")
@@ -268,8 +267,9 @@ def balance_command(
                            f"{', '.join(table.options)}")
     if memory_limit_gib is not None:
         limit_name = f"--memory-limit-gib={memory_limit_gib:g}"
-    plan = balance(table, num_vpp, m, sched, options=names, form=form, baseline=baseline, even_split=even_split,
-                   limit_name=limit_name, time_limit_s=time_limit_s, even_chunks=even_chunks)
+    with progress_shown(quiet), phase("balance", description="balancing the pipeline stages (integer program)"):
+        plan = balance(table, num_vpp, m, sched, options=names, form=form, baseline=baseline, even_split=even_split,
+                       limit_name=limit_name, time_limit_s=time_limit_s, even_chunks=even_chunks)
     if as_json:
         print_json("balance", plan_document(plan, mtp_num_layers))
     if plot:

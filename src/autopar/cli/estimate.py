@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Optional
 
 import typer
 
-from autopar.cli.app import app, console, user_errors
+from autopar.cli.app import app, console, err_console, user_errors
 from autopar.cli.config import Config
 from autopar.cli.inputs import problem_from_options, recompute_modules_option, strategy_from_options
 from autopar.cli.json_output import print_json
@@ -16,7 +17,11 @@ from autopar.cli.options import (Cp, CpA2a, CpCommType, Device, DeviceFile, Devi
                                  ProfileStandsFor, RecomputeLayers, RecomputeModules, RecomputeOpt, RecomputePerStage,
                                  ScheduleOpt, Script, SeqLen, Sp, Tp, TpCommOverlap, TpConsecutive, VocabPad,
                                  VocabSize, VocabSp, VocabTp, Vpp, Zero)
+from autopar.cli.paths import refuse_overwriting_inputs, refuse_unwritable_figure
 from autopar.errors import AutoparError
+
+EstimatePlot = Annotated[Optional[str], typer.Option(
+    "--plot", help="also write this layout's simulated pipeline timeline and memory per stage (.png, .svg or .pdf)")]
 
 
 @app.command()
@@ -36,7 +41,7 @@ def estimate(
     profile_db: ProfileDb = None, profile_device: ProfileDevice = None, profile_stands_for: ProfileStandsFor = None,
     moe_token_imbalance: MoeImbalance = None, fp8_param_storage: Fp8ParamStorage = None,
     fp8_recipe: Fp8Recipe = None,
-    recompute_modules: RecomputeModules = None, config: Config = None,
+    recompute_modules: RecomputeModules = None, config: Config = None, plot: EstimatePlot = None,
     detail: Annotated[bool, typer.Option("--detail", help="also each pipeline stage's forward, backward, recompute "
                                          "and communication time and its memory (Tinker's --detail); with --json: "
                                          "time_per_stage")] = False,
@@ -45,6 +50,9 @@ def estimate(
     from autopar.estimate import estimate as run_estimate
     from autopar.report.table import print_estimate
 
+    refuse_overwriting_inputs({"--model": model, "--script": script, "--device-file": device_file,
+                               "--profile-db": profile_db}, {"--plot": (plot, [Path(plot)] if plot else [])})
+    refuse_unwritable_figure("--plot", plot)
     p = problem_from_options(model, device, nodes, devices_per_node, gbs, seq_len, precision, device_file, device_set,
                  flash_attention, vocab_pad, script, vocab_size, moe_token_imbalance, fp8_param_storage,
                                  fp8_recipe=fp8_recipe)
@@ -78,3 +86,7 @@ def estimate(
         print_stage_detail(console, result)
     if measured:
         print_coverage(measured)
+    if plot:
+        from autopar.report.layout_plot import plot_layout
+
+        err_console.print(f"wrote {plot_layout(p, result, plot)}", highlight=False)

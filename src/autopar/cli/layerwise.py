@@ -101,6 +101,9 @@ def run_layerwise(console: Console, p: Problem, constraints: list[Constraint], a
     from autopar.export import galvatron_layerwise
     from autopar.layerwise import search_layerwise
 
+    why = galvatron_layerwise.refusal(p)  # before searching
+    if why:
+        raise AutoparError(f"Galvatron cannot run a layer-wise plan of this problem: {why}")
     limit = (1 - memory_margin) * p.cluster.device.memory_bytes
     result = search_layerwise(p, memory_limit_bytes=limit, **search_options(constraints))
     if result.plan is None:

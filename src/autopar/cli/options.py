@@ -34,6 +34,7 @@ Flash = Annotated[Optional[bool], typer.Option("--flash-attention/--no-flash-att
 VocabPad = Annotated[Optional[int], typer.Option("--make-vocab-size-divisible-by",
                                                  help="Megatron vocab padding unit [default: 128]")]
 Json = Annotated[bool, typer.Option("--json", help="print one JSON document instead of tables")]
+Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="no progress display (it shows on stderr, only when stdout and stderr are both a terminal)")]
 MoeImbalance = Annotated[Optional[float], typer.Option(
     "--moe-token-imbalance", help="routed token copies on the busiest expert rank over the balanced share, >= 1 "
     "(capacity factor C with --moe-expert-capacity-factor C and padding) [default: 1.0]")]

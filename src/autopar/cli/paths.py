@@ -82,3 +82,26 @@ def refuse_overwriting_inputs(inputs: Mapping[str, str | Path | None],
                 raise AutoparError(f"{option}={str(value)!r}: writes {str(file)!r}, which {other} writes too "
                                    f"({str(other_file)!r}); give them different paths")
             seen[key] = (option, file)
+
+
+FIGURE_SUFFIXES = (".png", ".svg", ".pdf")  # figure formats a --plot file may have (matplotlib's savefig)
+
+
+def refuse_unwritable_figure(option: str, path: str | None) -> None:
+    """Refuse a figure output before any work: its directory must exist and its name end in
+    one of :data:`FIGURE_SUFFIXES` (a directory given as the file made matplotlib append .png).
+
+    Args:
+        option: the option as the user writes it (``--plot``).
+        path: the value given, None when not given (nothing to check).
+    Raises:
+        AutoparError: ``--plot='x': cannot write (no directory ...)`` or ``give a file name ending in ...``.
+    """
+    from autopar.errors import AutoparError
+
+    if path is None:
+        return
+    if not Path(path).resolve().parent.is_dir():
+        raise AutoparError(f"{option}={path!r}: cannot write (no directory {str(Path(path).resolve().parent)!r})")
+    if Path(path).suffix.lower() not in FIGURE_SUFFIXES:
+        raise AutoparError(f"{option}={path!r}: give a file name ending in {', '.join(FIGURE_SUFFIXES)}")

@@ -1,7 +1,7 @@
 """``autopar profile ops|layer|comm`` (typer sub-app) and the ``--profile-db`` helpers.
 
 torch and transformers are imported inside the commands only, so ``autopar search`` never
-loads them. Progress is a rich bar; every measurement is committed as it finishes, so Ctrl-C
+loads them. Progress shows on stderr (autopar.progress); every measurement is committed as it finishes, so Ctrl-C
 loses at most the one in flight and a rerun measures only what is missing.
 """
 
@@ -11,18 +11,20 @@ import json
 import os
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
-from rich.progress import Progress
 
-from autopar.cli.app import console, err_console, user_errors
+from autopar.cli.app import console, err_console, progress_shown, user_errors
 from autopar.cli.json_output import print_json
-from autopar.cli.options import (Device, DeviceFile, DeviceSet, Flash, Gbs, Json, Model, Nodes, PerNode, Precision,
+from autopar.cli.options import (Device, DeviceFile, DeviceSet, Flash, Gbs, Json, Model, Nodes, PerNode, Precision, Quiet,
                                  SeqLen, VocabPad)
 from autopar.cli.inputs import positive, problem_from_options
 from autopar.errors import AutoparError
-from autopar.profile.opdb import OpDB, make_folder
+from autopar.progress import advance, phase
+
+if TYPE_CHECKING:
+    from autopar.profile.opdb import OpDB  # sqlite3: imported by the commands that open a database
 
 profile_app = typer.Typer(no_args_is_help=True, help="Measure operators, layers and collectives into a profile DB.")
 Db = Annotated[str, typer.Option("--db", help="SQLite profile database (created if missing)")]
@@ -70,6 +72,7 @@ def open_times(path: str, device: str | None, dtype: str, planned: str, stands_f
             impossible rows, or another device's rows without ``stands_for``.
     """
     from autopar.profile.provenance import accept, device_preset
+    from autopar.profile.opdb import OpDB
     from autopar.profile.provider import ProfileTimes
 
     db = OpDB(path, write=False)
@@ -181,14 +184,13 @@ def _measure_all(db: OpDB, ops: list, dtype: str, repeats: int, given_device: st
     out.print(f"{name}: {len(ops)} shapes, {len(ops) - len(todo)} already measured, {len(todo)} to go",
               highlight=False)
     measured = []
-    with Progress(console=out) as bar:
-        task = bar.add_task("profiling ops", total=len(todo))
+    with phase("profile ops", total=len(todo), description="profiling ops"):
         for op, dims in todo:
-            bar.update(task, description=f"{op} {dims}")
+            advance(0, description=f"{op} {dims}")
             fwd, bwd, moved = O.measure(op, dims, dtype, device, repeats=repeats)
             db.put(name, op, dims, dtype, versions, fwd, bwd, moved, repeats)
             measured.append({"op": op, "dims": dims, "fwd_s": fwd[0], "bwd_s": bwd[0]})
-            bar.advance(task)
+            advance()
     return {"db": str(db.path), "device": name, "dtype": dtype, "shapes": len(ops),
             "already_measured": len(ops) - len(todo), "measured": measured}
 
@@ -204,7 +206,7 @@ def ops(
     cp: int = 1, ep: int = 1, etp: Optional[int] = None, mbs: int = 1,
     sp: Annotated[Optional[bool], typer.Option("--sp/--no-sp", help="sequence parallelism [default: on with tp > 1]")] = None,
     missing_from: Annotated[Optional[str], typer.Option(help="a --json result of search/estimate --profile-db")] = None,
-    repeats: int = 5, as_json: Json = False,
+    repeats: int = 5, as_json: Json = False, quiet: Quiet = False,
 ) -> None:
     """Measure the operator shapes a search needs (only those missing from the database)."""
     positive("--repeats", repeats, upper=1000)
@@ -243,9 +245,12 @@ def ops(
         wanted = unique([op for s in layouts for op in strategy_ops(p, s)])
         dtype = "bf16" if p.train.precision == "fp8" else p.train.precision
         planned = p.cluster.device.name
+    from autopar.profile.opdb import OpDB, make_folder
+
     make_folder(db, "--db")
     _require("torch")  # after the options are checked, before OpDB creates an empty --db file
-    doc = _measure_all(OpDB(db, "--db"), wanted, dtype, repeats, planned, err_console if as_json else console)
+    with progress_shown(quiet):
+        doc = _measure_all(OpDB(db, "--db"), wanted, dtype, repeats, planned, err_console if as_json else console)
     if as_json:
         print_json("profile-ops", doc)
 
@@ -280,6 +285,8 @@ def layer(
     shard = Shard(tp=tp, cp=cp, ep=ep, etp=etp or tp, mbs=mbs, seq=seq_len)
     device, name = O.local_device()
     layer_mod, rotary = build_layer(raw, shard, moe, device, torch.bfloat16, fused=fused)
+    from autopar.profile.opdb import OpDB
+
     store = OpDB(db, "--db")
     versions = O.library_versions()
     store.put_measured_on(O.measured_on(None, versions))
@@ -342,6 +349,8 @@ def comm(
     _, name = O.local_device()
     versions = O.library_versions() + f" backend={backend}"
     ranks_per_node = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", 1)))
+    from autopar.profile.opdb import OpDB
+
     store = OpDB(db, "--db")
     store.put_measured_on(O.measured_on(None, versions))
     for row in samples:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from typing import Annotated, Optional
 
 import typer
 from rich.markup import escape
 
 import autopar.cli.search_options as S
-from autopar.cli.app import app, console, err_console, user_errors
+from autopar.cli.app import app, console, err_console, progress_shown, user_errors
 from autopar.cli.config import Config
 from autopar.cli.layerwise import Layerwise
 from autopar.cli.inputs import positive, problem_from_options, recompute_modules_option
@@ -27,6 +28,7 @@ from autopar.cli.options import (
     Nodes,
     PerNode,
     Precision,
+    Quiet,
     ProfileDb,
     ProfileDevice,
     ProfileStandsFor,
@@ -37,6 +39,7 @@ from autopar.cli.options import (
     VocabSize,
 )
 from autopar.cli.paths import refuse_overwriting_inputs
+from autopar import STARTED_S
 from autopar.errors import AutoparError
 from autopar.problem import Problem
 
@@ -71,13 +74,20 @@ def _search_outputs(model: str | None, script: str | None, device_file: str | No
     ``top`` scripts, ``--report`` four files, ``--plot`` one; :func:`autopar.cli.paths.refuse_overwriting_inputs`)."""
     from pathlib import Path
 
-    from autopar.export.rewrite import script_paths
-    from autopar.report.html import report_paths
+    written = []
+    if write_script:
+        from autopar.export.rewrite import script_paths
 
+        written = script_paths(Path(write_script), top)
+    reported = []
+    if report:  # the report module loads matplotlib: only when a report is asked for
+        from autopar.report.html import report_paths
+
+        reported = report_paths(report)
     refuse_overwriting_inputs(
         {"--model": model, "--script": script, "--device-file": device_file, "--profile-db": profile_db},
-        {"--write-script": (write_script, script_paths(Path(write_script), top) if write_script else []),
-         "--report": (report, report_paths(report) if report else []), "--plot": (plot, [Path(plot)] if plot else [])})
+        {"--write-script": (write_script, written), "--report": (report, reported),
+         "--plot": (plot, [Path(plot)] if plot else [])})
 
 
 @app.command()
@@ -116,6 +126,7 @@ def search(
                                                   "with --script (autopar verify's defaults: local torchrun, 10 "
                                                   "iterations, jobs in out/verify)")] = None,
     layerwise: Layerwise = False,
+    quiet: Quiet = False,
 ) -> None:
     """Search every valid layout, drop those that do not fit, rank the rest by step time."""
     from autopar.export.megatron import megatron_args
@@ -159,7 +170,7 @@ def search(
     from autopar.cli.profile import print_coverage, profiled
 
     ops_db = profile_db if calibration is None or calibration["operator_rows"] else None  # a DB of runs only
-    with profiled(p, ops_db, profile_device, profile_stands_for) as coverage:
+    with profiled(p, ops_db, profile_device, profile_stands_for) as coverage, progress_shown(quiet):
         modules = recompute_modules_option(p, recompute_modules)
         options = SpaceOptions(recompute_modules=modules) if modules else None
         if layerwise:
@@ -208,6 +219,7 @@ def search(
             doc["calibration"] = calibration
         if explained:
             doc["explain"] = explained.to_dict()
+        doc["command_s"] = time.perf_counter() - STARTED_S  # wall time of the whole command, imports included
         print_json("search", doc)
         return
     console.print(f"[bold]{p.model.name}[/] ({p.model.num_params / 1e9:.1f} B params) on {p.cluster.num_nodes} x "

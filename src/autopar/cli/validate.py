@@ -6,14 +6,14 @@ from typing import Annotated, Optional
 
 import typer
 
-from autopar.cli.app import app, console, err_console, user_errors
+from autopar.cli.app import app, console, err_console, progress_shown, user_errors
 from autopar.cli.json_output import print_json
-from autopar.cli.options import Json
+from autopar.cli.options import Json, Quiet
 from autopar.cli.paths import refuse_overwriting_inputs
 from autopar.errors import AutoparError
 
 # The files ``autopar validate`` writes into ``--out`` (autopar.validate.report.write_report).
-VALIDATE_FILES = ("accuracy.md", "rows.md", "scatter.png")
+VALIDATE_FILES = ("accuracy.md", "rows.md", "errors.png")
 
 
 @app.command()
@@ -23,8 +23,9 @@ def validate(
                                                     "the published measurements shipped with autopar)")] = None,
     out: Annotated[str, typer.Option("--out", help="report directory")] = "out/validation",
     as_json: Json = False,
+    quiet: Quiet = False,
 ) -> None:
-    """Score autopar against published measurements; write accuracy.md, rows.md, scatter.png."""
+    """Score autopar against published measurements; write accuracy.md, rows.md, errors.png."""
     from pathlib import Path
 
     from autopar.validate import DEFAULT_CSV, run_validation
@@ -32,7 +33,8 @@ def validate(
     refuse_overwriting_inputs({"--csv": csv_path or DEFAULT_CSV},
                               {"--out": (out, [Path(out) / name for name in VALIDATE_FILES])})
     try:
-        results, paths = run_validation(csv_path or DEFAULT_CSV.resolve(), out)
+        with progress_shown(quiet):
+            results, paths = run_validation(csv_path or DEFAULT_CSV.resolve(), out)
     except OSError as err:
         raise AutoparError(f"--out={out!r}: cannot write the report ({err.strerror})") from None
     if as_json:

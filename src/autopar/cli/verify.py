@@ -13,9 +13,9 @@ from typing import Annotated, Optional
 import typer
 from rich.markup import escape
 
-from autopar.cli.app import app, console, err_console, user_errors
+from autopar.cli.app import app, console, err_console, progress_shown, user_errors
 from autopar.cli.options import (Device, DeviceFile, DeviceSet, Flash, Gbs, Json, Model, Nodes, PerNode, Precision,
-                                 SeqLen, VocabPad, VocabSize)
+                                 Quiet, SeqLen, VocabPad, VocabSize)
 from autopar.cli.inputs import positive, problem_from_options
 from autopar.cli.json_output import print_json
 from autopar.errors import AutoparError
@@ -100,6 +100,7 @@ def verify(
     report_only: Annotated[bool, typer.Option("--report-only", help="write and run nothing: read the jobs and logs "
                                               "already in --out (e.g. run by hand after --launcher none)")] = False,
     as_json: Json = False,
+    quiet: Quiet = False,
 ) -> None:
     """Run the top layouts for a few iterations in your framework; predicted vs measured, re-ranked."""
     from autopar.cli.paths import refuse_overwriting_inputs
@@ -160,9 +161,10 @@ def verify(
         return
     slurm = SlurmOptions(account=account, partition=partition, container_image=container_image,
                          container_mounts=container_mounts, extra=tuple(sbatch_option or ()))
-    results = run_jobs(jobs, launcher, time_limit_s, slurm, warmup,
-                       on_done=lambda j, r: err_console.print(f"ran {j.name}: {r.failure or 'ok'}", highlight=False),
-                       budget_s=budget_s)
+    with progress_shown(quiet):
+        results = run_jobs(jobs, launcher, time_limit_s, slurm, warmup,
+                           on_done=lambda j, r: err_console.print(f"ran {j.name}: {r.failure or 'ok'}", highlight=False),
+                           budget_s=budget_s)
     if record:
         from autopar.verify.calibrate import record_runs
 

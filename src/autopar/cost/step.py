@@ -16,6 +16,7 @@ decides. ``MFU = model FLOPs per step / (step time * world * peak)`` (PaLM, appe
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import Any, Callable
 
 import numpy as np
 
@@ -54,6 +55,21 @@ def _split(x: np.ndarray, k: int, n: int) -> list[np.ndarray]:
     return [full[j * n:(j + 1) * n] for j in range(k)]
 
 
+def view_time(p: Problem, rows: LayoutBatch, stages: Stages,
+              run: Callable[[str, Callable], Any] | None = None) -> tuple[T.StageTime, np.ndarray, np.ndarray]:
+    """Per-micro-batch stage times, exposed data-parallel time and optimizer time (s) of the
+    ``(layout, stage)`` rows ``rows`` / ``stages`` (arrays of shape ``(n,)``).
+
+    ``run(name, fn)`` evaluates the row-wise ``fn(rows, stages)`` (default: directly; the search
+    passes :meth:`autopar.search.distinct.Distinct.run`, which costs it once per distinct key)."""
+    run = run or (lambda name, fn: fn(rows, stages))
+    params = run("params", lambda b, s: stage_params(p, b, s))
+    t = run("stage_time", lambda b, s: T.stage_time(p, b, s))
+    slack = stages.index * (t.backward_s + t.recompute_s)
+    optimizer = run("optimizer", lambda b, s: T.optimizer_time_s(p, b, stage_params(p, b, s)))
+    return t, T.dp_exposed_s(p, rows, params, t, slack), optimizer
+
+
 def _cost_views(p: Problem, batches: list[LayoutBatch], views: list[Stages]) -> tuple[list, list, list, list]:
     """Stage times, memories, exposed DP time and optimizer time of each view, from one
     vectorised pass over the views' concatenated rows."""
@@ -63,12 +79,9 @@ def _cost_views(p: Problem, batches: list[LayoutBatch], views: list[Stages]) -> 
     for name in ("mtp", "in_flight"):  # set only where every view has them (all_stages rows)
         if all(getattr(v, name) is not None for v in views):
             setattr(stages, name, np.concatenate([getattr(v, name) for v in views]))
-    params = stage_params(p, rows, stages)
-    t = T.stage_time(p, rows, stages)
+    t, dp_s, opt_s = view_time(p, rows, stages)
     mem = stage_memory(p, rows, stages)
-    slack = stages.index * (t.backward_s + t.recompute_s)
-    dp = _split(T.dp_exposed_s(p, rows, params, t, slack), k, n)
-    opt = _split(T.optimizer_time_s(p, rows, params), k, n)
+    dp, opt = _split(dp_s, k, n), _split(opt_s, k, n)
     t_parts = {f.name: _split(getattr(t, f.name), k, n) for f in fields(T.StageTime)}
     m_parts = {f.name: _split(getattr(mem, f.name), k, n) for f in fields(MemoryBreakdown)}
     times = [T.StageTime(**{name: part[j] for name, part in t_parts.items()}) for j in range(k)]
@@ -93,7 +106,18 @@ def evaluate(p: Problem, batch: LayoutBatch, views: list[Stages], counts: list[n
         for out, part in zip((times, memories, dp, opt),
                              _cost_views(p, [batches[j] for j in group], [views[j] for j in group])):
             out.extend(part)
+    peak = np.max(np.stack([mem.total_bytes for mem in memories]), axis=0)
+    return combine(p, batch, counts, times, dp, opt, peak, memories)
 
+
+def combine(p: Problem, batch: LayoutBatch, counts: list[np.ndarray], times: list[T.StageTime],
+            dp: list[np.ndarray], opt: list[np.ndarray], peak: np.ndarray,
+            memories: list[MemoryBreakdown]) -> StepCosts:
+    """The step costs of ``batch`` from its views' stage ``times``, exposed data-parallel times
+    ``dp`` and optimizer times ``opt`` (one ``(n,)`` entry per view; ``counts`` as in
+    :func:`evaluate`) and its ``peak`` memory (bytes): the pipeline makespan of the module
+    docstring plus the hand-offs, the data-parallel traffic and the optimizer step of the slowest
+    stage."""
     totals = np.stack([t.total_s for t in times])
     bottleneck = np.argmax(totals, axis=0)
     rows = np.arange(len(batch))
@@ -125,7 +149,6 @@ def evaluate(p: Problem, batch: LayoutBatch, views: list[Stages], counts: list[n
         "optimizer": optimizer,
     }
     step = makespan + pp_comm + dp_comm + optimizer
-    peak = np.max(np.stack([mem.total_bytes for mem in memories]), axis=0)
     tokens = p.train.tokens_per_step
     tps = tokens / step / p.world_size
     mfu = model_flops_per_token(p) * tokens / (step * p.world_size * p.cluster.device.peak(p.train.precision))

@@ -53,9 +53,9 @@ def layerwise_refusal(fmt: str) -> str | None:
     return f"{why}; a layer-wise plan is written only as --format galvatron"
 
 
-def refusal(p: Problem, plan: LayerwisePlan) -> str | None:
-    """Why Galvatron cannot run ``plan`` on ``p``, or None: a MoE model (2.4.0 has none) or fp8
-    (Galvatron's mixed_precision is fp32, fp16 or bf16)."""
+def refusal(p: Problem) -> str | None:
+    """Why Galvatron cannot run a layer-wise plan of ``p``, or None: a MoE model (2.4.0 has none)
+    or fp8 (Galvatron's mixed_precision is fp32, fp16 or bf16)."""
     if p.model.is_moe:
         return (f"{p.model.name} is a MoE model: hetu-galvatron {RELEASE} has no MoE model (galvatron/models) and "
                 "never reads ep_sizes_enc")
@@ -72,7 +72,7 @@ def config(p: Problem, plan: LayerwisePlan) -> dict[str, Any]:
             it (:func:`refusal`).
     """
     plan.check(p)
-    why = refusal(p, plan)
+    why = refusal(p)
     if why:
         raise AutoparError(f"Galvatron cannot express this plan: {why}")
     enc = lambda values: ",".join(str(int(v)) for v in values)

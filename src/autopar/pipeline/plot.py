@@ -1,10 +1,11 @@
 """Figure of a balanced pipeline: simulated timeline per stage and memory per stage.
 
-Top panel: one row per pipeline stage, each op of :func:`autopar.pipeline.simulate.simulate`'s
-timeline as a bar (forward, recompute, backward, weight gradient in distinct colours), so the
-bubbles show as white gaps. A step extrapolated from its steady state
-(:mod:`autopar.pipeline.steady`) draws the step it was simulated with, and the title says so. Bottom panel: peak memory per stage of the balanced and the even
-split against the device limit. Uses matplotlib's Agg backend (no display needed).
+Top: the balanced split's simulated step (:func:`autopar.report.timeline.draw_timeline`): the
+whole step when it is short, else the fill, one steady-state period and the drain with what lies
+between them written in the gaps (:func:`autopar.pipeline.window.timeline_window`). Bottom: peak
+memory per stage of the balanced and the even split against the memory limit; the axis reaches
+the tallest bar (never clipped) and bars over the limit are hatched and labelled. Both titles say
+which split fits. Uses matplotlib's Agg backend (no display needed).
 """
 
 from __future__ import annotations
@@ -13,82 +14,117 @@ from pathlib import Path
 
 import numpy as np
 
-from autopar.errors import AutoparError
-from autopar.pipeline.balance import BalancePlan
+from autopar.pipeline.balance import BalancePlan, PlanCost
+from autopar.pipeline.window import timeline_window
 
-COLOURS = {"forward": "#4C72B0", "backward": "#55A868", "recompute": "#DD8452", "weight_grad": "#8172B3"}
 GIB = 2.0**30
+BALANCED_COLOUR, EVEN_COLOUR, LIMIT_COLOUR = "#4C72B0", "#BBBBBB", "#C44E52"
 
 
-def _time_unit(makespan_s: float) -> tuple[float, str]:
-    return (1e3, "ms") if makespan_s < 10 else (1.0, "s")
+def _fits(cost: PlanCost, limit_bytes: float) -> bool:
+    return float(np.max(cost.stage_memory_bytes)) <= limit_bytes
 
 
-def plot_plan(plan: BalancePlan, path: str | Path, title: str = "") -> Path:
-    """Write the timeline + memory figure of ``plan`` to ``path`` (PNG) and return the path.
+def fit_title(plan: BalancePlan) -> str:
+    """Which split fits, with the peaks, e.g. ``balanced split fits (78.0 of 79.6 GiB); even
+    split does not (117.5 GiB)``."""
+    limit = plan.memory_limit_bytes
+    peak = float(np.max(plan.best.stage_memory_bytes))
+    text = (f"balanced split fits ({peak / GIB:.1f} of {limit / GIB:.1f} GiB)" if peak <= limit else
+            f"balanced split does not fit ({peak / GIB:.1f} GiB, limit {limit / GIB:.1f})")
+    if plan.even is None:
+        return text + "; no even split to compare (the layers do not split evenly)"
+    even = float(np.max(plan.even.stage_memory_bytes))
+    return text + (f"; even split fits too ({even / GIB:.1f} GiB)" if even <= limit else
+                   f"; even split does not ({even / GIB:.1f} GiB)")
 
-    Raises:
-        AutoparError: the file cannot be written.
-    """
+
+def _time_title(plan: BalancePlan, title: str) -> str:
+    """Step times of both splits, the bubble and how the picture was drawn."""
+    sim = plan.best.simulation
+    unit = 1e3 if sim.makespan_s < 10 else 1.0
+    name = "ms" if unit == 1e3 else "s"
+    line = f"{title + ': ' if title else ''}balanced split, {plan.schedule}, step {sim.makespan_s * unit:,.1f} {name}, " \
+           f"bubble {sim.bubble_fraction:.1%}"
+    if plan.even is not None:
+        fits = _fits(plan.even, plan.memory_limit_bytes)
+        line += f"; even split {plan.even.makespan_s * unit:,.1f} {name}" + ("" if fits else " (does not fit)")
+    return line
+
+
+def _stage_labels(best: PlanCost) -> list[str]:
+    labels = []
+    for i, row in enumerate(best.layers_per_chunk):
+        layers = "+".join(str(int(n)) for n in row) if len(row) > 1 else str(int(row[0]))
+        labels.append(f"stage {i} ({layers} L, {best.recompute[i]})")
+    return labels
+
+
+def _memory_panel(ax, plan: BalancePlan) -> None:
+    """Bars per stage; the axis reaches above the tallest bar; bars over the limit hatched."""
+    best, even, limit = plan.best, plan.even, plan.memory_limit_bytes / GIB
+    pp = len(best.stage_memory_bytes)
+    x = np.arange(pp)
+    series = [("balanced", best, BALANCED_COLOUR)] + ([("even split", even, EVEN_COLOUR)] if even is not None else [])
+    width = 0.8 / len(series)
+    tallest = limit
+    over_any = False
+    for i, (name, cost, colour) in enumerate(series):
+        gib = cost.stage_memory_bytes / GIB
+        over = gib > limit
+        over_any |= bool(over.any())
+        pos = x + (i - (len(series) - 1) / 2) * width
+        ax.bar(pos, gib, width, color=colour, label=name, hatch=["//" if o else "" for o in over],
+               edgecolor=[LIMIT_COLOUR if o else colour for o in over])
+        for p, g in zip(pos[over], gib[over]):
+            ax.text(p, g, f"{g:.0f}", ha="center", va="bottom", fontsize=6, color=LIMIT_COLOUR)
+        tallest = max(tallest, float(gib.max()))
+    ax.axhline(limit, color=LIMIT_COLOUR, linestyle="--", label=f"limit {limit:.1f} GiB")
+    if over_any:
+        ax.bar([0], [0], color="white", edgecolor=LIMIT_COLOUR, hatch="//", label="over the limit")
+    ax.set_ylim(0, tallest * 1.12)
+    ax.set_xticks(x)
+    ax.set_xticklabels([str(i) for i in x], fontsize=8)
+    ax.set_xlim(-0.6, pp - 0.4)
+    ax.set_xlabel("pipeline stage")
+    ax.set_ylabel("peak memory (GiB)")
+    ax.set_title(f"peak memory per stage: {fit_title(plan)}", fontsize=10)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+
+
+def balance_figure(plan: BalancePlan, title: str = ""):
+    """The matplotlib figure of ``plan`` (timeline on top, memory per stage below); the caller
+    saves and closes it (:func:`plot_plan`)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.patches import Patch
+
+    from autopar.report.timeline import draw_titled_timeline, head_room_in
 
     best = plan.best
-    sim = best.simulation
     pp = len(best.layers_per_stage)
-    scale, unit = _time_unit(sim.makespan_s)
-    fig, (ax_t, ax_m) = plt.subplots(2, 1, figsize=(13, 2.6 + 0.42 * pp + 2.6),
-                                     gridspec_kw={"height_ratios": [max(2.0, 0.42 * pp), 2.4]})
-    by_kind: dict[str, list[list[tuple[float, float]]]] = {k: [[] for _ in range(pp)] for k in COLOURS}
-    for op in sim.timeline:
-        by_kind[op.kind][op.stage].append((op.start_s * scale, (op.end_s - op.start_s) * scale))
-    for kind, rows in by_kind.items():
-        for stage, bars in enumerate(rows):
-            if bars:
-                ax_t.broken_barh(bars, (stage - 0.4, 0.8), facecolors=COLOURS[kind], edgecolor="white",
-                                 linewidth=0.3)
-    ax_t.set_ylim(pp - 0.5, -0.5)
-    ax_t.set_yticks(range(pp))
-    ax_t.set_yticklabels([f"stage {i} ({n} L, {r})" for i, (n, r) in
-                          enumerate(zip(best.layers_per_stage, best.recompute))], fontsize=8)
-    shown_s = max((op.end_s for op in sim.timeline), default=sim.makespan_s)  # the step drawn
-    ax_t.set_xlim(0, shown_s * scale * 1.01)
-    ax_t.set_xlabel(f"time ({unit})")
-    even = plan.even
-    vs = f", even split {even.makespan_s * scale:.1f} {unit}" if even is not None else ""
-    drawn = "" if sim.timeline_microbatches is None else \
-        f"\n(drawn: the same schedule with {sim.timeline_microbatches} micro-batches; the step extrapolated from its steady state)"
-    ax_t.set_title(f"{title + ': ' if title else ''}balanced timeline, step {sim.makespan_s * scale:.1f} {unit}{vs}, "
-                   f"bubble {sim.bubble_fraction:.1%}{drawn}", fontsize=10)
-    used = [k for k in COLOURS if any(by_kind[k][s] for s in range(pp))]
-    ax_t.legend(handles=[Patch(color=COLOURS[k], label=k.replace("_", " ")) for k in used] +
-                [Patch(facecolor="white", edgecolor="grey", label="bubble (idle)")],
-                loc="upper center", bbox_to_anchor=(0.5, -0.18 if pp <= 8 else -0.08), ncol=len(used) + 1,
-                fontsize=8, frameon=False)
+    timeline_in, memory_in, width_in = max(2.2, 0.36 * pp), 2.6, 14.0
+    window = timeline_window(best.simulation)
+    head_in = head_room_in(window)
+    height_in = timeline_in + memory_in + head_in + 1.6
+    fig = plt.figure(figsize=(width_in, height_in))
+    outer = fig.add_gridspec(2, 1, height_ratios=[timeline_in, memory_in],
+                             hspace=1.0 / ((timeline_in + memory_in) / 2),
+                             left=0.13, right=0.85, top=1 - head_in / height_in, bottom=0.5 / height_in)
+    draw_titled_timeline(fig, outer[0], best.simulation, window, _stage_labels(best), _time_title(plan, title),
+                         width_in=width_in)
+    _memory_panel(fig.add_subplot(outer[1]), plan)
+    return fig
 
-    x = np.arange(pp)
-    width = 0.4 if even is not None else 0.7
-    ax_m.bar(x - (width / 2 if even is not None else 0), best.stage_memory_bytes / GIB, width,
-             color="#4C72B0", label="balanced")
-    if even is not None:
-        ax_m.bar(x + width / 2, even.stage_memory_bytes / GIB, width, color="#BBBBBB", label="even split")
-    ax_m.axhline(plan.memory_limit_bytes / GIB, color="#C44E52", linestyle="--",
-                 label=f"limit {plan.memory_limit_bytes / GIB:.1f} GiB")
-    ax_m.set_xticks(x)
-    ax_m.set_xticklabels([str(i) for i in x], fontsize=8)
-    ax_m.set_xlabel("pipeline stage")
-    ax_m.set_ylabel("peak memory (GiB)")
-    ax_m.set_title("peak memory per stage", fontsize=10)
-    ax_m.set_ylim(0, plan.memory_limit_bytes / GIB * 1.25)
-    ax_m.legend(fontsize=8, loc="upper right", ncol=3)
-    fig.tight_layout()
-    try:
-        fig.savefig(path, dpi=110)
-    except OSError as err:
-        raise AutoparError(f"--plot {path}: {err.strerror or err}") from None
-    finally:
-        plt.close(fig)
-    return Path(path)
+
+def plot_plan(plan: BalancePlan, path: str | Path, title: str = "") -> Path:
+    """Write :func:`balance_figure` of ``plan`` to ``path`` (PNG, SVG or PDF by its suffix)
+    and return the path.
+
+    Raises:
+        AutoparError: the file cannot be written.
+    """
+    from autopar.report.plots import save_figure
+
+    return save_figure(balance_figure(plan, title), path)

@@ -1,10 +1,18 @@
 """``autopar search --report DIR``: ``result.json``, ``ranking.png``, ``memory.png`` and one
-self-contained ``report.html`` (images embedded as base64, no external files or scripts).
+self-contained ``report.html`` (images embedded as base64, style and script inline: it opens
+with no network and no file beside it).
+
+The page: the problem and the best layout in a few numbers, with autopar's error band on them
+(:mod:`autopar.validate.bands`: its error on similar validation rows); the ranking as a table
+that sorts by any column (click its header), layouts within the band of #1 ranked ``≈1``; under each of the first :data:`DETAIL_LAYOUTS` layouts, one
+click away, its memory per pipeline stage against the device and its simulated pipeline step
+(:mod:`autopar.report.timeline`); the notes the table needs (marks, short forms, marginal
+layouts); the step time by part of the first :data:`CHART_LAYOUTS`; what the search dropped.
 
 Bounded work: ``ranking.png`` draws the first :data:`CHART_LAYOUTS` layouts (a bar each; with
 ``--top 1000`` the chart was a 50,000-pixel-tall, 5.6 MB image that took 40 s and 500 MB to
-draw), while ``result.json`` and the HTML table hold all of them (``search --top`` is at most
-1,000)."""
+draw), the details the first :data:`DETAIL_LAYOUTS` (two charts each, ~0.5 s), while
+``result.json`` and the HTML table hold all of them (``search --top`` is at most 1,000)."""
 
 from __future__ import annotations
 
@@ -14,56 +22,157 @@ import json
 from pathlib import Path
 
 from autopar.errors import AutoparError
+from autopar.estimate import Estimate
+from autopar.pipeline.layout_timeline import layout_simulation
 from autopar.problem import Problem
+from autopar.report.layout_plot import stage_labels, timeline_title
+from autopar.report.page_assets import SCRIPT, STYLE
 from autopar.report.plots import GIB, memory_chart, ranking_chart
-from autopar.report.table import layout_label, recompute_label, table_notes
-from autopar.report.ties import search_document
+from autopar.report.table import layout_label, recompute_label, search_summary, table_notes
+from autopar.report.ties import problem_certainty, rank_marks, search_document, ties_note
+from autopar.report.timeline import timeline_png
 from autopar.schemas import versioned
 from autopar.search import SearchResult
+from autopar.validate.bands import Certainty
 
 CHART_LAYOUTS = 30  # bars in ranking.png: the first 30 layouts
+DETAIL_LAYOUTS = 10  # layouts with their memory and timeline charts one click away
 
-_STYLE = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:1.5em auto;padding:0 1em;color:#222}
-table{border-collapse:collapse;font-size:14px;width:100%}th,td{padding:4px 8px;border-bottom:1px solid #ddd;
-text-align:right}th{background:#f3f3f3}td.l,th.l{text-align:left}img{max-width:100%;height:auto}
-.note{color:#666;font-size:13px}"""
+# (header, left-aligned) of the ranking table, in order.
+COLUMNS = (("#", False), ("layout", True), ("mbs", False), ("zero", False), ("recompute", True),
+           ("peak GiB", False), ("step s", False), ("tok/s/dev", False), ("MFU", False), ("bubble", False),
+           ("note", True))
 
 
-def _table(result: SearchResult) -> str:
-    head = ["#", "layout", "mbs", "zero", "recompute", "peak GiB", "step s", "tok/s/dev", "MFU", "bubble", "note"]
-    rows = []
-    for rank, e in enumerate(result.layouts, 1):
-        s = e.strategy
-        cells = [str(rank), layout_label(e), str(s.mbs), str(s.zero), recompute_label(e),
-                 f"{e.peak_memory_bytes / GIB:.1f}", f"{e.step_time_s:.2f}", f"{e.tokens_per_s_per_device:,.0f}", f"{e.mfu:.1%}",
-                 f"{e.time_breakdown_s['pp_bubble'] / e.step_time_s:.1%}", "marginal" if e.marginal else ""]
-        rows.append("<tr>" + "".join(f'<td{" class=l" if i in (1, 4, 10) else ""}>{html.escape(c)}</td>'
-                                     for i, c in enumerate(cells)) + "</tr>")
-    header = "".join(f'<th{" class=l" if i in (1, 4, 10) else ""}>{h}</th>' for i, h in enumerate(head))
-    legend = table_notes(result.layouts)
-    note = "".join(f"<p class=note>{html.escape(line)}</p>" for line in legend.split("\n")) if legend else ""
-    return f"<table><tr>{header}</tr>{''.join(rows)}</table>{note}"
+def _cell(text: str, value: float | None = None, left: bool = False) -> str:
+    """One ``<td>``: ``value`` (a number) is what the column sorts by."""
+    attrs = (" class=l" if left else "") + ("" if value is None else f' data-v="{float(value):.17g}"')
+    return f"<td{attrs}>{html.escape(text)}</td>"
+
+
+def _row(rank: int, e: Estimate, has_detail: bool, mark: str | None = None) -> str:
+    """One layout's row; ``mark`` is what the # column shows (``≈1`` for a tie with #1,
+    :func:`autopar.report.ties.rank_marks`; default the rank), the column sorts by the rank."""
+    s = e.strategy
+    bubble = e.time_breakdown_s["pp_bubble"] / e.step_time_s
+    toggle = "<span class=toggle>&#9656;</span>" if has_detail else "<span class=toggle></span>"
+    cells = [_cell(mark or str(rank), rank),
+             f"<td class=l>{toggle}{html.escape(layout_label(e))}</td>",
+             _cell(str(s.mbs), s.mbs), _cell(str(s.zero), s.zero), _cell(recompute_label(e), left=True),
+             _cell(f"{e.peak_memory_bytes / GIB:.1f}", e.peak_memory_bytes / GIB),
+             _cell(f"{e.step_time_s:.2f}", e.step_time_s),
+             _cell(f"{e.tokens_per_s_per_device:,.0f}", e.tokens_per_s_per_device),
+             _cell(f"{e.mfu:.1%}", e.mfu), _cell(f"{bubble:.1%}", bubble),
+             "<td class=l><span class=marginal>marginal</span></td>" if e.marginal else "<td class=l></td>"]
+    classes = "row has-detail" if has_detail else "row"
+    return f'<tr class="{classes}" data-detail="detail-{rank}">{"".join(cells)}</tr>'
 
 
 def _img(png: bytes, alt: str) -> str:
-    return f'<img alt="{alt}" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
+    return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
+
+
+def _timeline(p: Problem, rank: int, e: Estimate) -> str:
+    """The layout's simulated pipeline step as an ``<img>``, or a line saying why there is none."""
+    s = e.strategy
+    if s.pp == 1:
+        return "<p class=note>pp 1: no pipeline, every device runs the whole model.</p>"
+    try:
+        sim, p2p_s = layout_simulation(p, s)
+    except AutoparError as err:  # a step too long to simulate op by op
+        return f"<p class=note>pipeline timeline not drawn: {html.escape(str(err))}</p>"
+    title = timeline_title(f"#{rank} {layout_label(e)}", e, sim)
+    return _img(timeline_png(sim, stage_labels(p, e), title, p2p_s), f"pipeline timeline of #{rank}")
+
+
+def _detail(p: Problem, rank: int, e: Estimate, memory_png: bytes | None = None) -> str:
+    """The hidden row under layout ``rank``: its memory per stage and its pipeline timeline."""
+    memory = memory_png or memory_chart(e, f"#{rank} {layout_label(e)}: memory per device by stage")
+    timeline = _timeline(p, rank, e)
+    if e.strategy.pp > 1:
+        timeline = (f"<figure><figcaption>Simulated pipeline step: forward, backward, recompute per stage; white is "
+                    f"idle (the bubble)</figcaption>{timeline}</figure>")
+    return (f'<tr class=detail id="detail-{rank}" hidden><td colspan={len(COLUMNS)}><div class=detail-grid>'
+            f"{timeline}"
+            f"<figure class=memory><figcaption>Memory per device by pipeline stage (weights, gradients, optimizer, "
+            f"activations) against the device's {e.device_memory_bytes / GIB:.1f} GiB</figcaption>"
+            f"{_img(memory, f'memory per stage of #{rank}')}</figure></div></td></tr>")
+
+
+def _details(p: Problem, result: SearchResult, memory_png: bytes) -> dict[int, str]:
+    """Rank -> detail row (:func:`_detail`) of the first :data:`DETAIL_LAYOUTS` layouts."""
+    return {rank: _detail(p, rank, e, memory_png if rank == 1 else None)
+            for rank, e in enumerate(result.layouts[:DETAIL_LAYOUTS], 1)}
+
+
+def _table(result: SearchResult, details: dict[int, str] | None = None, certainty: Certainty | None = None) -> str:
+    """The ranking table, each layout's detail row (``details``: rank -> row) under it, and the
+    notes the table needs; with ``certainty`` (the problem's error bands) a layout within the
+    step-time band of #1 is ranked ``≈1`` and a note names the band, as the search table does."""
+    details = details or {}
+    header = "".join(f'<th{" class=l" if left else ""}>{name}</th>' for name, left in COLUMNS)
+    marks = (rank_marks([e.step_time_s for e in result.layouts], certainty.step_time.band_pct) if certainty
+             else [str(i) for i in range(1, len(result.layouts) + 1)])
+    rows = [_row(rank, e, rank in details, mark) + details.get(rank, "")
+            for rank, (mark, e) in enumerate(zip(marks, result.layouts), 1)]
+    more = len(result.layouts) - len(details)
+    hint = "Click a column header to sort"
+    if details:
+        hint += ("; click a layout to show its memory per stage and its pipeline timeline"
+                 + (f" (the first {len(details)}; the other {more} are in the table and result.json)" if more else ""))
+    legend = table_notes(result.layouts)
+    notes = legend.split("\n") if legend else []
+    tie = certainty and ties_note(certainty, marks)
+    if tie:
+        notes.append(tie)
+    if any(e.marginal for e in result.layouts):
+        notes.append("marginal: fits, but above 90% of the device memory; real runs at that level often fail from "
+                     "fragmentation, so these rank after the comfortable layouts.")
+    return (f"<p class=hint>{html.escape(hint)}.</p>"
+            f"<table id=ranking><thead><tr>{header}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+            + "".join(f"<p class=note>{html.escape(line)}</p>" for line in notes))
+
+
+def _certainty(certainty: Certainty) -> str:
+    """One paragraph: how far autopar's predictions for this problem can be off (its error on
+    similar validation rows), or that no similar row was measured."""
+    parts = []
+    for name, band in (("step time", certainty.step_time), ("peak memory", certainty.memory)):
+        if band.band_pct is not None:
+            parts.append(f"{name} \u00b1{band.band_pct:g}% (MAPE on {len(band.rows)} {band.group})")
+    text = ("Certainty: autopar's predictions for this problem are off by about " + "; ".join(parts)
+            + " (the development set of autopar validate)." if parts else
+            "Certainty: no similar measured row, so no error band is known for this problem.")
+    return f"<p class=note>{html.escape(text)}</p>"
+
+
+def _cards(result: SearchResult, certainty: Certainty) -> str:
+    best = result.layouts[0]
+    step_band, memory_band = certainty.step_time.band_pct, certainty.memory.band_pct
+    step = f"{best.step_time_s:,.2f} s" + (f" \u00b1{step_band:g}%" if step_band is not None else "")
+    memory = (f"{best.peak_memory_bytes / GIB:.1f} of {best.device_memory_bytes / GIB:.1f} GiB"
+              + (f" \u00b1{memory_band:g}%" if memory_band is not None else ""))
+    cards = [(layout_label(best), "best layout"), (step, "step time"), (f"{best.mfu:.1%}", "MFU"),
+             (f"{best.tokens_per_s_per_device:,.0f}", "tokens/s per device"), (memory, "peak memory"),
+             (f"{len(result.layouts):,}", "layouts ranked")]
+    return "<div class=cards>" + "".join(f"<div class=card><b>{html.escape(v)}</b><span>{k}</span></div>"
+                                         for v, k in cards) + "</div>"
 
 
 def render(p: Problem, result: SearchResult, ranking_png: bytes, memory_png: bytes) -> str:
-    """The HTML page: headline, ranking table, both charts."""
-    best = result.layouts[0]
+    """The HTML page (see the module docstring); ``memory_png`` is #1's memory chart."""
+    certainty = problem_certainty(p)
     title = (f"{p.model.name}: {p.model.num_params / 1e9:.1f} B params on {p.cluster.num_nodes} x "
              f"{p.cluster.devices_per_node} {p.cluster.device.name}, gbs {p.train.global_batch_size}, "
              f"seq {p.train.seq_len}, {p.train.precision}")
-    rejected = ", ".join(f"{k} {v}" for k, v in sorted(result.rejected.items(), key=lambda kv: -kv[1])) or "none"
-    return (f"<!doctype html><html><head><meta charset=utf-8><title>autopar report</title>"
-            f"<style>{_STYLE}</style></head><body><h1>autopar plan</h1><p>{html.escape(title)}</p>"
-            f"<p>Best: <b>{html.escape(layout_label(best))}</b>, step {best.step_time_s:.2f} s, MFU {best.mfu:.1%}, "
-            f"peak {best.peak_memory_bytes / GIB:.1f} of {best.device_memory_bytes / GIB:.1f} GiB.</p>"
-            f"<h2>Ranking</h2>{_table(result)}<p class=note>{result.enumerated:,} layouts enumerated; rejected by "
-            f"rule: {html.escape(rejected)}; out of memory: {result.out_of_memory:,}.</p>"
-            f"<h2>Step time by part</h2>{_img(ranking_png, 'ranking')}"
-            f"<h2>Memory per stage (best layout)</h2>{_img(memory_png, 'memory')}</body></html>\n")
+    return (f"<!doctype html><html lang=en><head><meta charset=utf-8><title>autopar: {html.escape(p.model.name)}</title>"
+            f"<meta name=viewport content='width=device-width,initial-scale=1'><style>{STYLE}</style></head><body>"
+            f"<h1>autopar plan</h1><p class=lead>{html.escape(title)}</p>{_cards(result, certainty)}"
+            f"{_certainty(certainty)}"
+            f"<h2>Ranking</h2>{_table(result, _details(p, result, memory_png), certainty)}"
+            f"<h2>Step time by part</h2>{_img(ranking_png, 'step time by part of the top layouts')}"
+            f"<h2>What the search dropped</h2><p class=note>{html.escape(search_summary(result))}.</p>"
+            f"<script>{SCRIPT}</script></body></html>\n")
 
 
 def report_paths(directory: str | Path) -> list[Path]:
@@ -74,8 +183,8 @@ def report_paths(directory: str | Path) -> list[Path]:
 
 def write_report(p: Problem, result: SearchResult, directory: str | Path) -> Path:
     """Write the four report files into ``directory`` (created if needed); returns the HTML path.
-    The ranking chart shows the first :data:`CHART_LAYOUTS` layouts, the rest go to the table
-    and ``result.json``.
+    The ranking chart shows the first :data:`CHART_LAYOUTS` layouts, the details the first
+    :data:`DETAIL_LAYOUTS`; the rest go to the table and ``result.json``.
 
     Raises:
         AutoparError: the directory cannot be created or written.

@@ -35,6 +35,25 @@ def _png(fig) -> bytes:
     return buf.getvalue()
 
 
+def save_figure(fig, path, option: str = "--plot"):
+    """Save ``fig`` to ``path`` (PNG, SVG or PDF by its suffix), close it, return the path.
+
+    Raises:
+        AutoparError: the file cannot be written (``option='path': cannot write (reason)``).
+    """
+    from pathlib import Path
+
+    from autopar.errors import AutoparError
+
+    try:
+        fig.savefig(path, dpi=110)
+    except OSError as err:
+        raise AutoparError(f"{option}={str(path)!r}: cannot write ({err.strerror or err})") from None
+    finally:
+        plt.close(fig)
+    return Path(path)
+
+
 def ranking_chart(layouts: list[Estimate], title: str) -> bytes:
     """PNG: one bar per layout (best at the top), step time (s) stacked by part."""
     n = len(layouts)
@@ -59,10 +78,10 @@ def ranking_chart(layouts: list[Estimate], title: str) -> bytes:
     return _png(fig)
 
 
-def memory_chart(e: Estimate, title: str) -> bytes:
-    """PNG: stacked memory per pipeline stage (GiB) with the device capacity as a line."""
+def draw_stage_memory(ax, e: Estimate, title: str) -> None:
+    """Stacked memory per pipeline stage of ``e`` (GiB) on ``ax``, the device capacity as a
+    dashed line; the axis reaches above the tallest bar and the capacity, so nothing is cut off."""
     stages = e.memory_per_stage
-    fig, ax = plt.subplots(figsize=(max(5.0, 1.0 + 0.55 * len(stages)), 4.2))
     xs = [m.stage for m in stages]
     bottom = [0.0] * len(stages)
     for key, name, colour in MEMORY_PARTS:
@@ -76,6 +95,12 @@ def memory_chart(e: Estimate, title: str) -> bytes:
     ax.set_ylabel("memory per device (GiB)")
     ax.set_ylim(0, max(limit, max(bottom)) * 1.15)
     ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.18))
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     ax.grid(axis="y", alpha=0.3)
+
+
+def memory_chart(e: Estimate, title: str) -> bytes:
+    """PNG: :func:`draw_stage_memory` of ``e``."""
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.0 + 0.55 * len(e.memory_per_stage)) + 1.2, 3.8))
+    draw_stage_memory(ax, e, title)
     return _png(fig)

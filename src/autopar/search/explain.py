@@ -133,7 +133,7 @@ def explain_layout(p: Problem, text: str, result: SearchResult, memory_margin: f
     pins = [Constraint(k, KEYS[k].column, frozenset({v})) for k, v in wanted.items()]
     from autopar.search.constraints import widen_space
 
-    grid = costed_grid(p, memory_margin, widen_space(options or SpaceOptions(), pins), constraints)
+    grid = costed_grid(p, memory_margin, widen_space(options or SpaceOptions(), pins), constraints, full=True)
     batch, layers = grid.batch, p.model.num_layers
     match = np.ones(len(batch), dtype=bool)
     for c in pins:

@@ -20,17 +20,18 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from autopar.cost.stage import bounding_stages
-from autopar.cost.step import evaluate
 from autopar.errors import AutoparError
 from autopar.estimate import DEFAULT_MEMORY_MARGIN, Estimate, estimate
 from autopar.export.comm_knobs import CP_ALGORITHMS, TP_OVERLAP_TARGETS
 from autopar.export.per_stage import MODULE_TARGETS, PER_STAGE_OPTIONS
 from autopar.pipeline.rebalance import TARGETS, TableCache, rank, rebalance_estimate
 from autopar.problem import Problem
+from autopar.progress import advance, phase, timings
 from autopar.problem_record import problem_record
 from autopar.rules import RULES, first_failure
+from autopar.search.costing import search_costs
 from autopar.search.constraints import Constraint, apply_constraints, widen_space
+from autopar.search.valid_space import ValidSpace, valid_layouts
 from autopar.space import SpaceOptions, enumerate_layouts
 from autopar.strategy import DEFAULT_RECOMPUTE_MODULES, SIMPLICITY_ORDER, LayoutBatch, Strategy
 
@@ -53,6 +54,7 @@ class SearchResult:
     extra: dict[str, Any] = field(default_factory=dict)
     problem: dict[str, Any] | None = None  # autopar.problem_record.problem_record of the problem searched
     constraints: dict[str, int] = field(default_factory=dict)  # constraint text -> layouts it removed
+    phases_s: dict[str, float] = field(default_factory=dict)  # wall time of each phase (autopar.progress)
 
     def to_dict(self) -> dict[str, Any]:
         """The stable search JSON documented in the README."""
@@ -63,17 +65,12 @@ class SearchResult:
             "out_of_memory": self.out_of_memory,
             "marginal": self.marginal,
             "search_time_s": self.search_time_s,
+            "phases_s": self.phases_s,
             "target": self.target,
             "not_writable": self.not_writable,
             "problem": self.problem,
             "constraints": self.constraints,
         }
-
-
-def _counts(batch: LayoutBatch) -> list[np.ndarray]:
-    """How many pipeline stages each bounding view stands for (see ``bounding_stages``)."""
-    pp = batch.pp
-    return [np.ones(len(batch)), np.where(pp >= 3, pp - 2, 0), np.where(pp >= 2, 1, 0)]
 
 
 def _unique(layouts: list[Estimate]) -> list[Estimate]:
@@ -175,57 +172,79 @@ def _nothing_valid(p: Problem, rejected: dict[str, int]) -> AutoparError:
 
 @dataclass
 class Grid:
-    """The vectorised stage of a search: every enumerated layout (``batch``), what the
-    constraints removed (``kept``, ``removed``), the first rule each kept layout fails
-    (``failed``: index into :data:`RULES`, -1 = valid; ``rejected`` counts by rule name), the
-    valid ones (``valid``, at rows ``valid_rows`` of ``batch``) with their ``costs``
-    (:func:`autopar.cost.step.evaluate` on bounding stages), ``fits`` / ``marginal`` masks over
-    ``valid`` and ``order``: valid rows best first (fitting, then by step time, then simplest)."""
+    """The vectorised stage of a search: how many layouts the space holds (``enumerated``), how
+    many each constraint removed (``removed``) and each rule rejected first (``rejected``, by rule
+    name), the valid layouts (``valid``) with their ``costs`` (:func:`autopar.search.costing.search_costs`:
+    the step time only where a layout fits), ``fits`` / ``marginal`` masks over ``valid`` and ``order``: the fitting
+    rows best first (comfortable before marginal, then by step time, then simplest), then the
+    others in row order. With ``full`` (``--explain``) it also
+    holds every enumerated layout (``batch``), which the constraints kept (``kept``), the first
+    rule each kept layout fails (``failed``: index into :data:`RULES`, -1 = valid) and the valid
+    ones' rows in ``batch`` (``valid_rows``); without, those are None."""
 
-    batch: LayoutBatch
-    kept: np.ndarray
+    enumerated: int
     removed: dict[str, int]
-    failed: np.ndarray
     rejected: dict[str, int]
     valid: LayoutBatch
-    valid_rows: np.ndarray
     costs: Any
     fits: np.ndarray
     marginal: np.ndarray
     order: np.ndarray
+    batch: LayoutBatch | None = None
+    kept: np.ndarray | None = None
+    failed: np.ndarray | None = None
+    valid_rows: np.ndarray | None = None
+
+
+def _full_space(p: Problem, options: SpaceOptions, constraints: list[Constraint]) -> tuple[ValidSpace, dict]:
+    """Every enumerated layout with its constraint and rule outcome (``--explain`` needs them):
+    the :class:`ValidSpace` and the :class:`Grid` fields ``batch``, ``kept``, ``failed``, ``valid_rows``."""
+    batch = enumerate_layouts(p, options)
+    kept, removed = apply_constraints(batch, constraints)
+    failed = np.full(len(batch), -1, dtype=np.int64)
+    failed[kept] = first_failure(p, batch.take(kept))
+    rejected = {rule.name: int(np.sum(kept & (failed == i))) for i, rule in enumerate(RULES)
+                if np.any(kept & (failed == i))}
+    valid_rows = np.flatnonzero(kept & (failed < 0))
+    space = ValidSpace(batch.take(valid_rows), len(batch), removed, rejected)
+    return space, {"batch": batch, "kept": kept, "failed": failed, "valid_rows": valid_rows}
 
 
 def costed_grid(p: Problem, memory_margin: float, options: SpaceOptions | None = None,
-                constraints: list[Constraint] | None = None) -> Grid:
-    """Enumerate the space of ``p`` (widened to hold pinned values), remove what ``constraints``
-    forbid, reject by rule and cost the rest at once (see :class:`Grid`).
+                constraints: list[Constraint] | None = None, full: bool = False) -> Grid:
+    """Enumerate the valid layouts of ``p``'s space (widened to hold pinned values) that
+    ``constraints`` allow (:func:`autopar.search.valid_space.valid_layouts`; with ``full`` every
+    layout, as ``--explain`` needs) and cost them at once (see :class:`Grid`).
 
     Raises:
         AutoparError: the constraints leave nothing (with what each removed), or no layout passes
             the rules (with the rules that rejected most).
     """
     constraints = constraints or []
-    batch = enumerate_layouts(p, widen_space(options or SpaceOptions(), constraints))
-    kept, removed = apply_constraints(batch, constraints)
-    if constraints and not np.any(kept):
-        what = ", ".join(f"{text} ({count:,})" for text, count in removed.items())
-        raise AutoparError(f"the constraints leave none of the {len(batch):,} layouts of {p.model.name} on "
+    options = widen_space(options or SpaceOptions(), constraints)
+    with phase("enumerate", description="enumerating the valid layouts"):
+        if full or options.galvatron_choices:  # Galvatron's variants follow the blocks: every row, checked
+            space, extra = _full_space(p, options, constraints)
+        else:
+            space, extra = valid_layouts(p, options, constraints), {}
+    if constraints and space.enumerated == sum(space.removed.values()):
+        what = ", ".join(f"{text} ({count:,})" for text, count in space.removed.items())
+        raise AutoparError(f"the constraints leave none of the {space.enumerated:,} layouts of {p.model.name} on "
                            f"{p.world_size} devices (gbs={p.train.global_batch_size}); removed by: {what}")
-    failed = np.full(len(batch), -1, dtype=np.int64)
-    failed[kept] = first_failure(p, batch.take(kept))
-    rejected = {rule.name: int(np.sum(kept & (failed == i))) for i, rule in enumerate(RULES)
-                if np.any(kept & (failed == i))}
-    valid_rows = np.flatnonzero(kept & (failed < 0))
-    valid = batch.take(valid_rows)
+    valid = space.valid
     if len(valid) == 0:
-        raise _nothing_valid(p, rejected)
-    costs = evaluate(p, valid, bounding_stages(p, valid), _counts(valid))
+        raise _nothing_valid(p, space.rejected)
     capacity = p.cluster.device.memory_bytes
-    fits = costs.peak_memory_bytes <= capacity
-    marginal = fits & (costs.peak_memory_bytes > (1 - memory_margin) * capacity)
-    ties = tuple(getattr(valid, name) for name in reversed(SIMPLICITY_ORDER))  # last key sorts first
-    order = np.lexsort(ties + (np.round(costs.step_time_s, 6), marginal, ~fits))
-    return Grid(batch, kept, removed, failed, rejected, valid, valid_rows, costs, fits, marginal, order)
+    with phase("cost", description=f"costing {len(valid):,} valid layouts"):
+        costs = search_costs(p, valid, capacity, space.keys)
+    with phase("rank", description="ranking"):
+        fits = costs.peak_memory_bytes <= capacity
+        marginal = fits & (costs.peak_memory_bytes > (1 - memory_margin) * capacity)
+        fit_rows = np.flatnonzero(fits)
+        ties = tuple(getattr(valid, name)[fit_rows] for name in reversed(SIMPLICITY_ORDER))  # last key sorts first
+        best = fit_rows[np.lexsort(ties + (np.round(costs.step_time_s[fit_rows], 6), marginal[fit_rows]))]
+        order = np.concatenate([best, np.flatnonzero(~fits)])
+    return Grid(space.enumerated, space.removed, space.rejected, valid, costs, fits, marginal, order, **extra)
 
 
 def _nothing_fits(p: Problem, grid: Grid) -> AutoparError:
@@ -263,12 +282,37 @@ def search(
     start = time.perf_counter()
     if target not in TARGETS:
         raise AutoparError(f"--target={target!r}: allowed {', '.join(TARGETS)}")
-    p, options = for_search(p, target, options)
-    grid = costed_grid(p, memory_margin, options, constraints)
-    if not np.any(grid.fits):
-        raise _nothing_fits(p, grid)
-    valid, costs, fits, marginal = grid.valid, grid.costs, grid.fits, grid.marginal
-    order = grid.order
+    with timings() as phases_s:
+        p, options = for_search(p, target, options)
+        grid = costed_grid(p, memory_margin, options, constraints)
+        if not np.any(grid.fits):
+            raise _nothing_fits(p, grid)
+        layouts, refused = _top(p, grid, top_k, memory_margin, target)
+    return SearchResult(
+        layouts=layouts,
+        enumerated=grid.enumerated,
+        rejected=grid.rejected,
+        out_of_memory=int(np.sum(~grid.fits)),
+        marginal=int(np.sum(grid.marginal)),
+        search_time_s=time.perf_counter() - start,
+        global_batch_size=p.train.global_batch_size,
+        target=target,
+        not_writable=len(refused),
+        problem=problem_record(p),
+        constraints=grid.removed,
+        phases_s=phases_s,
+    )
+
+
+def _top(p: Problem, grid: Grid, top_k: int, memory_margin: float, target: str) -> tuple[list[Estimate], list[str]]:
+    """The ``top_k`` best undominated layouts ``target`` can write, re-costed stage by stage
+    (:func:`estimate`), re-balanced and re-ranked (see the module docstring), and the refusals of
+    the fitting layouts skipped on the way.
+
+    Raises:
+        AutoparError: the target's writer refuses every fitting layout.
+    """
+    valid, costs, fits = grid.valid, grid.costs, grid.fits
     refused: list[str] = []
 
     def writable(i: int) -> bool:
@@ -277,26 +321,24 @@ def search(
             refused.append(reason)
         return reason is None
 
-    order = list(islice(undominated(valid, costs.step_time_s, costs.peak_memory_bytes, order[fits[order]], writable),
-                        top_k))
+    with phase("rank"):
+        order = list(islice(undominated(valid, costs.step_time_s, costs.peak_memory_bytes, grid.order[fits[grid.order]],
+                                        writable), top_k))
     if not order:
         raise AutoparError(f"no fitting layout can be written for --target {target}: "
                            f"{len(refused):,} refused, e.g. {refused[0]}")
-    layouts = [estimate(p, valid.strategy(int(i), p.model.num_layers, p.model.mtp_num_layers), memory_margin) for i in order]
-    cache = TableCache()  # one layer table per shard shape across the top k
-    layouts = _unique(rank([rebalance_estimate(p, e, memory_margin, target, cache, use_ilp=False) for e in layouts]))
+    with phase("recost", total=2 * len(order), description=f"re-costing and re-balancing the top {len(order)}"):
+        layouts = []
+        for i in order:
+            layouts.append(estimate(p, valid.strategy(int(i), p.model.num_layers, p.model.mtp_num_layers), memory_margin))
+            advance()
+        cache = TableCache()  # one layer table per shard shape across the top k
+        balanced = []
+        for e in layouts:
+            balanced.append(rebalance_estimate(p, e, memory_margin, target, cache, use_ilp=False))
+            advance()
+        layouts = _unique(rank(balanced))
     if target in PER_STAGE_OPTIONS and layouts[0].strategy.pp > 1:  # the integer program polishes #1 only
-        layouts = _unique(rank([rebalance_estimate(p, layouts[0], memory_margin, target, cache)] + layouts))
-    return SearchResult(
-        layouts=layouts,
-        enumerated=len(grid.batch),
-        rejected=grid.rejected,
-        out_of_memory=int(np.sum(~fits)),
-        marginal=int(np.sum(marginal)),
-        search_time_s=time.perf_counter() - start,
-        global_batch_size=p.train.global_batch_size,
-        target=target,
-        not_writable=len(refused),
-        problem=problem_record(p),
-        constraints=grid.removed,
-    )
+        with phase("balance", description="balancing #1 (integer program)"):
+            layouts = _unique(rank([rebalance_estimate(p, layouts[0], memory_margin, target, cache)] + layouts))
+    return layouts, refused

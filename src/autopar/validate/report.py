@@ -1,4 +1,5 @@
-"""Accuracy report: per-row table, MAPE/max error by metric, source and device, sweeps, plot.
+"""Accuracy report: per-row table, MAPE/max error by metric, source and device, sweeps, and the
+signed-error plot (:mod:`autopar.validate.error_plot`).
 
 MAPE is the mean of ``|error %|`` over scored rows (Hyndman & Koehler 2006, "Another look at
 measures of forecast accuracy"). A sweep is a set of runs of one model on one cluster that vary
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from autopar.validate.error_plot import errors_png
 from autopar.validate.score import THROUGHPUT, Result
 
 TIME_METRICS = ("step_time", "layer_fwd_bwd_time")  # smaller is better; the rest: larger is better
@@ -211,39 +213,13 @@ def rows_markdown(results: list[Result]) -> str:
     return "\n".join(out) + "\n"
 
 
-def scatter_png(results: list[Result], path: Path) -> None:
-    """Predicted vs measured, log-log, one colour per source family, y = x dashed."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    scored = [r for r in results if r.error_pct is not None and r.measured > 0 and r.predicted > 0]
-    fig, ax = plt.subplots(figsize=(7, 6))
-    for fam in sorted({r.case.family.name for r in scored}):
-        pts = [(r.measured, r.predicted) for r in scored if r.case.family.name == fam]
-        ax.scatter(*zip(*pts), label=fam, s=18, alpha=0.8)
-    if not scored:  # e.g. only oom_observed rows: nothing has an error to plot
-        ax.text(0.5, 0.5, "no scored row with a numeric error", ha="center", transform=ax.transAxes)
-    lo = min((min(r.measured, r.predicted) for r in scored), default=1.0) / 1.5
-    hi = max((max(r.measured, r.predicted) for r in scored), default=1.0) * 1.5
-    ax.plot([lo, hi], [lo, hi], "k--", lw=1, label="predicted = measured")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("measured (row units: s, ms, tokens/s, TFLOP/s, GiB)")
-    ax.set_ylabel("predicted by autopar")
-    ax.set_title("autopar vs published measurements")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
 def write_report(results: list[Result], out_dir: Path) -> dict[str, Path]:
-    """Write ``accuracy.md`` (summary), ``rows.md`` (per row) and ``scatter.png`` into ``out_dir``."""
+    """Write ``accuracy.md`` (summary), ``rows.md`` (per row) and ``errors.png`` (the signed
+    error of every row by source and device, :func:`autopar.validate.error_plot.errors_png`)
+    into ``out_dir``."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    paths = {"accuracy": out_dir / "accuracy.md", "rows": out_dir / "rows.md", "scatter": out_dir / "scatter.png"}
+    paths = {"accuracy": out_dir / "accuracy.md", "rows": out_dir / "rows.md", "errors": out_dir / "errors.png"}
     paths["accuracy"].write_text(summary_markdown(results))
     paths["rows"].write_text(rows_markdown(results))
-    scatter_png(results, paths["scatter"])
+    errors_png(results, paths["errors"])
     return paths

@@ -31,6 +31,7 @@ from autopar.errors import AutoparError
 from autopar.estimate import Estimate, estimate
 from autopar.strategy import LayoutBatch
 from autopar.validate.rows import Case, Row, Unscorable, to_case
+from autopar.progress import advance, phase
 
 GIB = 2**30
 METRICS = ("step_time", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "tflops_per_gpu_incl_recompute", "mfu",
@@ -141,4 +142,9 @@ def score_row(row: Row, cache: dict) -> Result:
 def score_rows(rows: list[Row]) -> list[Result]:
     """:func:`score_row` for every row, in order, sharing one estimate cache."""
     cache: dict = {}
-    return [score_row(r, cache) for r in rows]
+    results = []
+    with phase("validate", total=len(rows), description="scoring the measurement rows"):
+        for r in rows:
+            results.append(score_row(r, cache))
+            advance()
+    return results

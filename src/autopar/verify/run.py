@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Callable
 
 from autopar.errors import AutoparError
+from autopar.progress import advance, phase
 from autopar.verify.jobs import JOB_FILE, Job
 from autopar.verify.launch import Outcome, SlurmOptions, run_local, run_slurm
 from autopar.verify.logs import RunResult, parse_log
@@ -36,25 +37,29 @@ def run_jobs(jobs: list[Job], launcher: str, time_limit_s: float, slurm: SlurmOp
     have passed; the rest are results with failure ``not_run``."""
     results = []
     start = time.monotonic()
-    for job in jobs:
-        if budget_s is not None and time.monotonic() - start >= budget_s:
-            result = RunResult(failure="not_run", cause=f"the --budget-s {budget_s:g} s was spent before it started")
-            results.append(result)
+    with phase("verify", total=len(jobs), description="running the verify jobs"):
+        for job in jobs:
+            results.append(_run_one(job, launcher, time_limit_s, slurm, warmup, budget_s, start))
             if on_done:
-                on_done(job, result)
-            continue
-        if launcher == "slurm":
-            outcome = run_slurm(job, time_limit_s, slurm or SlurmOptions())
-        else:
-            outcome = run_local(job, time_limit_s)
-        result = result_of(job, outcome, warmup)
-        doc = {"outcome": {"exit_code": outcome.exit_code, "timed_out": outcome.timed_out, "wall_s": outcome.wall_s,
-                           "slurm_job_id": outcome.slurm_job_id}, **result.to_dict()}
-        (Path(job.folder) / RESULT_FILE).write_text(json.dumps(doc, indent=2) + "\n")
-        results.append(result)
-        if on_done:
-            on_done(job, result)
+                on_done(job, results[-1])
+            advance()
     return results
+
+
+def _run_one(job: Job, launcher: str, time_limit_s: float, slurm: SlurmOptions | None, warmup: int,
+             budget_s: float | None, start: float) -> RunResult:
+    """One job of :func:`run_jobs` (``start``: its ``time.monotonic`` start, for ``budget_s``)."""
+    if budget_s is not None and time.monotonic() - start >= budget_s:
+        return RunResult(failure="not_run", cause=f"the --budget-s {budget_s:g} s was spent before it started")
+    if launcher == "slurm":
+        outcome = run_slurm(job, time_limit_s, slurm or SlurmOptions())
+    else:
+        outcome = run_local(job, time_limit_s)
+    result = result_of(job, outcome, warmup)
+    doc = {"outcome": {"exit_code": outcome.exit_code, "timed_out": outcome.timed_out, "wall_s": outcome.wall_s,
+                       "slurm_job_id": outcome.slurm_job_id}, **result.to_dict()}
+    (Path(job.folder) / RESULT_FILE).write_text(json.dumps(doc, indent=2) + "\n")
+    return result
 
 
 def stored_results(out: str | Path, warmup: int) -> tuple[list[Job], list[RunResult]]:

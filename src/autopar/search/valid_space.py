@@ -1,0 +1,201 @@
+"""Enumerate only the layouts that pass the constraints and the rules, counting the others exactly.
+
+The space is a list of blocks (:func:`autopar.space.blocks`: one per (tp, cp, pp, vpp, accounted)),
+each the product of six small factors (experts, recompute, mbs, zero, tp modes, cp modes). Every
+constraint and rule reads the block's columns and, in practice, one factor at most, so whether a
+layout passes is decided factor by factor: a layout's first failing check (constraints first, in
+order, then :data:`autopar.rules.RULES`) is the smallest of its block's first failing block-level
+check and, per factor, the first failing check of its value. With ``S_f(i)`` the number of values
+of factor ``f`` whose first failure is at or after check ``i``, the layouts of a block whose first
+failure is at or after ``i`` number ``prod_f S_f(i)`` (zero if the block fails earlier), so the
+count failing first at ``i`` is that product at ``i`` minus at ``i + 1``: the same counts as
+evaluating every row (:func:`autopar.rules.first_failure`), without building the rows. The valid
+layouts of a block are the product of the passing values of each factor, built in the full
+enumeration's row order, so the valid batch is the full batch's valid rows.
+
+Which factors a check reads is found by running it once on a recording batch
+(:class:`_ColumnRecorder`); a check reading two factors merges them into one joint factor, so the
+counting stays exact for any rule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Callable
+
+import numpy as np
+
+from autopar.problem import Problem
+from autopar.rules import RULES
+from autopar.search.constraints import Constraint
+from autopar.space import FACTOR_COLUMNS, FACTORS, Block, SpaceOptions, assemble, batch_of, blocks, check_size
+from autopar.strategy import LayoutBatch
+
+CheckFn = Callable[[LayoutBatch], np.ndarray]
+COLUMN_FACTOR = {column: factor for factor, columns in FACTOR_COLUMNS.items() for column in columns}
+_FIELDS = frozenset(f.name for f in fields(LayoutBatch))
+
+
+class _ColumnRecorder:
+    """A stand-in for a :class:`LayoutBatch` that records which columns a check reads (properties
+    and methods run against the recorder, so the columns they read are recorded too)."""
+
+    def __init__(self, batch: LayoutBatch) -> None:
+        self._batch = batch
+        self.read: set[str] = set()
+
+    def __len__(self) -> int:
+        return len(self._batch)
+
+    def __getattr__(self, name: str) -> object:
+        attr = getattr(LayoutBatch, name, None)
+        if isinstance(attr, property):
+            return attr.fget(self)
+        if name in _FIELDS:
+            self.read.add(name)
+            return getattr(self._batch, name)
+        if callable(attr):
+            return attr.__get__(self)
+        raise AttributeError(name)
+
+
+def _factors_read(check: CheckFn, sample: LayoutBatch) -> frozenset[str]:
+    """The factors (:data:`autopar.space.FACTORS`) whose columns ``check`` reads; every factor if
+    it cannot run on the recorder."""
+    recorder = _ColumnRecorder(sample)
+    try:
+        check(recorder)  # type: ignore[arg-type]
+    except (AttributeError, TypeError):
+        return frozenset(FACTORS)
+    return frozenset(COLUMN_FACTOR[c] for c in recorder.read if c in COLUMN_FACTOR)
+
+
+def _groups(reads: list[frozenset[str]]) -> list[tuple[str, ...]]:
+    """The factors merged where a check reads several (each group in :data:`FACTORS` order,
+    groups ordered by their first factor)."""
+    group = {f: {f} for f in FACTORS}
+    for read in reads:
+        merged = set().union(*(group[f] for f in read)) if read else set()
+        for f in merged:
+            group[f] = merged
+    out = {tuple(f for f in FACTORS if f in group[g]) for g in FACTORS}
+    return sorted(out, key=lambda g: FACTORS.index(g[0]))
+
+
+@dataclass
+class ValidSpace:
+    """The outcome of :func:`valid_layouts`: the ``valid`` batch (the full enumeration's valid
+    rows, in its order), how many layouts the space holds (``enumerated``), how many each
+    constraint removed (``removed``: every constraint, by its text) and how many each rule
+    rejected first (``rejected``: rules with a count > 0, in :data:`RULES` order); ``keys``: each
+    valid row's block (index into :func:`autopar.space.blocks`) and factor indices (:data:`FACTORS`
+    order), which say which rows a cost that reads only some factors costs alike."""
+
+    valid: LayoutBatch
+    enumerated: int
+    removed: dict[str, int]
+    rejected: dict[str, int]
+    keys: np.ndarray | None = None  # (n, 7): each valid row's block and index into each factor, or None
+
+
+def _group_rows(space: list[Block], group: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    """One row per (block, joint value of ``group``), the other factors at their first value:
+    the ``(m, 17)`` rows, each row's block and its index into each factor of ``group``."""
+    if len(group) > 1:  # a check reads several factors: their product, block by block
+        parts, owner, index = [], [], {f: [] for f in group}
+        for b, block in enumerate(space):
+            grids = np.meshgrid(*(np.arange(len(block.values[f])) for f in group), indexing="ij")
+            n = grids[0].size
+            full = {f: np.zeros(n, dtype=np.int64) for f in FACTORS}
+            full.update({f: g.ravel() for f, g in zip(group, grids)})
+            parts.append(block.rows(full))
+            owner.append(np.full(n, b))
+            for f in group:
+                index[f].append(full[f])
+        return np.concatenate(parts), np.concatenate(owner), {f: np.concatenate(v) for f, v in index.items()}
+    (factor,) = group
+    sizes = np.asarray([len(block.values[factor]) for block in space])
+    owner = np.repeat(np.arange(len(space)), sizes)
+    index = np.arange(len(owner)) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+    values = {f: np.stack([block.values[f][0] for block in space])[owner] for f in FACTORS if f != factor}
+    values[factor] = np.concatenate([block.values[factor] for block in space])
+    scalars = np.stack([block.scalars for block in space])[owner]
+    return assemble(scalars, values), owner, {factor: index}
+
+
+def valid_layouts(p: Problem, options: SpaceOptions | None, constraints: list[Constraint]) -> ValidSpace:
+    """The valid layouts of the space of ``p`` and the exact removal and rejection counts, as
+    :func:`autopar.space.enumerate_layouts`, :func:`autopar.search.constraints.apply_constraints`
+    and :func:`autopar.rules.first_failure` give them, without building the rejected rows.
+
+    Raises:
+        AutoparError: more than :data:`autopar.space.MAX_LAYOUTS` valid layouts
+            (:func:`autopar.space.check_size`).
+    """
+    space = blocks(p, options)
+    checks: list[CheckFn] = [c.passes for c in constraints] + [(lambda b, r=r: r.check(p, b)) for r in RULES]
+    k = len(checks)
+    if not space:
+        return ValidSpace(batch_of(p, np.zeros((0, 17), dtype=np.int64)), 0,
+                          {c.text: 0 for c in constraints}, {})
+    sample = batch_of(p, space[0].rows({f: np.zeros(1, dtype=np.int64) for f in FACTORS}))
+    reads = [_factors_read(check, sample) for check in checks]
+    groups = _groups(reads)
+    check_group = np.asarray([-1 if not read else next(j for j, g in enumerate(groups) if set(read) <= set(g))
+                              for read in reads])
+
+    # One representative row per (block, group, joint value): the group's factors set, the others first.
+    per_group = [_group_rows(space, group) for group in groups]
+    reps = batch_of(p, np.concatenate([rows for rows, _, _ in per_group]))
+    row_block = np.concatenate([owner for _, owner, _ in per_group])
+    row_group = np.concatenate([np.full(len(owner), j) for j, (_, owner, _) in enumerate(per_group)])
+    n_rows = len(reps)
+    failed = np.stack([~np.broadcast_to(np.asarray(check(reps), dtype=bool), (n_rows,)) for check in checks])
+
+    # First failing check per row among its group's checks; per block among block-level checks.
+    own = check_group[:, None] == row_group[None, :]
+    first = np.where((failed & own).any(axis=0), np.argmax(failed & own, axis=0), k)
+    block_checks = failed & (check_group[:, None] < 0)
+    first_block_row = np.where(block_checks.any(axis=0), np.argmax(block_checks, axis=0), k)
+    n_blocks = len(space)
+    block_first = np.full(n_blocks, k)
+    np.minimum.at(block_first, row_block, first_block_row)
+
+    # at_least[b, i]: layouts of block b whose first failure is at or after check i.
+    at_least = (block_first[:, None] >= np.arange(k + 1)[None, :]).astype(np.int64)
+    for j in range(len(groups)):
+        sel = row_group == j
+        hist = np.zeros((n_blocks, k + 1), dtype=np.int64)
+        np.add.at(hist, (row_block[sel], first[sel]), 1)
+        at_least *= np.cumsum(hist[:, ::-1], axis=1)[:, ::-1]
+    per_check = (at_least[:, :-1] - at_least[:, 1:]).sum(axis=0)
+    enumerated = int(at_least[:, 0].sum())
+    removed = {c.text: int(per_check[i]) for i, c in enumerate(constraints)}
+    rejected = {r.name: int(per_check[len(constraints) + i]) for i, r in enumerate(RULES)
+                if per_check[len(constraints) + i] > 0}
+    check_size(p, int(at_least[:, k].sum()), "valid")
+
+    # The valid rows: per block, the product of each group's passing joint values.
+    contiguous = all(FACTORS.index(g[-1]) - FACTORS.index(g[0]) == len(g) - 1 for g in groups)
+    passing = []  # per group: the block of each passing joint value, and its factor indices
+    for j, (_, owner, index) in enumerate(per_group):
+        ok = first[row_group == j] == k
+        passing.append((owner[ok], {f: v[ok] for f, v in index.items()}))
+    bounds = [np.searchsorted(owner, np.arange(len(space) + 1)) for owner, _ in passing]
+    valid_parts, key_parts = [], []
+    for b in np.flatnonzero(at_least[:, k]):
+        block = space[b]
+        spans = [slice(bound[b], bound[b + 1]) for bound in bounds]
+        picks = [g.ravel() for g in np.meshgrid(*(np.arange(s.stop - s.start) for s in spans), indexing="ij")]
+        index = {}
+        for (_, group_index), span, pick in zip(passing, spans, picks):
+            index.update({f: v[span][pick] for f, v in group_index.items()})
+        if not contiguous:
+            dims = [len(block.values[f]) for f in FACTORS]
+            order = np.argsort(np.ravel_multi_index([index[f] for f in FACTORS], dims), kind="stable")
+            index = {f: v[order] for f, v in index.items()}
+        valid_parts.append(block.rows(index))
+        key_parts.append(np.column_stack([np.full(len(index["mbs"]), b)] + [index[f] for f in FACTORS]))
+    rows = np.concatenate(valid_parts) if valid_parts else np.zeros((0, 17), dtype=np.int64)
+    keys = np.concatenate(key_parts) if key_parts else np.zeros((0, 1 + len(FACTORS)), dtype=np.int64)
+    return ValidSpace(batch_of(p, rows), enumerated, removed, rejected, keys)
