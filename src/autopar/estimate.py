@@ -68,6 +68,7 @@ class Estimate:
             "account_for_embedding": s.account_for_embedding, "account_for_loss": s.account_for_loss,
             "tp_comm_overlap": s.tp_comm_overlap, "cp_comm_type": s.cp_comm_type, "cp_a2a": s.cp_a2a,
             "pipeline_layout": s.pipeline_layout,
+            "moe_dispatcher": s.moe_dispatcher, "moe_ep_overlap": s.moe_ep_overlap,
         }
         return {
             "strategy": strategy,

@@ -7,7 +7,9 @@ target runs them all-to-all, all-gather, hierarchical),
 activation recompute (none, selective, full on every layer, or full on 1/4, 1/2, 3/4 of each
 chunk's layers; selective with Megatron's default ``core_attn`` and, where the model has them,
 with the memory-saving modules too: :func:`autopar.cost.recompute.memory_saving_modules`), and
-for MoE models ``ep`` (divisors of the expert count) with ``etp`` = tp or 1.
+for MoE models ``ep`` (divisors of the expert count) with ``etp`` = tp or 1, each offered token
+dispatcher, and the EP all-to-all overlap where offered (``SpaceOptions.moe_dispatchers`` /
+``moe_ep_overlap``; the search sets them by target, :mod:`autopar.export.comm_knobs`).
 
 Embedding/loss-aware splits (Megatron's ``--account-for-embedding-in-pipeline-split`` and
 ``--account-for-loss-in-pipeline-split``, both on) are offered for a ``(pp, vpp > 1)`` exactly
@@ -34,7 +36,7 @@ import numpy as np
 from autopar.cost.recompute import memory_saving_modules
 from autopar.errors import AutoparError
 from autopar.problem import Problem
-from autopar.strategy import CP_COMM_TYPES, DEFAULT_RECOMPUTE_MODULES, LayoutBatch, module_mask
+from autopar.strategy import CP_COMM_TYPES, DEFAULT_RECOMPUTE_MODULES, MOE_DISPATCHERS, LayoutBatch, module_mask
 
 
 # Candidate layouts one search may hold (14 int64 columns plus the cost arrays): 22.8 million took
@@ -54,7 +56,9 @@ class SpaceOptions:
     ``recompute_modules``: the one module set selective recompute uses (None: Megatron's default
     and the model's memory-saving set). ``tp_comm_overlap``: also offer TP overlap on every SP
     layout; ``cp_comm_types``: the context-parallel algorithms offered with cp > 1 (``a2a+p2p``
-    with every all-to-all group size ``1 < a < cp`` dividing cp). The search sets both by target
+    with every all-to-all group size ``1 < a < cp`` dividing cp); ``moe_dispatchers``: the MoE
+    token dispatchers offered (:data:`autopar.strategy.MOE_DISPATCHERS`), ``moe_ep_overlap``: also
+    offer the EP all-to-all overlap with ep > 1. The search sets them by target
     (:mod:`autopar.export.comm_knobs`)."""
 
     mbs: tuple[int, ...] = (1, 2, 4, 8)
@@ -67,6 +71,8 @@ class SpaceOptions:
     recompute_modules: tuple[str, ...] | None = None
     tp_comm_overlap: bool = False
     cp_comm_types: tuple[str, ...] = ("p2p",)
+    moe_dispatchers: tuple[str, ...] = ("alltoall",)
+    moe_ep_overlap: bool = False
 
 
 def _grid(p: Problem, opt: SpaceOptions) -> list[tuple[int, int, int, int, int]]:
@@ -129,10 +135,19 @@ def _recompute_options(p: Problem, pp: int, vpp: int, opt: SpaceOptions) -> list
     return [(0, 0, default)] + selective + [(2, 0, default)] + [(2, n, default) for n in partial]
 
 
-def _expert_options(p: Problem, tp: int) -> list[tuple[int, int]]:
+def _expert_options(p: Problem, tp: int, opt: SpaceOptions) -> list[tuple[int, int, int, int]]:
+    """(ep, etp, dispatcher index, EP overlap) quadruples: for a MoE model every ep dividing the
+    experts, etp = tp or 1, each offered dispatcher, and the overlap where offered, ep > 1 and the
+    dispatcher is not allgather (rule ``ep_overlap_dispatcher``)."""
     if not p.model.is_moe:
-        return [(1, tp)]
-    return [(ep, etp) for ep in divisors(p.model.num_experts) for etp in sorted({tp, 1})]
+        return [(1, tp, 0, 0)]
+    out = []
+    for ep in divisors(p.model.num_experts):
+        for etp in sorted({tp, 1}):
+            for name in opt.moe_dispatchers:
+                overlaps = [0] + ([1] if opt.moe_ep_overlap and ep > 1 and name != "allgather" else [])
+                out.extend((ep, etp, MOE_DISPATCHERS.index(name), o) for o in overlaps)
+    return out
 
 
 def _tp_modes(tp: int, opt: SpaceOptions) -> np.ndarray:
@@ -168,12 +183,12 @@ def enumerate_layouts(p: Problem, opt: SpaceOptions | None = None) -> LayoutBatc
 
     Built with numpy per (tp, cp, pp, vpp) block so a million-row space (DeepSeek-V3 on 2,048
     GPUs) takes a fraction of a second; the row order is that of ``itertools.product`` over
-    (ep/etp, recompute, mbs, zero, sp/overlap, CP algorithm).
+    (ep/etp/dispatcher/EP overlap, recompute, mbs, zero, sp/overlap, CP algorithm).
     """
     opt = opt or SpaceOptions()
     blocks = []
     mbs, zero = np.asarray(opt.mbs), np.asarray(opt.zero)
-    grid = [(g, np.asarray(_expert_options(p, g[0]), dtype=np.int64),
+    grid = [(g, np.asarray(_expert_options(p, g[0], opt), dtype=np.int64),
              np.asarray(_recompute_options(p, g[2], g[3], opt), dtype=np.int64)) for g in _grid(p, opt)]
     rows = sum(len(e) * len(r) * len(_tp_modes(g[0], opt)) * len(_cp_modes(g[1], g[0], p.cluster.fast_domain_size, opt))
                for g, e, r in grid) * len(mbs) * len(zero)
@@ -187,16 +202,17 @@ def enumerate_layouts(p: Problem, opt: SpaceOptions | None = None) -> LayoutBatc
         tp_modes, cp_modes = _tp_modes(tp, opt), _cp_modes(cp, tp, p.cluster.fast_domain_size, opt)
         ie, ir, m, z, it, ic = _product(np.arange(len(experts)), np.arange(len(recompute)), mbs, zero,
                                         np.arange(len(tp_modes)), np.arange(len(cp_modes)))
-        block = np.empty((len(ie), 17), dtype=np.int64)
+        block = np.empty((len(ie), 19), dtype=np.int64)
         block[:, :5] = (dp, tp, pp, vpp, cp)
-        block[:, 5:7] = experts[ie]
+        block[:, 5:7] = experts[ie, :2]
+        block[:, 17:19] = experts[ie, 2:]
         block[:, 7], block[:, 8], block[:, 9] = m, tp_modes[it, 0], z
         block[:, 14], block[:, 15:17] = tp_modes[it, 1], cp_modes[ic]
         block[:, 10:12] = recompute[ir, :2]
         block[:, 12] = accounted
         block[:, 13] = recompute[ir, 2]
         blocks.append(block)
-    a = np.concatenate(blocks) if blocks else np.zeros((0, 17), dtype=np.int64)
+    a = np.concatenate(blocks) if blocks else np.zeros((0, 19), dtype=np.int64)
     gbs = p.train.global_batch_size
     return LayoutBatch(
         dp=a[:, 0], tp=a[:, 1], pp=a[:, 2], vpp=a[:, 3], cp=a[:, 4], ep=a[:, 5], etp=a[:, 6],
@@ -204,4 +220,5 @@ def enumerate_layouts(p: Problem, opt: SpaceOptions | None = None) -> LayoutBatc
         recompute_layers=a[:, 11], num_microbatches=gbs // (a[:, 7] * a[:, 0]),
         account_embedding=a[:, 12].astype(bool), account_loss=a[:, 12].astype(bool), recompute_modules=a[:, 13],
         tp_comm_overlap=a[:, 14].astype(bool), cp_comm=a[:, 15], cp_a2a=a[:, 16],
+        moe_dispatcher=a[:, 17], moe_ep_overlap=a[:, 18].astype(bool),
     )
