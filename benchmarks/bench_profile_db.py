@@ -13,9 +13,9 @@ import tempfile
 import time
 from pathlib import Path
 
-import autopar.cli  # noqa: F401  (loads the CLI options the profile sub-app imports)
+
 from autopar.problem import Problem
-from autopar.profile.cli import profiled
+from autopar.cli.profile import profiled
 from autopar.profile.opdb import OpDB
 from autopar.profile.provenance import MeasuredOn
 from autopar.profile.shapes import layer_dims, strategy_ops, unique

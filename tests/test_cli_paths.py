@@ -1,4 +1,4 @@
-"""``autopar.cli_paths``: no command writes over one of its own inputs (paths compared with links
+"""``autopar.cli.paths``: no command writes over one of its own inputs (paths compared with links
 followed, files inside an output directory included), and an option given as an empty string is
 refused instead of being taken as not given. Each refusal is one ``error:`` line, exit 2, and the
 input file is byte for byte what it was."""
@@ -11,8 +11,9 @@ import shutil
 
 import pytest
 
-from autopar.cli import VALIDATE_FILES, app
-from autopar.cli_paths import refuse_overwriting_inputs
+from autopar.cli import app
+from autopar.cli.validate import VALIDATE_FILES
+from autopar.cli.paths import refuse_overwriting_inputs
 from autopar.errors import AutoparError
 from autopar.report.html import report_paths
 from conftest import MEASUREMENTS, MODELS, SCRIPTS
@@ -147,8 +148,8 @@ def test_an_empty_value_is_refused_not_taken_as_not_given(tmp_path, monkeypatch,
 def test_every_command_names_its_options_as_typed():
     """The empty-value check names the option the user typed, read from each command's typer
     declarations (``from_result`` is ``--from``), for every command and sub-command."""
-    from autopar.cli import option_names
-    from autopar.profile.cli import profile_app
+    from autopar.cli.app import option_names
+    from autopar.cli.profile import profile_app
 
     names = {c.callback.__name__: option_names(c.callback.__wrapped__)
              for a in (app, profile_app) for c in a.registered_commands}

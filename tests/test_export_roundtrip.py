@@ -176,7 +176,7 @@ def test_cli_search_target_sapp_round_trip(tmp_path):
     from autopar.space import SpaceOptions
 
     # MindFormers runs on Ascend: a 910B held to 40 GiB, where stage 0 needs recompute and the later stages do not
-    from autopar.cli_inputs import problem_from_options
+    from autopar.cli.inputs import problem_from_options
 
     forty = ["memory_bytes=42949672960"]
     p = problem_from_options("llama3-8b", "ascend-910b", 1, None, 64, 4096, None, None, forty, None, None)

@@ -58,7 +58,7 @@ def test_nvidia_llama3_70b_recipe_fits_in_estimate_without_sp():
 
 
 def test_search_row_and_balance_agree_with_estimate():
-    from autopar.cli_inputs import problem_from_options
+    from autopar.cli.inputs import problem_from_options
     from autopar.search import search
     from autopar.space import SpaceOptions
 

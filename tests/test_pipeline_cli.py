@@ -64,7 +64,7 @@ def test_balance_sapp_arrays_match_the_sapp_export():
     import numpy as np
 
     from autopar.export import sapp
-    from autopar.pipeline.cli_balance import sapp_arrays
+    from autopar.cli.balance import sapp_arrays
     from autopar.strategy import Strategy
     from conftest import make_problem
 

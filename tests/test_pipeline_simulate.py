@@ -54,7 +54,7 @@ def test_recompute_runs_before_each_backward_and_lengthens_the_step():
     assert kinds == ["forward", "recompute", "backward", "forward", "recompute", "backward"]
 
 
-def test_bad_inputs_are_user_errors():
+def test_bad_inputs_areuser_errors():
     with pytest.raises(AutoparError, match="num_microbatches=6"):
         simulate(PipelineTimes.uniform(4, 2, 1.0, 2.0), 6, "interleaved")
     with pytest.raises(AutoparError, match="schedule='pipedream'"):

@@ -136,7 +136,7 @@ def test_layer_profile_only_on_exact_shape(tmp_path):
 
 
 def test_plain_cli_never_imports_torch():
-    code = "import sys, autopar.cli; from autopar.profile import cli; assert 'torch' not in sys.modules"
+    code = "import sys, autopar.cli; import autopar.cli.profile; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

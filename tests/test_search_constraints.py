@@ -141,7 +141,7 @@ def test_summary_line_names_the_constraints():
 def test_constraints_partition_the_space(tp, pp, zero, no_cp, no_vpp):
     """Kept rows pass every constraint, every removed row fails the one it is counted under and
     no earlier one, and kept + removed = enumerated."""
-    from autopar.cli_inputs import problem_from_options
+    from autopar.cli.inputs import problem_from_options
     from autopar.space import enumerate_layouts
 
     batch = _toy_batch(problem_from_options, enumerate_layouts)

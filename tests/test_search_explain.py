@@ -39,7 +39,7 @@ def test_the_best_layout_ranks_first_by_key_values_and_by_label():
 def test_a_rule_drop_names_the_rule_and_its_reason():
     """Sequence parallelism needs tp > 1 (rule sp_needs_tp); the layout below is fully given
     (dp = 8, 8 micro-batches of 1) so that rule alone drops its one row, with the rule's own text."""
-    from autopar.cli_inputs import problem_from_options
+    from autopar.cli.inputs import problem_from_options
 
     found = _explain("tp=1,sp=on,pp=1,vpp=1,cp=1,mbs=1,zero=1,recompute=none")
     p = problem_from_options("llama3-8b", "h100-80gb", 1, None, 8, 4096, *[None] * 9)
@@ -51,7 +51,7 @@ def test_a_rule_drop_names_the_rule_and_its_reason():
 
 def test_rule_reason_is_the_rules_text():
     """tp 16 on llama3-70b (8 KV heads): every variant fails tp_divides_kv_heads, named with its reason."""
-    from autopar.cli_inputs import problem_from_options
+    from autopar.cli.inputs import problem_from_options
 
     base = ["search", "--model", str(MODELS / "llama3-70b.json"), "--device", "h100-80gb", "--nodes", "2", "--gbs",
             "64", "--seq-len", "4096", "--top", "1", "--json"]

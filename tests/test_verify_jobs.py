@@ -21,7 +21,7 @@ SCRIPT = SCRIPTS / "pretrain_llama2_7b.sh"
 
 
 def _script_problem():
-    from autopar.cli_inputs import problem_from_options
+    from autopar.cli.inputs import problem_from_options
 
     return problem_from_options(None, "h100-80gb", None, None, None, None, None, None, None, None, None, str(SCRIPT), 32000)
 

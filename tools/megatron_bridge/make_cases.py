@@ -4,7 +4,7 @@ each layout exported with ``--format megatron-bridge`` (or its refusal), into a 
     python make_cases.py megatron-bridge,megatron,torchtitan,deepspeed,galvatron cases.json
 """
 import json, shlex, sys
-from autopar.cli_inputs import problem_from_options
+from autopar.cli.inputs import problem_from_options
 from autopar.export import WRITERS
 from autopar.errors import AutoparError
 from autopar.search import search

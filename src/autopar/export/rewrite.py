@@ -281,7 +281,7 @@ def write_scripts(script: str | Path, p: Problem, result: SearchResult, out: str
     similar validation rows), or when the script's layout cannot run there (a rule, or memory).
     A ``--load`` checkpoint saved under another tp/pp/ep or format queues one ``warning:`` line
     (:func:`~autopar.export.rewrite_checks.checkpoint_warning`, via
-    :func:`autopar.cli_inputs.warn_on_success`).
+    :func:`autopar.notices.warn_on_success`).
 
     Returns:
         Lines for stderr: per file written, ``wrote PATH (#k, ...)`` then one ``  FLAG: old -> new``
@@ -292,7 +292,7 @@ def write_scripts(script: str | Path, p: Problem, result: SearchResult, out: str
             alone); a layout the script's framework cannot express (its rank is named); an output
             path that is ``script`` itself; or a file that cannot be written.
     """
-    from autopar.cli_inputs import warn_on_success
+    from autopar.notices import warn_on_success
     from autopar.export.rewrite_checks import (MEGATRON_DEFAULT_CKPT_FORMAT, checkpoint_warning, default_min_gain_pct,
                                                gain_pct, script_baseline, target_set)
 

@@ -106,7 +106,7 @@ GENERIC = Family("generic", zero=1, recompute="none", sp=None, flash=True, dropo
                  "no recompute, SP with TP, fused attention, no dropout, overlapped grad reduce, no TP comm "
                  "overlap, mbs 1, no interleaving)")
 
-#: Largest global batch scored, the bound ``autopar estimate --gbs`` has (``cli_inputs``): the
+#: Largest global batch scored, the bound ``autopar estimate --gbs`` has (``cli/inputs.py``): the
 #: pipeline simulation's work grows with the micro-batch count.
 MAX_GBS = 2**30
 

@@ -15,10 +15,10 @@ from typing import Annotated, Optional
 import typer
 from rich.markup import escape
 
-from autopar.cli import (_user_errors, app, console, err_console)
-from autopar.cli_options import (Device, DeviceFile, DeviceSet, Flash, Gbs, Json, Model, Nodes, PerNode, Precision,
+from autopar.cli.app import app, console, err_console, user_errors
+from autopar.cli.options import (Device, DeviceFile, DeviceSet, Flash, Gbs, Json, Model, Nodes, PerNode, Precision,
                                  SeqLen, VocabPad, VocabSize)
-from autopar.cli_inputs import positive, problem_from_options
+from autopar.cli.inputs import positive, problem_from_options
 from autopar.errors import AutoparError
 
 LAUNCHERS = ("local", "slurm", "none")
@@ -62,7 +62,7 @@ def _layouts(p, from_result: str | None, top: int, target: str, max_devices: int
 
 
 @app.command()
-@_user_errors
+@user_errors
 def verify(
     model: Model = None, device: Device = None, nodes: Nodes = None, devices_per_node: PerNode = None,
     gbs: Gbs = None, seq_len: SeqLen = None, precision: Precision = None, device_file: DeviceFile = None,
@@ -103,7 +103,7 @@ def verify(
     as_json: Json = False,
 ) -> None:
     """Run the top layouts for a few iterations in your framework; predicted vs measured, re-ranked."""
-    from autopar.cli_paths import refuse_overwriting_inputs
+    from autopar.cli.paths import refuse_overwriting_inputs
     from autopar.search.grid import for_target
     from autopar.specs.targets import check_target
     from autopar.verify.jobs import write_jobs
@@ -194,7 +194,7 @@ def _report(jobs: list, results: list, as_json: bool) -> None:
 
 
 @app.command()
-@_user_errors
+@user_errors
 def calibrate(
     db: Annotated[str, typer.Option("--db", help="profile DB holding runs stored by autopar verify --record")],
     device: Annotated[Optional[str], typer.Option(help="the device name the runs are stored under (default: "

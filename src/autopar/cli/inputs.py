@@ -1,7 +1,6 @@
 """Command-line options into a :class:`~autopar.problem.Problem` and a
-:class:`~autopar.strategy.Strategy`, shared by every command (``autopar.cli``, ``balance``,
-``profile``): each bad value is one :class:`~autopar.errors.AutoparError` line naming the option.
-Warnings are queued (:func:`warn_on_success`) and printed only when the command succeeds.
+:class:`~autopar.strategy.Strategy`, shared by every command (:mod:`autopar.cli`): each bad value is one :class:`~autopar.errors.AutoparError` line naming the option.
+Warnings are queued (:func:`autopar.notices.warn_on_success`) and printed only when the command succeeds.
 """
 
 from __future__ import annotations
@@ -15,19 +14,7 @@ from autopar.problem import Problem
 from autopar.specs import TrainSpec, load_device, make_cluster
 from autopar.specs.model import MAX_SIZE
 from autopar.strategy import Strategy
-
-# ``warning:`` lines of the running command, printed only if it succeeds (see :func:`warn_on_success`).
-_PENDING_WARNINGS: list[str] = []
-
-
-def warn_on_success(message: str) -> None:
-    """Queue a ``warning:`` line for stderr, printed when the command finishes without error.
-
-    A command that then fails prints its one ``error:`` line alone (e.g. ``--seq-len`` above the
-    model's positions, then no layout fits): bad input gives exactly one line.
-    """
-    _PENDING_WARNINGS.append(message)
-
+from autopar.notices import warn_on_success
 
 def positive(name: str, value: int, upper: int = MAX_SIZE) -> int:
     """``value`` if it lies in 1..upper, else one error line naming the option."""
@@ -225,9 +212,3 @@ def strategy_from_options(p: Problem, script: str | None, layout: dict[str, Any]
         return Strategy(dp=dp, schedule=schedule or ("interleaved" if lay["vpp"] > 1 else "1f1b"), **lay)
     except ValidationError as err:
         raise from_validation_error(err, "layout", as_option=True) from None
-
-
-def take_warnings() -> list[str]:
-    """The queued :func:`warn_on_success` lines, emptying the queue."""
-    queued, _PENDING_WARNINGS[:] = list(_PENDING_WARNINGS), []
-    return queued

@@ -15,13 +15,13 @@ import numpy as np
 import typer
 from rich.table import Table
 
-from autopar.cli import (_user_errors, app, console, err_console)
-from autopar.cli_options import (Cp, Device, DeviceFile, DeviceSet, Dp, Ep, Etp, Flash, Gbs, Mbs, Model, Nodes,
+from autopar.cli.app import app, console, err_console, user_errors
+from autopar.cli.options import (Cp, Device, DeviceFile, DeviceSet, Dp, Ep, Etp, Flash, Gbs, Mbs, Model, Nodes,
                                  PerNode, Pp, Fp8ParamStorage, MoeImbalance, Precision, RecomputeLayers,
                                  RecomputeModules, RecomputeOpt, ScheduleOpt, Script, SeqLen, Sp, Tp, VocabPad,
                                  VocabSize, Vpp, Zero)
-from autopar.cli_inputs import problem_from_options, recompute_modules_option, strategy_from_options
-from autopar.cli_paths import refuse_overwriting_inputs
+from autopar.cli.inputs import problem_from_options, recompute_modules_option, strategy_from_options
+from autopar.cli.paths import refuse_overwriting_inputs
 from autopar.errors import AutoparError
 from autopar.specs.cluster import MAX_MEMORY_BYTES
 from autopar.pipeline.balance import FORMS, BalancePlan
@@ -140,7 +140,7 @@ def print_plan(plan: BalancePlan, accounted: bool = False,
 
 
 @app.command("balance")
-@_user_errors
+@user_errors
 def balance_command(
     model: Model = None, device: Device = None, nodes: Nodes = None, devices_per_node: PerNode = None,
     gbs: Gbs = None, seq_len: SeqLen = None, precision: Precision = None, device_file: DeviceFile = None,

@@ -16,10 +16,10 @@ from typing import Annotated, Optional
 import typer
 from rich.progress import Progress
 
-from autopar.cli import (_user_errors, console)
-from autopar.cli_options import (Device, DeviceFile, DeviceSet, Flash, Gbs, Model, Nodes, PerNode, Precision, SeqLen,
+from autopar.cli.app import console, user_errors
+from autopar.cli.options import (Device, DeviceFile, DeviceSet, Flash, Gbs, Model, Nodes, PerNode, Precision, SeqLen,
                                  VocabPad)
-from autopar.cli_inputs import positive, problem_from_options
+from autopar.cli.inputs import positive, problem_from_options
 from autopar.errors import AutoparError
 from autopar.profile.opdb import OpDB, make_folder
 
@@ -187,7 +187,7 @@ def _measure_all(db: OpDB, ops: list, dtype: str, repeats: int, given_device: st
 
 
 @profile_app.command()
-@_user_errors
+@user_errors
 def ops(
     db: Db, model: Model = None, device: Device = None, nodes: Nodes = None, devices_per_node: PerNode = None,
     gbs: Gbs = None, seq_len: SeqLen = None, precision: Precision = None, device_file: DeviceFile = None,
@@ -242,7 +242,7 @@ def ops(
 
 
 @profile_app.command()
-@_user_errors
+@user_errors
 def layer(
     db: Db, model: Model, tp: int = 1, cp: int = 1, ep: int = 1, etp: Optional[int] = None, mbs: int = 1,
     seq_len: Annotated[int, typer.Option("--seq-len", help="sequence length (tokens)")] = 4096,
@@ -287,7 +287,7 @@ def layer(
 
 
 @profile_app.command()
-@_user_errors
+@user_errors
 def comm(
     db: Db, sizes: Annotated[str, typer.Option(help="message sizes in bytes, comma-separated")] = "65536,1048576,8388608",
     repeats: int = 5,

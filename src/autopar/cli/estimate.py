@@ -1,0 +1,62 @@
+"""``autopar estimate``: memory per stage and step time (with its breakdown) of one explicit layout."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from autopar.cli.app import app, console, user_errors
+from autopar.cli.config import Config
+from autopar.cli.inputs import problem_from_options, recompute_modules_option, strategy_from_options
+from autopar.cli.options import (Cp, CpA2a, CpCommType, Device, DeviceFile, DeviceSet, Dp, EmbeddingLoss, Ep, Etp,
+                                 Flash, Fp8ParamStorage, Gbs, Json, LayersPerStage, Margin, Mbs, Model, MoeImbalance,
+                                 Nodes, PerNode, PipelineLayoutOpt, Pp, Precision, ProfileDb, ProfileDevice,
+                                 ProfileStandsFor, RecomputeLayers, RecomputeModules, RecomputeOpt, RecomputePerStage,
+                                 ScheduleOpt, Script, SeqLen, Sp, Tp, TpCommOverlap, VocabPad, VocabSize, Vpp, Zero)
+from autopar.errors import AutoparError
+
+
+@app.command()
+@user_errors
+def estimate(
+    model: Model = None, device: Device = None, nodes: Nodes = None, devices_per_node: PerNode = None,
+    gbs: Gbs = None, seq_len: SeqLen = None, precision: Precision = None, device_file: DeviceFile = None,
+    device_set: DeviceSet = None, flash_attention: Flash = None, vocab_pad: VocabPad = None,
+    tp: Tp = None, pp: Pp = None, dp: Dp = None, cp: Cp = None, vpp: Vpp = None, ep: Ep = None, etp: Etp = None,
+    mbs: Mbs = None, zero: Zero = None, sp: Sp = None, recompute: RecomputeOpt = None,
+    tp_comm_overlap: TpCommOverlap = None, cp_comm_type: CpCommType = None, cp_a2a: CpA2a = None,
+    recompute_layers: RecomputeLayers = None, schedule: ScheduleOpt = None, layers_per_stage: LayersPerStage = None,
+    recompute_per_stage: RecomputePerStage = None, embedding_loss_split: EmbeddingLoss = None,
+    pipeline_layout: PipelineLayoutOpt = None,
+    memory_margin: Margin = 0.10, as_json: Json = False, script: Script = None, vocab_size: VocabSize = None,
+    profile_db: ProfileDb = None, profile_device: ProfileDevice = None, profile_stands_for: ProfileStandsFor = None,
+    moe_token_imbalance: MoeImbalance = None, fp8_param_storage: Fp8ParamStorage = None,
+    recompute_modules: RecomputeModules = None, config: Config = None,
+) -> None:
+    """Estimate memory (per stage) and step time (with breakdown) of one explicit layout."""
+    from autopar.estimate import estimate as run_estimate
+    from autopar.report.table import print_estimate
+
+    p = problem_from_options(model, device, nodes, devices_per_node, gbs, seq_len, precision, device_file, device_set,
+                 flash_attention, vocab_pad, script, vocab_size, moe_token_imbalance, fp8_param_storage)
+    layout = dict(tp=tp, pp=pp, cp=cp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, zero=zero, sp=sp, recompute=recompute,
+                  recompute_layers=recompute_layers, layers_per_stage=layers_per_stage, pipeline_layout=pipeline_layout,
+                  recompute_per_stage=recompute_per_stage, account_for_embedding=embedding_loss_split,
+                  account_for_loss=embedding_loss_split, recompute_modules=recompute_modules_option(p, recompute_modules),
+                  tp_comm_overlap=tp_comm_overlap, cp_comm_type=cp_comm_type, cp_a2a=cp_a2a)
+    from autopar.cli.profile import print_coverage, profiled
+
+    with profiled(p, profile_db, profile_device, profile_stands_for) as coverage:
+        if not 0 <= memory_margin < 1:
+            raise AutoparError(f"--memory-margin={memory_margin}: must be in [0, 1)")
+        result = run_estimate(p, strategy_from_options(p, script, layout, dp, schedule), memory_margin)
+        measured = coverage and coverage([result.strategy])
+    if as_json:
+        doc = result.to_dict(p.train.global_batch_size)
+        if measured:
+            doc["profile"] = measured
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        return
+    print_estimate(console, result)
+    if measured:
+        print_coverage(measured)

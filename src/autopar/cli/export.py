@@ -1,0 +1,100 @@
+"""``autopar export``: one layout written as a framework's config."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated, Optional
+
+import typer
+
+from autopar.cli.app import app, err_console, user_errors
+from autopar.cli.config import Config
+from autopar.cli.inputs import problem_from_options, recompute_modules_option, strategy_from_options
+from autopar.cli.options import (Cp, CpA2a, CpCommType, Device, DeviceFile, DeviceSet, Dp, EmbeddingLoss, Ep, Etp,
+                                 Flash, Fp8ParamStorage, Gbs, LayersPerStage, Mbs, Model, MoeImbalance, Nodes, PerNode,
+                                 PipelineLayoutOpt, Pp, Precision, RecomputeLayers, RecomputeModules, RecomputeOpt,
+                                 RecomputePerStage, ScheduleOpt, Script, SeqLen, Sp, Tp, TpCommOverlap, VocabPad,
+                                 VocabSize, Vpp, Zero)
+from autopar.cli.paths import refuse_overwriting_inputs
+from autopar.errors import AutoparError
+
+
+@app.command()
+@user_errors
+def export(
+    fmt: Annotated[str, typer.Option("--format", help="megatron | megatron-bridge | mindspeed | torchtitan | "
+                                                 "deepspeed | galvatron | sapp")],
+    from_result: Annotated[Optional[str], typer.Option("--from", help="search result JSON (autopar search --json "
+                                                       "or --report's result.json)")] = None,
+    rank: Annotated[int, typer.Option("--rank", help="which layout of --from, 1 = best")] = 1,
+    out: Annotated[Optional[str], typer.Option("--out", help="write here instead of stdout (deepspeed: a directory or "
+                                               "FILE.json; megatron_deepspeed_args.sh goes next to it)")] = None,
+    model: Model = None, device: Device = None, nodes: Nodes = None, devices_per_node: PerNode = None,
+    gbs: Gbs = None, seq_len: SeqLen = None, precision: Precision = None, device_file: DeviceFile = None,
+    device_set: DeviceSet = None, flash_attention: Flash = None, vocab_pad: VocabPad = None,
+    tp: Tp = None, pp: Pp = None, dp: Dp = None, cp: Cp = None, vpp: Vpp = None, ep: Ep = None, etp: Etp = None,
+    mbs: Mbs = None, zero: Zero = None, sp: Sp = None, recompute: RecomputeOpt = None,
+    tp_comm_overlap: TpCommOverlap = None, cp_comm_type: CpCommType = None, cp_a2a: CpA2a = None,
+    recompute_layers: RecomputeLayers = None, schedule: ScheduleOpt = None, layers_per_stage: LayersPerStage = None,
+    recompute_per_stage: RecomputePerStage = None, embedding_loss_split: EmbeddingLoss = None,
+    pipeline_layout: PipelineLayoutOpt = None,
+    script: Script = None, vocab_size: VocabSize = None,
+    moe_token_imbalance: MoeImbalance = None, fp8_param_storage: Fp8ParamStorage = None,
+    recompute_modules: RecomputeModules = None, config: Config = None,
+) -> None:
+    """Write one layout as a framework config: a search result's (--from, --rank) or an explicit one."""
+    from pathlib import Path
+
+    from autopar.export import FILE_PATHS, FILE_WRITERS, WRITERS
+    from autopar.export.result import strategy_from_result
+    from autopar.rules import check_strategy
+
+    if fmt not in WRITERS:
+        raise AutoparError(f"--format={fmt!r}: allowed {', '.join(WRITERS)}")
+    if out is not None:
+        refuse_overwriting_inputs(
+            {"--from": from_result, "--model": model, "--script": script, "--device-file": device_file},
+            {"--out": (out, FILE_PATHS[fmt](Path(out)) if fmt in FILE_PATHS else [Path(out)])})
+    from autopar.search.grid import for_target
+
+    if from_result:  # the result's own problem; options given must agree with it
+        from autopar.export.result import result_problem
+
+        p = for_target(result_problem(from_result, model, script, vocab_size, device, device_file, device_set,
+                                      nodes=nodes, devices_per_node=devices_per_node, gbs=gbs, seq_len=seq_len,
+                                      precision=precision, flash=flash_attention, vocab_pad=vocab_pad,
+                                      moe_token_imbalance=moe_token_imbalance,
+                                      fp8_param_storage=fp8_param_storage), fmt)
+    else:
+        p = for_target(problem_from_options(model, device, nodes, devices_per_node, gbs, seq_len, precision,
+                                            device_file, device_set, flash_attention, vocab_pad, script, vocab_size,
+                                            moe_token_imbalance, fp8_param_storage), fmt)
+    from autopar.specs.targets import check_target
+
+    check_target(p.cluster.device, fmt, "--format")
+    layout = dict(tp=tp, pp=pp, cp=cp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, zero=zero, sp=sp, recompute=recompute,
+                  recompute_layers=recompute_layers, layers_per_stage=layers_per_stage, pipeline_layout=pipeline_layout,
+                  recompute_per_stage=recompute_per_stage, account_for_embedding=embedding_loss_split,
+                  account_for_loss=embedding_loss_split, recompute_modules=recompute_modules_option(p, recompute_modules),
+                  tp_comm_overlap=tp_comm_overlap, cp_comm_type=cp_comm_type, cp_a2a=cp_a2a)
+    if from_result:
+        given = sorted(k for k, v in {**layout, "dp": dp, "schedule": schedule}.items() if v is not None)
+        if given:
+            raise AutoparError(f"--from with --{', --'.join(g.replace('_', '-') for g in given)}: the layout comes "
+                               "from the search result; drop the layout options or --from")
+        strategy = strategy_from_result(from_result, rank, p)
+    else:
+        strategy = strategy_from_options(p, script, layout, dp, schedule, target=fmt)
+    check_strategy(p, strategy)
+    text = WRITERS[fmt](p, strategy)
+    if out and fmt in FILE_WRITERS:  # several files (deepspeed: the JSON and the script that reads it)
+        written = FILE_WRITERS[fmt](p, strategy, Path(out))
+        err_console.print(f"wrote {', '.join(map(str, written))}", highlight=False)
+    elif out:
+        try:
+            Path(out).write_text(text)
+        except OSError as err:
+            raise AutoparError(f"--out={out!r}: cannot write ({err.strerror})") from None
+        err_console.print(f"wrote {out}", highlight=False)
+    else:
+        sys.stdout.write(text)

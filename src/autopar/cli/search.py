@@ -1,0 +1,217 @@
+"""``autopar search``: every valid layout, those that do not fit dropped, the rest ranked by step time."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated, Optional
+
+import typer
+from rich.markup import escape
+
+import autopar.cli.search_options as S
+from autopar.cli.app import app, console, err_console, user_errors
+from autopar.cli.config import Config
+from autopar.cli.inputs import positive, problem_from_options, recompute_modules_option
+from autopar.cli.options import (
+    Device,
+    DeviceFile,
+    DeviceSet,
+    Flash,
+    Fp8ParamStorage,
+    Gbs,
+    Json,
+    Margin,
+    Model,
+    MoeImbalance,
+    Nodes,
+    PerNode,
+    Precision,
+    ProfileDb,
+    ProfileDevice,
+    ProfileStandsFor,
+    RecomputeModules,
+    Script,
+    SeqLen,
+    VocabPad,
+    VocabSize,
+)
+from autopar.cli.paths import refuse_overwriting_inputs
+from autopar.errors import AutoparError
+from autopar.problem import Problem
+
+
+def target_warning(p: Problem, layouts: list, target: str) -> str | None:
+    """One line when ``--target``'s writer refuses the #1 layout, else None.
+
+    The search skips layouts the target cannot write (:func:`autopar.search.grid.refusal`), but
+    re-balancing the top k can still change #1 (e.g. an uneven split); this checks the final list.
+
+    Args:
+        p: the problem searched.
+        layouts: the ranked layouts (``Estimate`` objects), best first.
+        target: an ``autopar export`` format name.
+    Returns:
+        The refusal reason of #1 and the best rank the target can write (or that none can), or
+        None when the target writes #1.
+    """
+    from autopar.search.grid import refusal
+
+    first = refusal(p, target, layouts[0].strategy)
+    if first is None:
+        return None
+    ok = next((i for i, e in enumerate(layouts[1:], 2) if refusal(p, target, e.strategy) is None), None)
+    where = f"the best layout it can write is #{ok}" if ok else f"none of the top {len(layouts)} can be written"
+    return f"--target {target} cannot run #1 unchanged ({first}); {where}"
+
+
+def _search_outputs(model: str | None, script: str | None, device_file: str | None, profile_db: str | None,
+                    write_script: str | None, report: str | None, top: int, plot: str | None = None) -> None:
+    """Refuse ``search`` outputs that would overwrite its inputs (``--write-script`` writes up to
+    ``top`` scripts, ``--report`` four files, ``--plot`` one; :func:`autopar.cli.paths.refuse_overwriting_inputs`)."""
+    from pathlib import Path
+
+    from autopar.export.rewrite import script_paths
+    from autopar.report.html import report_paths
+
+    refuse_overwriting_inputs(
+        {"--model": model, "--script": script, "--device-file": device_file, "--profile-db": profile_db},
+        {"--write-script": (write_script, script_paths(Path(write_script), top) if write_script else []),
+         "--report": (report, report_paths(report) if report else []), "--plot": (plot, [Path(plot)] if plot else [])})
+
+
+@app.command()
+@user_errors
+def search(
+    model: Model = None, device: Device = None, nodes: Nodes = None, devices_per_node: PerNode = None,
+    gbs: Gbs = None, seq_len: SeqLen = None, precision: Precision = None, device_file: DeviceFile = None,
+    device_set: DeviceSet = None, flash_attention: Flash = None, vocab_pad: VocabPad = None,
+    top: Annotated[int, typer.Option(help="how many layouts to show")] = 10,
+    memory_margin: Margin = 0.10, as_json: Json = False, script: Script = None, vocab_size: VocabSize = None,
+    write_script: Annotated[Optional[str], typer.Option(help="with --script: write it back with the best layout "
+                                                        "(--top N writes OUT.sh, OUT.2.sh, ...)")] = None,
+    min_gain_pct: Annotated[Optional[float], typer.Option(help="--write-script: least predicted gain over the "
+                                                          "script's own layout, % [default: autopar's step-time "
+                                                          "MAPE on similar validation rows: 4.6 dense, 6.5 fp8, "
+                                                          "24.8 MoE]")] = None,
+    report: Annotated[Optional[str], typer.Option(help="write result.json, PNG charts and report.html here")] = None,
+    profile_db: ProfileDb = None, profile_device: ProfileDevice = None, profile_stands_for: ProfileStandsFor = None,
+    moe_token_imbalance: MoeImbalance = None, fp8_param_storage: Fp8ParamStorage = None,
+    recompute_modules: RecomputeModules = None,
+    target: Annotated[Optional[str], typer.Option(help="export format the layouts must run on unchanged: megatron | "
+                                                  "megatron-bridge | mindspeed | torchtitan | deepspeed (one recompute "
+                                                  "for all stages) | sapp | galvatron (recompute per stage); one that "
+                                                  "does not run on --device is refused [default: megatron; mindspeed "
+                                                  "on Ascend]")] = None,
+    tp: S.Tp = None, pp: S.Pp = None, dp: S.Dp = None, cp: S.Cp = None, vpp: S.Vpp = None, ep: S.Ep = None,
+    etp: S.Etp = None, mbs: S.Mbs = None, num_microbatches: S.Microbatches = None, zero: S.Zero = None,
+    recompute: S.Recompute = None, schedule: S.Schedule = None, sp: S.Sp = None,
+    tp_comm_overlap: S.TpCommOverlap = None, cp_comm_type: S.CpCommType = None, no_tp: S.NoTp = False,
+    no_pp: S.NoPp = False, no_cp: S.NoCp = False, no_ep: S.NoEp = False, no_vpp: S.NoVpp = False,
+    no_fsdp: S.NoFsdp = False, no_recompute: S.NoRecompute = False, explain: S.Explain = None,
+    gbs_range: S.GbsRange = None, plot: S.Plot = None, config: Config = None,
+    verify: Annotated[Optional[int], typer.Option("--verify", help="then run the top K layouts for a few iterations "
+                                                  "with --script (autopar verify's defaults: local torchrun, 10 "
+                                                  "iterations, jobs in out/verify)")] = None,
+) -> None:
+    """Search every valid layout, drop those that do not fit, rank the rest by step time."""
+    from autopar.export.megatron import megatron_args
+    from autopar.report.table import search_summary, search_table
+    from autopar.search import search as run_search
+    from autopar.search.explain import explain_layout
+    from autopar.space import SpaceOptions
+
+    S.check_modes(gbs_range, plot, explain, write_script, report)
+    _search_outputs(model, script, device_file, profile_db, write_script, report, positive("--top", top, upper=1000),
+                    plot)
+    constraints = S.constraints_from_options(
+        tp, pp, dp, cp, vpp, ep, etp, mbs, num_microbatches, zero, recompute, schedule, sp,
+        {"--no-tp": no_tp, "--no-pp": no_pp, "--no-cp": no_cp, "--no-ep": no_ep, "--no-vpp": no_vpp,
+         "--no-fsdp": no_fsdp, "--no-recompute": no_recompute}, tp_comm_overlap, cp_comm_type)
+    p = problem_from_options(model, device, nodes, devices_per_node, gbs, seq_len, precision, device_file, device_set,
+                 flash_attention, vocab_pad, script, vocab_size, moe_token_imbalance, fp8_param_storage)
+    from autopar.search.grid import for_target
+    from autopar.specs.targets import check_target, default_target
+
+    target = target or default_target(p.cluster.device)
+    check_target(p.cluster.device, target, "--target")
+    p = for_target(p, target)
+    from autopar.verify.calibrate import calibrated
+
+    p, calibration = calibrated(p, profile_db, target)  # efficiency factors fitted to stored runs
+    if not 0 <= memory_margin < 1:
+        raise AutoparError(f"--memory-margin={memory_margin}: must be in [0, 1)")
+    if write_script and not script:
+        raise AutoparError("--write-script needs --script (the launch script to rewrite)")
+    if min_gain_pct is not None and not write_script:
+        raise AutoparError(f"--min-gain-pct={min_gain_pct:g} applies to --write-script only; add --write-script OUT.sh")
+    from autopar.cli.profile import print_coverage, profiled
+
+    ops_db = profile_db if calibration is None or calibration["operator_rows"] else None  # a DB of runs only
+    with profiled(p, ops_db, profile_device, profile_stands_for) as coverage:
+        modules = recompute_modules_option(p, recompute_modules)
+        options = SpaceOptions(recompute_modules=modules) if modules else None
+        if gbs_range:
+            from autopar.report.batch import run_batch_search
+
+            return run_batch_search(console, p, gbs_range, plot, memory_margin, options, target, constraints, as_json)
+        result = run_search(p, top, memory_margin, options=options, target=target, constraints=constraints)
+        explained = explain and explain_layout(p, explain, result, memory_margin, options, target, constraints)
+        measured = coverage and coverage([e.strategy for e in result.layouts])
+    best = result.layouts[0]
+    best_args_refused = ""
+    try:
+        best_args = megatron_args(p, best.strategy)
+    except AutoparError as e:  # --target sapp/galvatron: recompute per stage or a free split
+        best_args, best_args_refused = None, str(e)
+    unwritable = target_warning(p, result.layouts, target)
+    if unwritable:
+        err_console.print(f"[yellow]warning:[/] {escape(unwritable)}", highlight=False, soft_wrap=True)
+    if write_script:
+        from autopar.export.rewrite import write_scripts
+
+        for line in write_scripts(script, p, result, write_script, min_gain_pct):
+            err_console.print(line, highlight=False, markup=False, soft_wrap=True)
+    if report:
+        from autopar.report.html import write_report
+
+        err_console.print(f"wrote {write_report(p, result, report)}", highlight=False)
+    if verify is not None:
+        from autopar.cli.verify import verify_search
+
+        verified = verify_search(p, result.layouts, verify, script, target)
+    if as_json:
+        doc = result.to_dict()
+        doc["megatron_args"] = best_args
+        if verify is not None:
+            doc["verify"] = verified
+        if measured:
+            doc["profile"] = measured
+        if calibration:
+            doc["calibration"] = calibration
+        if explained:
+            doc["explain"] = explained.to_dict()
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        return
+    console.print(f"[bold]{p.model.name}[/] ({p.model.num_params / 1e9:.1f} B params) on {p.cluster.num_nodes} x "
+                  f"{p.cluster.devices_per_node} {p.cluster.device.name}, gbs {p.train.global_batch_size}, "
+                  f"seq {p.train.seq_len}, {p.train.precision}")
+    console.print(search_table(result))
+    console.print(search_summary(result), highlight=False, soft_wrap=True)
+    if best_args is None:
+        console.print(f"\nMegatron-LM cannot run #1 ({escape(best_args_refused)}): write it with autopar export "
+                      f"--format {target}", highlight=False, soft_wrap=True)
+    else:
+        console.print("\n[bold]Megatron-LM arguments for #1:[/]")
+        console.print(best_args, highlight=False, soft_wrap=True)
+        if target != "megatron":  # the Megatron flags above are not the target's config
+            console.print(f"\n--target {target}: write #1's own config with autopar export --format {target} "
+                          "--from RESULT.json (this search's --json output) and the same model/cluster options",
+                          highlight=False, soft_wrap=True)
+    if measured:
+        print_coverage(measured)
+    from autopar.cli.verify import print_calibration
+
+    print_calibration(calibration)
+    if explained:
+        console.print("\n" + explained.text(), highlight=False, markup=False, soft_wrap=True)

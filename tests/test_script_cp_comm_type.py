@@ -1,0 +1,68 @@
+"""``--cp-comm-type`` read from a launch script as Megatron-LM reads it, bad values refused in one line."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from autopar.cli import app
+from autopar.errors import AutoparError
+from autopar.specs.script import read_script
+from conftest import SCRIPTS
+
+
+def _script(tmp_path, extra: str, layers: int = 8, pp: int = 2) -> str:
+    path = tmp_path / "run.sh"
+    path.write_text("torchrun --nnodes 1 --nproc_per_node 8 pretrain_gpt.py "
+                    f"--num-layers {layers} --hidden-size 1024 --num-attention-heads 16 --seq-length 2048 "
+                    f"--vocab-size 1000 --bf16 --tensor-model-parallel-size 2 --pipeline-model-parallel-size {pp} "
+                    f"--context-parallel-size 2 {extra}\n")
+    return str(path)
+
+
+runner = CliRunner()
+
+
+def _one_error_line(result) -> str:
+    assert result.exit_code == 2, result.output
+    err = result.stderr.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("error:") and "Traceback" not in err, err
+    return err
+
+
+MIXTRAL_SH = (SCRIPTS / "pretrain_mixtral_8x7b.sh").read_text()  # 32 layers, tp2 pp4 ep4 + SP
+
+
+def _mixtral_script(tmp_path, extra: str, name: str = "s.sh"):
+    """The shared Mixtral launch script with ``extra`` flags after ``--sequence-parallel``."""
+    path = tmp_path / name
+    path.write_text(MIXTRAL_SH.replace("    --sequence-parallel\n", f"    --sequence-parallel\n    {extra}\n"))
+    return path
+
+
+@pytest.mark.parametrize("flag", ["--cp-comm-type p2p", "--cp-comm-type p2p p2p p2p p2p p2p p2p p2p p2p", ""])
+def test_cp_comm_type_p2p_is_read(tmp_path, flag):
+    assert read_script(_script(tmp_path, flag)).layout["cp"] == 2
+
+
+@pytest.mark.parametrize("flag, needle", [
+    ("--cp-comm-type a2a+p2p", "needs --hierarchical-context-parallel-sizes A P"),
+    ("--cp-comm-type p2p p2p allgather p2p p2p p2p p2p a2a+p2p", "mixes a2a+p2p, allgather, p2p across layers"),
+    ("--cp-comm-type ring", "ring not allowed; Megatron-LM accepts p2p, a2a, allgather, a2a+p2p"),
+])
+def test_cp_comm_type_bad_values_are_refused(tmp_path, flag, needle):
+    with pytest.raises(AutoparError, match="--cp-comm-type") as err:
+        read_script(_script(tmp_path, flag))
+    assert needle in str(err.value)
+    result = runner.invoke(app, ["estimate", "--script", _script(tmp_path, flag), "--device", "h100-80gb"])
+    assert needle in _one_error_line(result)
+
+
+def test_cp_comm_type_list_must_have_one_entry_or_one_per_layer(tmp_path):
+    # Megatron-Core TransformerConfig (cp > 1): len(cp_comm_type) == num_layers (32 here).
+    bad = _mixtral_script(tmp_path, "--context-parallel-size 2 --cp-comm-type p2p p2p")
+    with pytest.raises(AutoparError, match=r"--cp-comm-type='p2p p2p': 2 values; Megatron-LM takes one value or "
+                                           r"one per layer \(32 for --num-layers=32\)"):
+        read_script(bad)
+    assert read_script(_mixtral_script(tmp_path, "--context-parallel-size 2 --cp-comm-type " + "p2p " * 32)).layout["cp"] == 2
+    assert read_script(_mixtral_script(tmp_path, "--cp-comm-type p2p p2p")).layout["cp"] == 1  # not checked without CP
