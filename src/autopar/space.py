@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -135,18 +135,25 @@ def _recompute_options(p: Problem, pp: int, vpp: int, opt: SpaceOptions) -> list
     return [(0, 0, default)] + selective + [(2, 0, default)] + [(2, n, default) for n in partial]
 
 
-def _expert_options(p: Problem, tp: int, opt: SpaceOptions) -> list[tuple[int, int, int, int]]:
+def _expert_options(p: Problem, tp: int, pp: int, vpp: int, opt: SpaceOptions) -> list[tuple[int, int, int, int]]:
     """(ep, etp, dispatcher index, EP overlap) quadruples: for a MoE model every ep dividing the
-    experts, etp = tp or 1, each offered dispatcher, and the overlap where offered, ep > 1 and the
-    dispatcher is not allgather (rule ``ep_overlap_dispatcher``)."""
+    experts and etp = tp or 1; with ep > 1 each offered dispatcher, the last one (the target's
+    preferred, :func:`autopar.export.comm_knobs.flex_backend`) with the EP overlap where offered
+    and the rules allow it (not allgather, vpp with pp > 1: ``autopar.rules_moe``). The overlap
+    never exposes more communication (:func:`autopar.cost.moe_dispatch.exposed_layer_comm_s`) and
+    keeps no more memory in autopar's model, so it is offered with that dispatcher only, and the
+    others without it (each pairing would double the space). At ep 1 there is nothing to dispatch:
+    alltoall alone."""
     if not p.model.is_moe:
         return [(1, tp, 0, 0)]
     out = []
     for ep in divisors(p.model.num_experts):
         for etp in sorted({tp, 1}):
-            for name in opt.moe_dispatchers:
-                overlaps = [0] + ([1] if opt.moe_ep_overlap and ep > 1 and name != "allgather" else [])
-                out.extend((ep, etp, MOE_DISPATCHERS.index(name), o) for o in overlaps)
+            names = opt.moe_dispatchers if ep > 1 else ("alltoall",)
+            for name in names:
+                overlap = name == names[-1] and opt.moe_ep_overlap and ep > 1 and name != "allgather" \
+                    and (pp == 1 or vpp > 1)
+                out.append((ep, etp, MOE_DISPATCHERS.index(name), int(overlap)))
     return out
 
 
@@ -182,16 +189,19 @@ def enumerate_layouts(p: Problem, opt: SpaceOptions | None = None) -> LayoutBatc
     """Every candidate layout of the space, valid or not, as one batch.
 
     Built with numpy per (tp, cp, pp, vpp) block so a million-row space (DeepSeek-V3 on 2,048
-    GPUs) takes a fraction of a second; the row order is that of ``itertools.product`` over
+    GPUs) takes a fraction of a second. A space over :data:`MAX_LAYOUTS` with several MoE
+    dispatchers offered keeps the target's preferred one only (the last); the row order is that of ``itertools.product`` over
     (ep/etp/dispatcher/EP overlap, recompute, mbs, zero, sp/overlap, CP algorithm).
     """
     opt = opt or SpaceOptions()
     blocks = []
     mbs, zero = np.asarray(opt.mbs), np.asarray(opt.zero)
-    grid = [(g, np.asarray(_expert_options(p, g[0], opt), dtype=np.int64),
+    grid = [(g, np.asarray(_expert_options(p, g[0], g[2], g[3], opt), dtype=np.int64),
              np.asarray(_recompute_options(p, g[2], g[3], opt), dtype=np.int64)) for g in _grid(p, opt)]
     rows = sum(len(e) * len(r) * len(_tp_modes(g[0], opt)) * len(_cp_modes(g[1], g[0], p.cluster.fast_domain_size, opt))
                for g, e, r in grid) * len(mbs) * len(zero)
+    if rows > MAX_LAYOUTS and len(opt.moe_dispatchers) > 1:  # keep the preferred dispatcher (with its overlap) only
+        return enumerate_layouts(p, replace(opt, moe_dispatchers=opt.moe_dispatchers[-1:]))
     if rows > MAX_LAYOUTS:  # 720,720 devices (240 divisors) asked numpy for 22.8 GiB and crashed
         raise AutoparError(
             f"--nodes x --devices-per-node = {p.world_size} devices: {p.model.name}'s layout space there has "

@@ -12,7 +12,8 @@ from autopar.cli.options import (Cp, CpA2a, CpCommType, Device, DeviceFile, Devi
                                  Flash, Fp8ParamStorage, Gbs, Json, LayersPerStage, Margin, Mbs, Model, MoeImbalance,
                                  Nodes, PerNode, PipelineLayoutOpt, Pp, Precision, ProfileDb, ProfileDevice,
                                  ProfileStandsFor, RecomputeLayers, RecomputeModules, RecomputeOpt, RecomputePerStage,
-                                 ScheduleOpt, Script, SeqLen, Sp, Tp, TpCommOverlap, VocabPad, VocabSize, Vpp, Zero)
+                                 ScheduleOpt, Script, SeqLen, Sp, Tp, TpCommOverlap, VocabPad,
+                                 MoeDispatcherOpt, MoeEpOverlap, VocabSize, Vpp, Zero)
 from autopar.errors import AutoparError
 
 
@@ -25,6 +26,7 @@ def estimate(
     tp: Tp = None, pp: Pp = None, dp: Dp = None, cp: Cp = None, vpp: Vpp = None, ep: Ep = None, etp: Etp = None,
     mbs: Mbs = None, zero: Zero = None, sp: Sp = None, recompute: RecomputeOpt = None,
     tp_comm_overlap: TpCommOverlap = None, cp_comm_type: CpCommType = None, cp_a2a: CpA2a = None,
+    moe_dispatcher: MoeDispatcherOpt = None, moe_ep_overlap: MoeEpOverlap = None,
     recompute_layers: RecomputeLayers = None, schedule: ScheduleOpt = None, layers_per_stage: LayersPerStage = None,
     recompute_per_stage: RecomputePerStage = None, embedding_loss_split: EmbeddingLoss = None,
     pipeline_layout: PipelineLayoutOpt = None,
@@ -43,7 +45,8 @@ def estimate(
                   recompute_layers=recompute_layers, layers_per_stage=layers_per_stage, pipeline_layout=pipeline_layout,
                   recompute_per_stage=recompute_per_stage, account_for_embedding=embedding_loss_split,
                   account_for_loss=embedding_loss_split, recompute_modules=recompute_modules_option(p, recompute_modules),
-                  tp_comm_overlap=tp_comm_overlap, cp_comm_type=cp_comm_type, cp_a2a=cp_a2a)
+                  tp_comm_overlap=tp_comm_overlap, cp_comm_type=cp_comm_type, cp_a2a=cp_a2a,
+                  moe_dispatcher=moe_dispatcher, moe_ep_overlap=moe_ep_overlap)
     from autopar.cli.profile import print_coverage, profiled
 
     with profiled(p, profile_db, profile_device, profile_stands_for) as coverage:

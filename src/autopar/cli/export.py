@@ -14,6 +14,7 @@ from autopar.cli.options import (Cp, CpA2a, CpCommType, Device, DeviceFile, Devi
                                  Flash, Fp8ParamStorage, Gbs, LayersPerStage, Mbs, Model, MoeImbalance, Nodes, PerNode,
                                  PipelineLayoutOpt, Pp, Precision, RecomputeLayers, RecomputeModules, RecomputeOpt,
                                  RecomputePerStage, ScheduleOpt, Script, SeqLen, Sp, Tp, TpCommOverlap, VocabPad,
+                                 MoeDispatcherOpt, MoeEpOverlap,
                                  VocabSize, Vpp, Zero)
 from autopar.cli.paths import refuse_overwriting_inputs
 from autopar.errors import AutoparError
@@ -35,6 +36,7 @@ def export(
     tp: Tp = None, pp: Pp = None, dp: Dp = None, cp: Cp = None, vpp: Vpp = None, ep: Ep = None, etp: Etp = None,
     mbs: Mbs = None, zero: Zero = None, sp: Sp = None, recompute: RecomputeOpt = None,
     tp_comm_overlap: TpCommOverlap = None, cp_comm_type: CpCommType = None, cp_a2a: CpA2a = None,
+    moe_dispatcher: MoeDispatcherOpt = None, moe_ep_overlap: MoeEpOverlap = None,
     recompute_layers: RecomputeLayers = None, schedule: ScheduleOpt = None, layers_per_stage: LayersPerStage = None,
     recompute_per_stage: RecomputePerStage = None, embedding_loss_split: EmbeddingLoss = None,
     pipeline_layout: PipelineLayoutOpt = None,
@@ -76,7 +78,8 @@ def export(
                   recompute_layers=recompute_layers, layers_per_stage=layers_per_stage, pipeline_layout=pipeline_layout,
                   recompute_per_stage=recompute_per_stage, account_for_embedding=embedding_loss_split,
                   account_for_loss=embedding_loss_split, recompute_modules=recompute_modules_option(p, recompute_modules),
-                  tp_comm_overlap=tp_comm_overlap, cp_comm_type=cp_comm_type, cp_a2a=cp_a2a)
+                  tp_comm_overlap=tp_comm_overlap, cp_comm_type=cp_comm_type, cp_a2a=cp_a2a,
+                  moe_dispatcher=moe_dispatcher, moe_ep_overlap=moe_ep_overlap)
     if from_result:
         given = sorted(k for k, v in {**layout, "dp": dp, "schedule": schedule}.items() if v is not None)
         if given:
