@@ -92,8 +92,8 @@ def search(
                                                         "(--top N writes OUT.sh, OUT.2.sh, ...)")] = None,
     min_gain_pct: Annotated[Optional[float], typer.Option(help="--write-script: least predicted gain over the "
                                                           "script's own layout, % [default: autopar's step-time "
-                                                          "MAPE on similar validation rows: 4.6 dense, 6.5 fp8, "
-                                                          "24.8 MoE]")] = None,
+                                                          "MAPE on similar validation rows: 4.7 dense, 6.1 fp8, "
+                                                          "22.9 MoE]")] = None,
     report: Annotated[Optional[str], typer.Option(help="write result.json, PNG charts and report.html here")] = None,
     profile_db: ProfileDb = None, profile_device: ProfileDevice = None, profile_stands_for: ProfileStandsFor = None,
     moe_token_imbalance: MoeImbalance = None, fp8_param_storage: Fp8ParamStorage = None,
