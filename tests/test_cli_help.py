@@ -29,19 +29,29 @@ def test_help_shows_every_documented_default():
     assert checked >= 19  # 17 in cli/options.py's shared options (search/estimate/export) + 2 of balance
 
 
+def _commands(group, path: list[str]) -> list[tuple[list[str], object]]:
+    """Every command under ``group`` with the argv that reaches it, sub-commands of groups
+    (``profile ops``) included."""
+    out = []
+    for name, command in getattr(group, "commands", {}).items():
+        out.append(([*path, name], command))
+        out += _commands(command, [*path, name])
+    return out
+
+
 def test_help_at_80_columns_shows_every_option_name_whole():
     """``--help`` on an 80-column terminal names every option in full (rich's option table cut
-    68 of them, e.g. ``--make-vocab-size…``, so a user could not tell what to type)."""
-    group = typer.main.get_command(app)
-    for name, command in group.commands.items():
-        if not hasattr(command, "params"):
-            continue
-        result = runner.invoke(app, [name, "--help"], env={"COLUMNS": "80"})
+    68 of them, e.g. ``--make-vocab-size…``, so a user could not tell what to type); the
+    sub-commands of ``profile`` too."""
+    commands = _commands(typer.main.get_command(app), [])
+    assert {"profile ops", "profile layer", "profile comm", "search", "balance"} <= {" ".join(a) for a, _ in commands}
+    for argv, command in commands:
+        result = runner.invoke(app, [*argv, "--help"], env={"COLUMNS": "80"})
         assert result.exit_code == 0 and "…" not in result.output
-        assert max(map(len, result.output.splitlines())) <= 80, name
+        assert max(map(len, result.output.splitlines())) <= 80, argv
         for param in command.params:
             for opt in [*param.opts, *param.secondary_opts]:
-                assert opt in result.output, f"{name} --help lacks {opt}"
+                assert opt in result.output, f"{' '.join(argv)} --help lacks {opt}"
 
 
 def test_estimate_help_defaults_by_hand():

@@ -64,7 +64,7 @@ def test_every_preset_says_where_its_numbers_come_from():
 
 def test_devices_command_lists_the_new_presets():
     table = runner.invoke(app, ["devices"], env={"COLUMNS": "200"}).output
-    docs = json.loads(runner.invoke(app, ["devices", "--json"]).output)
+    docs = json.loads(runner.invoke(app, ["devices", "--json"]).output)["devices"]
     by_name = {d["name"]: d for d in docs}
     for name in NEW:
         assert name in table and name in by_name

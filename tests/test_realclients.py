@@ -187,10 +187,26 @@ def test_deepspeed_config_runs_the_plan(tmp_path):
         assert got == want, path
 
 
+# Layouts with Galvatron's own knobs (GPipe, vtp/vsp, non-consecutive TP) on Llama-3-8B, gbs 64: (nodes, layout).
+GALVATRON_KNOBS = [
+    (1, dict(dp=4, tp=1, pp=2, zero=3, vocab_tp=4, schedule="gpipe")),
+    (2, dict(dp=2, tp=8, sp=True, zero=0, tp_consecutive=False, vocab_tp=8, vocab_sp=True)),
+    (1, dict(dp=2, tp=4, sp=True, zero=2, vocab_tp=1, mbs=4)),
+    (2, dict(dp=4, tp=2, pp=2, sp=True, zero=3, vocab_tp=8, vocab_sp=True, tp_consecutive=False)),
+]
+
+
+def _galvatron_layouts() -> list[tuple[str, object, Strategy]]:
+    """The top layouts of --target galvatron plus :data:`GALVATRON_KNOBS`."""
+    knobs = [("llama3-8b", for_target(make_problem("llama3-8b", nodes=n, gbs=64), "galvatron"), Strategy(**kw))
+             for n, kw in GALVATRON_KNOBS]
+    return _layouts("galvatron", ("llama3-8b", "llama3-70b")) + knobs
+
+
 def test_galvatron_runs_the_plan(tmp_path):
     python = _python("galvatron", "galvatron")
     jobs, plans = [], {}
-    for i, (name, p, s) in enumerate(_layouts("galvatron", ("llama3-8b", "llama3-70b"))):
+    for i, (name, p, s) in enumerate(_galvatron_layouts()):
         path = tmp_path / f"{name}.{i}.json"
         path.write_text(WRITERS["galvatron"](p, s))
         jobs.append([str(path), str(p.world_size), str(p.model.num_layers)])
@@ -201,15 +217,53 @@ def test_galvatron_runs_the_plan(tmp_path):
         split = _split(p, s)
         stages = s.recompute_per_stage or (s.recompute,) * s.pp
         checkpointed = sum(min(n, s.recompute_layers or n) if o == "full" else 0 for n, o in zip(split, stages))
-        want = dict(pp=s.pp, tp=[s.tp], dp=[s.dp * s.cp], gbs=p.train.global_batch_size, mbs=s.mbs,
+        # Galvatron's data loader splits the batch over the vocabulary layers' data parallelism, world/pp/vtp
+        # ranks, so each sees mbs*vtp/tp sequences per micro-batch (rule vocab_tp_whole_samples).
+        want = dict(pp=s.pp, tp=[s.tp], dp=[s.dp * s.cp], gbs=p.train.global_batch_size,
+                    mbs=s.mbs * s.vocab_tp_size / s.tp, vocab=(s.vocab_tp_size, int(s.vocab_sp)),
+                    pipeline_type="gpipe" if s.schedule == "gpipe" else "pipedream_flush",
+                    tp_consecutive=[int(s.tp_consecutive)],
                     num_microbatches=s.num_microbatches(p.train.global_batch_size), split=split,
                     zero=({0: "ddp", 2: "zero2", 3: "zero2"}[s.zero], p.model.num_layers if s.zero == 3 else 0,
                           int(s.zero == 3)),
                     checkpoint_layers=checkpointed, ulysses=0)
         got = dict(pp=e["pp"], tp=e["tp"], dp=e["dp_per_layer"], gbs=e["global_bsz"], mbs=e["micro_batch"],
+                   vocab=(e["vocab_tp"], e["vocab_sp"]), pipeline_type=e["pipeline_type"],
+                   tp_consecutive=e["tp_consecutive"],
                    num_microbatches=e["real_chunks"], split=e["pp_division"],
                    zero=(e["default_dp_type"], e["zero3_layers"], e["embed_sdp"]),
                    checkpoint_layers=e["checkpoint_layers"], ulysses=e["use_sp"])
         assert got == want, path
         # keys 2.4.0 does not read carry only main's spelling of the same plan
         assert set(e["ignored_keys"]) <= {"cp_sizes_enc", "vcp", "vocab_sdp"}, path
+
+
+def test_galvatron_runs_the_layerwise_plan(tmp_path):
+    """Layer-wise plans (the search's best for Llama-7B on 8 x A100-40GB under a tight budget, and
+    a hand-made one mixing tp 1/2/4, ZeRO-3 and checkpointing per layer) as Galvatron 2.4.0's
+    reader builds them: every per-layer field, the split, chunks and the vocabulary options."""
+    from autopar.export import galvatron_layerwise
+    from autopar.layerwise import LayerwisePlan, search_layerwise
+
+    python = _python("galvatron", "galvatron")
+    p = make_problem("llama2-7b", device="a100-40gb", gbs=64, seq=4096)
+    searched = search_layerwise(p, max_tp=4, memory_limit_bytes=0.75 * p.cluster.device.memory_bytes).plan
+    mixed = LayerwisePlan(pp=2, num_microbatches=8, layers_per_stage=(16, 16),
+                          tp=(1,) * 6 + (2,) * 10 + (4,) * 8 + (2,) * 8, zero3=tuple(i % 3 == 0 for i in range(32)),
+                          recompute=tuple(i < 12 for i in range(32)), default_zero=2, vocab_tp=4, vocab_zero3=True)
+    jobs, plans = [], {}
+    for name, plan in (("searched", searched), ("mixed", mixed)):
+        path = tmp_path / f"{name}.json"
+        path.write_text(galvatron_layerwise.write(p, plan))
+        jobs.append([str(path), str(p.world_size), str(p.model.num_layers)])
+        plans[str(path)] = plan
+    for path, (ok, msg, e) in _effective(python, "galvatron_check.py", jobs, tmp_path).items():
+        plan = plans[path]
+        assert ok, f"{path}: {msg}"
+        want = dict(pp=plan.pp, pp_division=list(plan.layers_per_stage), chunks=plan.num_microbatches,
+                    real_chunks=plan.num_microbatches, tp_per_layer=list(plan.tp),
+                    zero3_per_layer=[int(z) for z in plan.zero3], checkpoint_per_layer=[int(c) for c in plan.recompute],
+                    default_dp_type="ddp" if plan.default_zero == 0 else "zero2", vocab_tp=plan.vocab_tp,
+                    embed_sdp=int(plan.vocab_zero3), use_sp=0, pipeline_type="pipedream_flush",
+                    dp_per_layer=sorted({8 // (plan.pp * t) for t in plan.tp}))
+        assert {k: e[k] for k in want} == want, path

@@ -16,6 +16,7 @@ from autopar.strategy import Strategy
 from autopar.verify.calibrate import fit, record_runs, stored_rows
 from autopar.verify.jobs import Job
 from autopar.verify.logs import RunResult
+from json_schema_support import assert_valid
 from conftest import make_problem
 
 LAYOUTS = [Strategy(dp=8, tp=1, mbs=1, zero=1), Strategy(dp=4, tp=2, sp=True, mbs=1, zero=1),
@@ -76,7 +77,9 @@ def test_calibrate_then_search_says_which_factors_came_from_runs(tmp_path):
     _store(db, LAYOUTS)
     res = CliRunner().invoke(app, ["calibrate", "--db", str(db), "--json"])
     assert res.exit_code == 0, res.output
-    [doc] = json.loads(res.output)
+    calibration = json.loads(res.output)
+    assert_valid("calibrate", calibration)
+    [doc] = calibration["fits"]
     assert doc["applied"]["compute"] and doc["error_after"] < doc["error_before"]
     args = ["search", "--model", "llama3-8b", "--device", "h100-80gb", "--gbs", "32", "--seq-len", "4096", "--top", "1",
             "--profile-db", str(db)]

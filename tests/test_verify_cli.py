@@ -16,6 +16,7 @@ from autopar.profile.opdb import OpDB
 from autopar.strategy import Strategy
 from autopar.verify.shrink import shrink
 from conftest import make_problem
+from json_schema_support import assert_valid
 
 # A stand-in for Megatron-LM's pretrain_gpt.py: it checks the short-run flags it is given and
 # prints Megatron's iteration and memory lines (formats of megatron/training/training.py and
@@ -64,7 +65,8 @@ def test_verify_runs_the_top_layouts_and_reranks(tmp_path, monkeypatch):
                                    "--iters", "5", "--out", str(out), "--workdir", str(work), "--time-limit-s", "120",
                                    "--record", str(tmp_path / "runs.db"), "--json"])
     assert res.exit_code == 0, res.output
-    doc = json.loads(res.output[res.output.index("{"):])
+    doc = json.loads(res.stdout)  # the document alone: progress and 'wrote' lines are on stderr
+    assert_valid("verify", doc)
     assert doc["runs"] == 2 and doc["failed"] == 0, doc
     rows = doc["layouts"]
     assert [r["measured_rank"] for r in rows] == [1, 2]
@@ -76,7 +78,7 @@ def test_verify_runs_the_top_layouts_and_reranks(tmp_path, monkeypatch):
     assert [r["step_time_s"] for r in runs] == [r["measured"]["step_time_s"] for r in sorted(rows, key=lambda r: r["search_rank"])]
     again = CliRunner().invoke(app, ["verify", "--report-only", "--out", str(out), "--json"])
     assert again.exit_code == 0, again.output
-    assert json.loads(again.output)["layouts"] == rows  # re-read from the job folders' logs
+    assert json.loads(again.stdout)["layouts"] == rows  # re-read from the job folders' logs
     missing = CliRunner().invoke(app, ["verify", "--report-only", "--out", str(work)])
     assert missing.exit_code == 2 and "holds no jobs autopar verify wrote" in missing.output
 

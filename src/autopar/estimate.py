@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from autopar.cost.stage import Stages, all_stages
+from autopar.cost.stage_time import p2p_time_s
 from autopar.cost.step import TIME_KEYS, evaluate
 from autopar.pipeline.makespan import simulated_costs
 from autopar.problem import Problem
@@ -36,6 +37,27 @@ class StageMemory:
 
 
 @dataclass(frozen=True)
+class StageTiming:
+    """Time of one pipeline stage (Tinker's ``--detail``): seconds per micro-batch of its forward,
+    backward and recomputed forward (compute, :mod:`autopar.cost.stage_time`), its exposed TP, CP
+    and EP collectives and one pipeline send (``p2p_s``, 0 with pp 1); ``busy_s`` is
+    ``num_microbatches`` times their sum; ``dp_comm_s`` the data-parallel traffic it leaves exposed
+    per step. The step is not their sum: the pipeline adds its bubble (``time_breakdown_s``)."""
+
+    stage: int
+    layers: int
+    forward_s: float
+    backward_s: float
+    recompute_s: float
+    tp_comm_s: float
+    cp_comm_s: float
+    ep_comm_s: float
+    p2p_s: float
+    busy_s: float
+    dp_comm_s: float
+
+
+@dataclass(frozen=True)
 class Estimate:
     """Predicted cost of one layout.
 
@@ -54,9 +76,11 @@ class Estimate:
     marginal: bool
     memory_per_stage: list[StageMemory]
     time_breakdown_s: dict[str, float] = field(default_factory=dict)
+    time_per_stage: list[StageTiming] = field(default_factory=list)
 
-    def to_dict(self, global_batch_size: int) -> dict[str, Any]:
-        """The stable JSON form documented in the README."""
+    def to_dict(self, global_batch_size: int, detail: bool = False) -> dict[str, Any]:
+        """The stable JSON form documented in the README; ``detail`` adds ``time_per_stage``
+        (:class:`StageTiming` per stage, ``estimate --detail``)."""
         s = self.strategy
         strategy = {
             "dp": s.dp, "tp": s.tp, "pp": s.pp, "vpp": s.vpp, "cp": s.cp, "ep": s.ep, "etp": s.expert_tp,
@@ -67,9 +91,11 @@ class Estimate:
             "recompute_modules": list(s.recompute_modules),
             "account_for_embedding": s.account_for_embedding, "account_for_loss": s.account_for_loss,
             "tp_comm_overlap": s.tp_comm_overlap, "cp_comm_type": s.cp_comm_type, "cp_a2a": s.cp_a2a,
-            "pipeline_layout": s.pipeline_layout,
+            "pipeline_layout": s.pipeline_layout, "vocab_tp": s.vocab_tp_size, "vocab_sp": s.vocab_sp,
+            "tp_consecutive": s.tp_consecutive,
             "moe_dispatcher": s.moe_dispatcher, "moe_ep_overlap": s.moe_ep_overlap,
         }
+        extra = {"time_per_stage": [asdict(t) for t in self.time_per_stage]} if detail else {}
         return {
             "strategy": strategy,
             "step_time_s": self.step_time_s,
@@ -81,6 +107,7 @@ class Estimate:
             "marginal": self.marginal,
             "memory_per_stage": [asdict(m) for m in self.memory_per_stage],
             "time_breakdown_s": self.time_breakdown_s,
+            **extra,
         }
 
 
@@ -116,6 +143,13 @@ def estimate(p: Problem, s: Strategy, memory_margin: float = DEFAULT_MEMORY_MARG
         )
         for i, mem in enumerate(costs.memory)
     ]
+    m = s.num_microbatches(p.train.global_batch_size)
+    p2p = float(p2p_time_s(p, batch.take(np.zeros(1, dtype=np.int64)))[0]) if s.pp > 1 else 0.0
+    timing = []
+    for i, (t, dp) in enumerate(zip(costs.stage_times or [], costs.stage_dp_s or [])):
+        parts = [float(x[0]) for x in (t.forward_s, t.backward_s, t.recompute_s, t.tp_s, t.cp_s, t.ep_s)]
+        timing.append(StageTiming(i, int(stages.layers[i]), *parts, p2p_s=p2p, busy_s=m * (sum(parts) + p2p),
+                                  dp_comm_s=float(dp[0])))
     capacity = p.cluster.device.memory_bytes
     peak = float(costs.peak_memory_bytes[0])
     return Estimate(
@@ -130,4 +164,5 @@ def estimate(p: Problem, s: Strategy, memory_margin: float = DEFAULT_MEMORY_MARG
         marginal=(1 - memory_margin) * capacity < peak <= capacity,
         memory_per_stage=per_stage,
         time_breakdown_s={k: float(costs.time_breakdown_s[k][0]) for k in TIME_KEYS},
+        time_per_stage=timing,
     )

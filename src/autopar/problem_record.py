@@ -35,7 +35,7 @@ _MODEL_LABELS = frozenset({"name"})
 _DEVICE_LABELS = frozenset({"name", "description", "source"})
 # TrainSpec fields that ``search --target`` / ``export --format`` set (autopar.search.grid.for_target),
 # not the user: read back as their defaults, then set again for the export format.
-TARGET_FIELDS = ("framework", "tp_backward_overlap")
+TARGET_FIELDS = ("framework", "tp_backward_overlap", "grad_reduce_once")
 
 
 def _sha256(spec: BaseModel, labels: frozenset[str]) -> str:

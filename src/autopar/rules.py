@@ -299,6 +299,34 @@ RULES: tuple[Rule, ...] = (
         "support sliding window attention' (TE attention/dot_product_attention/context_parallel.py: window "
         "layers need cp_comm_type a2a or all_gather); use cp=1",
     ),
+    # Galvatron's own knobs (Strategy.vocab_tp / tp_consecutive / schedule gpipe; autopar.export.galvatron).
+    Rule(
+        "vocab_tp_in_stage",
+        lambda p, b: (b.tp * b.dp * b.cp) % b.vocab_tp == 0,
+        lambda p, s: f"vocab_tp={s.vocab_tp_size} must divide the ranks of a pipeline stage, tp*dp*cp = "
+        f"{s.tp * s.dp * s.cp} (Galvatron: the vocabulary layers' TP group lies inside the stage, their data "
+        "parallelism is the rest)",
+    ),
+    Rule(
+        "vocab_tp_whole_samples",
+        lambda p, b: ((b.mbs * b.vocab_tp) % b.tp == 0) & (~b.vocab_sp | (p.train.seq_len % b.vocab_tp == 0)),
+        lambda p, s: f"vocab_tp={s.vocab_tp_size} with tp={s.tp}, mbs={s.mbs}: a vocabulary rank gets mbs*vocab_tp/tp = "
+        f"{s.mbs * s.vocab_tp_size / s.tp:g} sequences per micro-batch, which must be a whole number (Galvatron "
+        "chunks each rank's batch, global_bsz / (world/pp/vtp), into 'chunks' micro-batches; torch.chunk makes fewer "
+        "otherwise)" + (f", and vocab_sp splits seq_len={p.train.seq_len} over {s.vocab_tp_size} ranks" if s.vocab_sp
+                        else ""),
+    ),
+    Rule(
+        "tp_consecutive_needs_cp1",
+        lambda p, b: b.tp_consecutive | (b.cp == 1),
+        lambda p, s: f"tp_consecutive=False with cp={s.cp}: Galvatron's non-consecutive TP groups stride over the "
+        "data-parallel ranks of a stage, which has no context parallelism in Galvatron 2.4.0; use cp=1",
+    ),
+    Rule(
+        "gpipe_one_chunk",
+        lambda p, b: ~b.gpipe | (b.vpp == 1),
+        lambda p, s: f"schedule gpipe with vpp={s.vpp}: GPipe runs one model chunk per pipeline rank",
+    ),
 )
 
 from autopar.rules_moe import MOE_RULES  # noqa: E402 (the MoE choices' rules build on Rule above)

@@ -59,7 +59,8 @@ class SpaceOptions:
     with every all-to-all group size ``1 < a < cp`` dividing cp); ``moe_dispatchers``: the MoE
     token dispatchers offered (:data:`autopar.strategy.MOE_DISPATCHERS`), ``moe_ep_overlap``: also
     offer the EP all-to-all overlap with ep > 1. The search sets them by target
-    (:mod:`autopar.export.comm_knobs`)."""
+    (:mod:`autopar.export.comm_knobs`). ``galvatron_choices``: also Galvatron's vocabulary TP, GPipe
+    and non-consecutive TP groups (:mod:`autopar.galvatron_space`; ``--target galvatron``)."""
 
     mbs: tuple[int, ...] = (1, 2, 4, 8)
     zero: tuple[int, ...] = (0, 1, 2, 3)
@@ -73,6 +74,7 @@ class SpaceOptions:
     cp_comm_types: tuple[str, ...] = ("p2p",)
     moe_dispatchers: tuple[str, ...] = ("alltoall",)
     moe_ep_overlap: bool = False
+    galvatron_choices: bool = False
 
 
 def _grid(p: Problem, opt: SpaceOptions) -> list[tuple[int, int, int, int, int]]:
@@ -224,7 +226,7 @@ def enumerate_layouts(p: Problem, opt: SpaceOptions | None = None) -> LayoutBatc
         blocks.append(block)
     a = np.concatenate(blocks) if blocks else np.zeros((0, 19), dtype=np.int64)
     gbs = p.train.global_batch_size
-    return LayoutBatch(
+    batch = LayoutBatch(
         dp=a[:, 0], tp=a[:, 1], pp=a[:, 2], vpp=a[:, 3], cp=a[:, 4], ep=a[:, 5], etp=a[:, 6],
         mbs=a[:, 7], sp=a[:, 8].astype(bool), zero=a[:, 9], recompute=a[:, 10],
         recompute_layers=a[:, 11], num_microbatches=gbs // (a[:, 7] * a[:, 0]),
@@ -232,3 +234,8 @@ def enumerate_layouts(p: Problem, opt: SpaceOptions | None = None) -> LayoutBatc
         tp_comm_overlap=a[:, 14].astype(bool), cp_comm=a[:, 15], cp_a2a=a[:, 16],
         moe_dispatcher=a[:, 17], moe_ep_overlap=a[:, 18].astype(bool),
     )
+    if opt.galvatron_choices:
+        from autopar.galvatron_space import add_variants
+
+        batch = add_variants(p, batch)
+    return batch

@@ -27,7 +27,7 @@ from autopar.errors import AutoparError
 from autopar.specs.model import MAX_SIZE
 
 Recompute = Literal["none", "selective", "full"]
-Schedule = Literal["1f1b", "interleaved"]
+Schedule = Literal["1f1b", "interleaved", "gpipe"]
 # Context-parallel attention algorithms, Megatron-LM's ``--cp-comm-type`` choices (TransformerEngine
 # ``DotProductAttention`` ``cp_comm_type``): costs in :mod:`autopar.cost.cp_comm`. A LayoutBatch holds
 # the index into this tuple.
@@ -116,6 +116,18 @@ class Strategy(BaseModel):
     the account flags. Every split form resolves to one
     :class:`~autopar.pipeline.layout.PipelineLayout` (:func:`autopar.pipeline.layout.layout_of`).
 
+    Galvatron's own knobs (``hetu-galvatron`` 2.4.0 JSON strategy, :mod:`autopar.export.galvatron`;
+    the other writers refuse anything but their defaults, :mod:`autopar.export.galvatron_only`):
+    ``schedule='gpipe'`` (its ``pipeline_type`` gpipe: all forwards, then all backwards, so every
+    stage holds all micro-batches' activations; Huang et al., NeurIPS 2019), ``vocab_tp`` (its
+    ``vtp``: the tensor-parallel degree of the embedding and output layer, ``None`` = tp; their
+    data-parallel group is then ``tp*dp*cp / vocab_tp`` ranks of the stage), ``vocab_sp`` (its
+    ``vsp``: the vocabulary layers split the sequence over the ``vocab_tp`` ranks, DeepSpeed-Ulysses
+    style, and keep whole weights) and ``tp_consecutive`` (its ``tp_consecutive_flags``: False puts
+    the members of a TP group ``dp`` ranks apart and the DP group on consecutive ranks, so TP crosses
+    nodes and DP stays inside one where ``tp*dp`` spans nodes). Costs: :mod:`autopar.cost.vocab`,
+    :mod:`autopar.cost.placement`.
+
     ``account_for_embedding`` / ``account_for_loss``: Megatron-LM's
     ``--account-for-embedding-in-pipeline-split`` / ``--account-for-loss-in-pipeline-split``
     (two flags, as there: either can be set alone). Each counts the input embedding (output
@@ -152,6 +164,22 @@ class Strategy(BaseModel):
     pipeline_layout: str | None = Field(default=None, min_length=1, max_length=100_000)
     moe_dispatcher: MoeDispatcher = "alltoall"
     moe_ep_overlap: bool = False
+    vocab_tp: int | None = Field(default=None, gt=0, le=MAX_SIZE)
+    vocab_sp: bool = False
+    tp_consecutive: bool = True
+
+    @model_validator(mode="after")
+    def _gpipe_without_chunks(self) -> "Strategy":
+        """GPipe runs one model chunk per rank.
+
+        Raises:
+            ValueError: ``schedule='gpipe'`` with vpp > 1 (GPipe has no interleaving; Galvatron's
+                ``pipeline_type`` gpipe, Huang et al. 2019).
+        """
+        if self.schedule == "gpipe" and self.vpp > 1:
+            raise ValueError(f"schedule gpipe with vpp={self.vpp}: GPipe runs one model chunk per pipeline rank "
+                             "(use vpp 1, or the interleaved schedule)")
+        return self
 
     @model_validator(mode="after")
     def _one_split_form(self) -> "Strategy":
@@ -238,6 +266,11 @@ class Strategy(BaseModel):
         """Ranks of the all-to-all (Ulysses) group inside cp: cp for ``a2a``, ``cp_a2a`` for
         ``a2a+p2p``, 1 for ``p2p`` and ``allgather``."""
         return {"a2a": self.cp, "a2a+p2p": self.cp_a2a or 1}.get(self.cp_comm_type, 1)
+
+    @property
+    def vocab_tp_size(self) -> int:
+        """Tensor-parallel degree of the embedding and output layer: ``vocab_tp``, else tp."""
+        return self.tp if self.vocab_tp is None else self.vocab_tp
 
     @property
     def stage_recompute(self) -> tuple[str, ...]:
@@ -332,7 +365,9 @@ class LayoutBatch:
     (:func:`module_mask`) of :attr:`Strategy.recompute_modules`; omitted, ``core_attn``.
     ``tp_comm_overlap`` (bool), ``cp_comm`` (index into :data:`CP_COMM_TYPES`) and ``cp_a2a`` (the
     all-to-all group size, :attr:`Strategy.cp_a2a_size`); omitted: off, p2p, 1. ``moe_dispatcher``
-    (index into :data:`MOE_DISPATCHERS`) and ``moe_ep_overlap`` (bool); omitted: alltoall, off.
+    (index into :data:`MOE_DISPATCHERS`) and ``moe_ep_overlap`` (bool); omitted: alltoall, off. Galvatron's knobs
+    (:class:`Strategy`): ``gpipe`` (bool, the GPipe schedule), ``vocab_tp`` (int, resolved),
+    ``vocab_sp`` (bool), ``tp_consecutive`` (bool); omitted: 1F1B, tp, off, on.
     """
 
     dp: np.ndarray
@@ -356,12 +391,20 @@ class LayoutBatch:
     cp_a2a: np.ndarray | None = None
     moe_dispatcher: np.ndarray | None = None
     moe_ep_overlap: np.ndarray | None = None
+    gpipe: np.ndarray | None = None
+    vocab_tp: np.ndarray | None = None
+    vocab_sp: np.ndarray | None = None
+    tp_consecutive: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = self.dp.shape[0]
-        for name in ("account_embedding", "account_loss", "tp_comm_overlap", "moe_ep_overlap"):
+        for name in ("account_embedding", "account_loss", "tp_comm_overlap", "moe_ep_overlap", "gpipe", "vocab_sp"):
             if getattr(self, name) is None:
                 setattr(self, name, np.zeros(n, dtype=bool))
+        if self.vocab_tp is None:
+            self.vocab_tp = self.tp.copy()
+        if self.tp_consecutive is None:
+            self.tp_consecutive = np.ones(n, dtype=bool)
         if self.recompute_modules is None:
             self.recompute_modules = np.full(n, DEFAULT_MODULE_MASK, dtype=np.int64)
         if self.cp_comm is None:
@@ -396,6 +439,11 @@ class LayoutBatch:
     def interleaved(self) -> np.ndarray:
         return self.vpp > 1
 
+    @property
+    def schedule_code(self) -> np.ndarray:
+        """The schedule of each row as a code: 0 1F1B, 1 interleaved, 2 GPipe (``--schedule``)."""
+        return np.where(self.vpp > 1, 1, np.where(self.gpipe, 2, 0))
+
     def take(self, index: np.ndarray) -> "LayoutBatch":
         """The sub-batch at ``index`` (boolean mask or integer indices)."""
         return LayoutBatch(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
@@ -421,7 +469,8 @@ class LayoutBatch:
             recompute_modules=col(module_mask(s.recompute_modules)),
             tp_comm_overlap=col(s.tp_comm_overlap, bool), cp_comm=col(CP_COMM_TYPES.index(s.cp_comm_type)),
             cp_a2a=col(s.cp_a2a_size), moe_dispatcher=col(MOE_DISPATCHERS.index(s.moe_dispatcher)),
-            moe_ep_overlap=col(s.moe_ep_overlap, bool),
+            moe_ep_overlap=col(s.moe_ep_overlap, bool), gpipe=col(s.schedule == "gpipe", bool), vocab_tp=col(s.vocab_tp_size),
+            vocab_sp=col(s.vocab_sp, bool), tp_consecutive=col(s.tp_consecutive, bool),
         )
 
     def strategy(self, i: int, num_layers: int, mtp_num_layers: int = 0) -> Strategy:
@@ -440,7 +489,7 @@ class LayoutBatch:
             ep=int(self.ep[i]), etp=int(self.etp[i]), mbs=int(self.mbs[i]), sp=bool(self.sp[i]),
             zero=int(self.zero[i]), recompute=recompute,
             recompute_layers=int(self.recompute_layers[i]) or None,
-            schedule="interleaved" if self.vpp[i] > 1 else "1f1b",
+            schedule="interleaved" if self.vpp[i] > 1 else "gpipe" if self.gpipe[i] else "1f1b",
             **split,
             recompute_modules=module_names(int(self.recompute_modules[i])) if recompute == "selective"
             else DEFAULT_RECOMPUTE_MODULES,
@@ -448,4 +497,6 @@ class LayoutBatch:
             tp_comm_overlap=bool(self.tp_comm_overlap[i]), cp_comm_type=CP_COMM_TYPES[int(self.cp_comm[i])],
             cp_a2a=int(self.cp_a2a[i]) if CP_COMM_TYPES[int(self.cp_comm[i])] == "a2a+p2p" else None,
             moe_dispatcher=MOE_DISPATCHERS[int(self.moe_dispatcher[i])], moe_ep_overlap=bool(self.moe_ep_overlap[i]),
+            vocab_tp=None if self.vocab_tp[i] == self.tp[i] else int(self.vocab_tp[i]), vocab_sp=bool(self.vocab_sp[i]),
+            tp_consecutive=bool(self.tp_consecutive[i]),
         )

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import json
-import sys
-
 from autopar.cli.app import app, console, user_errors
+from autopar.cli.json_output import print_json
 from autopar.cli.options import Json
 from autopar.specs import device_names, load_device
 
@@ -23,6 +21,6 @@ def devices(as_json: Json = False) -> None:
     if as_json:
         docs = [{**d.model_dump(), "aliases": preset_aliases(d.name), "targets": list(TARGETS_BY_VENDOR[d.vendor])}
                 for d in specs]
-        sys.stdout.write(json.dumps(docs, indent=2) + "\n")
+        print_json("devices", {"devices": docs})
         return
     console.print(devices_table(specs))

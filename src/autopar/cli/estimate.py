@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-import json
-import sys
+from typing import Annotated
+
+import typer
 
 from autopar.cli.app import app, console, user_errors
 from autopar.cli.config import Config
 from autopar.cli.inputs import problem_from_options, recompute_modules_option, strategy_from_options
+from autopar.cli.json_output import print_json
 from autopar.cli.options import (Cp, CpA2a, CpCommType, Device, DeviceFile, DeviceSet, Dp, EmbeddingLoss, Ep, Etp,
                                  Flash, Fp8ParamStorage, Gbs, Json, LayersPerStage, Margin, Mbs, Model, MoeImbalance,
                                  Nodes, PerNode, PipelineLayoutOpt, Pp, Precision, ProfileDb, ProfileDevice,
                                  ProfileStandsFor, RecomputeLayers, RecomputeModules, RecomputeOpt, RecomputePerStage,
-                                 ScheduleOpt, Script, SeqLen, Sp, Tp, TpCommOverlap, VocabPad,
-                                 MoeDispatcherOpt, MoeEpOverlap, VocabSize, Vpp, Zero)
+                                 ScheduleOpt, Script, SeqLen, Sp, Tp, TpCommOverlap, TpConsecutive, VocabPad,
+                                 MoeDispatcherOpt, MoeEpOverlap, VocabSize, VocabSp, VocabTp, Vpp, Zero)
 from autopar.errors import AutoparError
 
 
@@ -27,6 +29,7 @@ def estimate(
     mbs: Mbs = None, zero: Zero = None, sp: Sp = None, recompute: RecomputeOpt = None,
     tp_comm_overlap: TpCommOverlap = None, cp_comm_type: CpCommType = None, cp_a2a: CpA2a = None,
     moe_dispatcher: MoeDispatcherOpt = None, moe_ep_overlap: MoeEpOverlap = None,
+    vocab_tp: VocabTp = None, vocab_sp: VocabSp = None, tp_consecutive: TpConsecutive = None,
     recompute_layers: RecomputeLayers = None, schedule: ScheduleOpt = None, layers_per_stage: LayersPerStage = None,
     recompute_per_stage: RecomputePerStage = None, embedding_loss_split: EmbeddingLoss = None,
     pipeline_layout: PipelineLayoutOpt = None,
@@ -34,6 +37,9 @@ def estimate(
     profile_db: ProfileDb = None, profile_device: ProfileDevice = None, profile_stands_for: ProfileStandsFor = None,
     moe_token_imbalance: MoeImbalance = None, fp8_param_storage: Fp8ParamStorage = None,
     recompute_modules: RecomputeModules = None, config: Config = None,
+    detail: Annotated[bool, typer.Option("--detail", help="also each pipeline stage's forward, backward, recompute "
+                                         "and communication time and its memory (Tinker's --detail); with --json: "
+                                         "time_per_stage")] = False,
 ) -> None:
     """Estimate memory (per stage) and step time (with breakdown) of one explicit layout."""
     from autopar.estimate import estimate as run_estimate
@@ -46,7 +52,8 @@ def estimate(
                   recompute_per_stage=recompute_per_stage, account_for_embedding=embedding_loss_split,
                   account_for_loss=embedding_loss_split, recompute_modules=recompute_modules_option(p, recompute_modules),
                   tp_comm_overlap=tp_comm_overlap, cp_comm_type=cp_comm_type, cp_a2a=cp_a2a,
-                  moe_dispatcher=moe_dispatcher, moe_ep_overlap=moe_ep_overlap)
+                  moe_dispatcher=moe_dispatcher, moe_ep_overlap=moe_ep_overlap,
+                  vocab_tp=vocab_tp, vocab_sp=vocab_sp, tp_consecutive=tp_consecutive)
     from autopar.cli.profile import print_coverage, profiled
 
     with profiled(p, profile_db, profile_device, profile_stands_for) as coverage:
@@ -55,11 +62,19 @@ def estimate(
         result = run_estimate(p, strategy_from_options(p, script, layout, dp, schedule), memory_margin)
         measured = coverage and coverage([result.strategy])
     if as_json:
-        doc = result.to_dict(p.train.global_batch_size)
+        from autopar.report.ties import problem_certainty, with_ranges
+
+        bands = problem_certainty(p)
+        doc = {**with_ranges(result.to_dict(p.train.global_batch_size, detail=detail), bands),
+               "certainty": bands.to_dict()}
         if measured:
             doc["profile"] = measured
-        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        print_json("estimate", doc)
         return
     print_estimate(console, result)
+    if detail:
+        from autopar.report.stage_detail import print_stage_detail
+
+        print_stage_detail(console, result)
     if measured:
         print_coverage(measured)

@@ -10,12 +10,12 @@ import typer
 from autopar.cli.app import app, err_console, user_errors
 from autopar.cli.config import Config
 from autopar.cli.inputs import problem_from_options, recompute_modules_option, strategy_from_options
+from autopar.cli.json_output import print_json
 from autopar.cli.options import (Cp, CpA2a, CpCommType, Device, DeviceFile, DeviceSet, Dp, EmbeddingLoss, Ep, Etp,
-                                 Flash, Fp8ParamStorage, Gbs, LayersPerStage, Mbs, Model, MoeImbalance, Nodes, PerNode,
+                                 Flash, Fp8ParamStorage, Gbs, Json, LayersPerStage, Mbs, Model, MoeImbalance, Nodes, PerNode,
                                  PipelineLayoutOpt, Pp, Precision, RecomputeLayers, RecomputeModules, RecomputeOpt,
-                                 RecomputePerStage, ScheduleOpt, Script, SeqLen, Sp, Tp, TpCommOverlap, VocabPad,
-                                 MoeDispatcherOpt, MoeEpOverlap,
-                                 VocabSize, Vpp, Zero)
+                                 RecomputePerStage, ScheduleOpt, Script, SeqLen, Sp, Tp, TpCommOverlap, TpConsecutive,
+                                 MoeDispatcherOpt, MoeEpOverlap, VocabPad, VocabSize, VocabSp, VocabTp, Vpp, Zero)
 from autopar.cli.paths import refuse_overwriting_inputs
 from autopar.errors import AutoparError
 
@@ -37,12 +37,13 @@ def export(
     mbs: Mbs = None, zero: Zero = None, sp: Sp = None, recompute: RecomputeOpt = None,
     tp_comm_overlap: TpCommOverlap = None, cp_comm_type: CpCommType = None, cp_a2a: CpA2a = None,
     moe_dispatcher: MoeDispatcherOpt = None, moe_ep_overlap: MoeEpOverlap = None,
+    vocab_tp: VocabTp = None, vocab_sp: VocabSp = None, tp_consecutive: TpConsecutive = None,
     recompute_layers: RecomputeLayers = None, schedule: ScheduleOpt = None, layers_per_stage: LayersPerStage = None,
     recompute_per_stage: RecomputePerStage = None, embedding_loss_split: EmbeddingLoss = None,
     pipeline_layout: PipelineLayoutOpt = None,
     script: Script = None, vocab_size: VocabSize = None,
     moe_token_imbalance: MoeImbalance = None, fp8_param_storage: Fp8ParamStorage = None,
-    recompute_modules: RecomputeModules = None, config: Config = None,
+    recompute_modules: RecomputeModules = None, config: Config = None, as_json: Json = False,
 ) -> None:
     """Write one layout as a framework config: a search result's (--from, --rank) or an explicit one."""
     from pathlib import Path
@@ -79,7 +80,8 @@ def export(
                   recompute_per_stage=recompute_per_stage, account_for_embedding=embedding_loss_split,
                   account_for_loss=embedding_loss_split, recompute_modules=recompute_modules_option(p, recompute_modules),
                   tp_comm_overlap=tp_comm_overlap, cp_comm_type=cp_comm_type, cp_a2a=cp_a2a,
-                  moe_dispatcher=moe_dispatcher, moe_ep_overlap=moe_ep_overlap)
+                  moe_dispatcher=moe_dispatcher, moe_ep_overlap=moe_ep_overlap,
+                  vocab_tp=vocab_tp, vocab_sp=vocab_sp, tp_consecutive=tp_consecutive)
     if from_result:
         given = sorted(k for k, v in {**layout, "dp": dp, "schedule": schedule}.items() if v is not None)
         if given:
@@ -90,6 +92,7 @@ def export(
         strategy = strategy_from_options(p, script, layout, dp, schedule, target=fmt)
     check_strategy(p, strategy)
     text = WRITERS[fmt](p, strategy)
+    written: list = []
     if out and fmt in FILE_WRITERS:  # several files (deepspeed: the JSON and the script that reads it)
         written = FILE_WRITERS[fmt](p, strategy, Path(out))
         err_console.print(f"wrote {', '.join(map(str, written))}", highlight=False)
@@ -98,6 +101,13 @@ def export(
             Path(out).write_text(text)
         except OSError as err:
             raise AutoparError(f"--out={out!r}: cannot write ({err.strerror})") from None
+        written = [Path(out)]
         err_console.print(f"wrote {out}", highlight=False)
-    else:
+    elif not as_json:
         sys.stdout.write(text)
+    if as_json:
+        from autopar.estimate import estimate
+
+        print_json("export", {"format": fmt, "text": text,
+                              "files": [{"path": str(f), "text": Path(f).read_text()} for f in written],
+                              "layout": estimate(p, strategy).to_dict(p.train.global_batch_size)})

@@ -137,7 +137,8 @@ def strategy_from_options(p: Problem, script: str | None, layout: dict[str, Any]
     """The explicit layout: options given, else the script's layout, else the defaults
     (:data:`autopar.specs.script_cli.LAYOUT_FALLBACKS`; sequence parallelism on with tp > 1 where
     the ``target`` export format runs it: :func:`autopar.specs.script_cli.sequence_parallel_default`);
-    ``dp`` None = world / (tp * pp * cp).
+    ``dp`` None = world / (tp * pp * cp). Galvatron's ``vocab_tp`` / ``vocab_sp`` / ``tp_consecutive``
+    (``layout`` keys, optional) are set only where given (no script has them).
 
     Raises:
         AutoparError: a size outside 1..:data:`~autopar.specs.model.MAX_SIZE`, tp * pp * cp not
@@ -154,6 +155,9 @@ def strategy_from_options(p: Problem, script: str | None, layout: dict[str, Any]
 
     split = layout.pop("layers_per_stage")
     per_stage = layout.pop("recompute_per_stage", None)
+    galvatron = {k: v for k in ("vocab_tp", "vocab_sp", "tp_consecutive") if (v := layout.pop(k, None)) is not None}
+    if "vocab_tp" in galvatron:
+        positive("--vocab-tp", galvatron["vocab_tp"])
     if split:
         try:
             layout["layers_per_stage"] = tuple(int(x) for x in split.split(","))
@@ -212,6 +216,6 @@ def strategy_from_options(p: Problem, script: str | None, layout: dict[str, Any]
                 f"{p.model.name}'s heads, KV heads and FFN widths allow)")
         dp = p.world_size // model_size
     try:
-        return Strategy(dp=dp, schedule=schedule or ("interleaved" if lay["vpp"] > 1 else "1f1b"), **lay)
+        return Strategy(dp=dp, schedule=schedule or ("interleaved" if lay["vpp"] > 1 else "1f1b"), **lay, **galvatron)
     except ValidationError as err:
         raise from_validation_error(err, "layout", as_option=True) from None

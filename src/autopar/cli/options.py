@@ -86,7 +86,16 @@ CpA2a = Annotated[Optional[int], typer.Option(
     "--hierarchical-context-parallel-sizes A P, MindSpeed --ulysses-degree-in-cp)")]
 RecomputeOpt = Annotated[Optional[str], typer.Option("--recompute", help="none | selective | full [default: none]")]
 RecomputeLayers = Annotated[Optional[int], typer.Option("--recompute-layers", help="full recompute: layers per chunk")]
-ScheduleOpt = Annotated[Optional[str], typer.Option("--schedule", help="1f1b | interleaved (default from vpp)")]
+ScheduleOpt = Annotated[Optional[str], typer.Option("--schedule", help="1f1b | interleaved | gpipe (Galvatron's "
+                                                    "pipeline_type gpipe) (default from vpp)")]
+VocabTp = Annotated[Optional[int], typer.Option(
+    "--vocab-tp", help="tensor-parallel degree of the embedding and output layer, Galvatron's vtp [default: tp]")]
+VocabSp = Annotated[Optional[bool], typer.Option(
+    "--vocab-sp/--no-vocab-sp", help="the embedding and output layer split the sequence over --vocab-tp ranks "
+    "(Ulysses), Galvatron's vsp [default: off]")]
+TpConsecutive = Annotated[Optional[bool], typer.Option(
+    "--tp-consecutive/--no-tp-consecutive", help="TP groups on consecutive ranks; --no-tp-consecutive strides them "
+    "over the data-parallel ranks (Galvatron's tp_consecutive_flags 0; needs cp 1) [default: on]")]
 LayersPerStage = Annotated[Optional[str], typer.Option("--layers-per-stage", help="explicit split, e.g. 7,8,8,7")]
 RecomputePerStage = Annotated[Optional[str], typer.Option(
     "--recompute-per-stage", help="recompute option of each stage, e.g. full,selective,none,none")]

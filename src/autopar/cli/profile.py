@@ -16,9 +16,10 @@ from typing import Annotated, Optional
 import typer
 from rich.progress import Progress
 
-from autopar.cli.app import console, user_errors
-from autopar.cli.options import (Device, DeviceFile, DeviceSet, Flash, Gbs, Model, Nodes, PerNode, Precision, SeqLen,
-                                 VocabPad)
+from autopar.cli.app import console, err_console, user_errors
+from autopar.cli.json_output import print_json
+from autopar.cli.options import (Device, DeviceFile, DeviceSet, Flash, Gbs, Json, Model, Nodes, PerNode, Precision,
+                                 SeqLen, VocabPad)
 from autopar.cli.inputs import positive, problem_from_options
 from autopar.errors import AutoparError
 from autopar.profile.opdb import OpDB, make_folder
@@ -160,9 +161,12 @@ def _require(*modules: str) -> None:
         raise AutoparError(f"profile: needs {', '.join(absent)}; install autopar's 'profile' extra (pip install torch transformers)")
 
 
-def _measure_all(db: OpDB, ops: list, dtype: str, repeats: int, given_device: str | None) -> int:
+def _measure_all(db: OpDB, ops: list, dtype: str, repeats: int, given_device: str | None, out=console) -> dict:
     """Measure the (op, dims) of ``ops`` missing from ``db`` in ``dtype`` and record this machine
-    (:func:`autopar.profile.ops.measured_on`, with the run's ``--device``); returns how many."""
+    (:func:`autopar.profile.ops.measured_on`, with the run's ``--device``); progress and notes go
+    to the rich console ``out``. Returns the ``profile ops --json`` content: ``{"db", "device"
+    (this machine's name), "dtype", "shapes", "already_measured", "measured": [{"op", "dims",
+    "fwd_s", "bwd_s"}]}``."""
     _require("torch")
     from autopar.profile import ops as O
 
@@ -171,19 +175,22 @@ def _measure_all(db: OpDB, ops: list, dtype: str, repeats: int, given_device: st
     record = O.measured_on(given_device, versions)
     db.put_measured_on(record)
     if given_device is not None and record.preset != given_device:
-        console.print(f"[yellow]note:[/] measuring on {name!r}, not on a {given_device}: search --device "
+        out.print(f"[yellow]note:[/] measuring on {name!r}, not on a {given_device}: search --device "
                       f"{given_device} uses these rows only with --profile-stands-for {given_device}", highlight=False)
     todo = [(op, dims) for op, dims in ops if not db.has(name, op, dims, dtype, versions)]
-    console.print(f"{name}: {len(ops)} shapes, {len(ops) - len(todo)} already measured, {len(todo)} to go",
-                  highlight=False)
-    with Progress(console=console) as bar:
+    out.print(f"{name}: {len(ops)} shapes, {len(ops) - len(todo)} already measured, {len(todo)} to go",
+              highlight=False)
+    measured = []
+    with Progress(console=out) as bar:
         task = bar.add_task("profiling ops", total=len(todo))
         for op, dims in todo:
             bar.update(task, description=f"{op} {dims}")
             fwd, bwd, moved = O.measure(op, dims, dtype, device, repeats=repeats)
             db.put(name, op, dims, dtype, versions, fwd, bwd, moved, repeats)
+            measured.append({"op": op, "dims": dims, "fwd_s": fwd[0], "bwd_s": bwd[0]})
             bar.advance(task)
-    return len(todo)
+    return {"db": str(db.path), "device": name, "dtype": dtype, "shapes": len(ops),
+            "already_measured": len(ops) - len(todo), "measured": measured}
 
 
 @profile_app.command()
@@ -197,7 +204,7 @@ def ops(
     cp: int = 1, ep: int = 1, etp: Optional[int] = None, mbs: int = 1,
     sp: Annotated[Optional[bool], typer.Option("--sp/--no-sp", help="sequence parallelism [default: on with tp > 1]")] = None,
     missing_from: Annotated[Optional[str], typer.Option(help="a --json result of search/estimate --profile-db")] = None,
-    repeats: int = 5,
+    repeats: int = 5, as_json: Json = False,
 ) -> None:
     """Measure the operator shapes a search needs (only those missing from the database)."""
     positive("--repeats", repeats, upper=1000)
@@ -238,7 +245,9 @@ def ops(
         planned = p.cluster.device.name
     make_folder(db, "--db")
     _require("torch")  # after the options are checked, before OpDB creates an empty --db file
-    _measure_all(OpDB(db, "--db"), wanted, dtype, repeats, planned)
+    doc = _measure_all(OpDB(db, "--db"), wanted, dtype, repeats, planned, err_console if as_json else console)
+    if as_json:
+        print_json("profile-ops", doc)
 
 
 @profile_app.command()
@@ -250,7 +259,7 @@ def layer(
     moe: Annotated[bool, typer.Option("--moe/--dense", help="profile a MoE layer (else a dense one)")] = False,
     fused: Annotated[bool, typer.Option("--fused/--hf", help="Megatron-equivalent kernels (saved bytes), or HF's "
                                         "as they are (real SDPA: the times --profile-db uses)")] = True,
-    repeats: int = 3,
+    repeats: int = 3, as_json: Json = False,
 ) -> None:
     """Profile the model's own decoder layer at one shard's width (time, saved bytes, CUDA peak)."""
     _require("torch", "transformers")
@@ -274,6 +283,7 @@ def layer(
     store = OpDB(db, "--db")
     versions = O.library_versions()
     store.put_measured_on(O.measured_on(None, versions))
+    rows = []
     for option in recompute or ["none", "selective", "full"]:
         prof = profile_layer(layer_mod, rotary, shard, option, device, torch.bfloat16, repeats=repeats)
         dims = layer_dims(model_from_hf_dict(raw, name=Path(model).stem), tp, cp, ep, shard.etp, mbs, seq_len, moe,
@@ -281,16 +291,24 @@ def layer(
         store.put(name, "layer", dims, "bf16", versions, (prof.fwd_s, prof.fwd_spread_s),
                   (prof.bwd_s, prof.bwd_spread_s), 0.0, repeats, prof.saved_bytes, prof.peak_bytes)
         analytic = analytic_layer_bytes(raw, shard, option, moe)
+        rows.append({"recompute": option, "fwd_s": prof.fwd_s, "bwd_s": prof.bwd_s, "saved_bytes": prof.saved_bytes,
+                     "analytic_saved_bytes": analytic, "peak_bytes": prof.peak_bytes})
+        if as_json:
+            continue
         peak = f", CUDA peak {prof.peak_bytes / 2**20:.1f} MiB" if prof.peak_bytes is not None else ""
         console.print(f"{option:9s} fwd {prof.fwd_s * 1e3:.2f} ms  bwd {prof.bwd_s * 1e3:.2f} ms  saved "
                       f"{prof.saved_bytes / 2**20:.2f} MiB (analytic {analytic / 2**20:.2f}){peak}", highlight=False)
+    if as_json:
+        print_json("profile-layer", {"db": db, "device": name, "model": model, "moe": moe, "fused": fused,
+                                     "shard": {"tp": tp, "cp": cp, "ep": ep, "etp": shard.etp, "mbs": mbs,
+                                               "seq_len": seq_len}, "layers": rows})
 
 
 @profile_app.command()
 @user_errors
 def comm(
     db: Db, sizes: Annotated[str, typer.Option(help="message sizes in bytes, comma-separated")] = "65536,1048576,8388608",
-    repeats: int = 5,
+    repeats: int = 5, as_json: Json = False,
 ) -> None:
     """Sweep collectives (run under torchrun) and fit latency + bus bandwidth per link class."""
     _require("torch")
@@ -318,8 +336,9 @@ def comm(
         samples = sweep(message_bytes, repeats)
     finally:
         dist.destroy_process_group()
-    if not samples:
+    if not samples:  # a rank other than 0: rank 0 reports
         return
+    out = err_console if as_json else console
     _, name = O.local_device()
     versions = O.library_versions() + f" backend={backend}"
     ranks_per_node = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", 1)))
@@ -327,14 +346,20 @@ def comm(
     store.put_measured_on(O.measured_on(None, versions))
     for row in samples:
         store.put_comm(name, *row, versions)
+    fits = []
     for collective in COLLECTIVES:
         for link in sorted({s[1] for s in samples}):
             points = [(g, b, t) for c, lk, g, b, t in samples if c == collective and lk == link]
             try:
                 alpha, bw = fit(points, collective)
             except ValueError as err:
-                console.print(f"[yellow]skip[/] {link} {err}", highlight=False)
+                out.print(f"[yellow]skip[/] {link} {err}", highlight=False)
                 continue
             store.put_comm_fit(name, collective, link, alpha, bw, len(points), ranks_per_node, versions)
-            console.print(f"{link:5s} {collective:14s} alpha {alpha * 1e6:8.2f} us/step  bus bandwidth "
+            fits.append({"collective": collective, "link": link, "alpha_s": alpha, "bus_bandwidth_bytes_per_s": bw,
+                         "samples": len(points)})
+            out.print(f"{link:5s} {collective:14s} alpha {alpha * 1e6:8.2f} us/step  bus bandwidth "
                           f"{bw / 1e9:8.3f} GB/s  ({len(points)} samples)", highlight=False)
+    if as_json:
+        print_json("profile-comm", {"db": db, "device": name, "backend": backend, "ranks_per_node": ranks_per_node,
+                                    "samples": len(samples), "fits": fits})

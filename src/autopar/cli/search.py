@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import sys
 from typing import Annotated, Optional
 
 import typer
@@ -12,7 +10,9 @@ from rich.markup import escape
 import autopar.cli.search_options as S
 from autopar.cli.app import app, console, err_console, user_errors
 from autopar.cli.config import Config
+from autopar.cli.layerwise import Layerwise
 from autopar.cli.inputs import positive, problem_from_options, recompute_modules_option
+from autopar.cli.json_output import print_json
 from autopar.cli.options import (
     Device,
     DeviceFile,
@@ -106,13 +106,15 @@ def search(
     tp: S.Tp = None, pp: S.Pp = None, dp: S.Dp = None, cp: S.Cp = None, vpp: S.Vpp = None, ep: S.Ep = None,
     etp: S.Etp = None, mbs: S.Mbs = None, num_microbatches: S.Microbatches = None, zero: S.Zero = None,
     recompute: S.Recompute = None, schedule: S.Schedule = None, sp: S.Sp = None,
-    tp_comm_overlap: S.TpCommOverlap = None, cp_comm_type: S.CpCommType = None, no_tp: S.NoTp = False,
+    tp_comm_overlap: S.TpCommOverlap = None, cp_comm_type: S.CpCommType = None, vocab_tp: S.VocabTp = None,
+    vocab_sp: S.VocabSp = None, tp_consecutive: S.TpConsecutive = None, no_tp: S.NoTp = False,
     no_pp: S.NoPp = False, no_cp: S.NoCp = False, no_ep: S.NoEp = False, no_vpp: S.NoVpp = False,
     no_fsdp: S.NoFsdp = False, no_recompute: S.NoRecompute = False, explain: S.Explain = None,
     gbs_range: S.GbsRange = None, plot: S.Plot = None, config: Config = None,
     verify: Annotated[Optional[int], typer.Option("--verify", help="then run the top K layouts for a few iterations "
                                                   "with --script (autopar verify's defaults: local torchrun, 10 "
                                                   "iterations, jobs in out/verify)")] = None,
+    layerwise: Layerwise = False,
 ) -> None:
     """Search every valid layout, drop those that do not fit, rank the rest by step time."""
     from autopar.export.megatron import megatron_args
@@ -122,12 +124,19 @@ def search(
     from autopar.space import SpaceOptions
 
     S.check_modes(gbs_range, plot, explain, write_script, report)
+    if layerwise:
+        from autopar.cli.layerwise import refuse_modes
+
+        refuse_modes(target, {"--gbs-range": gbs_range, "--explain": explain, "--write-script": write_script,
+                              "--report": report, "--verify": verify is not None})
+        target = target or "galvatron"
     _search_outputs(model, script, device_file, profile_db, write_script, report, positive("--top", top, upper=1000),
                     plot)
     constraints = S.constraints_from_options(
         tp, pp, dp, cp, vpp, ep, etp, mbs, num_microbatches, zero, recompute, schedule, sp,
         {"--no-tp": no_tp, "--no-pp": no_pp, "--no-cp": no_cp, "--no-ep": no_ep, "--no-vpp": no_vpp,
-         "--no-fsdp": no_fsdp, "--no-recompute": no_recompute}, tp_comm_overlap, cp_comm_type)
+         "--no-fsdp": no_fsdp, "--no-recompute": no_recompute}, tp_comm_overlap, cp_comm_type,
+        (vocab_tp, vocab_sp, tp_consecutive))
     p = problem_from_options(model, device, nodes, devices_per_node, gbs, seq_len, precision, device_file, device_set,
                  flash_attention, vocab_pad, script, vocab_size, moe_token_imbalance, fp8_param_storage)
     from autopar.search.grid import for_target
@@ -151,6 +160,10 @@ def search(
     with profiled(p, ops_db, profile_device, profile_stands_for) as coverage:
         modules = recompute_modules_option(p, recompute_modules)
         options = SpaceOptions(recompute_modules=modules) if modules else None
+        if layerwise:
+            from autopar.cli.layerwise import run_layerwise
+
+            return run_layerwise(console, p, constraints, as_json, memory_margin)
         if gbs_range:
             from autopar.report.batch import run_batch_search
 
@@ -180,8 +193,10 @@ def search(
         from autopar.cli.verify import verify_search
 
         verified = verify_search(p, result.layouts, verify, script, target)
+    from autopar.report.ties import problem_certainty, search_document
+
     if as_json:
-        doc = result.to_dict()
+        doc = search_document(p, result)
         doc["megatron_args"] = best_args
         if verify is not None:
             doc["verify"] = verified
@@ -191,12 +206,12 @@ def search(
             doc["calibration"] = calibration
         if explained:
             doc["explain"] = explained.to_dict()
-        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        print_json("search", doc)
         return
     console.print(f"[bold]{p.model.name}[/] ({p.model.num_params / 1e9:.1f} B params) on {p.cluster.num_nodes} x "
                   f"{p.cluster.devices_per_node} {p.cluster.device.name}, gbs {p.train.global_batch_size}, "
                   f"seq {p.train.seq_len}, {p.train.precision}")
-    console.print(search_table(result))
+    console.print(search_table(result, problem_certainty(p)))
     console.print(search_summary(result), highlight=False, soft_wrap=True)
     if best_args is None:
         console.print(f"\nMegatron-LM cannot run #1 ({escape(best_args_refused)}): write it with autopar export "

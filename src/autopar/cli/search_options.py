@@ -35,7 +35,15 @@ Mbs = Annotated[Optional[str], _set("--mbs", "micro-batch size")]
 Microbatches = Annotated[Optional[str], _set("--num-microbatches", "micro-batch count (gbs / (mbs x dp))")]
 Zero = Annotated[Optional[str], _set("--zero", "ZeRO stage, 0-3")]
 Recompute = Annotated[Optional[str], _set("--recompute", "recompute: none | selective | full")]
-Schedule = Annotated[Optional[str], _set("--schedule", "pipeline schedule: 1f1b | interleaved")]
+Schedule = Annotated[Optional[str], _set("--schedule", "pipeline schedule: 1f1b | interleaved | gpipe")]
+VocabTp = Annotated[Optional[str], _set("--vocab-tp", "embedding/output-layer TP degree (Galvatron's vtp; "
+                                        "--target galvatron searches it)")]
+VocabSp = Annotated[Optional[bool], typer.Option(
+    "--vocab-sp/--no-vocab-sp", help="keep only layouts with (without) sequence-split vocabulary layers (Galvatron's "
+    "vsp)", rich_help_panel="Constraints")]
+TpConsecutive = Annotated[Optional[bool], typer.Option(
+    "--tp-consecutive/--no-tp-consecutive", help="keep only layouts with consecutive (strided) TP groups "
+    "(Galvatron's tp_consecutive_flags)", rich_help_panel="Constraints")]
 Sp = Annotated[Optional[bool], typer.Option("--sp/--no-sp", help="keep only layouts with (without) Megatron "
                                             "sequence parallelism", rich_help_panel="Constraints")]
 TpCommOverlap = Annotated[Optional[bool], typer.Option(
@@ -52,7 +60,8 @@ NoFsdp = Annotated[bool, _off("--no-fsdp", "FSDP (ZeRO-3)")]
 NoRecompute = Annotated[bool, _off("--no-recompute", "activation recompute (recompute none)")]
 Explain = Annotated[Optional[str], typer.Option(
     "--explain", help="where this layout ranks and why, or what drops it: 'tp=4,pp=4,vpp=5,cp=2,mbs=1' "
-    "(keys: tp pp dp cp vpp ep etp mbs zero recompute schedule sp num_microbatches) or a table label "
+    "(keys: tp pp dp cp vpp ep etp mbs zero recompute schedule sp num_microbatches vocab_tp vocab_sp "
+    "tp_consecutive) or a table label "
     "such as 'tp4+sp pp4x5 cp2 dp2'")]
 GbsRange = Annotated[Optional[str], typer.Option(
     "--gbs-range", help="batch-size search instead of one search: FIRST:LAST (powers of two), FIRST:LAST:STEP "
@@ -66,8 +75,11 @@ def constraints_from_options(tp: str | None, pp: str | None, dp: str | None, cp:
                              ep: str | None, etp: str | None, mbs: str | None, num_microbatches: str | None,
                              zero: str | None, recompute: str | None, schedule: str | None, sp: bool | None,
                              switches: dict[str, bool], tp_comm_overlap: bool | None = None,
-                             cp_comm_type: str | None = None) -> list[Constraint]:
-    """The :class:`Constraint` list of ``search``'s options (None / False = not given).
+                             cp_comm_type: str | None = None,
+                             galvatron: tuple[str | None, bool | None, bool | None] = (None, None, None),
+                             ) -> list[Constraint]:
+    """The :class:`Constraint` list of ``search``'s options (None / False = not given);
+    ``galvatron``: ``--vocab-tp``, ``--vocab-sp``, ``--tp-consecutive``.
 
     Raises:
         AutoparError: a bad value or a contradicting switch (:func:`parse_constraints`).
@@ -75,7 +87,8 @@ def constraints_from_options(tp: str | None, pp: str | None, dp: str | None, cp:
     pinned = {"--tp": tp, "--pp": pp, "--dp": dp, "--cp": cp, "--vpp": vpp, "--ep": ep, "--etp": etp, "--mbs": mbs,
               "--num-microbatches": num_microbatches, "--zero": zero, "--recompute": recompute,
               "--schedule": schedule, "--sp": _on_off(sp), "--tp-comm-overlap": _on_off(tp_comm_overlap),
-              "--cp-comm-type": cp_comm_type}
+              "--cp-comm-type": cp_comm_type, "--vocab-tp": galvatron[0], "--vocab-sp": _on_off(galvatron[1]),
+              "--tp-consecutive": _on_off(galvatron[2])}
     return parse_constraints(pinned, switches)
 
 

@@ -7,8 +7,6 @@ prints predicted vs measured, re-ranked by the measurement (:mod:`autopar.verify
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -19,6 +17,7 @@ from autopar.cli.app import app, console, err_console, user_errors
 from autopar.cli.options import (Device, DeviceFile, DeviceSet, Flash, Gbs, Json, Model, Nodes, PerNode, Precision,
                                  SeqLen, VocabPad, VocabSize)
 from autopar.cli.inputs import positive, problem_from_options
+from autopar.cli.json_output import print_json
 from autopar.errors import AutoparError
 
 LAUNCHERS = ("local", "slurm", "none")
@@ -184,7 +183,7 @@ def _report(jobs: list, results: list, as_json: bool) -> None:
         png.write_bytes(report_png(jobs, results))
         err_console.print(f"wrote {png}", highlight=False)
     if as_json:
-        sys.stdout.write(json.dumps(report_doc(jobs, results), indent=2) + "\n")
+        print_json("verify", report_doc(jobs, results))
         return
     console.print(report_table(jobs, results))
     for job in jobs:
@@ -227,7 +226,7 @@ def calibrate(
         writer.put_calibration(f.device, f.framework, {c: (f.multipliers[c], f.runs[c], f.applied[c]) for c in CLASSES})
     writer.close()
     if as_json:
-        sys.stdout.write(json.dumps([f.to_dict() for f in fits], indent=2) + "\n")
+        print_json("calibrate", {"fits": [f.to_dict() for f in fits]})
         return
     for f in fits:
         t = Table(title=f"{f.device}, {f.framework}: {f.runs_used} runs")

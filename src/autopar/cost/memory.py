@@ -29,7 +29,10 @@ block on the last stage (:mod:`autopar.cost.mtp`) add to the activations.
 Activations: :mod:`autopar.cost.activations` per layer and micro-batch, times the
 micro-batches a stage holds in flight under its schedule (Narayanan et al., SC'21, sec. 2.2.1:
 1F1B stage ``i`` holds ``pp - i``; interleaved rank ``i`` runs ``2*(pp-i-1) + (vpp-1)*pp + 1``
-warm-up chunks, which gives Megatron's ``1 + (pp-1)/(pp*vpp)`` factor on stage 0).
+warm-up chunks, which gives Megatron's ``1 + (pp-1)/(pp*vpp)`` factor on stage 0; GPipe, Galvatron's
+``pipeline_type`` gpipe, runs every forward before the first backward, so every stage holds all
+``num_microbatches``: Huang et al., NeurIPS 2019, sec. 2.3; Galvatron ``pipeline.py``
+``gpipe_forward`` / ``gpipe_backward``).
 """
 
 from __future__ import annotations
@@ -40,8 +43,10 @@ import numpy as np
 
 from autopar.cost import activations as act
 from autopar.cost import fp8
+from autopar.cost import grad_accumulation
 from autopar.cost import framework_memory as fw_mem
 from autopar.cost import tp_overlap
+from autopar.cost import vocab
 from autopar.cost import moe as moe_cost
 from autopar.cost import mtp
 from autopar.cost.params import StageParams, layer_kinds, stage_params
@@ -95,6 +100,7 @@ def in_flight_microbatches(batch: LayoutBatch, stages: Stages) -> np.ndarray:
     one_f_one_b = np.minimum(batch.pp - stages.index, batch.num_microbatches)
     chunks = 2 * (batch.pp - stages.index - 1) + (batch.vpp - 1) * batch.pp + 1
     chunks = np.minimum(chunks, batch.num_microbatches * batch.vpp)
+    one_f_one_b = np.where(batch.gpipe, batch.num_microbatches, one_f_one_b)  # GPipe: every micro-batch
     return np.where(batch.vpp > 1, chunks / batch.vpp, one_f_one_b).astype(np.float64)
 
 
@@ -122,7 +128,8 @@ def stage_activation_bytes(p: Problem, batch: LayoutBatch, stages: Stages) -> np
 
     in_flight = in_flight_microbatches(batch, stages)
     first, last = stages.is_first(), stages.is_last(batch)
-    embedding = np.where(first, np.minimum(batch.pp, batch.num_microbatches) * act.embedding_bytes(p, batch), 0.0)
+    embedding_in_flight = np.where(batch.gpipe, batch.num_microbatches, np.minimum(batch.pp, batch.num_microbatches))
+    embedding = np.where(first, embedding_in_flight * act.embedding_bytes(p, batch), 0.0)
     output = np.where(last, fw_mem.output_bytes(p, batch), 0.0) + np.where(stages.holds_mtp(batch),
                                                                            mtp.activation_bytes(p, batch), 0.0)
     dispatch = np.where(n_moe > 0, moe_cost.dispatcher_buffer_bytes(p, batch), 0.0)  # one MoE layer at a time
@@ -137,6 +144,13 @@ def stage_memory(p: Problem, batch: LayoutBatch, stages: Stages) -> MemoryBreakd
     expert_group = p.world_size / (batch.etp * batch.ep * batch.pp)
     dw, dg, do = model_state_bytes(params.dense, dense_group, batch.zero, state[0], state[1], state[3], state[2])
     ew, eg, eo = model_state_bytes(params.experts, expert_group, batch.zero, state[0], state[1], state[3], state[2])
+    # Galvatron's vtp/vsp: the vocabulary matrices are ZeRO-sharded over their own group (autopar.cost.vocab).
+    own = vocab.own_layout(batch)
+    mine = model_state_bytes(params.vocab, vocab.data_parallel_ranks(batch), batch.zero, state[0], state[1], state[3],
+                             state[2])
+    as_layers = model_state_bytes(params.vocab, dense_group, batch.zero, state[0], state[1], state[3], state[2])
+    dw, dg, do = (x + np.where(own, a - b, 0.0) for x, a, b in zip((dw, dg, do), mine, as_layers))
+    dg = dg + grad_accumulation.unsharded_grad_bytes(p, batch, params.total)  # Galvatron's no_sync accumulation
     gathered = fw_mem.unsharded_param_bytes(p, batch, params.layer_max, stages.is_first(), stages.is_last(batch),
                                             params.total)
     weights = dw + ew + fp8.extra_memory_bytes(p, batch, stages)

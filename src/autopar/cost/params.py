@@ -15,7 +15,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from autopar.cost import mtp
+from autopar.cost import mtp, vocab
 from autopar.cost.stage import Stages
 from autopar.problem import Problem
 from autopar.specs import ModelSpec
@@ -27,12 +27,15 @@ class StageParams:
     """Parameter counts (elements) on one device of a stage; arrays of shape ``(n,)``.
 
     ``dense`` is sharded for the optimizer over the dp*cp group, ``experts`` over the
-    expert-data-parallel group.
+    expert-data-parallel group; ``vocab`` is the part of ``dense`` that is the embedding and
+    output matrices, whose group differs with Galvatron's ``vtp``/``vsp``
+    (:func:`autopar.cost.vocab.data_parallel_ranks`).
     """
 
     dense: np.ndarray
     experts: np.ndarray
     layer_max: np.ndarray  # largest single decoder layer on the device (ZeRO-3 gather unit)
+    vocab: np.ndarray | float = 0.0  # the embedding / output matrices among ``dense`` (autopar.cost.vocab)
 
     @property
     def total(self) -> np.ndarray:
@@ -60,7 +63,7 @@ def stage_params(p: Problem, batch: LayoutBatch, stages: Stages) -> StageParams:
     replicated = cum_rep[end] - cum_rep[stages.start]
     experts = (cum_exp[end] - cum_exp[stages.start]) / (batch.ep * batch.etp)
 
-    vocab_shard = p.padded_vocab(batch.tp) * model.hidden_size / batch.tp
+    vocab_shard = vocab.matrix_shard_params(p, batch)  # padded_vocab(tp) * h / tp unless vtp/vsp differ
     positions = model.hidden_size * (model.max_position_embeddings or 0) if model.position_embedding == "learned" else 0
     first, last = stages.is_first(), stages.is_last(batch)
     embedding = np.where(first, vocab_shard + positions, 0.0)
@@ -73,7 +76,8 @@ def stage_params(p: Problem, batch: LayoutBatch, stages: Stages) -> StageParams:
     dense = tp_part + replicated + embedding + head + final_norm + np.where(holds, mtp_dense, 0.0)
     experts = experts + np.where(holds, mtp_experts, 0.0)
     layer_max = biggest[0] / batch.tp + biggest[1] + biggest[2] / (batch.ep * batch.etp)
-    return StageParams(dense=dense, experts=experts, layer_max=layer_max)
+    return StageParams(dense=dense, experts=experts, layer_max=layer_max,
+                       vocab=np.where(first, vocab_shard, 0.0) + head)
 
 
 @lru_cache(maxsize=64)

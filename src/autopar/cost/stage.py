@@ -96,5 +96,7 @@ def all_stages(p: Problem, s: Strategy) -> tuple[LayoutBatch, Stages]:
     m = s.num_microbatches(p.train.global_batch_size)
     in_flight = np.array([chunk_in_flight(s.pp, s.vpp, r, m) @ decoder[r] / max(int(layers[r]), 1)
                           for r in range(s.pp)])
+    if s.schedule == "gpipe":  # every forward before the first backward (autopar.cost.memory)
+        in_flight = np.full(s.pp, float(m))
     mtp = np.arange(s.pp) == layout.mtp_rank
     return batch, Stages(index=np.arange(s.pp), start=start, layers=layers, mtp=mtp, in_flight=in_flight)

@@ -40,13 +40,16 @@ from autopar.cost import cp_comm
 from autopar.cost import compute as C
 from autopar.cost import flops as F
 from autopar.cost import framework
+from autopar.cost import grad_accumulation
 from autopar.cost import host
 from autopar.cost import moe as moe_cost
 from autopar.cost import moe_dispatch
 from autopar.cost import offload
 from autopar.cost import mtp
 from autopar.cost import recompute as recompute_cost
+from autopar.cost import placement
 from autopar.cost import tp_overlap
+from autopar.cost import vocab
 from autopar.cost.params import StageParams, layer_kinds
 from autopar.cost.stage import Stages
 from autopar.problem import Problem
@@ -100,7 +103,7 @@ def stage_time(p: Problem, batch: LayoutBatch, stages: Stages) -> StageTime:
     # a Megatron MoE layer without shared experts has only its attention's (autopar.cost.moe).
     n_tokens = F.tokens(p, batch)
     act_bytes = F.BF16 * n_tokens * p.model.hidden_size
-    one_collective = comm.all_reduce_s(p, act_bytes, batch.tp, 1)
+    one_collective = comm.all_reduce_s(p, act_bytes, batch.tp, placement.tp_stride(batch))
     moe_mlp_pairs = moe_cost.mlp_tp_collective_pairs(p)
     fwd_pairs = 2 * n_dense + (1 + moe_mlp_pairs) * n_moe
     recomputed_pairs = recomputed * fwd_pairs / np.maximum(stages.layers, 1)
@@ -111,12 +114,16 @@ def stage_time(p: Problem, batch: LayoutBatch, stages: Stages) -> StageTime:
     bwd_dense = tp_overlap.layer_backward_tp_s(p, batch, one_collective, tp_overlap.overlap_gemms_s(p, batch, moe=False))
     bwd_moe = tp_overlap.layer_backward_tp_s(p, batch, one_collective,
                                              tp_overlap.overlap_gemms_s(p, batch, moe=True)[:1 + moe_mlp_pairs])
+    # Galvatron's vtp/vsp: the embedding's and output layer's collectives on their own group (autopar.cost.vocab).
+    vocab_extra = (first + last) * np.where(vocab.own_layout(batch), vocab.layer_collective_s(p, batch) - one_collective,
+                                            0.0)
     tp = (fwd_pairs + recomputed_pairs + selective_pairs + first + last) * one_collective \
-        + n_dense * bwd_dense + n_moe * bwd_moe
+        + n_dense * bwd_dense + n_moe * bwd_moe + vocab_extra
     # Strategy.tp_comm_overlap (TE userbuffers, torchtitan async TP, MindSpeed MC2): every collective
     # pipelined with its GEMM's chunks (autopar.cost.tp_overlap.comm_overlap_tp_s).
     gemm = (3 * n_dense + recomputed) * dense.gemm_s + 3 * n_moe * moe.gemm_s
-    tp = np.where(batch.tp_comm_overlap, tp_overlap.comm_overlap_tp_s(batch, tp_collectives * one_collective, gemm), tp)
+    tp = np.where(batch.tp_comm_overlap,
+                  tp_overlap.comm_overlap_tp_s(batch, tp_collectives * one_collective, gemm) + vocab_extra, tp)
 
     # Context parallel (autopar.cost.attention): per ring step the next K/V block (backward: K/V
     # and the running dK/dV) travels while the step's attention kernel runs; the excess of a step
@@ -241,11 +248,12 @@ def dp_exposed_s(p: Problem, batch: LayoutBatch, params: StageParams, t: StageTi
     dense_group = batch.dp * batch.cp
     # Dense models have no expert collectives (a zero-byte ring would still pay its latency).
     expert_group = np.where(params.experts > 0, p.world_size // (batch.etp * batch.ep * batch.pp), 1)
-    ar = comm.all_reduce_s(p, params.dense * g, dense_group, batch.tp) + comm.all_reduce_s(
+    dp_stride = placement.dp_stride(batch)  # tp, or 1 with Galvatron's non-consecutive TP groups
+    ar = comm.all_reduce_s(p, params.dense * g, dense_group, dp_stride) + comm.all_reduce_s(
         p, params.experts * g, expert_group, batch.etp * batch.ep)
-    rs = comm.reduce_scatter_s(p, params.dense * g, dense_group, batch.tp) + comm.reduce_scatter_s(
+    rs = comm.reduce_scatter_s(p, params.dense * g, dense_group, dp_stride) + comm.reduce_scatter_s(
         p, params.experts * g, expert_group, batch.etp * batch.ep)
-    ag = comm.all_gather_s(p, params.dense * 2, dense_group, batch.tp) + comm.all_gather_s(
+    ag = comm.all_gather_s(p, params.dense * 2, dense_group, dp_stride) + comm.all_gather_s(
         p, params.experts * 2, expert_group, batch.etp * batch.ep)
     fwd, bwd = t.forward_s, t.backward_s + t.recompute_s
     m = batch.num_microbatches
@@ -253,7 +261,7 @@ def dp_exposed_s(p: Problem, batch: LayoutBatch, params: StageParams, t: StageTi
     layers = p.model.num_layers // batch.pp
     per_chunk = np.where(batch.recompute_layers > 0, batch.recompute_layers * batch.vpp, layers)
     recomputed = np.where(batch.recompute == 2, np.minimum(per_chunk, layers), 0)
-    _, alpha = comm.group_bus_bandwidth(p, dense_group, batch.tp)
+    _, alpha = comm.group_bus_bandwidth(p, dense_group, dp_stride)
     z3_latency = framework.zero3_latency_s(p, batch, layers, recomputed, params.dense, alpha)
     # ZeRO-3 overlaps layer by layer (FSDP prefetch): the first layer's gather of a forward and the
     # last reduce-scatter of a backward have no compute to hide behind (torchtitan keeps the last
@@ -269,9 +277,13 @@ def dp_exposed_s(p: Problem, batch: LayoutBatch, params: StageParams, t: StageTi
     # after its last backward (pipelining/stage.py runs FSDP's post_backward by hand then), so only
     # the pipeline-drain slack hides it.
     titan_pp = (p.train.framework == "torchtitan") & (batch.pp > 1) & (batch.zero == 3)
+    # Galvatron's no_sync accumulation (TrainSpec.grad_reduce_once): one reduce-scatter per step
+    # (autopar.cost.grad_accumulation).
+    once = grad_accumulation.applies(p, batch)
     exposed = np.select(
-        [batch.zero == 0, batch.zero == 1, batch.zero == 2, titan_pp],
-        [np.maximum(ar - bwd - slack_s, 0.0),
+        [once, batch.zero == 0, batch.zero == 1, batch.zero == 2, titan_pp],
+        [grad_accumulation.exposed_s(batch, ar, ag, rs, fwd, bwd, slack_s, layers),
+         np.maximum(ar - bwd - slack_s, 0.0),
          np.maximum(rs - bwd - slack_s, 0.0) + np.maximum(ag - fwd, 0.0),
          m * np.maximum(rs - bwd, 0.0) + np.maximum(ag - fwd, 0.0),
          np.maximum(ag - fwd, ag / per_layer) + np.maximum(rs - slack_s, 0.0)],

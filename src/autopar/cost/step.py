@@ -32,7 +32,8 @@ TIME_KEYS = ("compute", "tp_comm", "cp_comm", "ep_comm", "pp_bubble", "pp_comm",
 
 @dataclass
 class StepCosts:
-    """Costs of ``n`` layouts (arrays of shape ``(n,)``); ``memory`` has one breakdown per view."""
+    """Costs of ``n`` layouts (arrays of shape ``(n,)``); ``memory``, ``stage_times`` and
+    ``stage_dp_s`` have one entry per view (stage)."""
 
     step_time_s: np.ndarray
     time_breakdown_s: dict[str, np.ndarray]
@@ -40,6 +41,8 @@ class StepCosts:
     memory: list[MemoryBreakdown]
     tokens_per_s_per_device: np.ndarray
     mfu: np.ndarray
+    stage_times: list[T.StageTime] | None = None  # per view: seconds per micro-batch (estimate --detail)
+    stage_dp_s: list[np.ndarray] | None = None  # per view: exposed data-parallel seconds per step
 
 
 _CONCAT_ROWS = 4096  # below this many (layout, stage) rows, one pass over all views beats a pass per view
@@ -126,4 +129,4 @@ def evaluate(p: Problem, batch: LayoutBatch, views: list[Stages], counts: list[n
     tokens = p.train.tokens_per_step
     tps = tokens / step / p.world_size
     mfu = model_flops_per_token(p) * tokens / (step * p.world_size * p.cluster.device.peak(p.train.precision))
-    return StepCosts(step, breakdown, peak, memories, tps, mfu)
+    return StepCosts(step, breakdown, peak, memories, tps, mfu, stage_times=times, stage_dp_s=dp)

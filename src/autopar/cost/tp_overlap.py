@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from autopar.cost import comm
+from autopar.cost import comm, placement
 from autopar.cost import compute as C
 from autopar.cost import flops as F
 from autopar.problem import Problem
@@ -113,7 +113,7 @@ def layer_backward_tp_s(p: Problem, batch: LayoutBatch, one_collective_s: np.nda
     n = len(gemms_s)
     if not p.train.tp_backward_overlap:
         return n * one_collective_s
-    _, alpha = comm.group_bus_bandwidth(p, batch.tp, 1)
+    _, alpha = comm.group_bus_bandwidth(p, batch.tp, placement.tp_stride(batch))
     latency_s = np.where(batch.tp > 1, 2 * (batch.tp - 1) * alpha, 0.0)  # one all-reduce's steps
     half, half_latency = one_collective_s / 2, latency_s / 2
     sp = np.asarray(batch.sp, dtype=bool)

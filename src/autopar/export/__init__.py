@@ -13,6 +13,7 @@ from typing import Callable
 
 from autopar.errors import AutoparError
 from autopar.export import galvatron, megatron, megatron_bridge, megatron_deepspeed, mindspeed, sapp, torchtitan
+from autopar.export.galvatron_only import refusing_galvatron_knobs
 from autopar.problem import Problem
 from autopar.strategy import Strategy
 
@@ -43,7 +44,7 @@ def megatron_only_features(fmt: str, write: Callable[[Problem, Strategy], str],
     return checked
 
 
-WRITERS: dict[str, Callable[[Problem, Strategy], str]] = {
+_WRITERS: dict[str, Callable[[Problem, Strategy], str]] = {
     "megatron": megatron.write,
     "megatron-bridge": megatron_only_features("megatron-bridge", megatron_bridge.write, model_features=False),
     "mindspeed": mindspeed.write,
@@ -51,6 +52,9 @@ WRITERS: dict[str, Callable[[Problem, Strategy], str]] = {
         ("torchtitan", torchtitan.write), ("deepspeed", megatron_deepspeed.write), ("galvatron", galvatron.write),
         ("sapp", sapp.write))},
 }
+# Galvatron's own knobs (GPipe, vtp/vsp, non-consecutive TP) are refused by every other writer.
+WRITERS: dict[str, Callable[[Problem, Strategy], str]] = {
+    fmt: write if fmt == "galvatron" else refusing_galvatron_knobs(fmt, write) for fmt, write in _WRITERS.items()}
 # Format -> write(problem, strategy, out) for ``--out``, returning the paths written.
 FILE_WRITERS: dict[str, Callable[[Problem, Strategy, Path], list[Path]]] = {
     "deepspeed": megatron_deepspeed.write_files,

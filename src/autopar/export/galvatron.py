@@ -3,11 +3,15 @@
 Which Galvatron: the release ``pip install hetu-galvatron`` installs, 2.4.0, whose reader is
 ``galvatron/core/runtime/hybrid_parallel_config.py`` (``get_hybrid_parallel_configs_api``,
 ``config2strategy``). It reads ``pp_deg``, ``pp_division`` ("a,b,..." layers per stage),
-``chunks`` (micro-batches), ``global_bsz``, ``pipeline_type`` (``pipedream_flush`` = 1F1B), per
-layer comma strings ``tp_sizes_enc``, ``tp_consecutive_flags``, ``dp_types_enc`` (1 = that layer
-uses ZeRO-3/FSDP), ``use_sp`` (1 = DeepSpeed Ulysses instead of Megatron TP, so 0 here),
-``checkpoint`` (full recompute of the layer), ``default_dp_type`` (``ddp``/``zero2``), ``vtp`` /
-``vsp`` (vocabulary TP / Ulysses) and ``embed_sdp`` (ZeRO-3 for the embedding and head).
+``chunks`` (micro-batches), ``global_bsz``, ``pipeline_type`` (``pipedream_flush`` = 1F1B, or
+``gpipe``: :attr:`~autopar.strategy.Strategy.schedule`), per layer comma strings ``tp_sizes_enc``,
+``tp_consecutive_flags`` (:attr:`~autopar.strategy.Strategy.tp_consecutive`), ``dp_types_enc``
+(1 = that layer uses ZeRO-3/FSDP; with pp too, which Galvatron runs), ``use_sp`` (1 = DeepSpeed
+Ulysses instead of Megatron TP, so 0 here), ``checkpoint`` (full recompute of the layer),
+``default_dp_type`` (``ddp``/``zero2``), ``vtp`` / ``vsp`` (vocabulary TP / Ulysses:
+:attr:`~autopar.strategy.Strategy.vocab_tp` / ``vocab_sp``) and ``embed_sdp`` (ZeRO-3 for the
+embedding and head). Plans for this target are costed with Galvatron's gradient accumulation
+(``TrainSpec.grad_reduce_once``, :mod:`autopar.cost.grad_accumulation`).
 GitHub main renamed ``embed_sdp`` to ``vocab_sdp`` and added ``vcp``, ``cp_sizes_enc``,
 ``ep_sizes_enc``, ``tp_of_ep_sizes_enc``: the JSON carries both spellings of the renamed key and
 ``vcp`` / ``cp_sizes_enc`` = 1, so either version runs the same plan. What only main can run is
@@ -82,10 +86,11 @@ def config(p: Problem, s: Strategy) -> dict[str, Any]:
     doc: dict[str, Any] = {
         "pp_deg": s.pp, "pp_division": ",".join(map(str, stage_layers(p, s))),
         "chunks": s.num_microbatches(p.train.global_batch_size), "global_bsz": p.train.global_batch_size,
-        "pipeline_type": "pipedream_flush", "tp_sizes_enc": enc(s.tp), "tp_consecutive_flags": enc(1),
+        "pipeline_type": "gpipe" if s.schedule == "gpipe" else "pipedream_flush", "tp_sizes_enc": enc(s.tp),
+        "tp_consecutive_flags": enc(int(s.tp_consecutive)),
         "cp_sizes_enc": enc(s.cp), "dp_types_enc": enc(1 if s.zero == 3 else 0), "use_sp": enc(0),
         "checkpoint": ",".join(map(str, _checkpointed(p, s))), "default_dp_type": _DP_TYPE[s.zero],
-        "vtp": s.tp, "vsp": 0, "vcp": s.cp, "embed_sdp": int(s.zero == 3), "vocab_sdp": int(s.zero == 3),
+        "vtp": s.vocab_tp_size, "vsp": int(s.vocab_sp), "vcp": s.cp, "embed_sdp": int(s.zero == 3), "vocab_sdp": int(s.zero == 3),
     }
     return doc
 

@@ -8,14 +8,15 @@ from pydantic import ValidationError
 
 from autopar.errors import AutoparError, from_validation_error, read_text
 from autopar.problem import Problem
+from autopar.schemas import schema_version
 from autopar.specs.long_numbers import json_loads, too_large
 from autopar.specs.model import MAX_SIZE
 from autopar.strategy import RECOMPUTE_MODULES, Strategy
 
 FIELDS = ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "zero", "sp", "recompute", "recompute_layers",
            "schedule", "layers_per_stage", "recompute_per_stage", "recompute_modules", "account_for_embedding",
-           "account_for_loss", "pipeline_layout", "tp_comm_overlap", "cp_comm_type", "cp_a2a", "moe_dispatcher",
-           "moe_ep_overlap")
+           "account_for_loss", "pipeline_layout", "tp_comm_overlap", "cp_comm_type", "cp_a2a", "vocab_tp", "vocab_sp",
+           "tp_consecutive", "moe_dispatcher", "moe_ep_overlap")
 
 
 def _modules(value: object, path: str, rank: int) -> tuple[str, ...]:
@@ -33,10 +34,12 @@ def _modules(value: object, path: str, rank: int) -> tuple[str, ...]:
 
 
 def _read(path: str) -> dict[str, Any]:
-    """The search result JSON at ``path`` (an object with ``layouts``).
+    """The search result JSON at ``path`` (an object with ``layouts``; a ``document`` other than
+    ``search`` or a ``schema_version`` other than this autopar's is refused, a result written
+    before documents carried them is read).
 
     Raises:
-        AutoparError: unreadable, not JSON, or without ``layouts``.
+        AutoparError: unreadable, not JSON, without ``layouts``, another document or version.
     """
     text = read_text(path, "--from", "expected a search result JSON")  # a FIFO would block the read
     try:
@@ -44,6 +47,13 @@ def _read(path: str) -> dict[str, Any]:
         doc["layouts"]
     except (ValueError, KeyError, TypeError, RecursionError) as err:  # RecursionError: [[[...]]]
         raise AutoparError(f"--from={path!r}: not a readable search result ({err})") from None
+    name, version = doc.get("document", "search"), doc.get("schema_version", schema_version("search"))
+    if name != "search":
+        raise AutoparError(f"--from={path!r}: document={name!r}; expected a search result (autopar search --json or "
+                           "--report's result.json)")
+    if version != schema_version("search"):
+        raise AutoparError(f"--from={path!r}: schema_version={version!r}; this autopar reads search documents of "
+                           f"version {schema_version('search')}: re-run the search")
     return doc
 
 

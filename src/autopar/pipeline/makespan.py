@@ -259,8 +259,11 @@ def simulated_costs(p: Problem, s: Strategy, batch: LayoutBatch, stages: Stages,
     step time.
     """
     chunks = list(chunk_op_times_s(p, s, batch, stages))  # 3 x (pp, vpp)
-    schedule = "interleaved" if s.vpp > 1 else "1f1b"
     m = s.num_microbatches(p.train.global_batch_size)
+    # GPipe (Galvatron's pipeline_type gpipe) is simulated op by op; beyond MAX_STATIC_OPS its 1F1B twin
+    # stands in (the same makespan for equal stages).
+    gpipe = s.schedule == "gpipe" and 2 * s.pp * m <= MAX_STATIC_OPS
+    schedule = "interleaved" if s.vpp > 1 else "gpipe" if gpipe else "1f1b"
     one = batch.take(np.zeros(1, dtype=np.int64))
     p2p = float(p2p_time_s(p, one)[0])
     without, with_p2p = static_makespans_s(PipelineTimes(*chunks), np.array([0.0, p2p]), m, schedule)

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from autopar.errors import AutoparError
 from autopar.problem import Problem
+from autopar.schemas import versioned
 from autopar.report.plots import GIB, _png, plt
 from autopar.report.table import layout_label, recompute_label
 from autopar.search.batch import BatchSearch, batch_search, parse_gbs_range
@@ -93,7 +94,7 @@ def run_batch_search(console: Console, p: Problem, gbs_range: str, plot: str | N
         except OSError as err:
             raise AutoparError(f"--plot={plot!r}: cannot write ({err.strerror})") from None
     if as_json:
-        sys.stdout.write(json.dumps(sweep.to_dict(), indent=2) + "\n")
+        sys.stdout.write(json.dumps(versioned("search-sweep", sweep.to_dict()), indent=2) + "\n")
         return
     console.print(batch_table(sweep))
     best, largest = sweep.best_throughput, sweep.largest_fitting

@@ -17,6 +17,8 @@ from autopar.errors import AutoparError
 from autopar.problem import Problem
 from autopar.report.plots import GIB, memory_chart, ranking_chart
 from autopar.report.table import layout_label, recompute_label, table_notes
+from autopar.report.ties import search_document
+from autopar.schemas import versioned
 from autopar.search import SearchResult
 
 CHART_LAYOUTS = 30  # bars in ranking.png: the first 30 layouts
@@ -87,7 +89,7 @@ def write_report(p: Problem, result: SearchResult, directory: str | Path) -> Pat
         ranking = ranking_chart(shown, f"Top {len(shown)}{f' of {len(result.layouts)}' if more else ''} layouts: "
                                 f"predicted step time by part{' (the table and result.json list all)' if more else ''}")
         memory = memory_chart(result.layouts[0], f"#1 {layout_label(result.layouts[0])}: memory per device by stage")
-        result_path.write_text(json.dumps(result.to_dict(), indent=2) + "\n")
+        result_path.write_text(json.dumps(versioned("search", search_document(p, result)), indent=2) + "\n")
         ranking_path.write_bytes(ranking)
         memory_path.write_bytes(memory)
         page.write_text(render(p, result, ranking, memory))

@@ -6,9 +6,11 @@ from rich.console import Console
 from rich.table import Table
 
 from autopar.estimate import Estimate
+from autopar.report.ties import rank_marks, ties_note
 from autopar.search import SearchResult
 from autopar.specs import DeviceSpec
 from autopar.strategy import DEFAULT_RECOMPUTE_MODULES, RECOMPUTE_MODULES, Strategy, default_layers_per_stage
+from autopar.validate.bands import Certainty
 
 GIB = 2**30
 
@@ -75,7 +77,8 @@ def layout_label(e: Estimate) -> str:
     """Compact one-line description of a layout, e.g. ``tp8+sp pp4x5 cp1 dp2`` (x5 = vpp), with
     :func:`split_mark` after the pipeline part (``pp32x2+el``, ``pp4~``); ``+ov`` marks TP
     communication overlap, ``cp4:a2a`` / ``cp8:a2a2+p2p`` a context-parallel algorithm other than the ring,
-    ``ep8/etp1:deepep`` a MoE dispatcher other than alltoall and ``+a2a`` the EP all-to-all overlap."""
+    ``ep8/etp1:deepep`` a MoE dispatcher other than alltoall and ``+a2a`` the EP all-to-all overlap;
+    Galvatron's knobs follow (:func:`galvatron_marks`)."""
     s = e.strategy
     parts = [f"tp{s.tp}" + ("+sp" if s.sp else "") + ("+ov" if s.tp_comm_overlap else ""),
              f"pp{s.pp}" + (f"x{s.vpp}" if s.vpp > 1 else "") + split_mark(e)]
@@ -84,7 +87,15 @@ def layout_label(e: Estimate) -> str:
     if s.ep > 1:
         parts.append(f"ep{s.ep}/etp{s.expert_tp}" + ("" if s.moe_dispatcher == "alltoall" else f":{s.moe_dispatcher}")
                      + ("+a2a" if s.moe_ep_overlap else ""))
-    return " ".join(parts)
+    return " ".join(parts + galvatron_marks(s))
+
+
+def galvatron_marks(s) -> list[str]:
+    """Label parts of Galvatron's own knobs (:class:`~autopar.strategy.Strategy`): ``vtp4`` (vocabulary
+    TP 4), ``vsp4`` (vocabulary layers sequence-split over 4), ``gpipe``, ``tp-nc`` (non-consecutive
+    TP groups); none for a Megatron-style layout."""
+    marks = [f"vsp{s.vocab_tp_size}"] if s.vocab_sp else [f"vtp{s.vocab_tp_size}"] if s.vocab_tp_size != s.tp else []
+    return marks + (["gpipe"] if s.schedule == "gpipe" else []) + ([] if s.tp_consecutive else ["tp-nc"])
 
 
 _SHORT = {"none": "n", "selective": "s", "full": "f"}
@@ -118,18 +129,23 @@ def _per_stage_label(s: Strategy) -> str:
     return "per stage " + " ".join(f"{_SHORT[name]}{count}" for name, count in runs)
 
 
-def search_table(result: SearchResult) -> Table:
-    """Ranked layouts with memory, time, throughput and MFU."""
+def search_table(result: SearchResult, certainty: Certainty | None = None) -> Table:
+    """Ranked layouts with memory, time, throughput and MFU; with ``certainty`` (the problem's
+    error bands) a layout within the step-time band of #1 is ranked ``≈1``
+    (:func:`autopar.report.ties.rank_marks`) and the caption names the band."""
+    marks = (rank_marks([e.step_time_s for e in result.layouts], certainty.step_time.band_pct) if certainty
+             else [str(i) for i in range(1, len(result.layouts) + 1)])
     table = Table(title="Best layouts (ranked by predicted step time; GiB = peak per device)", header_style="bold")
     for name, justify in [("#", "right"), ("layout", "left"), ("mbs", "right"), ("zero", "right"),
                           ("recompute", "left"), ("GiB", "right"), ("step s", "right"),
                           ("tok/s/dev", "right"), ("MFU", "right"), ("bubble", "right"), ("note", "left")]:
         table.add_column(name, justify=justify, no_wrap=True)
-    table.caption, table.caption_justify = table_notes(result.layouts), "left"
-    for rank, e in enumerate(result.layouts, 1):
+    notes = [n for n in (table_notes(result.layouts), certainty and ties_note(certainty, marks)) if n]
+    table.caption, table.caption_justify = "\n".join(notes) or None, "left"
+    for mark, e in zip(marks, result.layouts):
         bubble = e.time_breakdown_s["pp_bubble"] / e.step_time_s
         table.add_row(
-            str(rank), layout_label(e), str(e.strategy.mbs), str(e.strategy.zero), recompute_label(e),
+            mark, layout_label(e), str(e.strategy.mbs), str(e.strategy.zero), recompute_label(e),
             f"{e.peak_memory_bytes / GIB:.1f}", f"{e.step_time_s:.2f}", f"{e.tokens_per_s_per_device:,.0f}",
             f"{e.mfu:.1%}", f"{bubble:.1%}", "[yellow]marginal[/]" if e.marginal else "",
         )

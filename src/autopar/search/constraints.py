@@ -1,7 +1,7 @@
 """Search constraints: layout fields pinned to a value or a set, and dimensions switched off.
 
 A constraint is generic: an option name (``--tp``), a :class:`autopar.strategy.LayoutBatch`
-column (or property, e.g. ``interleaved`` for ``--schedule``) and the set of allowed codes. Adding a
+column (or property, e.g. ``schedule_code`` for ``--schedule``) and the set of allowed codes. Adding a
 layout dimension to the search means adding one row to :data:`FIELDS` (and, for an on/off switch,
 to :data:`SWITCHES`); nothing else here changes.
 
@@ -41,10 +41,12 @@ FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec("--vpp", "vpp"), FieldSpec("--ep", "ep"), FieldSpec("--etp", "etp"), FieldSpec("--mbs", "mbs"),
     FieldSpec("--num-microbatches", "num_microbatches"), FieldSpec("--zero", "zero", lowest=0, highest=3),
     FieldSpec("--recompute", "recompute", names=RECOMPUTE_CODES),
-    FieldSpec("--schedule", "interleaved", names={"1f1b": 0, "interleaved": 1}),
+    FieldSpec("--schedule", "schedule_code", names={"1f1b": 0, "interleaved": 1, "gpipe": 2}),
     FieldSpec("--sp", "sp", names={"off": 0, "on": 1}),
     FieldSpec("--tp-comm-overlap", "tp_comm_overlap", names={"off": 0, "on": 1}),
     FieldSpec("--cp-comm-type", "cp_comm", names={name: i for i, name in enumerate(CP_COMM_TYPES)}),
+    FieldSpec("--vocab-tp", "vocab_tp"), FieldSpec("--vocab-sp", "vocab_sp", names={"off": 0, "on": 1}),
+    FieldSpec("--tp-consecutive", "tp_consecutive", names={"off": 0, "on": 1}),
 )
 FIELD_BY_OPTION = {f.option: f for f in FIELDS}
 
@@ -95,7 +97,7 @@ def parse_values(spec: FieldSpec, text: str) -> frozenset[int]:
 
 
 # The on/off fields, shown as their flag pair (``--sp`` / ``--no-sp``).
-_ON_OFF = ("--sp", "--tp-comm-overlap")
+_ON_OFF = ("--sp", "--tp-comm-overlap", "--vocab-sp", "--tp-consecutive")
 
 
 def _field_option(c: Constraint) -> str:

@@ -23,6 +23,7 @@ from autopar.errors import AutoparError
 from autopar.estimate import Estimate, estimate
 from autopar.problem import Problem
 from autopar.rules import RULES
+from autopar.report.table import galvatron_marks
 from autopar.search.constraints import FIELDS, Constraint, FieldSpec, apply_constraints, parse_values
 from autopar.search.grid import GIB, SearchResult, costed_grid, for_search, refusal, undominated
 from autopar.space import SpaceOptions
@@ -31,7 +32,8 @@ KEYS: dict[str, FieldSpec] = {f.option[2:].replace("-", "_"): f for f in FIELDS}
 MAX_RANK = 2000  # the rank walk checks the target's writer per layout; deeper ranks are reported as "below"
 _LABEL = re.compile(r"^(?:tp(?P<tp>\d+)(?P<sp>\+sp)?(?P<ov>\+ov)?|pp(?P<pp>\d+)(?:x(?P<vpp>\d+))?(?:\+e?l?)?~?"
                     r"|cp(?P<cp>\d+)(?::(?P<cp_algo>a2a|allgather|a2a\d+\+p2p))?"
-                    r"|dp(?P<dp>\d+)|ep(?P<ep>\d+)(?:/etp(?P<etp>\d+))?|mbs(?P<mbs>\d+))$")
+                    r"|dp(?P<dp>\d+)|ep(?P<ep>\d+)(?:/etp(?P<etp>\d+))?|mbs(?P<mbs>\d+)"
+                    r"|vtp(?P<vocab_tp>\d+)|vsp(?P<vsp>\d+)|(?P<gpipe>gpipe)|(?P<nc>tp-nc))$")
 
 
 def parse_layout(text: str) -> dict[str, int]:
@@ -62,7 +64,14 @@ def parse_layout(text: str) -> dict[str, int]:
             if not m:
                 raise AutoparError(f"--explain={text!r}: cannot read {part!r}; give key=value pairs "
                                    "(tp=4,pp=4,vpp=5) or a table label such as 'tp4+sp pp4x5 cp2 dp2'")
-            wanted.update({k: int(v) for k, v in m.groupdict().items() if v and k not in ("sp", "ov", "cp_algo")})
+            wanted.update({k: int(v) for k, v in m.groupdict().items()
+                           if v and k not in ("sp", "ov", "cp_algo", "vsp", "gpipe", "nc")})
+            if m.group("vsp"):  # Galvatron's marks (autopar.report.table.galvatron_marks)
+                wanted.update(vocab_tp=int(m.group("vsp")), vocab_sp=1)
+            if m.group("gpipe"):
+                wanted["schedule"] = KEYS["schedule"].names["gpipe"]
+            if m.group("nc"):
+                wanted["tp_consecutive"] = 0
             if part.startswith("tp"):
                 wanted["sp"] = int(bool(m.group("sp")))
                 wanted["tp_comm_overlap"] = int(bool(m.group("ov")))
@@ -192,7 +201,8 @@ def _ranked(p: Problem, grid: Any, fitting: np.ndarray, where: str, result: Sear
     cp_algo = {"p2p": "", "a2a+p2p": f":a2a{s.cp_a2a_size}+p2p"}.get(s.cp_comm_type, f":{s.cp_comm_type}")  # as the table
     lines = [f"ranks #{rank} of {total:,} fitting layouts (the table's order before its top rows are re-balanced): "
              f"tp{s.tp}{'+sp' if s.sp else ''}{'+ov' if s.tp_comm_overlap else ''} pp{s.pp}x{s.vpp} "
-             f"cp{s.cp}{cp_algo if s.cp > 1 else ''} dp{s.dp} mbs {s.mbs} zero {s.zero} recompute "
+             f"cp{s.cp}{cp_algo if s.cp > 1 else ''} dp{s.dp}{''.join(' ' + g for g in galvatron_marks(s))} mbs {s.mbs} "
+             f"zero {s.zero} recompute "
              f"{s.recompute}, step {e.step_time_s:.3f} s, {e.tokens_per_s_per_device:,.0f} tok/s/dev, peak "
              f"{e.peak_memory_bytes / GIB:.1f} of {e.device_memory_bytes / GIB:.1f} GiB"
              + (" (marginal)" if e.marginal else "")]

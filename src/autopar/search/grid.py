@@ -91,9 +91,12 @@ def for_target(p: Problem, target: str) -> Problem:
     gradients plus BF16_Optimizer's fp32 accumulation buffer, the allocator reserve, ZeRO-3 gathers
     per submodule: :mod:`autopar.cost.framework_memory`, :mod:`autopar.cost.framework`) and
     ``tp_backward_overlap=False`` (Megatron-DeepSpeed keeps the async TP all-reduce off: its issue
-    #447, as ``validate.rows`` family ``megatron-deepspeed``); other targets leave ``p`` unchanged."""
+    #447, as ``validate.rows`` family ``megatron-deepspeed``); ``galvatron`` sets ``grad_reduce_once``
+    (FSDP's no_sync accumulation, :mod:`autopar.cost.grad_accumulation`); other targets leave ``p``
+    unchanged."""
     update = {"torchtitan": {"framework": "torchtitan"},
-              "deepspeed": {"framework": "deepspeed", "tp_backward_overlap": False}}.get(target)
+              "deepspeed": {"framework": "deepspeed", "tp_backward_overlap": False},
+              "galvatron": {"grad_reduce_once": True}}.get(target)
     if update is None:
         return p
     return Problem(p.model, p.cluster, p.train.model_copy(update=update))
@@ -123,7 +126,8 @@ def for_search(p: Problem, target: str, options: SpaceOptions | None) -> tuple[P
     options = replace(options or SpaceOptions(), tp_comm_overlap=target in TP_OVERLAP_TARGETS,
                       cp_comm_types=CP_ALGORITHMS.get(target, ("p2p",)),  # what the target can write
                       moe_dispatchers=("alltoall", flex_backend(p)) if moe_choices else ("alltoall",),
-                      moe_ep_overlap=moe_choices)
+                      moe_ep_overlap=moe_choices,
+                      galvatron_choices=target == "galvatron")
     return p, options
 
 
@@ -143,14 +147,14 @@ def refusal(p: Problem, target: str, strategy: Strategy) -> str | None:
 def undominated(batch: LayoutBatch, step_s: np.ndarray, peak_bytes: np.ndarray, order: np.ndarray,
                 keep: Callable[[int], bool] = lambda i: True) -> Iterator[int]:
     """The indices of ``order`` in turn, skipping a layout that differs from one already
-    taken only in its recompute setting or ZeRO stage and is neither faster (to the microsecond)
+    taken only in its recompute setting, ZeRO stage or GPipe schedule and is neither faster (to the microsecond)
     nor lighter by at least :data:`LIGHTER_FRACTION` of its peak: e.g. selective recompute that
     saves almost no memory under flash attention and costs no time on a communication-bound step
     is not a second plan, nor is ZeRO-1 with dp x cp = 1 (nothing to shard: the same layout).
     ``keep(i)`` False skips row ``i`` too (a layout the target cannot write). The table lists
     the first ``top_k`` of these."""
     layout_columns = [getattr(batch, f.name) for f in fields(LayoutBatch)
-                      if f.name not in ("recompute", "recompute_layers", "zero")]
+                      if f.name not in ("recompute", "recompute_layers", "zero", "gpipe")]
     taken: dict[tuple, list[int]] = {}
     for i in order:
         i = int(i)

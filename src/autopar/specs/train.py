@@ -85,6 +85,11 @@ class TrainSpec(BaseModel):
         description="CUDA_LAUNCH_BLOCKING=1: every kernel launch waits for the kernel, so the host's "
         "per-layer dispatch time adds to the GPU time instead of overlapping it "
         "(autopar.cost.framework.launch_blocking_host_s_per_layer)")
+    grad_reduce_once: bool = Field(
+        default=False,
+        description="ZeRO-0/2/3 keep each stage's full gradient through the micro-batches and reduce it "
+        "once per step, after the last backward (torch FSDP no_sync; Galvatron's default async_grad_reduce, set "
+        "by --target galvatron): more gradient memory, one unoverlapped reduction (autopar.cost.grad_accumulation)")
     framework: Literal["megatron", "deepspeed", "torchtitan"] = Field(
         default="megatron",
         description="training framework whose documented behaviour differs from Megatron-LM's: "

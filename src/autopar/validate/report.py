@@ -106,6 +106,23 @@ def target_lines(results: list[Result]) -> list[str]:
     return out
 
 
+def validation_doc(results: list[Result]) -> dict:
+    """The ``autopar validate --json`` content: row counts, each :data:`TARGET_SETS` line (as
+    :func:`target_lines`), and every row (predicted and error None where not scored, with the
+    reason)."""
+    sets = []
+    for name, member in TARGET_SETS:
+        rows = [r for r in results if member(r) and r.error_pct is not None]
+        for kind, metrics in (("step_time", THROUGHPUT), ("memory", ("peak_mem_per_gpu",))):
+            errors = [r.error_pct for r in rows if r.metric in metrics]
+            sets.append({"set": name, "kind": kind, "rows": len(errors), "mape_pct": mape(errors) if errors else None,
+                         "max_abs_error_pct": max(map(abs, errors)) if errors else None})
+    return {"rows": len(results), "scored": sum(r.predicted is not None for r in results), "target_sets": sets,
+            "results": [{"id": r.row.id, "metric": r.metric, "predicted": r.predicted, "measured": r.measured,
+                         "error_pct": r.error_pct, "assumed": list(r.case.assumed) if r.case else [],
+                         "reason": r.reason or None} for r in results]}
+
+
 @dataclass
 class Sweep:
     name: str

@@ -1,0 +1,143 @@
+"""``LayerwisePlan``: one layout whose tensor-parallel degree, data-parallel type and
+checkpointing may change from decoder layer to decoder layer.
+
+The plan is Galvatron's hybrid-parallel strategy (Miao et al., VLDB 2023, sec. 3-4; the JSON that
+``galvatron/core/runtime/hybrid_parallel_config.py`` reads): ``pp`` stages with a layer split, and
+per layer ``tp`` with ``dp = world / (pp * tp)`` (the product dp x tp is the stage's devices, the
+same for every layer), ZeRO-3 on or off (Galvatron's ``dp_types_enc``: 1 = sharded data parallel,
+otherwise the global ``default_dp_type``: DDP = ZeRO-0 or ZeRO-2) and full checkpointing on or off.
+Every layer runs ``num_microbatches`` micro-batches per step (Galvatron's ``chunks``), so a layer
+with more tensor parallelism (fewer data-parallel replicas) has a larger micro-batch:
+``mbs = global_batch / (dp * num_microbatches)``. The embedding and output layer have their own tp
+(``vocab_tp``, Galvatron's ``vtp``) and ZeRO-3 switch (``embed_sdp``). ``sp`` is Megatron
+sequence parallelism for every tp > 1 layer (Galvatron's runtime ``--sequence-parallel``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from autopar.errors import AutoparError
+from autopar.problem import Problem
+from autopar.strategy import Strategy, default_layers_per_stage
+
+
+class LayerwisePlan(BaseModel):
+    """A layer-wise layout (module docstring). Per-layer tuples have one entry per decoder layer.
+
+    Raises (construction):
+        ValueError: per-layer tuples of different lengths, a split that does not sum to them,
+            or ``default_zero`` other than 0 or 2.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    pp: int = Field(gt=0)
+    num_microbatches: int = Field(gt=0)
+    layers_per_stage: tuple[int, ...]
+    tp: tuple[int, ...]
+    zero3: tuple[bool, ...]
+    recompute: tuple[bool, ...]
+    default_zero: int = 0
+    vocab_tp: int = Field(default=1, gt=0)
+    vocab_zero3: bool = False
+    sp: bool = False
+
+    @model_validator(mode="after")
+    def _consistent(self) -> LayerwisePlan:
+        """Per-layer tuples agree in length; the split has pp positive parts summing to it."""
+        n = len(self.tp)
+        if len(self.zero3) != n or len(self.recompute) != n:
+            raise ValueError(f"per-layer tp, zero3 and recompute must have one entry per layer "
+                             f"(got {n}, {len(self.zero3)}, {len(self.recompute)})")
+        if len(self.layers_per_stage) != self.pp or sum(self.layers_per_stage) != n or min(self.layers_per_stage) < 1:
+            raise ValueError(f"layers_per_stage {list(self.layers_per_stage)} must be {self.pp} positive parts "
+                             f"summing to the {n} layers")
+        if self.default_zero not in (0, 2):
+            raise ValueError(f"default_zero={self.default_zero}: Galvatron's default data-parallel types are "
+                             "ddp (0) and zero2 (2)")
+        return self
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.tp)
+
+    def stage_slices(self) -> list[slice]:
+        """The layers of each stage as slices of the per-layer tuples."""
+        return stage_slices(self.layers_per_stage)
+
+    def layer_zero(self, i: int) -> int:
+        """ZeRO stage of layer ``i``: 3 where sharded, else the default type."""
+        return 3 if self.zero3[i] else self.default_zero
+
+    def candidate(self, p: Problem, tp: int, zero: int, recompute: bool) -> Strategy:
+        """The uniform layout whose per-layer costs a layer with (tp, zero, recompute) has in this
+        plan: the plan's pp, split and micro-batch count, ``dp = world / (pp * tp)`` and
+        ``mbs = gbs / (dp * num_microbatches)``.
+
+        Raises:
+            AutoparError: tp does not divide the stage's devices, or dp x num_microbatches does
+                not divide the global batch.
+        """
+        return candidate_strategy(p, self.pp, self.num_microbatches, self.layers_per_stage, tp, zero, recompute,
+                                  self.sp)
+
+    def check(self, p: Problem) -> None:
+        """Raise unless ``p``'s model, world and batch fit the plan.
+
+        Raises:
+            AutoparError: a layer count other than the model's, or a layer whose tp leaves no
+                whole data-parallel degree or micro-batch (see :meth:`candidate`).
+        """
+        if self.num_layers != p.model.num_layers:
+            raise AutoparError(f"layer-wise plan has {self.num_layers} layers; {p.model.name} has "
+                               f"{p.model.num_layers}")
+        for t in sorted(set(self.tp) | {self.vocab_tp}):
+            self.candidate(p, t, self.default_zero, False)
+
+    @classmethod
+    def uniform(cls, p: Problem, s: Strategy) -> LayerwisePlan:
+        """The layer-wise form of one uniform layout ``s`` (every layer the same; its stage
+        recompute options as per-layer flags; ZeRO-1 is not a Galvatron type and is refused).
+
+        Raises:
+            AutoparError: ``s`` uses vpp, cp, ep, selective recompute or ZeRO-1.
+        """
+        if s.vpp > 1 or s.cp > 1 or s.ep > 1 or s.zero == 1 or "selective" in s.stage_recompute:
+            raise AutoparError("a layer-wise plan has no vpp, cp, ep, ZeRO-1 or selective recompute "
+                               f"(layout: vpp={s.vpp} cp={s.cp} ep={s.ep} zero={s.zero} recompute={s.recompute})")
+        split = s.layers_per_stage or default_layers_per_stage(p.model.num_layers, s.pp)
+        flags: list[bool] = []
+        for n, option in zip(split, s.stage_recompute):
+            k = min(n, s.recompute_layers or n) if option == "full" else 0
+            flags += [True] * k + [False] * (n - k)
+        n = p.model.num_layers
+        return cls(pp=s.pp, num_microbatches=s.num_microbatches(p.train.global_batch_size),
+                   layers_per_stage=tuple(split), tp=(s.tp,) * n, zero3=(s.zero == 3,) * n, recompute=tuple(flags),
+                   default_zero=0 if s.zero == 0 else 2, vocab_tp=s.tp, vocab_zero3=s.zero == 3, sp=s.sp)
+
+
+def stage_slices(layers_per_stage: tuple[int, ...]) -> list[slice]:
+    """Each stage's layers as a slice of the per-layer tuples (``layers_per_stage``: layers per stage)."""
+    ends = np.cumsum(layers_per_stage)
+    return [slice(int(e - n), int(e)) for n, e in zip(layers_per_stage, ends)]
+
+
+def candidate_strategy(p: Problem, pp: int, num_microbatches: int, layers_per_stage: tuple[int, ...], tp: int,
+                       zero: int, recompute: bool, sp: bool) -> Strategy:
+    """The uniform layout of one per-layer choice (see :meth:`LayerwisePlan.candidate`).
+
+    Raises:
+        AutoparError: ``pp * tp`` does not divide the world, or ``dp * num_microbatches`` does
+            not divide the global batch.
+    """
+    world, gbs = p.world_size, p.train.global_batch_size
+    if world % (pp * tp):
+        raise AutoparError(f"tp={tp} with pp={pp}: pp*tp must divide the {world} devices")
+    dp = world // (pp * tp)
+    if gbs % (dp * num_microbatches):
+        raise AutoparError(f"tp={tp}: dp={dp} x num_microbatches={num_microbatches} does not divide the global "
+                           f"batch {gbs}")
+    return Strategy(dp=dp, tp=tp, pp=pp, mbs=gbs // (dp * num_microbatches), zero=zero, sp=sp and tp > 1,
+                    recompute="full" if recompute else "none", layers_per_stage=layers_per_stage)

@@ -1,0 +1,165 @@
+"""Error bands: how far autopar's step time and peak memory are off on validation rows like a
+problem, so a ranking can say which of its layouts are too close to tell apart.
+
+A band is the mean absolute percentage error (MAPE; Hyndman & Koehler 2006, "Another look at
+measures of forecast accuracy") of the scored rows of ``autopar validate``
+(:func:`autopar.validate.score.score_rows`) that are *similar* to the problem: the same model
+family (dense or MoE), the same precision class (16-bit: bf16/fp16, which share the tensor-core
+peak; or fp8) and the same device class (:func:`device_class`). Where fewer than
+:data:`MIN_ROWS` such rows exist the device class is dropped, then the precision, then the
+family (:data:`LEVELS`), and the band says which group it came from. Step-time bands use the
+throughput metrics (:data:`autopar.validate.score.THROUGHPUT`: a step time, tokens/s, TFLOP/s
+or MFU row is off by the same relative error as its step time, to first order); memory bands
+use ``peak_mem_per_gpu`` rows. One band per group: no per-model or per-row factor.
+
+Scoring the shipped CSV takes seconds, so its per-row errors are cached in
+:data:`ERRORS_PATH` (``python -m autopar.validate.bands`` rewrites it;
+``tests/test_validate_bands.py`` checks it against a fresh scoring).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Iterable
+
+#: Per-row signed errors of the shipped measurements (written by :func:`write_errors`).
+ERRORS_PATH = Path(__file__).resolve().parents[1] / "data" / "validation" / "row_errors.json"
+#: Fewest similar rows a band is taken from; a smaller group falls back to the next level.
+MIN_ROWS = 5
+#: The groupings tried in turn, most similar first: the keys of a row that must match.
+LEVELS = (("family", "precision", "device_class"), ("family", "precision"), ("family",), ())
+KINDS = ("step_time", "memory")
+
+# Device-name prefixes of each device class (architecture generation); see device_class.
+_CLASSES = (("gb", "blackwell"), ("b", "blackwell"), ("gh", "hopper"), ("h", "hopper"), ("a", "ampere"),
+            ("mi", "amd-instinct"), ("ascend", "ascend"))
+
+
+def device_class(name: str) -> str:
+    """The architecture generation of a device preset name: ``a100-80gb`` -> ``ampere``,
+    ``h100-80gb`` / ``h200`` -> ``hopper``, ``b200`` / ``gb200`` -> ``blackwell``, ``mi300x`` ->
+    ``amd-instinct``, ``ascend-910b`` -> ``ascend``; any other name (a ``--device-file`` of
+    one's own) -> ``other``, which matches no validation row."""
+    low = name.lower()
+    for prefix, cls in sorted(_CLASSES, key=lambda pc: -len(pc[0])):  # longest prefix first: gb before b
+        if low.startswith(prefix) and (low[len(prefix):][:1].isdigit() or prefix == "ascend"):
+            return cls
+    return "other"
+
+
+def precision_class(precision: str) -> str:
+    """``fp8``, or ``bf16/fp16`` for the 16-bit formats (same tensor-core peak)."""
+    return "fp8" if precision == "fp8" else "bf16/fp16"
+
+
+def similarity_keys(is_moe: bool, precision: str, device_name: str) -> dict[str, str]:
+    """The keys rows are grouped by: ``family`` (dense | MoE), ``precision``
+    (:func:`precision_class`), ``device_class`` (:func:`device_class`)."""
+    return {"family": "MoE" if is_moe else "dense", "precision": precision_class(precision),
+            "device_class": device_class(device_name)}
+
+
+def row_errors(results: Iterable) -> list[dict[str, Any]]:
+    """One record per scored row with an error: ``{"id", "kind": step_time | memory, "family",
+    "precision", "device_class", "error_pct"}`` (signed, 100 (predicted - measured) / measured,
+    rounded to 0.01), from :class:`autopar.validate.score.Result` objects; OOM rows and rows of
+    other metrics are left out."""
+    from autopar.validate.score import THROUGHPUT
+
+    out = []
+    for r in results:
+        if r.error_pct is None or r.case is None:
+            continue
+        kind = "step_time" if r.metric in THROUGHPUT else "memory" if r.metric == "peak_mem_per_gpu" else None
+        if kind is None:
+            continue
+        p = r.case.problem
+        out.append({"id": r.row.id, "kind": kind, **similarity_keys(p.model.is_moe, r.case.precision,
+                                                                    p.cluster.device.name),
+                    "error_pct": round(r.error_pct, 2)})
+    return out
+
+
+@dataclass(frozen=True)
+class Band:
+    """One error band: ``band_pct`` = MAPE (%) of the ``rows`` (validation row ids) of ``group``
+    (e.g. ``dense bf16/fp16 rows on hopper devices``); ``band_pct`` is None when no row of the
+    kind exists at all."""
+
+    kind: str
+    band_pct: float | None
+    group: str
+    rows: tuple[str, ...]
+
+
+def _group_name(kind: str, keys: dict[str, str], level: tuple[str, ...]) -> str:
+    what = "step-time/throughput" if kind == "step_time" else "peak-memory"
+    family = keys["family"] + " " if "family" in level else ""
+    precision = keys["precision"] + " " if "precision" in level else ""
+    device = f"on {keys['device_class']} devices" if "device_class" in level else "on any device"
+    return f"{family}{precision}{what} rows {device}"
+
+
+def band_from(records: list[dict[str, Any]], kind: str, keys: dict[str, str], min_rows: int = MIN_ROWS) -> Band:
+    """The :class:`Band` of ``kind`` for a problem with similarity ``keys``
+    (:func:`similarity_keys`) from ``records`` (:func:`row_errors`): the MAPE of the first
+    :data:`LEVELS` group holding at least ``min_rows`` rows (the last level, every row of the
+    kind, is taken whatever its size)."""
+    of_kind = [r for r in records if r["kind"] == kind]
+    for level in LEVELS:
+        rows = [r for r in of_kind if all(r[k] == keys[k] for k in level)]
+        if len(rows) >= min_rows or (level == () and rows):
+            mape = sum(abs(r["error_pct"]) for r in rows) / len(rows)
+            return Band(kind, round(mape, 1), _group_name(kind, keys, level), tuple(r["id"] for r in rows))
+    return Band(kind, None, "no validation rows", ())
+
+
+@lru_cache(maxsize=1)
+def shipped_errors() -> tuple[dict[str, Any], ...]:
+    """The cached :func:`row_errors` of the shipped measurements (:data:`ERRORS_PATH`)."""
+    return tuple(json.loads(ERRORS_PATH.read_text())["rows"])
+
+
+@dataclass(frozen=True)
+class Certainty:
+    """The step-time and memory :class:`Band` of one problem."""
+
+    step_time: Band
+    memory: Band
+
+    def to_dict(self) -> dict[str, Any]:
+        """``step_time_band_pct``, ``memory_band_pct`` and, for each, the group and the row ids it
+        came from (the search JSON's ``certainty``)."""
+        return {"step_time_band_pct": self.step_time.band_pct, "memory_band_pct": self.memory.band_pct,
+                "step_time_group": self.step_time.group, "memory_group": self.memory.group,
+                "step_time_rows": list(self.step_time.rows), "memory_rows": list(self.memory.rows),
+                "min_rows": MIN_ROWS}
+
+
+def certainty(is_moe: bool, precision: str, device_name: str) -> Certainty:
+    """Both bands of a problem (model family, training precision, device preset name) from the
+    shipped validation errors (:func:`shipped_errors`)."""
+    keys = similarity_keys(is_moe, precision, device_name)
+    records = list(shipped_errors())
+    return Certainty(band_from(records, "step_time", keys), band_from(records, "memory", keys))
+
+
+def write_errors(path: Path = ERRORS_PATH) -> Path:
+    """Score the shipped measurements and write their :func:`row_errors` to ``path``."""
+    from autopar.validate import DEFAULT_CSV
+    from autopar.validate.measurements import read_rows
+    from autopar.validate.score import score_rows
+
+    doc = {"source": "autopar/data/validation/measurements.csv scored by autopar validate "
+                     "(python -m autopar.validate.bands rewrites this file)",
+           "rows": row_errors(score_rows(read_rows(DEFAULT_CSV)))}
+    rows = ",\n".join("  " + json.dumps(r) for r in doc["rows"])  # one row a line: diffs stay readable
+    path.write_text(f'{{"source": {json.dumps(doc["source"])},\n "rows": [\n{rows}\n]}}\n')
+    return path
+
+
+if __name__ == "__main__":
+    print(f"wrote {write_errors()}")

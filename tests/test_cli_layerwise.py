@@ -1,0 +1,66 @@
+"""``autopar search --layerwise``: the plan and its Galvatron JSON, steered by search's options."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import make_problem
+from typer.testing import CliRunner
+
+from autopar.cli import app
+from autopar.export import galvatron_layerwise
+from autopar.layerwise import search_layerwise
+
+runner = CliRunner(env={"COLUMNS": "400", "TERMINAL_WIDTH": "400"})
+LLAMA = ["search", "--model", "llama2-7b", "--device", "a100-40gb", "--gbs", "64", "--seq-len", "4096", "--layerwise"]
+
+
+def test_json_is_the_searched_plan_and_its_galvatron_config():
+    out = runner.invoke(app, [*LLAMA, "--tp", "1,2,4", "--json"])
+    assert out.exit_code == 0, out.output
+    doc = json.loads(out.stdout)
+    p = make_problem("llama2-7b", device="a100-40gb", gbs=64, seq=4096)
+    want = search_layerwise(p, tp_options=[1, 2, 4], sp=None, memory_limit_bytes=0.9 * p.cluster.device.memory_bytes)
+    assert doc["plan"] == want.plan.model_dump(mode="json")
+    assert doc["step_time_s"] == pytest.approx(want.cost.step_time_s)
+    assert doc["galvatron"] == galvatron_layerwise.config(p, want.plan)
+    assert len(doc["galvatron"]["tp_sizes_enc"].split(",")) == 32
+
+
+def test_options_steer_the_layerwise_search():
+    doc = json.loads(runner.invoke(app, [*LLAMA, "--tp", "2", "--pp", "1", "--no-recompute", "--no-fsdp",
+                                         "--json"]).stdout)
+    assert set(doc["plan"]["tp"]) == {2} and doc["plan"]["pp"] == 1
+    assert not any(doc["plan"]["recompute"]) and not any(doc["plan"]["zero3"])
+
+
+def test_text_output_has_the_layer_runs_and_the_json():
+    out = runner.invoke(app, [*LLAMA, "--pp", "2"])
+    assert out.exit_code == 0, out.output
+    assert "Layers (runs of equal layers)" in out.output and '"tp_sizes_enc"' in out.output
+    assert "layer-wise plan, pp 2" in out.output
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--target", "megatron"], "error: --target megatron with --layerwise: Megatron-LM sets one "
+                               "--tensor-model-parallel-size"),
+    (["--target", "torchtitan"], "a layer-wise plan is written only as --format galvatron"),
+    (["--cp", "2"], "error: --cp 2 with --layerwise: the layer-wise search has no such choice"),
+    (["--zero", "1"], "error: --zero 1 with --layerwise: a layer-wise plan needs 0 (ddp) or 2 (zero2)"),
+    (["--recompute", "selective"], "error: --recompute selective with --layerwise: Galvatron checkpoints whole"),
+    (["--gbs-range", "64,128"], "error: --layerwise writes one layer-wise plan; --gbs-range: options of the ranked"),
+])
+def test_refusals_name_the_option(extra, message):
+    out = runner.invoke(app, [*LLAMA, *extra])
+    assert out.exit_code == 2 and message in out.output and "Traceback" not in out.output
+    assert out.output.count("error:") == 1
+
+
+def test_moe_and_no_fit_are_one_error_line():
+    moe = runner.invoke(app, ["search", "--model", "qwen3-30b-a3b", "--device", "h100-80gb", "--gbs", "64",
+                              "--layerwise"])
+    assert moe.exit_code == 2 and "error: Galvatron" not in moe.output and "MoE model" in moe.output
+    tight = runner.invoke(app, ["search", "--model", "llama2-70b", "--device", "a100-40gb", "--gbs", "64",
+                                "--layerwise", "--pp", "1"])
+    assert tight.exit_code == 2 and "error: no layer-wise plan of llama2-70b fits 90% of a100-40gb memory" in tight.output
