@@ -110,8 +110,11 @@ def assert_runs_the_plan(p, s: Strategy, text: str) -> None:
     assert ov.get("model.cp_comm_type") == (s.cp_comm_type if s.cp > 1 else None)  # the searched CP algorithm
     assert ov.get("model.hierarchical_context_parallel_sizes") == (
         [s.cp_a2a_size, s.cp // s.cp_a2a_size] if s.cp > 1 and s.cp_comm_type == "a2a+p2p" else None)
-    if p.model.is_moe:
-        assert (m("moe_token_dispatcher_type"), m("moe_flex_dispatcher_backend")) == ("alltoall", None)
+    if p.model.is_moe:  # the layout's dispatcher and EP overlap (autopar.cost.moe_dispatch)
+        flex = s.moe_dispatcher in ("deepep", "hybridep")
+        assert (m("moe_token_dispatcher_type"), m("moe_flex_dispatcher_backend")) == (
+            "flex" if flex else s.moe_dispatcher, s.moe_dispatcher if flex else None)
+        assert m("overlap_moe_expert_parallel_comm") is s.moe_ep_overlap
 
 
 SEARCHED = [("llama3-8b", 1, 128, 8192), ("qwen3-30b-a3b", 2, 256, 4096), ("llama3-70b", 8, 512, 8192)]

@@ -30,7 +30,8 @@ RESULTS = [(p, e.strategy) for p in PROBLEMS for e in search(p, top_k=25).layout
 
 def _key(p, s):
     return (s.tp, s.pp, s.vpp, s.cp, s.ep, s.expert_tp if p.model.is_moe else None, s.sp, s.zero, s.recompute,
-            s.recompute_layers, s.mbs, stage_layers(p, s), s.tp_comm_overlap, s.cp_comm_type, s.cp_a2a_size)
+            s.recompute_layers, s.mbs, stage_layers(p, s), s.tp_comm_overlap, s.cp_comm_type, s.cp_a2a_size,
+            s.moe_dispatcher, s.moe_ep_overlap)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -40,7 +41,8 @@ def test_megatron_family_round_trip(tmp_path_factory, case, fmt):
     try:
         text = WRITERS[fmt](p, s)
     except AutoparError as err:
-        assert fmt == "mindspeed" and ("zero=" in str(err) or "vpp" in str(err) or "cp_comm_type=allgather" in str(err))
+        assert fmt == "mindspeed" and ("zero=" in str(err) or "vpp" in str(err) or "cp_comm_type=allgather" in str(err)
+                                       or "moe_dispatcher=" in str(err))
         return
     plan = read_script(tmp_path_factory.mktemp("x") / "out.sh", text)
     assert plan.framework == fmt
@@ -71,6 +73,10 @@ def test_config_writers_round_trip(case):
             assert [int(x) for x in doc["pp_division"].split(",")] == list(stage_layers(p, s))
     if s.tp_comm_overlap or (s.cp > 1 and s.cp_comm_type != "p2p"):  # neither knob in the SAPP arrays
         with pytest.raises(AutoparError, match="SAPP cannot express this layout: (TP communication|context)"):
+            sapp.write(p, s)
+        return
+    if s.moe_dispatcher != "alltoall" or s.moe_ep_overlap:  # Megatron-LM / Megatron-Bridge only
+        with pytest.raises(AutoparError, match="SAPP cannot express this layout: moe_dispatcher"):
             sapp.write(p, s)
         return
     if s.recompute_modules != ("core_attn",):  # Megatron-LM's --recompute-modules: only its writer

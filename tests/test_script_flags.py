@@ -97,6 +97,17 @@ CHANGES = {
     "--n-shared-experts": (MOE, MOE + "--n-shared-experts 1"),
     "--moe-expert-capacity-factor": (MOE + "--moe-expert-capacity-factor -1",
                                      MOE + "--moe-expert-capacity-factor 1.5 --moe-pad-expert-input-to-capacity"),
+    "--moe-token-dispatcher-type": (MOE, MOE + "--moe-token-dispatcher-type allgather"),
+    "--moe-flex-dispatcher-backend": (MOE + "--moe-token-dispatcher-type flex",
+                                      MOE + "--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend hybridep"),
+    "--moe-enable-deepep": (MOE, MOE + "--moe-token-dispatcher-type flex --moe-enable-deepep"),
+    "--moe-permute-fusion": (MOE, MOE + "--moe-permute-fusion"),
+    "--moe-router-fusion": (MOE, MOE + "--moe-router-fusion"),
+    "--moe-shared-expert-overlap": (MOE, MOE + "--moe-shared-expert-overlap"),
+    "--overlap-moe-expert-parallel-comm": (MOE, MOE + "--overlap-moe-expert-parallel-comm"),
+    "--delay-wgrad-compute": (MOE + "--overlap-moe-expert-parallel-comm",
+                              MOE + "--overlap-moe-expert-parallel-comm --delay-wgrad-compute"),
+    "--moe-router-force-load-balancing": (MOE, MOE + "--moe-router-force-load-balancing"),
     "--mtp-num-layers": ("", "--mtp-num-layers 1"),
     "--noop-layers": ("", "--noop-layers 7"),
     "--norm-epsilon": ("", "--norm-epsilon 1e-6"),
@@ -149,6 +160,7 @@ VALUE_CHECKED = {
     "--use-precision-aware-optimizer": "required by the optimizer dtype and offload flags",
     "--fp4-recipe": "must be nvfp4, its default (a custom recipe is refused)",
     "--moe-pad-expert-input-to-capacity": "required with a capacity factor >= 1",
+    "--moe-token-drop-policy": "which tokens drop (probs or position), not how many: the value is checked",
     "--tokenizer-type": "named when the vocabulary size is unknown",
     "--tokenizer-model": "read for the vocabulary size without --vocab-size",
     "--tokenizer-name-or-path": "read for the vocabulary size without --vocab-size",
@@ -232,9 +244,10 @@ def test_only_values_are_checked(tmp_path):
         read_script(script(tmp_path, "--optimizer sgd"))
 
 
-def test_capacity_factor_without_padding_is_refused(tmp_path):
-    with pytest.raises(AutoparError, match="--moe-expert-capacity-factor=1.25: token dropping is not modelled"):
-        read_script(script(tmp_path, MOE + "--moe-expert-capacity-factor 1.25"))
+def test_capacity_factor_with_the_flex_dispatcher_is_refused(tmp_path):
+    """Megatron-Core's flex (DeepEP/HybridEP) dispatcher is dropless: a capacity factor is one error line."""
+    with pytest.raises(AutoparError, match="--moe-expert-capacity-factor=1.25 with the flex dispatcher"):
+        read_script(script(tmp_path, MOE + "--moe-token-dispatcher-type flex --moe-expert-capacity-factor 1.25"))
 
 
 def test_docs_page_is_the_table():

@@ -259,6 +259,6 @@ def test_validate_families_set_the_tp_backward_overlap_by_code_date():
     from autopar.validate.rows import FAMILIES, Row, tp_backward_overlap_of
     row = Row({"zero_or_distopt": ""})
     on = {name for name, f in FAMILIES.items() if tp_backward_overlap_of(row, f)}
-    assert on == {"megatron-2022", "megatron-2024", "nemo"}
+    assert on == {"megatron-2022", "megatron-2024", "nemo", "megatron-bridge"}
     assert all(f.tp_backward_why for f in FAMILIES.values())
     assert not tp_backward_overlap_of(Row({"zero_or_distopt": "DeepSpeed ZeRO-3"}), FAMILIES["megatron-2022"])

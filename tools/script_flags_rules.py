@@ -12,8 +12,6 @@ ONLY = {
     "--optimizer": (("adam",), "Adam's two fp32 moments are the optimizer state autopar costs"),
     "--transformer-impl": (("transformer_engine", "local"), "the layer implementation; its kernels' speed is "
                            "within the calibrated device efficiency"),
-    "--moe-token-dispatcher-type": (("alltoall", "allgather"), "autopar costs the all-to-all dispatch; allgather "
-                                    "moves no more on the expert-parallel ranks autopar plans"),
     "--distributed-backend": (("nccl", "hccl", "gloo"), "process-group backend"),
 }
 
@@ -33,7 +31,7 @@ NO_EFFECT_FLAGS: dict[str, tuple[str, ...]] = {
     FUSION: ("--no-masked-softmax-fusion", "--no-bias-gelu-fusion", "--no-bias-swiglu-fusion",
              "--no-bias-dropout-fusion", "--no-rope-fusion", "--no-persist-layer-norm",
              "--no-gradient-accumulation-fusion", "--use-fused-weighted-squared-relu", "--use-te-activation-func",
-             "--moe-grouped-gemm", "--moe-use-legacy-grouped-gemm", "--moe-permute-fusion", "--moe-router-fusion",
+             "--moe-grouped-gemm", "--moe-use-legacy-grouped-gemm",
              "--no-gradient-reduce-div-fusion", "--use-fused-swiglu", "--use-fused-rotary-pos-emb",
              "--use-fusion-attn-v2", "--use-fused-ring-attention-update",
              "--gemm-gradient-accumulation-fusion", "--use-fused-moe-token-permute-and-unpermute", "--jit-compile",
@@ -77,7 +75,7 @@ NO_EFFECT_FLAGS: dict[str, tuple[str, ...]] = {
     MOE_ROUTING: ("--moe-router-load-balancing-type", "--moe-router-dtype", "--moe-router-pre-softmax",
                   "--moe-router-bias-update-rate", "--moe-router-padding-for-fp8", "--moe-z-loss-coeff",
                   "--moe-input-jitter-eps", "--moe-per-layer-logging", "--moe-apply-probs-on-input",
-                  "--moe-router-force-load-balancing", "--norm-topk-prob", "--seq-aux",
+                  "--norm-topk-prob", "--seq-aux",
                   "--moe-device-level-aux-loss-coeff", "--moe-comm-aux-loss-coeff", "--router-gating-in-fp32",
                   "--moe-revert-type-after-topk", "--topk-softmax-in-fp32", "--use-global-aux-loss",
                   "--routed-scaling-factor", "--n-group", "--topk-group", "--noisy-gate-policy", "--no-use-rts",
@@ -131,7 +129,7 @@ REFUSED_FLAGS: dict[str, tuple[str, ...]] = {
         "--no-align-grad-reduce", "--no-align-param-gather", "--optimize-send-recv-comm",
         "--optimize-vpp-send-recv-comm"),
     "deferred or delayed weight-gradient computation is not modelled": (
-        "--defer-embedding-wgrad-compute", "--wgrad-deferral-limit", "--delay-wgrad-compute", "--dualpipev-dw-detach"),
+        "--defer-embedding-wgrad-compute", "--wgrad-deferral-limit", "--dualpipev-dw-detach"),
     "in-network or user-buffer collectives change the collective bandwidth autopar costs": (
         "--use-nccl-ub", "--use-sharp", "--sharp-enabled-group", "--hccl-slice-size"),
     "sharded-data-parallel variants other than ZeRO 0-3 / FSDP full sharding are not modelled": (
@@ -157,10 +155,8 @@ REFUSED_FLAGS: dict[str, tuple[str, ...]] = {
         "--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl", "--input-layernorm-in-fp32",
         "--rmsnorm-weight-in-fp32", "--init-norm-weight-in-fp32"),
     "a gated activation other than --swiglu changes the FFN autopar builds": ("--quick-geglu", "--geglu"),
-    "MoE comm overlap, DeepEP, capacity padding/dropping and expert-placement variants are not modelled": (
-        "--moe-shared-expert-overlap", "--moe-extended-tp", "--moe-enable-deepep", "--moe-deepep-num-sms",
-        "--moe-token-drop-policy",
-        "--overlap-moe-expert-parallel-comm", "--moe-layer-recompute"),
+    "MoE expert-TP extension, DeepEP SM counts and MoE layer recompute variants are not modelled": (
+        "--moe-extended-tp", "--moe-deepep-num-sms", "--moe-layer-recompute"),
     "the optimizer-offload variant changes the host step autopar costs": (
         "--use-torch-optimizer-for-cpu-offload", "--no-pin-cpu-grads", "--no-pin-cpu-params"),
     # MindSpeed's memory group (mindspeed/arguments.py, commit 028de58): each with what it does.

@@ -93,6 +93,7 @@ class Estimate:
             "tp_comm_overlap": s.tp_comm_overlap, "cp_comm_type": s.cp_comm_type, "cp_a2a": s.cp_a2a,
             "pipeline_layout": s.pipeline_layout, "vocab_tp": s.vocab_tp_size, "vocab_sp": s.vocab_sp,
             "tp_consecutive": s.tp_consecutive,
+            "moe_dispatcher": s.moe_dispatcher, "moe_ep_overlap": s.moe_ep_overlap,
         }
         extra = {"time_per_stage": [asdict(t) for t in self.time_per_stage]} if detail else {}
         return {

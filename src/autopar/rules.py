@@ -336,6 +336,9 @@ RULES: tuple[Rule, ...] = (
     ),
 )
 
+from autopar.rules_moe import MOE_RULES  # noqa: E402 (the MoE choices' rules build on Rule above)
+
+RULES = RULES + MOE_RULES
 RULE_NAMES: tuple[str, ...] = tuple(r.name for r in RULES)
 
 

@@ -7,7 +7,9 @@ target runs them all-to-all, all-gather, hierarchical),
 activation recompute (none, selective, full on every layer, or full on 1/4, 1/2, 3/4 of each
 chunk's layers; selective with Megatron's default ``core_attn`` and, where the model has them,
 with the memory-saving modules too: :func:`autopar.cost.recompute.memory_saving_modules`), and
-for MoE models ``ep`` (divisors of the expert count) with ``etp`` = tp or 1.
+for MoE models ``ep`` (divisors of the expert count) with ``etp`` = tp or 1, each offered token
+dispatcher, and the EP all-to-all overlap where offered (``SpaceOptions.moe_dispatchers`` /
+``moe_ep_overlap``; the search sets them by target, :mod:`autopar.export.comm_knobs`).
 
 Embedding/loss-aware splits (Megatron's ``--account-for-embedding-in-pipeline-split`` and
 ``--account-for-loss-in-pipeline-split``, both on) are offered for a ``(pp, vpp > 1)`` exactly
@@ -27,14 +29,14 @@ from __future__ import annotations
 
 import math
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from autopar.cost.recompute import memory_saving_modules
 from autopar.errors import AutoparError
 from autopar.problem import Problem
-from autopar.strategy import CP_COMM_TYPES, DEFAULT_RECOMPUTE_MODULES, LayoutBatch, module_mask
+from autopar.strategy import CP_COMM_TYPES, DEFAULT_RECOMPUTE_MODULES, MOE_DISPATCHERS, LayoutBatch, module_mask
 
 
 # Candidate layouts one search may hold (14 int64 columns plus the cost arrays): 22.8 million took
@@ -58,7 +60,9 @@ class SpaceOptions:
     ``recompute_modules``: the one module set selective recompute uses (None: Megatron's default
     and the model's memory-saving set). ``tp_comm_overlap``: also offer TP overlap on every SP
     layout; ``cp_comm_types``: the context-parallel algorithms offered with cp > 1 (``a2a+p2p``
-    with every all-to-all group size ``1 < a < cp`` dividing cp). The search sets both by target
+    with every all-to-all group size ``1 < a < cp`` dividing cp); ``moe_dispatchers``: the MoE
+    token dispatchers offered (:data:`autopar.strategy.MOE_DISPATCHERS`), ``moe_ep_overlap``: also
+    offer the EP all-to-all overlap with ep > 1. The search sets them by target
     (:mod:`autopar.export.comm_knobs`). ``galvatron_choices``: also Galvatron's vocabulary TP, GPipe
     and non-consecutive TP groups (:mod:`autopar.galvatron_space`; ``--target galvatron``)."""
 
@@ -72,6 +76,8 @@ class SpaceOptions:
     recompute_modules: tuple[str, ...] | None = None
     tp_comm_overlap: bool = False
     cp_comm_types: tuple[str, ...] = ("p2p",)
+    moe_dispatchers: tuple[str, ...] = ("alltoall",)
+    moe_ep_overlap: bool = False
     galvatron_choices: bool = False
 
 
@@ -135,10 +141,26 @@ def _recompute_options(p: Problem, pp: int, vpp: int, opt: SpaceOptions) -> list
     return [(0, 0, default)] + selective + [(2, 0, default)] + [(2, n, default) for n in partial]
 
 
-def _expert_options(p: Problem, tp: int) -> list[tuple[int, int]]:
+def _expert_options(p: Problem, tp: int, pp: int, vpp: int, opt: SpaceOptions) -> list[tuple[int, int, int, int]]:
+    """(ep, etp, dispatcher index, EP overlap) quadruples: for a MoE model every ep dividing the
+    experts and etp = tp or 1; with ep > 1 each offered dispatcher, the last one (the target's
+    preferred, :func:`autopar.export.comm_knobs.flex_backend`) with the EP overlap where offered
+    and the rules allow it (not allgather, vpp with pp > 1: ``autopar.rules_moe``). The overlap
+    never exposes more communication (:func:`autopar.cost.moe_dispatch.exposed_layer_comm_s`) and
+    keeps no more memory in autopar's model, so it is offered with that dispatcher only, and the
+    others without it (each pairing would double the space). At ep 1 there is nothing to dispatch:
+    alltoall alone."""
     if not p.model.is_moe:
-        return [(1, tp)]
-    return [(ep, etp) for ep in divisors(p.model.num_experts) for etp in sorted({tp, 1})]
+        return [(1, tp, 0, 0)]
+    out = []
+    for ep in divisors(p.model.num_experts):
+        for etp in sorted({tp, 1}):
+            names = opt.moe_dispatchers if ep > 1 else ("alltoall",)
+            for name in names:
+                overlap = name == names[-1] and opt.moe_ep_overlap and ep > 1 and name != "allgather" \
+                    and (pp == 1 or vpp > 1)
+                out.append((ep, etp, MOE_DISPATCHERS.index(name), int(overlap)))
+    return out
 
 
 def _tp_modes(tp: int, opt: SpaceOptions) -> np.ndarray:
@@ -173,18 +195,19 @@ def _product(*columns: np.ndarray) -> list[np.ndarray]:
 # each one sets; the block sets dp, tp, pp, vpp, cp and the embedding/loss accounting.
 FACTORS: tuple[str, ...] = ("experts", "recompute", "mbs", "zero", "tp_modes", "cp_modes")
 FACTOR_COLUMNS: dict[str, tuple[str, ...]] = {
-    "experts": ("ep", "etp"), "recompute": ("recompute", "recompute_layers", "recompute_modules"),
+    "experts": ("ep", "etp", "moe_dispatcher", "moe_ep_overlap"), "recompute": ("recompute", "recompute_layers", "recompute_modules"),
     "mbs": ("mbs", "num_microbatches"), "zero": ("zero",), "tp_modes": ("sp", "tp_comm_overlap"),
     "cp_modes": ("cp_comm", "cp_a2a"),
 }
-_COLUMNS = 17  # dp tp pp vpp cp ep etp mbs sp zero recompute recompute_layers accounted modules overlap cp_comm cp_a2a
+_COLUMNS = 19  # dp tp pp vpp cp ep etp mbs sp zero recompute recompute_layers accounted modules overlap cp_comm cp_a2a
+#               moe_dispatcher moe_ep_overlap
 
 
 @dataclass(frozen=True)
 class Block:
     """One (tp, cp, pp, vpp, accounted) combination of the space and its factors: ``values``
     maps each name of :data:`FACTORS` to its values, one row each (``(k, c)`` int64; experts
-    ``(ep, etp)``, recompute ``(code, layers, module mask)``, mbs ``(mbs,)``, zero ``(zero,)``,
+    ``(ep, etp, dispatcher, EP overlap)``, recompute ``(code, layers, module mask)``, mbs ``(mbs,)``, zero ``(zero,)``,
     tp_modes ``(sp, overlap)``, cp_modes ``(cp_comm, cp_a2a)``). Its layouts are the product of
     the factors, in :data:`FACTORS` order."""
 
@@ -203,7 +226,7 @@ class Block:
 
     def rows(self, index: dict[str, np.ndarray]) -> np.ndarray:
         """The block's layouts at the factor indices ``index`` (name -> ``(n,)`` int arrays, one
-        per factor), as an ``(n, 17)`` int64 array of :func:`batch_of` columns."""
+        per factor), as an ``(n, 19)`` int64 array of :func:`batch_of` columns."""
         n = len(index["mbs"])
         return assemble(np.broadcast_to(self.scalars, (n, 6)), {f: self.values[f][index[f]] for f in FACTORS})
 
@@ -218,11 +241,11 @@ class Block:
 
 
 def assemble(scalars: np.ndarray, values: dict[str, np.ndarray]) -> np.ndarray:
-    """``(n, 17)`` rows of :func:`batch_of` columns from the blocks' ``(n, 6)`` ``scalars``
+    """``(n, 19)`` rows of :func:`batch_of` columns from the blocks' ``(n, 6)`` ``scalars``
     (:attr:`Block.scalars`) and each factor's ``(n, c)`` values (see :class:`Block`)."""
     a = np.empty((len(scalars), _COLUMNS), dtype=np.int64)
     a[:, :5], a[:, 12] = scalars[:, :5], scalars[:, 5]
-    a[:, 5:7] = values["experts"]
+    a[:, 5:7], a[:, 17:19] = values["experts"][:, :2], values["experts"][:, 2:]
     a[:, 7], a[:, 9] = values["mbs"][:, 0], values["zero"][:, 0]
     a[:, 8], a[:, 14], a[:, 15:17] = values["tp_modes"][:, 0], values["tp_modes"][:, 1], values["cp_modes"]
     a[:, 10:12], a[:, 13] = values["recompute"][:, :2], values["recompute"][:, 2]
@@ -244,15 +267,18 @@ def blocks(p: Problem, opt: SpaceOptions | None = None) -> list[Block]:
             f"{len(grid):,} (tp, cp, pp, vpp) blocks, more than the {MAX_BLOCKS:,} autopar searches; plan fewer "
             "devices or a count with fewer divisors (e.g. a power of two)")
     out = []
-    experts, recompute = {}, {}  # by tp; by (pp, vpp)
+    experts, recompute = {}, {}  # by (tp, pp, vpp); by (pp, vpp)
     for tp, cp, pp, vpp, accounted in grid:
-        if tp not in experts:
-            experts[tp] = np.asarray(_expert_options(p, tp), dtype=np.int64)
+        if (tp, pp, vpp) not in experts:
+            experts[tp, pp, vpp] = np.asarray(_expert_options(p, tp, pp, vpp, opt), dtype=np.int64)
         if (pp, vpp) not in recompute:
             recompute[pp, vpp] = np.asarray(_recompute_options(p, pp, vpp, opt), dtype=np.int64)
-        values = {"experts": experts[tp], "recompute": recompute[pp, vpp], "mbs": mbs, "zero": zero,
+        values = {"experts": experts[tp, pp, vpp], "recompute": recompute[pp, vpp], "mbs": mbs, "zero": zero,
                   "tp_modes": _tp_modes(tp, opt), "cp_modes": _cp_modes(cp, tp, p.cluster.fast_domain_size, opt)}
         out.append(Block(p.world_size // (tp * cp * pp), tp, cp, pp, vpp, accounted, values))
+    if sum(b.size for b in out) > MAX_LAYOUTS and len(opt.moe_dispatchers) > 1:
+        # too many with every MoE dispatcher: keep the target's preferred one (the last) with its overlap
+        return blocks(p, replace(opt, moe_dispatchers=opt.moe_dispatchers[-1:]))
     return out
 
 
@@ -270,7 +296,7 @@ def check_size(p: Problem, rows: int, what: str = "candidate") -> None:
 
 
 def batch_of(p: Problem, a: np.ndarray) -> LayoutBatch:
-    """The :class:`LayoutBatch` of the ``(n, 17)`` rows ``a`` (:meth:`Block.rows`)."""
+    """The :class:`LayoutBatch` of the ``(n, 19)`` rows ``a`` (:meth:`Block.rows`)."""
     gbs = p.train.global_batch_size
     return LayoutBatch(
         dp=a[:, 0], tp=a[:, 1], pp=a[:, 2], vpp=a[:, 3], cp=a[:, 4], ep=a[:, 5], etp=a[:, 6],
@@ -278,6 +304,7 @@ def batch_of(p: Problem, a: np.ndarray) -> LayoutBatch:
         recompute_layers=a[:, 11], num_microbatches=gbs // (a[:, 7] * a[:, 0]),
         account_embedding=a[:, 12].astype(bool), account_loss=a[:, 12].astype(bool), recompute_modules=a[:, 13],
         tp_comm_overlap=a[:, 14].astype(bool), cp_comm=a[:, 15], cp_a2a=a[:, 16],
+        moe_dispatcher=a[:, 17], moe_ep_overlap=a[:, 18].astype(bool),
     )
 
 
@@ -285,7 +312,8 @@ def enumerate_layouts(p: Problem, opt: SpaceOptions | None = None) -> LayoutBatc
     """Every candidate layout of the space, valid or not, as one batch.
 
     Built with numpy per (tp, cp, pp, vpp) block (:func:`blocks`); the row order is that of
-    ``itertools.product`` over (ep/etp, recompute, mbs, zero, sp/overlap, CP algorithm), followed
+    ``itertools.product`` over (ep/etp/dispatcher/EP overlap, recompute, mbs, zero, sp/overlap, CP
+    algorithm), followed
     with ``galvatron_choices`` by Galvatron's variants (:func:`autopar.galvatron_space.add_variants`).
     Without them the search enumerates only the valid layouts (:mod:`autopar.search.valid_space`);
     this full batch serves ``--explain``, ``--target galvatron`` and the tests.

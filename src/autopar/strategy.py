@@ -33,6 +33,11 @@ Schedule = Literal["1f1b", "interleaved", "gpipe"]
 # the index into this tuple.
 CpCommType = Literal["p2p", "a2a", "allgather", "a2a+p2p"]
 CP_COMM_TYPES: tuple[str, ...] = get_args(CpCommType)
+# MoE token dispatchers, Megatron-LM's ``--moe-token-dispatcher-type alltoall|allgather`` and ``flex``
+# with ``--moe-flex-dispatcher-backend deepep|hybridep``: costs in :mod:`autopar.cost.moe_dispatch`.
+# A LayoutBatch holds the index into this tuple.
+MoeDispatcher = Literal["alltoall", "allgather", "deepep", "hybridep"]
+MOE_DISPATCHERS: tuple[str, ...] = get_args(MoeDispatcher)
 RECOMPUTE_CODES: dict[str, int] = {"none": 0, "selective": 1, "full": 2}
 RECOMPUTE_NAMES: tuple[str, ...] = ("none", "selective", "full")
 # Megatron-LM ``--recompute-modules`` values (arguments.py; ecosystem.md 1.2), in its order; what
@@ -100,6 +105,11 @@ class Strategy(BaseModel):
     MindSpeed ``--ulysses-degree-in-cp``); ``None`` = ``cp`` for ``a2a``, 1 for ``p2p``/``allgather``
     (:attr:`cp_a2a_size`). Costs: :mod:`autopar.cost.cp_comm`.
 
+    ``moe_dispatcher`` / ``moe_ep_overlap``: the MoE token dispatcher (:data:`MOE_DISPATCHERS`) and
+    the all-to-all of one micro-batch overlapped with another micro-batch's compute (Megatron
+    ``--overlap-moe-expert-parallel-comm``); costs in :mod:`autopar.cost.moe_dispatch`, validity in
+    :mod:`autopar.rules` (overlap needs ep > 1, alltoall or flex, no full recompute, vpp with pp > 1).
+
     ``pipeline_layout``: Megatron-LM's ``--pipeline-model-parallel-layout`` string (embedding,
     decoder, MTP layers and loss of every virtual stage; :mod:`autopar.pipeline.layout`), any
     split including unequal and empty chunks; it sets vpp and excludes ``layers_per_stage`` and
@@ -152,6 +162,8 @@ class Strategy(BaseModel):
     cp_comm_type: CpCommType = "p2p"
     cp_a2a: int | None = Field(default=None, gt=0, le=MAX_SIZE)
     pipeline_layout: str | None = Field(default=None, min_length=1, max_length=100_000)
+    moe_dispatcher: MoeDispatcher = "alltoall"
+    moe_ep_overlap: bool = False
     vocab_tp: int | None = Field(default=None, gt=0, le=MAX_SIZE)
     vocab_sp: bool = False
     tp_consecutive: bool = True
@@ -352,7 +364,8 @@ class LayoutBatch:
     / ``account_for_loss``; omitted, they are all False. ``recompute_modules`` is the bit mask
     (:func:`module_mask`) of :attr:`Strategy.recompute_modules`; omitted, ``core_attn``.
     ``tp_comm_overlap`` (bool), ``cp_comm`` (index into :data:`CP_COMM_TYPES`) and ``cp_a2a`` (the
-    all-to-all group size, :attr:`Strategy.cp_a2a_size`); omitted: off, p2p, 1. Galvatron's knobs
+    all-to-all group size, :attr:`Strategy.cp_a2a_size`); omitted: off, p2p, 1. ``moe_dispatcher``
+    (index into :data:`MOE_DISPATCHERS`) and ``moe_ep_overlap`` (bool); omitted: alltoall, off. Galvatron's knobs
     (:class:`Strategy`): ``gpipe`` (bool, the GPipe schedule), ``vocab_tp`` (int, resolved),
     ``vocab_sp`` (bool), ``tp_consecutive`` (bool); omitted: 1F1B, tp, off, on.
     """
@@ -376,6 +389,8 @@ class LayoutBatch:
     tp_comm_overlap: np.ndarray | None = None
     cp_comm: np.ndarray | None = None
     cp_a2a: np.ndarray | None = None
+    moe_dispatcher: np.ndarray | None = None
+    moe_ep_overlap: np.ndarray | None = None
     gpipe: np.ndarray | None = None
     vocab_tp: np.ndarray | None = None
     vocab_sp: np.ndarray | None = None
@@ -383,7 +398,7 @@ class LayoutBatch:
 
     def __post_init__(self) -> None:
         n = self.dp.shape[0]
-        for name in ("account_embedding", "account_loss", "tp_comm_overlap", "gpipe", "vocab_sp"):
+        for name in ("account_embedding", "account_loss", "tp_comm_overlap", "moe_ep_overlap", "gpipe", "vocab_sp"):
             if getattr(self, name) is None:
                 setattr(self, name, np.zeros(n, dtype=bool))
         if self.vocab_tp is None:
@@ -396,6 +411,12 @@ class LayoutBatch:
             self.cp_comm = np.zeros(n, dtype=np.int64)
         if self.cp_a2a is None:
             self.cp_a2a = np.ones(n, dtype=np.int64)
+        if self.moe_dispatcher is None:
+            self.moe_dispatcher = np.zeros(n, dtype=np.int64)
+
+    def dispatcher_is(self, name: str) -> np.ndarray:
+        """Where the MoE token dispatcher is ``name`` (one of :data:`MOE_DISPATCHERS`; bool ``(n,)``)."""
+        return self.moe_dispatcher == MOE_DISPATCHERS.index(name)
 
     def cp_comm_is(self, name: str) -> np.ndarray:
         """Where the context-parallel algorithm is ``name`` (one of :data:`CP_COMM_TYPES`; bool ``(n,)``)."""
@@ -447,7 +468,8 @@ class LayoutBatch:
             account_embedding=col(s.account_for_embedding, bool), account_loss=col(s.account_for_loss, bool),
             recompute_modules=col(module_mask(s.recompute_modules)),
             tp_comm_overlap=col(s.tp_comm_overlap, bool), cp_comm=col(CP_COMM_TYPES.index(s.cp_comm_type)),
-            cp_a2a=col(s.cp_a2a_size), gpipe=col(s.schedule == "gpipe", bool), vocab_tp=col(s.vocab_tp_size),
+            cp_a2a=col(s.cp_a2a_size), moe_dispatcher=col(MOE_DISPATCHERS.index(s.moe_dispatcher)),
+            moe_ep_overlap=col(s.moe_ep_overlap, bool), gpipe=col(s.schedule == "gpipe", bool), vocab_tp=col(s.vocab_tp_size),
             vocab_sp=col(s.vocab_sp, bool), tp_consecutive=col(s.tp_consecutive, bool),
         )
 
@@ -474,6 +496,7 @@ class LayoutBatch:
             account_for_embedding=embedding, account_for_loss=loss,
             tp_comm_overlap=bool(self.tp_comm_overlap[i]), cp_comm_type=CP_COMM_TYPES[int(self.cp_comm[i])],
             cp_a2a=int(self.cp_a2a[i]) if CP_COMM_TYPES[int(self.cp_comm[i])] == "a2a+p2p" else None,
+            moe_dispatcher=MOE_DISPATCHERS[int(self.moe_dispatcher[i])], moe_ep_overlap=bool(self.moe_ep_overlap[i]),
             vocab_tp=None if self.vocab_tp[i] == self.tp[i] else int(self.vocab_tp[i]), vocab_sp=bool(self.vocab_sp[i]),
             tp_consecutive=bool(self.tp_consecutive[i]),
         )

@@ -80,7 +80,7 @@ for c in cases:
                 {str(getattr(o, n)) for n in ("main_grads_dtype", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype")},
                 cfg.dataset.sequence_length)
         diff = {k: (got[k], want[k]) for k in want if got[k] != want[k]}
-        want_prec = (True, None, True, None, True, False, "alltoall" if m.num_moe_experts else prec[6], False, {"torch.float32"}, pl["seq"])
+        want_prec = (True, None, True, None, True, False, pl.get("dispatcher", "alltoall") if m.num_moe_experts else prec[6], False, {"torch.float32"}, pl["seq"])
         if diff or not split_ok or prec != want_prec:
             bad += 1
             print("MISMATCH", c["model"], c["target"], c["rank"], diff, split_ok, prec)

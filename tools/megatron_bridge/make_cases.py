@@ -37,6 +37,8 @@ for model, nodes, gbs, seq in PROBLEMS:
                                         recompute_layers=s.recompute_layers, modules=list(s.recompute_modules),
                                         split=list(s.layers_per_stage or []), seq=seq,
                                         emb=s.account_for_embedding, loss=s.account_for_loss,
-                                        num_microbatches=gbs // (s.mbs * s.dp))))
+                                        num_microbatches=gbs // (s.mbs * s.dp),
+                                        dispatcher=("flex" if s.moe_dispatcher in ("deepep", "hybridep")
+                                                    else s.moe_dispatcher))))
 json.dump(cases, open(sys.argv[2] if len(sys.argv) > 2 else "cases.json", "w"))
 print(len(cases), sum("text" in c for c in cases), "written")

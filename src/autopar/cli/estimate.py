@@ -16,7 +16,7 @@ from autopar.cli.options import (Cp, CpA2a, CpCommType, Device, DeviceFile, Devi
                                  MoeImbalance, Nodes, PerNode, PipelineLayoutOpt, Pp, Precision, ProfileDb, ProfileDevice,
                                  ProfileStandsFor, RecomputeLayers, RecomputeModules, RecomputeOpt, RecomputePerStage,
                                  ScheduleOpt, Script, SeqLen, Sp, Tp, TpCommOverlap, TpConsecutive, VocabPad,
-                                 VocabSize, VocabSp, VocabTp, Vpp, Zero)
+                                 MoeDispatcherOpt, MoeEpOverlap, VocabSize, VocabSp, VocabTp, Vpp, Zero)
 from autopar.cli.paths import refuse_overwriting_inputs, refuse_unwritable_figure
 from autopar.errors import AutoparError
 
@@ -33,6 +33,7 @@ def estimate(
     tp: Tp = None, pp: Pp = None, dp: Dp = None, cp: Cp = None, vpp: Vpp = None, ep: Ep = None, etp: Etp = None,
     mbs: Mbs = None, zero: Zero = None, sp: Sp = None, recompute: RecomputeOpt = None,
     tp_comm_overlap: TpCommOverlap = None, cp_comm_type: CpCommType = None, cp_a2a: CpA2a = None,
+    moe_dispatcher: MoeDispatcherOpt = None, moe_ep_overlap: MoeEpOverlap = None,
     vocab_tp: VocabTp = None, vocab_sp: VocabSp = None, tp_consecutive: TpConsecutive = None,
     recompute_layers: RecomputeLayers = None, schedule: ScheduleOpt = None, layers_per_stage: LayersPerStage = None,
     recompute_per_stage: RecomputePerStage = None, embedding_loss_split: EmbeddingLoss = None,
@@ -61,6 +62,7 @@ def estimate(
                   recompute_per_stage=recompute_per_stage, account_for_embedding=embedding_loss_split,
                   account_for_loss=embedding_loss_split, recompute_modules=recompute_modules_option(p, recompute_modules),
                   tp_comm_overlap=tp_comm_overlap, cp_comm_type=cp_comm_type, cp_a2a=cp_a2a,
+                  moe_dispatcher=moe_dispatcher, moe_ep_overlap=moe_ep_overlap,
                   vocab_tp=vocab_tp, vocab_sp=vocab_sp, tp_consecutive=tp_consecutive)
     from autopar.cli.profile import print_coverage, profiled
 

@@ -13,9 +13,10 @@ from autopar.cli.inputs import problem_from_options, recompute_modules_option, s
 from autopar.cli.json_output import print_json
 from autopar.cli.options import (Cp, CpA2a, CpCommType, Device, DeviceFile, DeviceSet, Dp, EmbeddingLoss, Ep, Etp,
                                  Flash, Fp8ParamStorage, Fp8Recipe, Gbs, Json, LayersPerStage, Mbs, Model,
-                                 MoeImbalance, Nodes, PerNode, PipelineLayoutOpt, Pp, Precision, RecomputeLayers,
-                                 RecomputeModules, RecomputeOpt, RecomputePerStage, ScheduleOpt, Script, SeqLen, Sp,
-                                 Tp, TpCommOverlap, TpConsecutive, VocabPad, VocabSize, VocabSp, VocabTp, Vpp, Zero)
+                                 MoeDispatcherOpt, MoeEpOverlap, MoeImbalance, Nodes, PerNode, PipelineLayoutOpt, Pp,
+                                 Precision, RecomputeLayers, RecomputeModules, RecomputeOpt, RecomputePerStage,
+                                 ScheduleOpt, Script, SeqLen, Sp, Tp, TpCommOverlap, TpConsecutive, VocabPad, VocabSize,
+                                 VocabSp, VocabTp, Vpp, Zero)
 from autopar.cli.paths import refuse_overwriting_inputs
 from autopar.errors import AutoparError
 
@@ -36,6 +37,7 @@ def export(
     tp: Tp = None, pp: Pp = None, dp: Dp = None, cp: Cp = None, vpp: Vpp = None, ep: Ep = None, etp: Etp = None,
     mbs: Mbs = None, zero: Zero = None, sp: Sp = None, recompute: RecomputeOpt = None,
     tp_comm_overlap: TpCommOverlap = None, cp_comm_type: CpCommType = None, cp_a2a: CpA2a = None,
+    moe_dispatcher: MoeDispatcherOpt = None, moe_ep_overlap: MoeEpOverlap = None,
     vocab_tp: VocabTp = None, vocab_sp: VocabSp = None, tp_consecutive: TpConsecutive = None,
     recompute_layers: RecomputeLayers = None, schedule: ScheduleOpt = None, layers_per_stage: LayersPerStage = None,
     recompute_per_stage: RecomputePerStage = None, embedding_loss_split: EmbeddingLoss = None,
@@ -81,6 +83,7 @@ def export(
                   recompute_per_stage=recompute_per_stage, account_for_embedding=embedding_loss_split,
                   account_for_loss=embedding_loss_split, recompute_modules=recompute_modules_option(p, recompute_modules),
                   tp_comm_overlap=tp_comm_overlap, cp_comm_type=cp_comm_type, cp_a2a=cp_a2a,
+                  moe_dispatcher=moe_dispatcher, moe_ep_overlap=moe_ep_overlap,
                   vocab_tp=vocab_tp, vocab_sp=vocab_sp, tp_consecutive=tp_consecutive)
     if from_result:
         given = sorted(k for k, v in {**layout, "dp": dp, "schedule": schedule}.items() if v is not None)

@@ -57,10 +57,10 @@ def recompute_modules_option(p: Problem, text: str | None) -> tuple[str, ...] | 
     return modules
 
 
-# TrainSpec fields a launch script sets: optimizer-state dtypes and offload (autopar.specs.script_optimizer),
-# fp8 weight storage (--fp8-param-gather) and recipe (--fp8-recipe, also an option), CUDA graphs and activation
-# offloading (autopar.specs.script_precision).
-SCRIPT_STATE_FIELDS = ("grad_dtype", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype",
+# TrainSpec fields a launch script sets: the MoE run switches (autopar.specs.script_moe), optimizer-state dtypes
+# and offload (autopar.specs.script_optimizer), fp8 weight storage (--fp8-param-gather) and recipe (--fp8-recipe,
+# also an option), CUDA graphs and activation offloading (autopar.specs.script_precision).
+SCRIPT_STATE_FIELDS = ("moe", "grad_dtype", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype",
                        "optimizer_offload_fraction", "optimizer_offload_overlap", "fp8_param_storage", "fp8_recipe",
                        "cuda_graph_impl", "cuda_graph_scope", "activation_offload_layers")
 
@@ -191,10 +191,13 @@ def strategy_from_options(p: Problem, script: str | None, layout: dict[str, Any]
     else:
         layout["layers_per_stage"] = None
     plan = read_script(script) if script else None
-    for name in ("tp_comm_overlap", "cp_comm_type", "cp_a2a"):  # commands without these options take the defaults
+    for name in ("tp_comm_overlap", "cp_comm_type", "cp_a2a", "moe_dispatcher", "moe_ep_overlap"):  # commands
+        # without these options take the defaults
         layout.setdefault(name, None)
     overlap_given = layout["tp_comm_overlap"] is not None or (plan is not None and plan.layout.get("tp_comm_overlap"))
     lay = layout_defaults(plan, layout, target)
+    if p.model.num_experts == 0 and layout["etp"] is None:  # a target's expert TP default is for MoE models
+        lay["etp"] = None
     if not overlap_given and lay["tp"] > p.cluster.fast_domain_size:  # the default stays within one NVLink domain
         lay["tp_comm_overlap"] = False  # (rule tp_comm_overlap_in_node)
     if per_stage:

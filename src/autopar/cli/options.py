@@ -77,6 +77,12 @@ TpCommOverlap = Annotated[Optional[bool], typer.Option(
     help="TP collectives overlapped with their GEMMs, needs SP: Megatron --tp-comm-overlap (TE userbuffers), "
     "torchtitan async TP, MindSpeed --use-ascend-mc2 [default: on with SP for megatron (Megatron-Bridge "
     "recipes); off for the other formats]")]
+MoeDispatcherOpt = Annotated[Optional[str], typer.Option(
+    "--moe-dispatcher", help="MoE token dispatcher: alltoall | allgather | deepep | hybridep (Megatron "
+    "--moe-token-dispatcher-type, flex with --moe-flex-dispatcher-backend) [default: alltoall]")]
+MoeEpOverlap = Annotated[Optional[bool], typer.Option(
+    "--moe-ep-overlap/--no-moe-ep-overlap", help="EP all-to-all overlapped with another micro-batch's compute "
+    "(Megatron --overlap-moe-expert-parallel-comm; needs ep > 1, and vpp with pp > 1) [default: off]")]
 CpCommType = Annotated[Optional[str], typer.Option(
     "--cp-comm-type", help="context-parallel algorithm: p2p (ring) | a2a (Ulysses) | allgather | a2a+p2p "
     "(with --cp-a2a) [default: p2p]")]

@@ -23,7 +23,8 @@ import numpy as np
 from autopar.cost import attention as attn
 from autopar.cost import flops as F
 from autopar.cost import fp8
-from autopar.cost import moe as moe_cost
+from autopar.cost import grouped_gemm
+from autopar.cost import moe_dispatch
 from autopar.cost import window
 from autopar.cost.hooks import installed
 from autopar.problem import Problem
@@ -36,18 +37,22 @@ def gemm_time_s(p: Problem, g: F.Gemm) -> np.ndarray:
     """Seconds for the GEMMs ``g`` on one device.
 
     Linear layers use the fp8 peak under fp8 training, plus their input quantisation
-    (:mod:`autopar.cost.fp8`; none where the norm before them writes the fp8 input, ``g.norm_input``). A grouped GEMM (MoE experts, TE ``GroupedLinear`` / CUTLASS) is
-    one kernel whose per-expert rows are padded to the M tile
-    (:data:`autopar.cost.moe.GROUPED_GEMM_TILE_ROWS`), so few tokens per expert waste the
-    tensor cores, and whose weights are all read once (the memory roofline).
+    (:mod:`autopar.cost.fp8`; none where the norm before them writes the fp8 input, ``g.norm_input``).
+    A grouped GEMM is one kernel whose rows are padded to the M tile
+    (:data:`autopar.cost.grouped_gemm.TILE_ROWS`), so few rows per group waste the tensor cores,
+    and whose operands are all read once (the memory roofline); the routed experts' grouped GEMM
+    (``g.expert``) also pays the short-reduction cost of
+    :func:`autopar.cost.grouped_gemm.expert_gemm_flops_s`.
     """
     dev = p.cluster.device
     peak = dev.peak(fp8.gemm_precision(p, g.fp8)) * fp8.gemm_efficiency(p, g.fp8)
     mem = dev.hbm_bandwidth_bytes_per_s * dev.memory_efficiency
     cast_s = memory_time_s(p, fp8.cast_bytes(p, g.m, g.k, g.count, g.fp8, g.norm_input))
+    if g.expert:
+        flops_s = grouped_gemm.expert_gemm_flops_s(g.m, g.n, g.k, g.count, peak)
+        return np.maximum(flops_s, g.bytes / mem) + KERNEL_OVERHEAD_S + cast_s
     if g.grouped:
-        rows = np.ceil(g.m / moe_cost.GROUPED_GEMM_TILE_ROWS) * moe_cost.GROUPED_GEMM_TILE_ROWS
-        tiled_flops = 2.0 * rows * g.n * g.k * g.count
+        tiled_flops = 2.0 * grouped_gemm.padded_rows(g.m) * g.n * g.k * g.count
         return np.maximum(tiled_flops / peak, g.bytes / mem) + KERNEL_OVERHEAD_S + cast_s
     per_gemm = np.maximum(g.flops / g.count / peak, g.bytes / g.count / mem) + KERNEL_OVERHEAD_S
     return per_gemm * g.count + cast_s
@@ -123,7 +128,7 @@ def layer_forward_times(p: Problem, batch: LayoutBatch, moe: bool) -> LayerTimes
     """Forward compute of one decoder layer (dense or MoE) on one device, one micro-batch."""
     gemms = F.attention_gemms(p, batch) + F.mlp_gemms(p, batch, moe)
     gemm_s = sum(gemm_time_s(p, g) for g in gemms)
-    router_s = moe_cost.MOE_EXTRA_KERNELS * KERNEL_OVERHEAD_S if moe else 0.0  # routing, permutation
+    router_s = moe_dispatch.extra_kernels(p) * KERNEL_OVERHEAD_S if moe else 0.0  # routing, permutation
     attention_s, backward_extra_s = core_attention_times_s(p, batch)
     times = LayerTimes(
         gemm_s=gemm_s,

@@ -47,6 +47,7 @@ class Gemm:
     fp8: bool = True  # a linear layer: runs in fp8 under --precision fp8 (router, output layer: no)
     grouped: bool = False  # the ``count`` GEMMs are one kernel (MoE grouped GEMM; unfused attention's bmm)
     norm_input: bool = False  # the input is a norm's output (TE LayerNormLinear: quantised by the norm kernel)
+    expert: bool = False  # the routed experts' grouped GEMM (autopar.cost.grouped_gemm)
 
     @property
     def flops(self) -> np.ndarray:
@@ -93,8 +94,8 @@ def mlp_gemms(p: Problem, batch: LayoutBatch, moe: bool, imbalance: bool = True)
     up = 2 if m.gated_mlp else 1
 
     def mlp(rows, ffn, shard, count=1.0, grouped=False, norm_input=False):
-        return [Gemm(rows, up * ffn / shard, h, count, grouped=grouped, norm_input=norm_input),
-                Gemm(rows, h, ffn / shard, count, grouped=grouped)]
+        return [Gemm(rows, up * ffn / shard, h, count, grouped=grouped, expert=grouped, norm_input=norm_input),
+                Gemm(rows, h, ffn / shard, count, grouped=grouped, expert=grouped)]
 
     if not moe:
         return mlp(n, m.ffn_hidden_size, t, norm_input=True)
@@ -203,11 +204,15 @@ def mlp_elementwise_bytes(p: Problem, batch: LayoutBatch, moe: bool) -> np.ndarr
 
 def dispatch_bytes(p: Problem, batch: LayoutBatch) -> np.ndarray:
     """Forward HBM traffic of MoE routing on the SP shard (bytes): permute and unpermute (read +
-    write of ``k`` copies of the shard each) and the router scores (about 3 fp32 passes over
-    ``num_experts`` scores per token = 6 bf16 units)."""
+    write of ``k`` copies of the shard each, twice when unfused:
+    :func:`autopar.cost.moe_dispatch.permute_passes`) and the router scores (about 3 fp32 passes
+    over ``num_experts`` scores per token = 6 bf16 units)."""
+    from autopar.cost.moe_dispatch import permute_passes
+
     m = p.model
     n_shard = tokens(p, batch) / np.where(batch.sp, batch.tp, 1)
-    return BF16 * (2 * 2 * n_shard * m.num_experts_per_tok * m.hidden_size + 6 * n_shard * m.num_experts)
+    permute = 2 * 2 * n_shard * m.num_experts_per_tok * m.hidden_size * permute_passes(p, batch)
+    return BF16 * (permute + 6 * n_shard * m.num_experts)
 
 
 def logits_gemm(p: Problem, batch: LayoutBatch) -> Gemm:

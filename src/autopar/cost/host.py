@@ -40,9 +40,12 @@ per forward GEMM:
   ``--moe-router-fusion`` (Megatron-LM GB200 guide sec. 2.1.4, :data:`ROUTER_OPS_DEEPSEEK`),
   :data:`ROUTER_OPS_TOPK` for softmax top-k with the switch aux loss (gate GEMM, softmax, top-k,
   routing-map and probability scatters, 5 aux-loss reductions, the token-count all-reduce, the
-  aux-loss scaler and tracker); the alltoall dispatcher (token counts, their exchange and
-  device-to-host copy, fused permute, all-to-all, local chunk sort, and back:
-  :data:`DISPATCH_OPS`, + all-gather / reduce-scatter with ``etp > 1``); the experts as TE
+  aux-loss scaler and tracker), the fused router's
+  :data:`autopar.cost.moe_dispatch.ROUTER_FUSED_HOST_OPS` with ``MoeRuntime.router_fusion``;
+  the alltoall dispatcher (token counts, their exchange and device-to-host copy, fused permute,
+  all-to-all, local chunk sort, and back: :data:`DISPATCH_OPS`, + all-gather / reduce-scatter
+  with ``etp > 1``, + the unfused permutation's ops without ``MoeRuntime.permute_fusion``:
+  :data:`autopar.cost.moe_dispatch.PERMUTE_UNFUSED_EXTRA_HOST_OPS`); the experts as TE
   ``GroupedLinear`` (per GEMM group one input split and one module call, whose per-expert
   cuBLAS GEMMs are launched by one C++ call, ``te_general_grouped_gemm``, on multiple streams:
   a few microseconds each, left out; then the activation) - so the host time does not grow with
@@ -137,9 +140,14 @@ def layer_forward_ops(p: Problem, batch: LayoutBatch, moe: bool) -> np.ndarray:
 def moe_mlp_ops(p: Problem, batch: LayoutBatch) -> np.ndarray:
     """Host ops of a MoE block's forward between its norm and its residual add: router,
     dispatcher, grouped experts and shared experts (module docstring)."""
+    from autopar.cost import moe_dispatch
+
     m = p.model
     router = ROUTER_OPS_DEEPSEEK if m.router_bias else ROUTER_OPS_TOPK
-    dispatch = DISPATCH_OPS + np.where(batch.etp > 1, ETP_DISPATCH_OPS, 0)
+    if p.train.moe.router_fusion:
+        router = moe_dispatch.ROUTER_FUSED_HOST_OPS
+    unfused = np.where(moe_dispatch.permute_passes(p, batch) > 1, moe_dispatch.PERMUTE_UNFUSED_EXTRA_HOST_OPS, 0)
+    dispatch = DISPATCH_OPS + unfused + np.where(batch.etp > 1, ETP_DISPATCH_OPS, 0)
     experts = GROUPED_GEMM_SPLITS + GROUPED_GEMM_CALLS + ACTIVATION_OPS
     return router + dispatch + experts + _shared_expert_ops(p, batch)
 

@@ -16,9 +16,9 @@ Per-device counts, with ``n = s/cp * mbs`` tokens of a micro-batch on one dense 
   seen by the ``etp`` ranks of its expert) - independent of ``ep``, so expert parallelism
   shrinks expert weights, never these activations;
 * expert intermediate activations: ``rows * moe_ffn / etp = n * k * moe_ffn / tp``;
-* ``moe_token_imbalance`` (:class:`~autopar.specs.TrainSpec`, default 1.0 = balanced) scales
-  ``rows`` for the busiest rank: the memory and time peaks follow it. With Megatron's
-  ``--moe-expert-capacity-factor C --moe-pad-expert-input-to-capacity`` the factor is ``C``.
+* :func:`token_factor` scales ``rows`` for the busiest rank: the routing skew
+  (``TrainSpec.moe_token_imbalance``, 1 under forced balance), capped by a dropping capacity
+  factor, or the padded capacity: the memory and time peaks follow it.
 
 Megatron-Core's own estimate (``megatron/training/theoretical_memory_usage.py``) uses the same
 balanced top-k count.
@@ -30,16 +30,11 @@ import numpy as np
 
 from autopar.cost import comm
 from autopar.problem import Problem
+from autopar.specs import TrainSpec
 from autopar.strategy import LayoutBatch
 
 BF16 = 2
 FP32 = 4
-# Router, score function, top-k, aux-loss, permute/unpermute, sort/histogram, token-count
-# synchronisation of the alltoall dispatcher (a device-to-host copy): kernels per MoE layer
-# forward beyond the GEMMs (Megatron-Core ``router.py``, ``moe_utils.py``).
-MOE_EXTRA_KERNELS = 12
-# Grouped GEMM (CUTLASS / TE ``GroupedLinear``): each expert's rows are padded to the M tile.
-GROUPED_GEMM_TILE_ROWS = 128
 
 
 def tokens(p: Problem, batch: LayoutBatch) -> np.ndarray:
@@ -51,11 +46,26 @@ def sp_shard(batch: LayoutBatch) -> np.ndarray:
     return np.where(batch.sp, batch.tp, 1)
 
 
+def token_factor(train: TrainSpec) -> float:
+    """Token copies on the busiest expert rank over the balanced share (>= 1).
+
+    The routing skew is ``TrainSpec.moe_token_imbalance``, or 1 under ``MoeRuntime.force_balance``
+    (Megatron ``--moe-router-force-load-balancing``: the router's scores are replaced by uniform
+    random ones). A capacity factor ``C`` (Megatron-Core ``moe_utils.apply_router_token_dropping``)
+    drops the tokens above ``C`` times an expert's share: ``min(C, skew)``; padded to capacity
+    (``--moe-pad-expert-input-to-capacity``) every expert computes ``C`` times its share."""
+    moe = train.moe
+    skew = 1.0 if moe.force_balance else train.moe_token_imbalance
+    if moe.capacity_factor is None:
+        return skew
+    return moe.capacity_factor if moe.pad_to_capacity else min(moe.capacity_factor, skew)
+
+
 def expert_rows(p: Problem, batch: LayoutBatch, imbalance: bool = True) -> np.ndarray:
-    """Token copies the busiest expert-rank processes per micro-batch: ``n*k*etp/tp * imbalance``
-    (module docstring); ``imbalance=False`` gives the balanced share."""
+    """Token copies the busiest expert-rank processes per micro-batch: ``n*k*etp/tp`` times
+    :func:`token_factor` (module docstring); ``imbalance=False`` gives the balanced share."""
     m = p.model
-    factor = p.train.moe_token_imbalance if imbalance else 1.0
+    factor = token_factor(p.train) if imbalance else 1.0
     return tokens(p, batch) * m.num_experts_per_tok * batch.etp / batch.tp * factor
 
 
@@ -115,12 +125,13 @@ def dispatcher_buffer_bytes(p: Problem, batch: LayoutBatch) -> np.ndarray:
 
 def expert_gemm_shapes(p: Problem, batch: LayoutBatch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(local experts, padded rows per local expert, useful rows per local expert) of the grouped
-    GEMM on the busiest rank; rows are padded to :data:`GROUPED_GEMM_TILE_ROWS` (tile
-    quantisation makes small per-expert GEMMs slow)."""
+    GEMM on the busiest rank; rows are padded to the M tile
+    (:func:`autopar.cost.grouped_gemm.padded_rows`: tile quantisation makes small per-expert GEMMs slow)."""
+    from autopar.cost.grouped_gemm import padded_rows
+
     local = p.model.num_experts / batch.ep
     rows = expert_rows(p, batch) / local
-    padded = np.ceil(rows / GROUPED_GEMM_TILE_ROWS) * GROUPED_GEMM_TILE_ROWS
-    return local, padded, rows
+    return local, padded_rows(rows), rows
 
 
 def all_to_all_s(p: Problem, batch: LayoutBatch) -> np.ndarray:
@@ -135,7 +146,7 @@ def all_to_all_s(p: Problem, batch: LayoutBatch) -> np.ndarray:
     """
     m = p.model
     num_bytes = BF16 * tokens(p, batch) * m.num_experts_per_tok * m.hidden_size / sp_shard(batch)
-    return comm.all_to_all_s(p, num_bytes * p.train.moe_token_imbalance, batch.ep, batch.etp)
+    return comm.all_to_all_s(p, num_bytes * token_factor(p.train), batch.ep, batch.etp)
 
 
 def mlp_tp_collective_pairs(p: Problem) -> int:
@@ -157,14 +168,10 @@ def mlp_tp_collective_pairs(p: Problem) -> int:
 
 
 def layer_comm_s(p: Problem, batch: LayoutBatch) -> np.ndarray:
-    """EP and ETP communication of one MoE layer per micro-batch, forward + backward: dispatch
-    and combine all-to-alls both ways (4), and with ``etp > 1`` the all-gather / reduce-scatter
-    of the expert inputs and outputs over the etp group (4 more). All exposed: the alltoall
-    dispatcher waits for the token counts (a device-to-host sync) and the expert GEMMs need the
-    dispatched tokens; Megatron-Core's ``--overlap-moe-expert-parallel-comm`` (1F1B
-    A2A/compute overlap of two micro-batches, Megatron-Core 0.14) and DeepEP's hook-based
-    overlap are not used by the NeMo 25.04 recipes of the validation rows."""
-    h = p.model.hidden_size
-    gathered = BF16 * expert_rows(p, batch) * h
-    etp = comm.all_gather_s(p, gathered, batch.etp, 1)
-    return 4 * all_to_all_s(p, batch) + 4 * etp
+    """EP and ETP communication of one MoE layer per micro-batch, forward + backward, none of it
+    hidden: two passes of :func:`autopar.cost.moe_dispatch.pass_comm_s` (dispatch and combine,
+    and with ``etp > 1`` the all-gather / reduce-scatter of the expert inputs and outputs). What
+    the layout's overlaps hide: :func:`autopar.cost.moe_dispatch.exposed_layer_comm_s`."""
+    from autopar.cost.moe_dispatch import pass_comm_s
+
+    return 2 * pass_comm_s(p, batch)

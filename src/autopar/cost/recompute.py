@@ -32,6 +32,7 @@ import numpy as np
 from autopar.cost import compute as C
 from autopar.cost import flops as F
 from autopar.cost import moe as moe_cost
+from autopar.cost import moe_dispatch
 from autopar.problem import Problem
 from autopar.strategy import LayoutBatch
 
@@ -103,7 +104,7 @@ def layer_recompute_s(p: Problem, batch: LayoutBatch, layer: C.LayerTimes, moe: 
     if (rows := on("moe")) is not None:
         block_s = (sum(C.gemm_time_s(p, g) for g in F.mlp_gemms(p, batch, True))
                    + C.memory_time_s(p, F.mlp_elementwise_bytes(p, batch, True))
-                   + moe_cost.MOE_EXTRA_KERNELS * C.KERNEL_OVERHEAD_S)
+                   + moe_dispatch.extra_kernels(p) * C.KERNEL_OVERHEAD_S)
         parts = np.where(rows, block_s, parts)
     return total + parts
 

@@ -45,6 +45,7 @@ from autopar.cost import grad_accumulation
 from autopar.cost import memory
 from autopar.cost import host
 from autopar.cost import moe as moe_cost
+from autopar.cost import moe_dispatch
 from autopar.cost import offload
 from autopar.cost import mtp
 from autopar.cost import recompute as recompute_cost
@@ -141,12 +142,15 @@ def stage_time(p: Problem, batch: LayoutBatch, stages: Stages) -> StageTime:
     cp = np.where(batch.cp > 1, fwd_passes * (exposed_fwd + C.memory_time_s(p, merge_fwd_bytes))
                   + stages.layers * (exposed_bwd + C.memory_time_s(p, merge_bwd_bytes)), 0.0)
 
-    # Expert parallel (autopar.cost.moe): dispatch + combine forward and backward per MoE layer
-    # (+ the etp gathers), the forward half again for recomputed MoE layers, the MTP layers.
+    # Expert parallel (autopar.cost.moe, moe_dispatch): dispatch + combine forward and backward per
+    # MoE layer (+ the etp gathers) less what the layout's overlaps hide, the forward half again for
+    # recomputed MoE layers, the MTP layers.
     if m.is_moe:
         moe_recomputed = recomputed * n_moe / np.maximum(stages.layers, 1)
         ep_passes = n_moe + 0.5 * moe_recomputed + np.where(selective, recompute_cost.extra_ep_passes(p, batch, n_moe), 0.0)
-        ep = ep_passes * moe_cost.layer_comm_s(p, batch)
+        shared_s, routed_s = moe_dispatch.expert_compute_s(p, batch)
+        exposed = moe_dispatch.exposed_layer_comm_s(p, batch, moe.forward_s, shared_s, routed_s)
+        ep = n_moe * exposed + (ep_passes - n_moe) * moe_cost.layer_comm_s(p, batch)
         ep = ep + np.where(stages.holds_mtp(batch), mtp.ep_comm_s(p, batch), 0.0)
     else:
         ep = np.zeros(len(batch))

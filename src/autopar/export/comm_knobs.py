@@ -13,6 +13,13 @@ overlap (``Strategy.tp_comm_overlap``) and the context-parallel algorithm
   ``parallelize`` raises without compile); CP is PyTorch's ring only.
 * DeepSpeed (Megatron-DeepSpeed): Ulysses only (``a2a``, ``--ds-sequence-parallel-size``); no TP overlap.
 * Galvatron, SAPP (MindFormers arrays): neither knob.
+
+The MoE token dispatcher and the EP all-to-all overlap (``Strategy.moe_dispatcher``,
+``moe_ep_overlap``) are written by Megatron-LM (``--moe-token-dispatcher-type``,
+``--moe-flex-dispatcher-backend``, ``--overlap-moe-expert-parallel-comm``) and Megatron-Bridge
+(``model.*`` of the same names); every other target refuses anything but the alltoall dispatcher
+without overlap (:func:`require_default_moe`). The search offers, where the target writes them,
+the flex dispatcher with the backend that fits the cluster (:func:`flex_backend`) and the overlap.
 """
 
 from __future__ import annotations
@@ -55,7 +62,30 @@ def te_a2a_heads_reason(p: Problem, s: Strategy) -> str | None:
     return None
 
 
-# What the search offers per target (autopar.space.SpaceOptions): TP overlap, and the CP algorithms.
+def require_default_moe(framework: str, s: Strategy, why: str) -> None:
+    """Refuse a MoE dispatcher other than alltoall, or the EP overlap, on ``framework``.
+
+    Raises:
+        AutoparError: ``s.moe_dispatcher`` is not alltoall or ``s.moe_ep_overlap`` is set (``why``:
+            what the framework runs instead).
+    """
+    if s.moe_dispatcher != "alltoall" or s.moe_ep_overlap:
+        raise AutoparError(f"{framework} cannot express this layout: moe_dispatcher={s.moe_dispatcher}, "
+                           f"moe_ep_overlap={s.moe_ep_overlap} ({why}); use the alltoall dispatcher without EP "
+                           "overlap (--moe-dispatcher alltoall --no-moe-ep-overlap)")
+
+
+def flex_backend(p: Problem) -> str:
+    """The flex dispatcher's backend for ``p``'s cluster: ``hybridep`` where the NVLink domain is
+    larger than DeepEP's 8 NVLink peers (an NVL72 rack), else ``deepep``
+    (:mod:`autopar.cost.moe_dispatch`)."""
+    from autopar.cost.moe_dispatch import DEEPEP_MAX_NVL_PEERS
+
+    return "hybridep" if p.cluster.fast_domain_size > DEEPEP_MAX_NVL_PEERS else "deepep"
+
+
+# What the search offers per target (autopar.space.SpaceOptions): TP overlap, the CP algorithms, MoE choices.
+MOE_CHOICE_TARGETS = frozenset({"megatron", "megatron-bridge"})
 TP_OVERLAP_TARGETS = frozenset({"megatron", "mindspeed", "torchtitan"})
 CP_ALGORITHMS: dict[str, tuple[str, ...]] = {"megatron": ("p2p", "a2a", "allgather", "a2a+p2p"),
                                              "megatron-bridge": ("p2p", "a2a", "allgather", "a2a+p2p"),

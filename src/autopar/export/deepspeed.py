@@ -63,6 +63,9 @@ def refusal_reason(p: Problem, s: Strategy) -> str | None:
     if s.tp_comm_overlap:
         return ("tp_comm_overlap: Megatron-DeepSpeed has no --tp-comm-overlap (no Transformer Engine userbuffers); "
                 "turn it off (--no-tp-comm-overlap)")
+    if s.moe_dispatcher != "alltoall" or s.moe_ep_overlap:
+        return (f"moe_dispatcher={s.moe_dispatcher}, moe_ep_overlap={s.moe_ep_overlap}: DeepSpeed MoE has its own "
+                "all-to-all and no flex dispatcher or EP overlap switch; use alltoall without EP overlap")
     if p.train.precision == "fp8":
         return "fp8: DeepSpeed's config has no fp8 training section"
     if len(set(split)) > 1:

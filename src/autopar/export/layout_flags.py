@@ -161,6 +161,29 @@ def _recompute_flags(s: Strategy, dialect: Dialect) -> dict[str, FlagValue]:
     return flags
 
 
+def _moe_flags(p: Problem, s: Strategy, dialect: Dialect) -> dict[str, FlagValue]:
+    """The MoE dispatcher and EP overlap of ``s`` (:mod:`autopar.cost.moe_dispatch`): Megatron-LM's
+    ``--moe-token-dispatcher-type`` alltoall/allgather/flex with ``--moe-flex-dispatcher-backend``
+    deepep/hybridep, ``--overlap-moe-expert-parallel-comm``; the older ``--moe-enable-deepep`` is
+    never written.
+
+    Raises:
+        AutoparError: a dispatcher other than alltoall, or the EP overlap, in MindSpeed-LLM's dialect
+            (its MoE overlap and dispatch flags are other mechanisms, not modelled).
+    """
+    if not p.model.is_moe:
+        return dict.fromkeys(("--moe-token-dispatcher-type", "--moe-flex-dispatcher-backend", "--moe-enable-deepep",
+                              "--overlap-moe-expert-parallel-comm"))
+    if dialect == "mindspeed" and (s.moe_dispatcher != "alltoall" or s.moe_ep_overlap):
+        raise AutoparError(f"MindSpeed-LLM cannot express this layout: moe_dispatcher={s.moe_dispatcher}, "
+                           f"moe_ep_overlap={s.moe_ep_overlap} (its MoE dispatch/overlap flags are other mechanisms "
+                           "autopar does not model); use the alltoall dispatcher without EP overlap")
+    flex = s.moe_dispatcher in ("deepep", "hybridep")
+    return {"--moe-token-dispatcher-type": "flex" if flex else s.moe_dispatcher,
+            "--moe-flex-dispatcher-backend": s.moe_dispatcher if flex else None, "--moe-enable-deepep": None,
+            "--overlap-moe-expert-parallel-comm": s.moe_ep_overlap or None}
+
+
 def layout_flags(p: Problem, s: Strategy, dialect: Dialect = "megatron") -> dict[str, FlagValue]:
     """Every parallel / batch / recompute flag for layout ``s`` (see the module docstring).
 
@@ -204,6 +227,7 @@ def layout_flags(p: Problem, s: Strategy, dialect: Dialect = "megatron") -> dict
             raise AutoparError(f"Megatron-LM: {why}")
         flags["--cp-comm-type"] = s.cp_comm_type if s.cp > 1 and s.cp_comm_type != "p2p" else None
         flags["--hierarchical-context-parallel-sizes"] = f"{a2a} {s.cp // a2a}" if hierarchical else None
+    flags.update(_moe_flags(p, s, dialect))
     flags.update(_split_flags(p, s, dialect))
     flags.update(_zero_flags(s, dialect))
     flags.update(_recompute_flags(s, dialect))

@@ -76,9 +76,8 @@ def moe_args(p: Problem, dialect: Dialect = "megatron") -> list[str]:
     """MoE flags (ecosystem.md 1.2, 1.5): experts, grouped GEMM, the alltoall dispatcher, the
     layer pattern, shared experts, and the router the cost model assumes.
 
-    * every MoE model: ``--moe-permute-fusion`` (:data:`autopar.cost.host.DISPATCH_OPS` counts one
-      fused permute) and ``--moe-router-dtype fp32`` (:func:`autopar.cost.moe.moe_block_bytes`
-      keeps fp32 router logits); Megatron-Core >= 0.13, so not in the MindSpeed dialect;
+    * the run's MoE switches (:func:`runtime_args`); the dispatcher and EP overlap are layout
+      flags (:func:`autopar.export.layout_flags.layout_flags`);
     * DeepSeek-V3 routing (``router_bias``): sigmoid scores with the expert bias (Megatron-Core's
       ``TransformerConfig`` raises "Expert bias for aux-loss-free routing only supports sigmoid
       score function" otherwise; its default is softmax), group-limited top-k
@@ -96,9 +95,8 @@ def moe_args(p: Problem, dialect: Dialect = "megatron") -> list[str]:
     """
     m = p.model
     args = [f"--num-experts {m.num_experts} --moe-router-topk {m.num_experts_per_tok} "
-            f"--moe-ffn-hidden-size {m.moe_ffn_hidden_size} --moe-grouped-gemm --moe-token-dispatcher-type alltoall"]
-    if dialect == "megatron":
-        args.append("--moe-permute-fusion --moe-router-dtype fp32")
+            f"--moe-ffn-hidden-size {m.moe_ffn_hidden_size} --moe-grouped-gemm"]
+    args += runtime_args(p, dialect)
     if len(m.moe_layers) != m.num_layers:
         pattern = "".join("1" if m.is_moe_layer(i) else "0" for i in range(m.num_layers))
         args.append(f'--moe-layer-freq "[{",".join(pattern)}]"')
@@ -120,6 +118,35 @@ def moe_args(p: Problem, dialect: Dialect = "megatron") -> list[str]:
     if m.router_topk_scaling_factor is not None and dialect == "megatron":
         args.append(f"--moe-router-topk-scaling-factor {m.router_topk_scaling_factor:g}")
     return args
+
+
+def runtime_args(p: Problem, dialect: Dialect = "megatron") -> list[str]:
+    """The plan's ``TrainSpec.moe`` switches as Megatron-LM flags: ``--moe-permute-fusion``
+    (:data:`autopar.cost.host.DISPATCH_OPS` counts one fused permute), ``--moe-router-fusion``,
+    ``--moe-shared-expert-overlap``, ``--delay-wgrad-compute``, ``--moe-router-force-load-balancing``,
+    ``--moe-expert-capacity-factor`` with ``--moe-pad-expert-input-to-capacity``, and
+    ``--moe-router-dtype fp32`` (:func:`autopar.cost.moe.moe_block_bytes` keeps fp32 router logits).
+    Megatron-Core >= 0.13 flags: in the MindSpeed dialect only the defaults are written.
+
+    Raises:
+        AutoparError: a switch other than the permutation fusion in MindSpeed-LLM's dialect.
+    """
+    moe = p.train.moe
+    if dialect != "megatron":
+        changed = [name for name in ("router_fusion", "shared_expert_overlap", "delay_wgrad", "force_balance")
+                   if getattr(moe, name)] + (["capacity_factor"] if moe.capacity_factor is not None else [])
+        if changed:
+            raise AutoparError(f"MindSpeed-LLM: the MoE switches {', '.join(changed)} are Megatron-Core's, not modelled "
+                               "in MindSpeed-LLM's flags; export --format megatron")
+        return []
+    flags = {"--moe-permute-fusion": moe.permute_fusion, "--moe-router-fusion": moe.router_fusion,
+             "--moe-shared-expert-overlap": moe.shared_expert_overlap, "--delay-wgrad-compute": moe.delay_wgrad,
+             "--moe-router-force-load-balancing": moe.force_balance}
+    args = [" ".join(name for name, on in flags.items() if on) + " --moe-router-dtype fp32"]
+    if moe.capacity_factor is not None:
+        args.append(f"--moe-expert-capacity-factor {moe.capacity_factor:g}"
+                    + (" --moe-pad-expert-input-to-capacity" if moe.pad_to_capacity else ""))
+    return [a.strip() for a in args]
 
 
 def parallel_args(p: Problem, s: Strategy, dialect: Dialect = "megatron") -> list[str]:

@@ -184,8 +184,11 @@ def overrides(p: Problem, s: Strategy) -> dict[str, Any]:
     * overlap: ``comm_overlap=null`` and ``model.tp_comm_overlap=false`` (the recipes' userbuffers
       TP overlap is tuned to their own tp and sequence; autopar costs TP collectives and pipeline
       sends without it);
-    * MoE: the dispatcher autopar costs (``moe_token_dispatcher_type=alltoall``, no flex/DeepEP
-      backend), grouped GEMM, permute fusion, fp32 router, as the Megatron-LM export writes them.
+    * MoE: the layout's dispatcher (``moe_token_dispatcher_type`` alltoall/allgather/flex with
+      ``moe_flex_dispatcher_backend`` deepep/hybridep) and EP overlap
+      (``overlap_moe_expert_parallel_comm``), the plan's ``TrainSpec.moe`` switches
+      (``delay_wgrad_compute``, permute and router fusion, shared-expert overlap, forced balance,
+      capacity), grouped GEMM and the fp32 router, as the Megatron-LM export writes them.
 
     Raises:
         AutoparError: no recipe for the model (:func:`recipe_for`), or what :func:`_check` refuses.
@@ -250,8 +253,17 @@ def overrides(p: Problem, s: Strategy) -> dict[str, Any]:
         out["checkpoint.ckpt_format"] = "fsdp_dtensor"
         out["model.gradient_accumulation_fusion"] = False
     if p.model.is_moe:
-        out.update({"model.moe_token_dispatcher_type": "alltoall", "model.moe_flex_dispatcher_backend": None,
-                    "model.moe_grouped_gemm": True, "model.moe_permute_fusion": True,
+        moe, flex = p.train.moe, s.moe_dispatcher in ("deepep", "hybridep")
+        out.update({"model.moe_token_dispatcher_type": "flex" if flex else s.moe_dispatcher,
+                    "model.moe_flex_dispatcher_backend": s.moe_dispatcher if flex else None,
+                    "model.overlap_moe_expert_parallel_comm": s.moe_ep_overlap,
+                    "model.delay_wgrad_compute": moe.delay_wgrad,
+                    "model.moe_grouped_gemm": True, "model.moe_permute_fusion": moe.permute_fusion,
+                    "model.moe_router_fusion": moe.router_fusion,
+                    "model.moe_shared_expert_overlap": moe.shared_expert_overlap,
+                    "model.moe_router_force_load_balancing": moe.force_balance,
+                    "model.moe_expert_capacity_factor": moe.capacity_factor,
+                    "model.moe_pad_expert_input_to_capacity": moe.pad_to_capacity,
                     "model.moe_router_dtype": "fp32"})
     return out
 

@@ -16,7 +16,7 @@ from autopar.strategy import RECOMPUTE_MODULES, Strategy
 FIELDS = ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "zero", "sp", "recompute", "recompute_layers",
            "schedule", "layers_per_stage", "recompute_per_stage", "recompute_modules", "account_for_embedding",
            "account_for_loss", "pipeline_layout", "tp_comm_overlap", "cp_comm_type", "cp_a2a", "vocab_tp", "vocab_sp",
-          "tp_consecutive")
+           "tp_consecutive", "moe_dispatcher", "moe_ep_overlap")
 
 
 def _modules(value: object, path: str, rank: int) -> tuple[str, ...]:

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from autopar.errors import AutoparError
-from autopar.export.comm_knobs import require_cp_algorithms, require_no_tp_overlap
+from autopar.export.comm_knobs import require_cp_algorithms, require_default_moe, require_no_tp_overlap
 from autopar.pipeline.layout import PipelineLayout, layout_of
 from autopar.export.per_stage import require_default_modules
 from autopar.problem import Problem
@@ -40,6 +40,7 @@ def config(p: Problem, s: Strategy) -> dict[str, Any]:
     require_default_modules("SAPP", s)
     require_no_tp_overlap("SAPP", s, "its MindFormers arrays have no TP overlap setting")
     require_cp_algorithms("SAPP", s, ("p2p",))
+    require_default_moe("SAPP", s, "MindFormers' MoE runs its own dispatch")
     layout = layout_of(p, s)
     if layout.mtp_rank != s.pp - 1:
         raise AutoparError(f"SAPP arrays: layout {layout.megatron()} puts the MTP layers on stage "

@@ -26,7 +26,7 @@ import tomllib
 from typing import Any
 
 from autopar.errors import AutoparError
-from autopar.export.comm_knobs import require_cp_algorithms
+from autopar.export.comm_knobs import require_cp_algorithms, require_default_moe
 from autopar.pipeline.layout import layout_of
 from autopar.export.per_stage import require_default_modules, require_uniform_recompute
 from autopar.problem import Problem
@@ -147,6 +147,8 @@ def config(p: Problem, s: Strategy) -> dict[str, Any]:
     if s.tp > 1 and not s.sp:
         raise _refuse(f"tp={s.tp} without sequence parallelism (torchtitan's TP always shards activations)")
     require_cp_algorithms("torchtitan", s, ("p2p",))  # PyTorch's ring attention (context_parallel)
+    require_default_moe("torchtitan", s, "its MoE dispatches with its own all-to-all, no flex backend or "
+                        "1F1B EP overlap switch")
     if s.ep > 1 and s.expert_tp not in (1, s.tp):
         raise _refuse(f"etp={s.expert_tp}; only 1 or tp={s.tp} are allowed")
     if s.recompute == "full" and s.recompute_layers:

@@ -76,7 +76,8 @@ def table_notes(layouts: list[Estimate]) -> str | None:
 def layout_label(e: Estimate) -> str:
     """Compact one-line description of a layout, e.g. ``tp8+sp pp4x5 cp1 dp2`` (x5 = vpp), with
     :func:`split_mark` after the pipeline part (``pp32x2+el``, ``pp4~``); ``+ov`` marks TP
-    communication overlap, ``cp4:a2a`` / ``cp8:a2a2+p2p`` a context-parallel algorithm other than the ring;
+    communication overlap, ``cp4:a2a`` / ``cp8:a2a2+p2p`` a context-parallel algorithm other than the ring,
+    ``ep8/etp1:deepep`` a MoE dispatcher other than alltoall and ``+a2a`` the EP all-to-all overlap;
     Galvatron's knobs follow (:func:`galvatron_marks`)."""
     s = e.strategy
     parts = [f"tp{s.tp}" + ("+sp" if s.sp else "") + ("+ov" if s.tp_comm_overlap else ""),
@@ -84,7 +85,8 @@ def layout_label(e: Estimate) -> str:
     cp_algo = {"p2p": "", "a2a+p2p": f":a2a{s.cp_a2a_size}+p2p"}.get(s.cp_comm_type, f":{s.cp_comm_type}")
     parts += [f"cp{s.cp}" + (cp_algo if s.cp > 1 else ""), f"dp{s.dp}"]
     if s.ep > 1:
-        parts.append(f"ep{s.ep}/etp{s.expert_tp}")
+        parts.append(f"ep{s.ep}/etp{s.expert_tp}" + ("" if s.moe_dispatcher == "alltoall" else f":{s.moe_dispatcher}")
+                     + ("+a2a" if s.moe_ep_overlap else ""))
     return " ".join(parts + galvatron_marks(s))
 
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from autopar.errors import AutoparError
 from autopar.estimate import DEFAULT_MEMORY_MARGIN, Estimate, estimate
-from autopar.export.comm_knobs import CP_ALGORITHMS, TP_OVERLAP_TARGETS
+from autopar.export.comm_knobs import CP_ALGORITHMS, MOE_CHOICE_TARGETS, TP_OVERLAP_TARGETS, flex_backend
 from autopar.export.per_stage import MODULE_TARGETS, PER_STAGE_OPTIONS
 from autopar.pipeline.rebalance import TARGETS, TableCache, rank, rebalance_estimate
 from autopar.problem import Problem
@@ -119,8 +119,11 @@ def for_search(p: Problem, target: str, options: SpaceOptions | None) -> tuple[P
             raise AutoparError(f"--recompute-modules {','.join(pinned)} with --target {target}: only "
                                f"{', '.join(MODULE_TARGETS)} writes recompute modules other than core_attn")
         options = replace(options or SpaceOptions(), recompute_modules=DEFAULT_RECOMPUTE_MODULES)
+    moe_choices = target in MOE_CHOICE_TARGETS and p.model.is_moe
     options = replace(options or SpaceOptions(), tp_comm_overlap=target in TP_OVERLAP_TARGETS,
                       cp_comm_types=CP_ALGORITHMS.get(target, ("p2p",)),  # what the target can write
+                      moe_dispatchers=("alltoall", flex_backend(p)) if moe_choices else ("alltoall",),
+                      moe_ep_overlap=moe_choices,
                       galvatron_choices=target == "galvatron")
     return p, options
 

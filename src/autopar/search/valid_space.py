@@ -28,7 +28,8 @@ import numpy as np
 from autopar.problem import Problem
 from autopar.rules import RULES
 from autopar.search.constraints import Constraint
-from autopar.space import FACTOR_COLUMNS, FACTORS, Block, SpaceOptions, assemble, batch_of, blocks, check_size
+from autopar.space import (_COLUMNS, FACTOR_COLUMNS, FACTORS, Block, SpaceOptions, assemble, batch_of, blocks,
+                           check_size)
 from autopar.strategy import LayoutBatch
 
 CheckFn = Callable[[LayoutBatch], np.ndarray]
@@ -100,7 +101,7 @@ class ValidSpace:
 
 def _group_rows(space: list[Block], group: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
     """One row per (block, joint value of ``group``), the other factors at their first value:
-    the ``(m, 17)`` rows, each row's block and its index into each factor of ``group``."""
+    the ``(m, 19)`` rows, each row's block and its index into each factor of ``group``."""
     if len(group) > 1:  # a check reads several factors: their product, block by block
         parts, owner, index = [], [], {f: [] for f in group}
         for b, block in enumerate(space):
@@ -136,7 +137,7 @@ def valid_layouts(p: Problem, options: SpaceOptions | None, constraints: list[Co
     checks: list[CheckFn] = [c.passes for c in constraints] + [(lambda b, r=r: r.check(p, b)) for r in RULES]
     k = len(checks)
     if not space:
-        return ValidSpace(batch_of(p, np.zeros((0, 17), dtype=np.int64)), 0,
+        return ValidSpace(batch_of(p, np.zeros((0, _COLUMNS), dtype=np.int64)), 0,
                           {c.text: 0 for c in constraints}, {})
     sample = batch_of(p, space[0].rows({f: np.zeros(1, dtype=np.int64) for f in FACTORS}))
     reads = [_factors_read(check, sample) for check in checks]
@@ -196,6 +197,6 @@ def valid_layouts(p: Problem, options: SpaceOptions | None, constraints: list[Co
             index = {f: v[order] for f, v in index.items()}
         valid_parts.append(block.rows(index))
         key_parts.append(np.column_stack([np.full(len(index["mbs"]), b)] + [index[f] for f in FACTORS]))
-    rows = np.concatenate(valid_parts) if valid_parts else np.zeros((0, 17), dtype=np.int64)
+    rows = np.concatenate(valid_parts) if valid_parts else np.zeros((0, _COLUMNS), dtype=np.int64)
     keys = np.concatenate(key_parts) if key_parts else np.zeros((0, 1 + len(FACTORS)), dtype=np.int64)
     return ValidSpace(batch_of(p, rows), enumerated, removed, rejected, keys)

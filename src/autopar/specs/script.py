@@ -33,6 +33,7 @@ from autopar.specs.script_attention import attention_fields
 from autopar.specs.script_comm import comm_fields
 from autopar.specs.script_flags import check_flags
 from autopar.specs.script_layers import apply_noop_layers
+from autopar.specs.script_moe import dispatcher_fields, runtime_fields
 from autopar.specs.script_optimizer import optimizer_fields
 from autopar.specs.script_precision import precision, recipe_fields
 from autopar.specs.model import ModelSpec
@@ -133,14 +134,18 @@ def read_script(path: str | Path, text: str | None = None) -> ScriptPlan:
     mbs = a.integer("--micro-batch-size", 1)
     layout = layout_fields(a, fields["num_layers"])
     layout.update(comm_fields(a, framework, fields["num_layers"], layout))
+    if fields.get("num_experts"):
+        layout.update(dispatcher_fields(a))
     fields, layout = apply_noop_layers(a, fields, layout, stage_split)
     world = launch.nnodes * launch.nproc_per_node
     dp = max(1, world // (layout["tp"] * layout["pp"] * layout["cp"]))
     train = dict(global_batch_size=a.integer("--global-batch-size", mbs * dp), seq_len=a.require("--seq-length"),
                  precision=precision(a), flash_attention=flash_attention(a),
                  make_vocab_size_divisible_by=a.integer("--make-vocab-size-divisible-by", 128),
-                 **optimizer_fields(a), **moe_capacity_fields(a))
-    train.update(recipe_fields(a, train["precision"]))
+                 **optimizer_fields(a))
+    train.update(recipe_fields(a, train["precision"]))  # fp8 recipe and weight storage, CUDA graphs
+    if fields.get("num_experts"):
+        train["moe"] = runtime_fields(a, layout["moe_dispatcher"])
     return ScriptPlan(path=path, text=text, framework=framework, args=a, num_nodes=launch.nnodes,
                       devices_per_node=launch.nproc_per_node, model_fields=fields, vocab_error=vocab_error,
                       train_fields=train, layout=layout)
@@ -243,29 +248,6 @@ def _moe_fields(a: Args, num_layers: int, ffn: int) -> dict[str, Any]:
                 router_group_topk=a.integer("--moe-router-group-topk", 0),
                 router_topk_scaling_factor=a.number("--moe-router-topk-scaling-factor", 0.0)
                 if a.has("--moe-router-topk-scaling-factor") else None)
-
-
-def moe_capacity_fields(a: Args) -> dict[str, Any]:
-    """``moe_token_imbalance`` from ``--moe-expert-capacity-factor C``: below 0 Megatron-Core
-    routes dropless (``TransformerConfig.__post_init__`` sets it to None), autopar's default; with
-    ``--moe-pad-expert-input-to-capacity`` every expert computes ``C`` times its balanced share.
-
-    Raises:
-        AutoparError: a factor >= 0 without padding (tokens dropped up to the capacity, not
-            modelled), or a padded factor below 1 (tokens dropped).
-    """
-    if not a.has("--moe-expert-capacity-factor"):
-        if a.has("--moe-pad-expert-input-to-capacity"):
-            raise AutoparError(f"{a.source}: --moe-pad-expert-input-to-capacity without --moe-expert-capacity-factor: "
-                               "Megatron-LM asserts a capacity factor")
-        return {}
-    factor = a.number("--moe-expert-capacity-factor", -1.0)
-    if factor < 0:
-        return {}
-    if not a.has("--moe-pad-expert-input-to-capacity") or factor < 1:
-        raise AutoparError(f"{a.source}: --moe-expert-capacity-factor={factor:g}: token dropping is not modelled by "
-                           "autopar; use a factor >= 1 with --moe-pad-expert-input-to-capacity, or -1 (dropless)")
-    return dict(moe_token_imbalance=factor)
 
 
 def moe_layers(a: Args, num_layers: int) -> tuple[int, ...]:

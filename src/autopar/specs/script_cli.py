@@ -20,7 +20,7 @@ LAYOUT_FALLBACKS: dict[str, Any] = dict(tp=1, pp=1, cp=1, vpp=1, ep=1, etp=None,
                                         pipeline_layout=None,
                                         account_for_embedding=False, account_for_loss=False,
                                         recompute_modules=("core_attn",), tp_comm_overlap=None, cp_comm_type="p2p",
-                                        cp_a2a=None)
+                                        cp_a2a=None, moe_dispatcher="alltoall", moe_ep_overlap=False)
 # Sequence parallelism with tp > 1 by target (``--format`` / ``--target``; ``estimate`` and ``balance``
 # cost Megatron-LM): what each framework's own recipes run, so that ``estimate``, ``balance``, ``export``
 # and the search's row for a layout agree when ``--sp/--no-sp`` is not given.
@@ -64,8 +64,10 @@ TP_OVERLAP_WITH_SP: dict[str, bool] = {
 
 
 # Layout defaults that differ by target: torchtitan shards with FSDP2 by default
-# (data_parallel_shard_degree -1, i.e. ZeRO-3) and has no optimizer-only sharding (ZeRO-1).
-TARGET_FALLBACKS: dict[str, dict[str, Any]] = {"torchtitan": {"zero": 3}}
+# (data_parallel_shard_degree -1, i.e. ZeRO-3) and has no optimizer-only sharding (ZeRO-1);
+# Megatron-Bridge's MoE performance recipes all set expert_tensor_parallel_size=1
+# (scripts/performance/configs/*/..._workload_base_configs.py; autopar.validate.moe_recipes).
+TARGET_FALLBACKS: dict[str, dict[str, Any]] = {"torchtitan": {"zero": 3}, "megatron-bridge": {"etp": 1}}
 
 
 def sequence_parallel_default(tp: int, target: str = "megatron") -> bool:

@@ -7,6 +7,7 @@ from typing import Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from autopar.specs.cluster import Precision
+from autopar.specs.moe_runtime import MoeRuntime
 
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}  # bytes per element of a stored dtype
 # Low-precision recipes of fp8 training (Megatron-LM --fp8-recipe, plus --fp4-recipe nvfp4); costs and
@@ -67,9 +68,12 @@ class TrainSpec(BaseModel):
     make_vocab_size_divisible_by: int = Field(default=128, gt=0, description="Megatron vocab padding unit (x tp)")
     moe_token_imbalance: float = Field(
         default=1.0, ge=1.0,
-        description="routed token copies on the busiest expert rank over the balanced share (1.0 = "
-        "balanced dropless routing, as Megatron's theoretical memory; C with "
-        "--moe-expert-capacity-factor C and padding); scales MoE expert activations, GEMMs and all-to-all")
+        description="routing skew: routed token copies on the busiest expert rank over the balanced share "
+        "(1.0 = balanced, as Megatron's theoretical memory); ignored under moe.force_balance, capped by a "
+        "dropping moe.capacity_factor, replaced by a padded one (autopar.cost.moe.token_factor); scales MoE "
+        "expert activations, GEMMs and all-to-all")
+    moe: MoeRuntime = Field(default_factory=MoeRuntime,
+                            description="MoE kernel fusions, overlaps, forced balance and capacity (MoeRuntime)")
     fp8_param_storage: bool = Field(
         default=False,
         description="fp8 training keeps linear weights only in fp8 (Megatron --fp8-param-gather) "

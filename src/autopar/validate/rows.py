@@ -26,6 +26,7 @@ from autopar.strategy import Strategy
 from autopar.validate.cells import (Unscorable, expert_tp_of, flag_of, fp8_recipe_of, precision_of, recompute_of, required,
                                     zero_of)
 from autopar.validate.measurements import Row
+from autopar.validate.moe_recipes import apply_moe_recipe
 from autopar.validate.row_model import model_of
 
 
@@ -78,6 +79,10 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
     Family("nemo", zero=1, recompute="none", sp=None, flash=True, dropout=False, tp_overlap=True, dp_overlap=True,
            why="NeMo/dgxc-benchmarking recipes: distributed optimizer with overlapped grad reduce and param "
            "gather, SP when tp > 1, TP comm overlap, no recompute; mbs 1 and no interleaving when not stated"),
+    Family("megatron-bridge", zero=1, recompute="none", sp=None, flash=True, dropout=False, tp_overlap=True,
+           dp_overlap=True, why="Megatron-Bridge performance recipes (25.09/25.11): distributed optimizer with "
+           "overlapped grad reduce and param gather, SP with TP, TP comm overlap, no recompute unless the recipe "
+           "names modules; MoE knobs per model and GPU in autopar.validate.moe_recipes"),
     Family("torchtitan", zero=3, recompute="selective", sp=None, flash=True, dropout=False, tp_overlap=False,
            dp_overlap=True, framework="torchtitan", why="torchtitan 2024-12 benchmarks: FSDP2 (ZeRO-3, "
            "prefetching, fp32 sharded parameters), per-op selective AC, SDPA flash attention, local batch 2",
@@ -112,8 +117,9 @@ SC21_TABLE1 = {30: (16, None), 40: (8, None), 60: (2, 5), 80: (2, 5), 96: (1, 3)
 
 _FAMILY_BY_PREFIX = (
     ("MLM2020", "megatron-2020"), ("NAR21", "megatron-2021"), ("KOR22", "megatron-2022"),
-    ("MLM-H100", "megatron-2024"), ("MLM-LLAMA", "nemo"), ("NEMO", "nemo"), ("DGXC", "nemo"), ("MBR", "nemo"),
+    ("MLM-H100", "megatron-2024"), ("MLM-LLAMA", "nemo"), ("NEMO", "nemo"), ("DGXC", "nemo"),
     ("AUTOMODEL", "torchtitan"), ("TT2412", "torchtitan"), ("TT2506", "torchtitan"), ("BLOOM", "megatron-deepspeed"),
+    ("MBR", "megatron-bridge"),
 )
 
 @dataclass
@@ -453,4 +459,6 @@ def to_case(row: Row) -> Case:
                       overlap_grad_reduce=family.dp_overlap,
                       framework=framework_of(row, family), tp_backward_overlap=tp_backward_overlap_of(row, family),
                       launch_blocking=family.launch_blocking)
+    if model.is_moe:
+        strategy, train = apply_moe_recipe(row, strategy, train, assumed)
     return Case(row, family, Problem(model, cluster, train), strategy, assumed)

@@ -1,0 +1,105 @@
+"""MoE knobs of the benchmark recipes behind the validation rows, where a row leaves them unstated.
+
+A MoE row states its layout but not how the MoE layers ran: the token dispatcher, expert tensor
+parallelism, the all-to-all overlap, the recompute modules and the kernel switches. Each source's
+recipe sets them; :func:`apply_moe_recipe` applies the source's and records every one in the
+row's ``assumed`` list. Facts of a recipe, never a fitted factor.
+
+* Megatron-Bridge (``MBR-*`` rows, its performance summaries of the 25.09 / 25.11 containers):
+  ``scripts/performance/configs/{deepseek,gpt_oss,qwen}/`` of NVIDIA-NeMo/Megatron-Bridge. Every
+  MoE workload base config sets ``expert_tensor_parallel_size=1``; the ``set_*_common_configs`` of
+  the Qwen3 and GPT-OSS pretrain configs set ``moe_router_fusion = True``,
+  ``moe_router_force_load_balancing = True`` ("required for token dropless") and
+  ``grad_reduce_in_fp32 = False`` (bf16 gradient reduction); the model providers run grouped GEMM
+  with the fused permutation. Per model and GPU (:data:`MBR_KNOBS`): the dispatcher (``flex`` with
+  ``moe_flex_dispatcher_backend`` deepep/hybridep, else ``alltoall``), ``moe_a2a_overlap``
+  (``--overlap-moe-expert-parallel-comm``), ``recompute_modules`` and, for Qwen3-235B on H100,
+  ``CommOverlapConfig(tp_comm_overlap=False)``. The files were read at a commit newer than 25.11
+  (the ``hybridep`` backend there was DeepEP on H100 in 25.09/25.11): an assumption per row.
+* dgxc-benchmarking / NeMo 25.04 (``DGXC2505-*`` MoE rows): NeMo's MoE recipes fuse the
+  permutation (``moe_permute_fusion=True``); dispatcher alltoall; router unfused (TE's fused router
+  came later).
+* NeMo Automodel (``AUTOMODEL-*``): the rows' notes say "kernels TE + DeepEP" and "fake balanced
+  gate": the DeepEP dispatcher with forced balance.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autopar.specs import TrainSpec
+from autopar.specs.moe_runtime import MoeRuntime
+from autopar.strategy import Strategy
+from autopar.validate.measurements import Row
+
+MBR_SOURCE = "Megatron-Bridge scripts/performance/configs"
+MBR_RUNTIME = dict(router_fusion=True, permute_fusion=True, force_balance=True)
+
+#: (model, GPU family) -> recipe knobs of Megatron-Bridge's MoE performance configs (module docstring).
+MBR_KNOBS: dict[tuple[str, str], dict[str, Any]] = {
+    ("gpt-oss-120b", "H100"): dict(dispatcher="alltoall", recompute_modules=("layernorm", "moe_act")),
+    ("gpt-oss-120b", "B200"): dict(dispatcher="alltoall", recompute_modules=("layernorm", "moe_act")),
+    ("gpt-oss-120b", "GB200"): dict(dispatcher="alltoall", recompute_modules=("layernorm", "moe_act"),
+                                    ep_overlap=True),  # V2 (gbs 1280): moe_a2a_overlap=True
+    ("gpt-oss-120b", "GB300"): dict(dispatcher="alltoall"),
+    ("qwen3-30b-a3b", "H100"): dict(dispatcher="deepep"),
+    ("qwen3-235b-a22b", "H100"): dict(dispatcher="alltoall", ep_overlap=True, tp_overlap=False),
+    ("qwen3-235b-a22b", "GB200"): dict(dispatcher="hybridep"),
+    ("qwen3-235b-a22b", "GB300"): dict(dispatcher="hybridep"),
+    ("deepseek-v3", "H100"): dict(dispatcher="deepep", recompute_modules=("mla_up_proj", "mlp")),
+    ("deepseek-v3", "B200"): dict(dispatcher="hybridep", recompute_modules=("mla_up_proj",)),
+    ("deepseek-v3", "GB200"): dict(dispatcher="hybridep", recompute_modules=("mla_up_proj",)),
+    ("deepseek-v3", "GB300"): dict(dispatcher="hybridep", recompute_modules=("moe_act",)),
+}
+
+
+def gpu_family(row: Row) -> str:
+    """The GPU family a recipe is keyed by: GB300, GB200, B200 or H100 (from the ``gpu`` cell), else ''."""
+    gpu = row["gpu"].upper()
+    return next((name for name in ("GB300", "GB200", "B200", "H100") if gpu.startswith(name)), "")
+
+
+def _knobs(row: Row) -> tuple[str, dict[str, Any]] | None:
+    """(source, knobs) of the row's recipe, or None where autopar knows none."""
+    rid, model = row.id, row["model"].lower()
+    if rid.startswith("MBR"):
+        knobs = MBR_KNOBS.get((model, gpu_family(row)))
+        if knobs is None:
+            return None
+        return MBR_SOURCE, dict(knobs, etp=1, grad_dtype="bf16", runtime=MBR_RUNTIME)
+    if rid.startswith("DGXC"):
+        return "NeMo 25.04 MoE recipes", dict(runtime=dict(permute_fusion=True))
+    if rid.startswith("AUTOMODEL") and "deepep" in row["notes"].lower():
+        return "NeMo Automodel notes: TE + DeepEP, fake balanced gate", dict(
+            dispatcher="deepep", runtime=dict(force_balance="balanced gate" in row["notes"].lower()))
+    return None
+
+
+def apply_moe_recipe(row: Row, strategy: Strategy, train: TrainSpec, assumed: list[str]
+                     ) -> tuple[Strategy, TrainSpec]:
+    """The row's layout and training settings with its recipe's MoE knobs (module docstring),
+    each recorded in ``assumed``; unchanged for a dense model or a source without a recipe. A
+    knob the row states itself (``ETP=`` in the notes) is kept."""
+    found = _knobs(row)
+    if found is None:
+        return strategy, train
+    source, knobs = found
+    layout: dict[str, Any] = {}
+    if "etp" in knobs and "ETP=" not in row["notes"]:
+        layout["etp"] = knobs["etp"]
+    if "dispatcher" in knobs:
+        layout["moe_dispatcher"] = knobs["dispatcher"]
+    if knobs.get("ep_overlap") and strategy.ep > 1:
+        layout["moe_ep_overlap"] = True
+    if "recompute_modules" in knobs and not row["recompute"]:
+        layout.update(recompute="selective", recompute_modules=knobs["recompute_modules"])
+    if knobs.get("tp_overlap") is False:
+        layout["tp_comm_overlap"] = False
+    fields: dict[str, Any] = {"moe": MoeRuntime(**knobs.get("runtime", {}))}
+    if "grad_dtype" in knobs:
+        fields["grad_dtype"] = knobs["grad_dtype"]
+    said = [f"{k}={v}" for k, v in layout.items()] + [f"{k}={v}" for k, v in knobs.get("runtime", {}).items()]
+    if "grad_dtype" in knobs:
+        said.append(f"grad_dtype={knobs['grad_dtype']}")
+    assumed.append(f"MoE recipe ({source}): " + ", ".join(said))
+    return strategy.model_copy(update=layout), train.model_copy(update=fields)

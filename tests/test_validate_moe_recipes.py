@@ -1,0 +1,54 @@
+"""MoE rows of the validation CSV take their source recipe's MoE knobs (autopar.validate.moe_recipes),
+each recorded as assumed; Megatron-Bridge rows score on that source's family, not generic defaults."""
+
+from __future__ import annotations
+
+from autopar.validate.measurements import read_rows
+from autopar.validate.moe_recipes import MBR_KNOBS, gpu_family
+from autopar.validate.rows import family_of, to_case
+from autopar.validate.score import score_rows
+from conftest import MEASUREMENTS
+
+ROWS = {r.id: r for r in read_rows(MEASUREMENTS)}
+
+
+def test_megatron_bridge_rows_have_their_family():
+    assert family_of(ROWS["MBR-2511-H100-5"]).name == "megatron-bridge"
+    assert family_of(ROWS["MBR-2511-H100-1"]).name == "megatron-bridge"  # dense rows too
+
+
+def test_qwen3_235b_h100_scores_with_expert_tensor_parallel_1():
+    """tp 2 x ep 32 x pp 8 only fits 256 GPUs with etp 1, as the recipe sets (before: refused)."""
+    case = to_case(ROWS["MBR-2511-H100-6"])
+    s, train = case.strategy, case.problem.train
+    assert s.expert_tp == 1 and s.moe_dispatcher == "alltoall" and s.moe_ep_overlap and not s.tp_comm_overlap
+    assert train.grad_dtype == "bf16" and train.moe.router_fusion and train.moe.force_balance
+    assert any(a.startswith("MoE recipe (Megatron-Bridge") for a in case.assumed)
+    result = next(r for r in score_rows([ROWS["MBR-2511-H100-6"]]))
+    assert result.predicted is not None
+
+
+def test_each_megatron_bridge_moe_row_has_a_recipe_entry():
+    for row in ROWS.values():
+        if row.id.startswith("MBR") and (row.int("num_experts") or 0) > 1:
+            assert (row["model"].lower(), gpu_family(row)) in MBR_KNOBS, row.id
+
+
+def test_recipe_knobs_per_gpu():
+    assert to_case(ROWS["MBR-2511-GB200-3"]).strategy.moe_dispatcher == "hybridep"
+    assert to_case(ROWS["MBR-2511-H100-5"]).strategy.moe_dispatcher == "deepep"
+    gpt = to_case(ROWS["MBR-2511-H100-4"]).strategy
+    assert gpt.recompute == "selective" and gpt.recompute_modules == ("layernorm", "moe_act")
+
+
+def test_other_sources():
+    dgxc = to_case(ROWS["DGXC2505-DSV3-H100-BF16-512"])
+    assert dgxc.problem.train.moe.permute_fusion and dgxc.strategy.moe_dispatcher == "alltoall"
+    auto = to_case(ROWS["AUTOMODEL-DSV3-256"])
+    assert auto.strategy.moe_dispatcher == "deepep" and auto.problem.train.moe.force_balance
+
+
+def test_dense_rows_are_untouched():
+    case = to_case(ROWS["MBR-2511-H100-1"])
+    assert not any(a.startswith("MoE recipe") for a in case.assumed)
+    assert case.problem.train.moe == type(case.problem.train.moe)()
