@@ -212,10 +212,12 @@ def search_layerwise(p: Problem, *, pp_options: list[int] | None = None, max_tp:
         pp_options: pipeline degrees to try (default: every divisor of the world that the
             layers allow).
         max_tp: largest tp (default: the devices of a node).
-        tp_options, microbatch_options: only these tp degrees / micro-batch counts (default: all).
+        tp_options: only these tp degrees (default: all).
+        microbatch_options: only these micro-batch counts (default: all).
         sp: Megatron sequence parallelism on the tp > 1 layers (one runtime switch); None tries
             both.
-        recompute, zero3: allow per-layer checkpointing, per-layer ZeRO-3.
+        recompute: allow per-layer checkpointing.
+        zero3: allow per-layer ZeRO-3.
         default_zeros: the default data-parallel types to try (0 = DDP, 2 = ZeRO-2).
         memory_limit_bytes: usable bytes per device (default: the device's memory).
         bins: memory discretisation of the DP.
