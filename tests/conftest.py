@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,14 @@ import autopar
 DATA = Path(autopar.__file__).resolve().parent / "data"
 MODELS = DATA / "models"                            # the HF config.json files of the presets
 MEASUREMENTS = DATA / "validation" / "measurements.csv"
-SCRIPTS = Path(__file__).resolve().parent / "data" / "scripts"   # Megatron-style launch scripts
+ROOT = Path(__file__).resolve().parents[1]                # the repository (docs/, benchmarks/, tools/)
+TESTS_DATA = Path(__file__).resolve().parent / "data"      # test inputs (scripts/, logs/, torchtitan/)
+SCRIPTS = TESTS_DATA / "scripts"   # Megatron-style launch scripts
+
+# One folder per source package (tests/README.md). Test modules share helpers by module name
+# (``from test_bad_input import one_line_error``), so every folder is importable; the names are unique.
+sys.path[:0] = [str(folder) for folder in sorted(Path(__file__).resolve().parent.iterdir())
+                if folder.is_dir() and folder.name not in ("data", "realclients", "__pycache__")]
 
 
 def make_problem(model: str | ModelSpec, device: str = "h100-80gb", nodes: int = 1, per_node: int = 8,

@@ -9,13 +9,13 @@ import json
 from pathlib import Path
 
 import pytest
+from test_bad_input import one_line_error
 
 from autopar.errors import AutoparError
 from autopar.specs.script import read_script
 from autopar.specs.script_flags import flag_table, reader_flags
-from test_bad_input import one_line_error
+from conftest import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 TABLE = flag_table()
 FLAGS = TABLE["flags"]
 

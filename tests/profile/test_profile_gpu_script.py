@@ -5,11 +5,12 @@ from __future__ import annotations
 import sqlite3
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_profile.py"
+from conftest import ROOT
+
+SCRIPT = ROOT / "benchmarks" / "gpu_profile.py"
 
 
 def test_gpu_profile_script_tiny_mode(tmp_path):

@@ -9,11 +9,12 @@ import sys
 
 import jsonschema
 import pytest
+from json_schema_support import assert_valid
 from typer.testing import CliRunner
 
 from autopar.cli import app
 from autopar.schemas import DOCUMENTS, schema, schema_version, versioned
-from json_schema_support import assert_valid
+from conftest import ROOT
 
 runner = CliRunner()
 TOY = ["--model", "llama3-8b", "--device", "h100-80gb", "--nodes", "1", "--gbs", "16", "--seq-len", "2048"]
@@ -183,10 +184,9 @@ def test_versioned_puts_the_version_first_and_refuses_unknown_documents():
 def test_docs_page_lists_every_document_and_field():
     """docs/reference/json.md is filled from the schema files by the docs hook."""
     import importlib.util
-    from pathlib import Path
 
     spec = importlib.util.spec_from_file_location(
-        "docs_generated", Path(__file__).resolve().parents[1] / "docs" / "hooks" / "generated.py")
+        "docs_generated", ROOT / "docs" / "hooks" / "generated.py")
     generated = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(generated)
     text = generated.on_page_markdown("<!-- autopar-json-schemas -->")

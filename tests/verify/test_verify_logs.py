@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from autopar.verify.logs import GIB, MIB, parse_log, parse_megatron, parse_torchtitan
+from conftest import TESTS_DATA
 
-LOGS = Path(__file__).resolve().parent / "data" / "logs"
+LOGS = TESTS_DATA / "logs"
 
 
 def _text(name: str) -> str:

@@ -4,14 +4,14 @@ command and every option appears, with its help text escaped for HTML."""
 from __future__ import annotations
 
 import importlib.util
-from pathlib import Path
 
 import typer
 
 from autopar.cli import app
+from conftest import ROOT
 
 _spec = importlib.util.spec_from_file_location(
-    "docs_generated", Path(__file__).resolve().parents[1] / "docs" / "hooks" / "generated.py")
+    "docs_generated", ROOT / "docs" / "hooks" / "generated.py")
 generated = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(generated)
 

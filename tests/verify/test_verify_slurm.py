@@ -17,8 +17,9 @@ import pytest
 from autopar.verify.jobs import Job
 from autopar.verify.launch import SlurmOptions
 from autopar.verify.run import run_jobs
+from conftest import TESTS_DATA
 
-LOGS = Path(__file__).resolve().parent / "data" / "logs"
+LOGS = TESTS_DATA / "logs"
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "srun")
 
 

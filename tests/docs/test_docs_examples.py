@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import ROOT
+
 _spec = importlib.util.spec_from_file_location("docs_examples", ROOT / "tools" / "docs_examples.py")
 docs_examples = importlib.util.module_from_spec(_spec)
 sys.modules["docs_examples"] = docs_examples  # dataclasses look their module up there
