@@ -7,7 +7,7 @@ shown output. A line ``...`` elides output: the lines shown are checked in order
 necessarily adjacent. Timings (``in 0.11 s``) are masked on both sides. The commands of one
 block run in-process (typer's ``CliRunner``), in order, in one scratch directory, so a block
 may read what an earlier command of the same block wrote (``search --report r`` then
-``export --from r/result.json``). ``tests/test_docs_examples.py`` runs every block.
+``export --from r/result.json``). ``tests/docs/test_docs_examples.py`` runs every block.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ per document in ``autopar/data/schemas/NAME.schema.json``, shared parts in
 Every document carries ``schema_version`` (the ``const`` of its schema's ``schema_version``
 property, so the version is written once, in the schema file) and ``document`` (its name). A
 field removed or changing meaning raises the version; a field added does not.
-``tests/test_json_schemas.py`` validates each command's real output against its schema and
+``tests/cli/test_json_schemas.py`` validates each command's real output against its schema and
 ``docs/reference/json.md`` is generated from these files (``docs/hooks/generated.py``).
 """
 

@@ -1,6 +1,6 @@
 """Names in user files and options that the file system cannot hold or autopar does not know: a
 device file's ``base``, a 300-character ``--model``, a script's 300-character tokenizer path.
-Each was found by the fuzz suite (tests/test_fuzz_*.py)."""
+Each was found by the fuzz suite (tests/fuzz/test_fuzz_*.py)."""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ from conftest import make_problem
 from test_script_flags import script  # a tp 2, pp 2 job on 8 devices plus the given flags
 
 C11 = Strategy(dp=8, zero=1)
-LLAMA2_7B_LINEAR = 6_476_005_376  # 32 * (4 h^2 + 3 h ffn), tests/test_fp8.py
+LLAMA2_7B_LINEAR = 6_476_005_376  # 32 * (4 h^2 + 3 h ffn), tests/cost/test_fp8.py
 
 
 def test_cast_bytes_per_element_by_recipe():

@@ -1,4 +1,4 @@
-"""Shared pieces of the fuzz suite (``tests/test_fuzz_*.py``, marker ``fuzz``).
+"""Shared pieces of the fuzz suite (``tests/fuzz/test_fuzz_*.py``, marker ``fuzz``).
 
 Every fuzz property runs the real command line in-process (``autopar.cli.main`` inside typer's
 ``CliRunner`` isolation, so click's usage errors are formatted as users see them) on an input

@@ -1,7 +1,7 @@
 """``autopar balance`` refusals are one line naming the user's option (found by
-tests/test_fuzz_layout_options.py): the layout header was printed on stdout before a refusal, and
+tests/fuzz/test_fuzz_layout_options.py): the layout header was printed on stdout before a refusal, and
 ``--options 64`` was reported as ``recompute='64'``. (How the memory limit is named, and the options
-``--layers`` refuses: tests/test_ignored_options.py.)"""
+``--layers`` refuses: tests/cli/test_ignored_options.py.)"""
 
 from __future__ import annotations
 

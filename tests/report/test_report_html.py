@@ -1,5 +1,5 @@
 """``--report``: JSON, two PNGs and a self-contained HTML page (its behaviour in a browser:
-``tests/test_report_browser.py``)."""
+``tests/report/test_report_browser.py``)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """A launch script's bad value is named by the script's own flag, not by the autopar option or
-ModelSpec field it becomes (found by tests/test_fuzz_launch_script.py): the script's
+ModelSpec field it becomes (found by tests/fuzz/test_fuzz_launch_script.py): the script's
 ``--global-batch-size -5`` was reported as ``--gbs=-5``, ``GPUS_PER_NODE=0`` as
 ``--devices-per-node=0``, ``--num-query-groups`` as ``model.num_kv_heads``, and a 5,000-digit
 ``NNODES`` was a ValueError traceback."""

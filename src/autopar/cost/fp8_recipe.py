@@ -36,7 +36,7 @@ NVIDIA "Using FP8 and FP4 with Transformer Engine" user guide):
   Activations stay counted in bf16, as TE saves the bf16 norm outputs it quantises again.
 
 Units: bytes per element or per parameter; the per-recipe numbers are checked by hand in
-``tests/test_fp8_recipes.py``.
+``tests/cost/test_fp8_recipes.py``.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ a ``c``, ``a`` doubles (a longer transient) while the simulated ops stay within
 is exact (``m`` times one micro-batch's work), so is the bubble. ``m <= M`` is simulated in full,
 and GPipe (its backward phase waits for all ``m`` forwards) and ZB-H1 (see :data:`EXTRAPOLATED`)
 only within :data:`MAX_SIMULATED_OPS`.
-``tests/test_pipeline_steady.py`` checks the extrapolation against the full simulation.
+``tests/pipeline/test_pipeline_steady.py`` checks the extrapolation against the full simulation.
 """
 
 from __future__ import annotations

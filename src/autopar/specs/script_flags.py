@@ -5,7 +5,7 @@ argument code of Megatron-LM and MindSpeed-LLM / MindSpeed; the versions are in 
 classifies each framework flag as
 
 * ``modelled``: read by the script reader (:func:`reader_flags`, derived from the reader's own
-  source, so the table and the code cannot disagree; ``tests/test_script_flags.py`` checks it);
+  source, so the table and the code cannot disagree; ``tests/specs/test_script_flags.py`` checks it);
 * ``no_effect``: no effect on memory or step time (data paths, logging, checkpoint I/O, tokenizer,
   seeds, learning-rate schedule, ...), with the reason; an entry with ``only`` accepts just those
   values (``--optimizer adam``: another optimizer has other state);

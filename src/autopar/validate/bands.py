@@ -14,7 +14,7 @@ use ``peak_mem_per_gpu`` rows. One band per group: no per-model or per-row facto
 
 Scoring the shipped CSV takes seconds, so its per-row errors are cached in
 :data:`ERRORS_PATH` (``python -m autopar.validate.bands`` rewrites it;
-``tests/test_validate_bands.py`` checks it against a fresh scoring).
+``tests/validate/test_validate_bands.py`` checks it against a fresh scoring).
 """
 
 from __future__ import annotations
