@@ -21,10 +21,15 @@ LLAMA = ["-m", "llama3-8b", "--device", "h100-80gb"]
 
 def one_line_error(args: list[str]) -> str:
     """stderr of a run that must fail as a user error: exit 2, one line, no traceback."""
-    result = runner.invoke(app, args)
+    return error_line_of(runner.invoke(app, args), prefix="")
+
+
+def error_line_of(result, prefix: str = "error:") -> str:
+    """stderr of a finished ``CliRunner`` run that failed as a user error: exit 2, one line that
+    starts with ``prefix``, no traceback."""
     err = result.stderr.strip()
     assert result.exit_code == 2, (result.exit_code, result.output, repr(result.exception))
-    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert len(err.splitlines()) == 1 and err.startswith(prefix) and "Traceback" not in err, err
     return err
 
 

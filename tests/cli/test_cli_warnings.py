@@ -6,6 +6,7 @@ from typer.testing import CliRunner
 
 from autopar.cli import app
 from conftest import MODELS
+from test_bad_input import error_line_of
 
 runner = CliRunner()
 
@@ -13,17 +14,11 @@ runner = CliRunner()
 LLAMA3_8B = str(MODELS / "llama3-8b.json")  # 32 heads, 8 KV heads, ffn 14336, 8192 positions
 
 
-def _one_error_line(result) -> str:
-    assert result.exit_code == 2, result.output
-    err = result.stderr.strip()
-    assert len(err.splitlines()) == 1 and err.startswith("error:") and "Traceback" not in err, err
-    return err
-
 
 def test_seq_len_beyond_positions_that_then_fails_prints_only_the_error():
     # 16M tokens on 8 H100: nothing fits; the max-positions warning must not precede the error
     result = runner.invoke(app, ["search", "--model", LLAMA3_8B, "--device", "h100-80gb", "--seq-len", "16000000"])
-    assert "no layout fits" in _one_error_line(result)
+    assert "no layout fits" in error_line_of(result)
 
 
 def test_seq_len_beyond_positions_that_succeeds_keeps_the_warning():

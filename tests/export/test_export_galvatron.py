@@ -8,15 +8,10 @@ import pytest
 from typer.testing import CliRunner
 
 from autopar.cli import app
+from test_bad_input import error_line_of
 
 runner = CliRunner()
 
-
-def _one_error_line(result) -> str:
-    assert result.exit_code == 2, result.output
-    err = result.stderr.strip()
-    assert len(err.splitlines()) == 1 and err.startswith("error:") and "Traceback" not in err, err
-    return err
 
 
 @pytest.mark.parametrize("command", [
@@ -25,7 +20,7 @@ def _one_error_line(result) -> str:
 ])
 def test_galvatron_refuses_fp8(command):
     result = runner.invoke(app, command + ["--model", "llama3-8b", "--device", "h100-80gb", "--precision", "fp8"])
-    err = _one_error_line(result)
+    err = error_line_of(result)
     assert "precision fp8" in err and "--format megatron or torchtitan" in err
 
 

@@ -9,25 +9,11 @@ from autopar.cli import app
 from autopar.errors import AutoparError
 from autopar.specs.script import read_script
 from conftest import SCRIPTS
-
-
-def _script(tmp_path, extra: str, layers: int = 8, pp: int = 2) -> str:
-    path = tmp_path / "run.sh"
-    path.write_text("torchrun --nnodes 1 --nproc_per_node 8 pretrain_gpt.py "
-                    f"--num-layers {layers} --hidden-size 1024 --num-attention-heads 16 --seq-length 2048 "
-                    f"--vocab-size 1000 --bf16 --tensor-model-parallel-size 2 --pipeline-model-parallel-size {pp} "
-                    f"--context-parallel-size 2 {extra}\n")
-    return str(path)
-
+from test_bad_input import error_line_of
+from test_script_noop_layers import script_with
 
 runner = CliRunner()
 
-
-def _one_error_line(result) -> str:
-    assert result.exit_code == 2, result.output
-    err = result.stderr.strip()
-    assert len(err.splitlines()) == 1 and err.startswith("error:") and "Traceback" not in err, err
-    return err
 
 
 MIXTRAL_SH = (SCRIPTS / "pretrain_mixtral_8x7b.sh").read_text()  # 32 layers, tp2 pp4 ep4 + SP
@@ -42,7 +28,7 @@ def _mixtral_script(tmp_path, extra: str, name: str = "s.sh"):
 
 @pytest.mark.parametrize("flag", ["--cp-comm-type p2p", "--cp-comm-type p2p p2p p2p p2p p2p p2p p2p p2p", ""])
 def test_cp_comm_type_p2p_is_read(tmp_path, flag):
-    assert read_script(_script(tmp_path, flag)).layout["cp"] == 2
+    assert read_script(script_with(tmp_path, flag)).layout["cp"] == 2
 
 
 @pytest.mark.parametrize("flag, needle", [
@@ -52,10 +38,10 @@ def test_cp_comm_type_p2p_is_read(tmp_path, flag):
 ])
 def test_cp_comm_type_bad_values_are_refused(tmp_path, flag, needle):
     with pytest.raises(AutoparError, match="--cp-comm-type") as err:
-        read_script(_script(tmp_path, flag))
+        read_script(script_with(tmp_path, flag))
     assert needle in str(err.value)
-    result = runner.invoke(app, ["estimate", "--script", _script(tmp_path, flag), "--device", "h100-80gb"])
-    assert needle in _one_error_line(result)
+    result = runner.invoke(app, ["estimate", "--script", script_with(tmp_path, flag), "--device", "h100-80gb"])
+    assert needle in error_line_of(result)
 
 
 def test_cp_comm_type_list_must_have_one_entry_or_one_per_layer(tmp_path):

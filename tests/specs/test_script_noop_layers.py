@@ -13,7 +13,8 @@ from autopar.specs.script import read_script
 from conftest import SCRIPTS
 
 
-def _script(tmp_path, extra: str, layers: int = 8, pp: int = 2) -> str:
+def script_with(tmp_path, extra: str, layers: int = 8, pp: int = 2) -> str:
+    """A small tp 2, pp ``pp``, cp 2 Megatron launch script of ``layers`` layers plus ``extra`` flags."""
     path = tmp_path / "run.sh"
     path.write_text("torchrun --nnodes 1 --nproc_per_node 8 pretrain_gpt.py "
                     f"--num-layers {layers} --hidden-size 1024 --num-attention-heads 16 --seq-length 2048 "
@@ -37,12 +38,12 @@ def _mixtral_script(tmp_path, extra: str, name: str = "s.sh"):
 
 def test_noop_layers_are_identity_positions_in_the_split(tmp_path):
     # DeepSeek-V3's recipe shape: 64 positions, noop 61,62,63, pp 8 -> 8 x 8 positions, last stage 5 real
-    plan = read_script(_script(tmp_path, "--noop-layers 61,62,63 --num-layer-list 1,1,1,1,1,1,1,57", 64, 8))
+    plan = read_script(script_with(tmp_path, "--noop-layers 61,62,63 --num-layer-list 1,1,1,1,1,1,1,57", 64, 8))
     m = plan.model_spec()
     assert m.num_layers == 61
     assert plan.layout["layers_per_stage"] == (8, 8, 8, 8, 8, 8, 8, 5)  # --num-layer-list ignored, as MindSpeed does
     # noop in the middle of stage 0 and the first/last-stage flags: positions 7 + 10 + 10 + 5 = 32
-    plan = read_script(_script(tmp_path, "--noop-layers 2,30 --decoder-first-pipeline-num-layers 7 "
+    plan = read_script(script_with(tmp_path, "--noop-layers 2,30 --decoder-first-pipeline-num-layers 7 "
                                          "--decoder-last-pipeline-num-layers 5", 32, 4))
     assert plan.model_spec().num_layers == 30 and plan.layout["layers_per_stage"] == (6, 10, 10, 4)
 
@@ -50,13 +51,13 @@ def test_noop_layers_are_identity_positions_in_the_split(tmp_path):
 def test_noop_layers_with_virtual_stages_are_a_layout(tmp_path):
     # 8 positions over pp 2 x vpp 2: chunk v of rank r holds positions 2(2v + r), +1; noop 6 leaves
     # rank 1's second chunk (positions 6, 7) one real layer: E t t | t t | t t | t L.
-    plan = read_script(_script(tmp_path, "--noop-layers 6 --num-layers-per-virtual-pipeline-stage 2", 8, 2))
+    plan = read_script(script_with(tmp_path, "--noop-layers 6 --num-layers-per-virtual-pipeline-stage 2", 8, 2))
     assert plan.model_fields["num_layers"] == 7
     assert (plan.layout["vpp"], plan.layout["pipeline_layout"]) == (2, "Ett|(tt|)*2tL")
 
 
 def test_noop_layers_renumber_moe_layers(tmp_path):
-    plan = read_script(_script(tmp_path, "--noop-layers 1,2 --num-experts 4 --moe-layer-freq 2", 8, 1))
+    plan = read_script(script_with(tmp_path, "--noop-layers 1,2 --num-experts 4 --moe-layer-freq 2", 8, 1))
     m = plan.model_spec()
     # positions 0..7, MoE at 0, 2, 4, 6; noop 1, 2 -> real positions 0, 3, 4, 5, 6, 7 -> MoE real 0, 2, 4
     assert m.num_layers == 6 and m.moe_layers == (0, 2, 4) and plan.layout["layers_per_stage"] is None
@@ -64,9 +65,9 @@ def test_noop_layers_renumber_moe_layers(tmp_path):
 
 def test_noop_layers_cost_like_the_real_layer_count(tmp_path):
     args = ["--device", "h100-80gb", "--json", "--cp", "1", "--gbs", "64"]
-    noop = runner.invoke(app, ["estimate", "--script", _script(tmp_path, "--noop-layers 6,7", 8, 1)] + args)
+    noop = runner.invoke(app, ["estimate", "--script", script_with(tmp_path, "--noop-layers 6,7", 8, 1)] + args)
     (tmp_path / "b").mkdir()
-    real = runner.invoke(app, ["estimate", "--script", _script(tmp_path / "b", "", 6, 1)] + args)
+    real = runner.invoke(app, ["estimate", "--script", script_with(tmp_path / "b", "", 6, 1)] + args)
     assert noop.exit_code == 0 and real.exit_code == 0, noop.output + real.output
     assert json.loads(noop.stdout)["step_time_s"] == json.loads(real.stdout)["step_time_s"]
 
@@ -80,7 +81,7 @@ def test_noop_layers_cost_like_the_real_layer_count(tmp_path):
 ])
 def test_noop_layers_refusals(tmp_path, extra, layers, pp, needle):
     with pytest.raises(AutoparError, match="--noop-layers|--num-layers") as err:
-        read_script(_script(tmp_path, extra, layers, pp))
+        read_script(script_with(tmp_path, extra, layers, pp))
     assert needle in str(err.value)
 
 

@@ -9,14 +9,53 @@ import typer
 
 from autopar.cli.app import app, err_console, user_errors
 from autopar.cli.config import Config
-from autopar.cli.inputs import problem_from_options, recompute_modules_option, strategy_from_options
+from autopar.cli.inputs import layout_options, problem_from_options, strategy_from_options
 from autopar.cli.json_output import print_json
-from autopar.cli.options import (Cp, CpA2a, CpCommType, Device, DeviceFile, DeviceSet, Dp, EmbeddingLoss, Ep, Etp,
-                                 Flash, Fp8ParamStorage, Fp8Recipe, Gbs, Json, LayersPerStage, Mbs, Model,
-                                 MoeDispatcherOpt, MoeEpOverlap, MoeImbalance, Nodes, PerNode, PipelineLayoutOpt, Pp,
-                                 Precision, RecomputeLayers, RecomputeModules, RecomputeOpt, RecomputePerStage,
-                                 ScheduleOpt, Script, SeqLen, Sp, Tp, TpCommOverlap, TpConsecutive, VocabPad, VocabSize,
-                                 VocabSp, VocabTp, Vpp, Zero)
+from autopar.cli.options import (
+    Cp,
+    CpA2a,
+    CpCommType,
+    Device,
+    DeviceFile,
+    DeviceSet,
+    Dp,
+    EmbeddingLoss,
+    Ep,
+    Etp,
+    Flash,
+    Fp8ParamStorage,
+    Fp8Recipe,
+    Gbs,
+    Json,
+    LayersPerStage,
+    Mbs,
+    Model,
+    MoeDispatcherOpt,
+    MoeEpOverlap,
+    MoeImbalance,
+    Nodes,
+    PerNode,
+    PipelineLayoutOpt,
+    Pp,
+    Precision,
+    RecomputeLayers,
+    RecomputeModules,
+    RecomputeOpt,
+    RecomputePerStage,
+    ScheduleOpt,
+    Script,
+    SeqLen,
+    Sp,
+    Tp,
+    TpCommOverlap,
+    TpConsecutive,
+    VocabPad,
+    VocabSize,
+    VocabSp,
+    VocabTp,
+    Vpp,
+    Zero,
+)
 from autopar.cli.paths import refuse_overwriting_inputs
 from autopar.errors import AutoparError
 
@@ -78,13 +117,7 @@ def export(
     from autopar.specs.targets import check_target
 
     check_target(p.cluster.device, fmt, "--format")
-    layout = dict(tp=tp, pp=pp, cp=cp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, zero=zero, sp=sp, recompute=recompute,
-                  recompute_layers=recompute_layers, layers_per_stage=layers_per_stage, pipeline_layout=pipeline_layout,
-                  recompute_per_stage=recompute_per_stage, account_for_embedding=embedding_loss_split,
-                  account_for_loss=embedding_loss_split, recompute_modules=recompute_modules_option(p, recompute_modules),
-                  tp_comm_overlap=tp_comm_overlap, cp_comm_type=cp_comm_type, cp_a2a=cp_a2a,
-                  moe_dispatcher=moe_dispatcher, moe_ep_overlap=moe_ep_overlap,
-                  vocab_tp=vocab_tp, vocab_sp=vocab_sp, tp_consecutive=tp_consecutive)
+    layout = layout_options(p, locals())
     if from_result:
         given = sorted(k for k, v in {**layout, "dp": dp, "schedule": schedule}.items() if v is not None)
         if given:

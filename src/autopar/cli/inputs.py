@@ -244,3 +244,28 @@ def strategy_from_options(p: Problem, script: str | None, layout: dict[str, Any]
         return Strategy(dp=dp, schedule=schedule or ("interleaved" if lay["vpp"] > 1 else "1f1b"), **lay, **galvatron)
     except ValidationError as err:
         raise from_validation_error(err, "layout", as_option=True) from None
+
+
+#: The layout options ``estimate`` and ``export`` share, by their parameter names (and the
+#: ``Strategy`` fields they set); ``--embedding-loss-split`` and ``--recompute-modules`` are
+#: translated by :func:`layout_options`.
+LAYOUT_OPTION_FIELDS = ("tp", "pp", "cp", "vpp", "ep", "etp", "mbs", "zero", "sp", "recompute", "recompute_layers",
+                        "layers_per_stage", "pipeline_layout", "recompute_per_stage", "tp_comm_overlap",
+                        "cp_comm_type", "cp_a2a", "moe_dispatcher", "moe_ep_overlap", "vocab_tp", "vocab_sp",
+                        "tp_consecutive")
+
+
+def layout_options(p: Problem, options: dict[str, Any]) -> dict[str, Any]:
+    """The layout given on the command line: ``options`` (a command's parameters by name, e.g. its
+    ``locals()``) reduced to :data:`LAYOUT_OPTION_FIELDS`, with ``embedding_loss_split`` setting
+    both embedding and loss accounting and ``recompute_modules`` parsed
+    (:func:`recompute_modules_option`). None = not given. Input to :func:`strategy_from_options`.
+
+    Raises:
+        AutoparError: bad ``--recompute-modules`` (see :func:`recompute_modules_option`).
+    """
+    layout = {name: options[name] for name in LAYOUT_OPTION_FIELDS}
+    split = options["embedding_loss_split"]
+    return {**layout, "account_for_embedding": split, "account_for_loss": split,
+            "recompute_modules": recompute_modules_option(p, options["recompute_modules"])}
+
