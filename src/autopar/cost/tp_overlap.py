@@ -64,7 +64,8 @@ def overlap_gemms_s(p: Problem, batch: LayoutBatch, moe: bool) -> list[np.ndarra
     return [qkv, fc1]
 
 
-def comm_overlap_tp_s(batch: LayoutBatch, tp_s, gemm_s, unfused_s: np.ndarray | float = 0.0) -> np.ndarray:
+def comm_overlap_tp_s(batch: LayoutBatch, tp_s: np.ndarray | list[np.ndarray], gemm_s: np.ndarray | list[np.ndarray],
+                      unfused_s: np.ndarray | float = 0.0) -> np.ndarray:
     """Exposed TP seconds of a stage with ``tp_comm_overlap`` (arrays over layouts).
 
     Args:
