@@ -26,8 +26,9 @@ from dataclasses import fields
 
 import numpy as np
 
+from autopar.layout_batch import LayoutBatch
 from autopar.problem import Problem
-from autopar.strategy import RECOMPUTE_CODES, LayoutBatch
+from autopar.strategy import RECOMPUTE_CODES
 
 
 def _runs_on_galvatron(batch: LayoutBatch) -> np.ndarray:

@@ -17,10 +17,16 @@ from typing import Callable
 import numpy as np
 
 from autopar.errors import AutoparError, LayoutError
+from autopar.layout_batch import LayoutBatch
 from autopar.pipeline.layout import PipelineLayout, layout_of, needs_flexible
 from autopar.problem import Problem
-from autopar.strategy import (DEFAULT_MODULE_MASK, LayoutBatch, Strategy, default_layers_per_stage, module_mask,
-                              split_first_middle_last)
+from autopar.strategy import (
+    DEFAULT_MODULE_MASK,
+    Strategy,
+    default_layers_per_stage,
+    module_mask,
+    split_first_middle_last,
+)
 
 Check = Callable[[Problem, LayoutBatch], np.ndarray]
 Reason = Callable[[Problem, Strategy], str]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from autopar.strategy import LayoutBatch
+from autopar.layout_batch import LayoutBatch
 
 
 def _rule(name, check, reason):

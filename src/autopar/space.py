@@ -28,16 +28,15 @@ The rules (:mod:`autopar.rules`) then reject what Megatron-LM would reject, by n
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from autopar.cost.recompute import memory_saving_modules
 from autopar.errors import AutoparError
+from autopar.layout_batch import LayoutBatch
 from autopar.problem import Problem
-from autopar.strategy import CP_COMM_TYPES, DEFAULT_RECOMPUTE_MODULES, MOE_DISPATCHERS, LayoutBatch, module_mask
-
+from autopar.strategy import CP_COMM_TYPES, DEFAULT_RECOMPUTE_MODULES, MOE_DISPATCHERS, module_mask
 
 # Candidate layouts one search may hold (14 int64 columns plus the cost arrays): 22.8 million took
 # 32 s and 5 GB (DeepSeek-V3 on 800,000 devices); the 2,048-GPU DeepSeek-V3 search holds about one million.

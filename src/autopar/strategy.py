@@ -1,7 +1,7 @@
-"""``Strategy``: one parallel layout; ``LayoutBatch``: many of them as numpy arrays.
+"""``Strategy``: one parallel layout (many of them as numpy arrays: :class:`autopar.layout_batch.LayoutBatch`).
 
 The search costs tens of thousands of layouts at once, so the cost model works on arrays:
-every field of :class:`Strategy` is a column of :class:`LayoutBatch`. A single layout is a
+every field of :class:`Strategy` is a column of :class:`~autopar.layout_batch.LayoutBatch`. A single layout is a
 batch of one, so the search and ``autopar estimate`` share one implementation of every formula.
 
 Terms follow Megatron-LM: ``dp`` data parallel, ``tp`` tensor parallel (``sp`` = Megatron
@@ -14,7 +14,6 @@ default)/``full`` (whole layers).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
 from typing import Any, Literal, get_args
 
 import numpy as np
@@ -352,151 +351,3 @@ def split_first_middle_last(num_layers: np.ndarray, pp: np.ndarray, embedding: n
     last = np.where(accounted, np.where(pp == 1, num_layers, slots - l), last)
     middle = np.where(accounted, slots, middle)
     return first, middle, last
-
-
-@dataclass
-class LayoutBatch:
-    """Columns of ``n`` layouts (each an int/bool numpy array of shape ``(n,)``).
-
-    ``recompute`` holds :data:`RECOMPUTE_CODES`; ``recompute_layers`` 0 means "all layers";
-    ``etp`` is already resolved (never None). ``num_microbatches`` is gbs / (mbs * dp).
-    ``account_embedding`` / ``account_loss`` (bool) are :attr:`Strategy.account_for_embedding`
-    / ``account_for_loss``; omitted, they are all False. ``recompute_modules`` is the bit mask
-    (:func:`module_mask`) of :attr:`Strategy.recompute_modules`; omitted, ``core_attn``.
-    ``tp_comm_overlap`` (bool), ``cp_comm`` (index into :data:`CP_COMM_TYPES`) and ``cp_a2a`` (the
-    all-to-all group size, :attr:`Strategy.cp_a2a_size`); omitted: off, p2p, 1. ``moe_dispatcher``
-    (index into :data:`MOE_DISPATCHERS`) and ``moe_ep_overlap`` (bool); omitted: alltoall, off. Galvatron's knobs
-    (:class:`Strategy`): ``gpipe`` (bool, the GPipe schedule), ``vocab_tp`` (int, resolved),
-    ``vocab_sp`` (bool), ``tp_consecutive`` (bool); omitted: 1F1B, tp, off, on.
-    """
-
-    dp: np.ndarray
-    tp: np.ndarray
-    pp: np.ndarray
-    vpp: np.ndarray
-    cp: np.ndarray
-    ep: np.ndarray
-    etp: np.ndarray
-    mbs: np.ndarray
-    sp: np.ndarray
-    zero: np.ndarray
-    recompute: np.ndarray
-    recompute_layers: np.ndarray
-    num_microbatches: np.ndarray
-    account_embedding: np.ndarray | None = None
-    account_loss: np.ndarray | None = None
-    recompute_modules: np.ndarray | None = None
-    tp_comm_overlap: np.ndarray | None = None
-    cp_comm: np.ndarray | None = None
-    cp_a2a: np.ndarray | None = None
-    moe_dispatcher: np.ndarray | None = None
-    moe_ep_overlap: np.ndarray | None = None
-    gpipe: np.ndarray | None = None
-    vocab_tp: np.ndarray | None = None
-    vocab_sp: np.ndarray | None = None
-    tp_consecutive: np.ndarray | None = None
-
-    def __post_init__(self) -> None:
-        n = self.dp.shape[0]
-        for name in ("account_embedding", "account_loss", "tp_comm_overlap", "moe_ep_overlap", "gpipe", "vocab_sp"):
-            if getattr(self, name) is None:
-                setattr(self, name, np.zeros(n, dtype=bool))
-        if self.vocab_tp is None:
-            self.vocab_tp = self.tp.copy()
-        if self.tp_consecutive is None:
-            self.tp_consecutive = np.ones(n, dtype=bool)
-        if self.recompute_modules is None:
-            self.recompute_modules = np.full(n, DEFAULT_MODULE_MASK, dtype=np.int64)
-        if self.cp_comm is None:
-            self.cp_comm = np.zeros(n, dtype=np.int64)
-        if self.cp_a2a is None:
-            self.cp_a2a = np.ones(n, dtype=np.int64)
-        if self.moe_dispatcher is None:
-            self.moe_dispatcher = np.zeros(n, dtype=np.int64)
-
-    def dispatcher_is(self, name: str) -> np.ndarray:
-        """Where the MoE token dispatcher is ``name`` (one of :data:`MOE_DISPATCHERS`; bool ``(n,)``)."""
-        return self.moe_dispatcher == MOE_DISPATCHERS.index(name)
-
-    def cp_comm_is(self, name: str) -> np.ndarray:
-        """Where the context-parallel algorithm is ``name`` (one of :data:`CP_COMM_TYPES`; bool ``(n,)``)."""
-        return self.cp_comm == CP_COMM_TYPES.index(name)
-
-    def module_on(self, name: str) -> np.ndarray:
-        """Where selective recompute re-runs module ``name`` (bool, ``(n,)``; whether a row
-        recomputes selectively at all is ``recompute == 1``)."""
-        return (self.recompute_modules >> RECOMPUTE_MODULES.index(name) & 1).astype(bool)
-
-    @property
-    def accounted(self) -> np.ndarray:
-        """Where the split counts the embedding or the loss as a layer (bool, ``(n,)``)."""
-        return self.account_embedding | self.account_loss
-
-    def __len__(self) -> int:
-        return int(self.dp.shape[0])
-
-    @property
-    def interleaved(self) -> np.ndarray:
-        return self.vpp > 1
-
-    @property
-    def schedule_code(self) -> np.ndarray:
-        """The schedule of each row as a code: 0 1F1B, 1 interleaved, 2 GPipe (``--schedule``)."""
-        return np.where(self.vpp > 1, 1, np.where(self.gpipe, 2, 0))
-
-    def take(self, index: np.ndarray) -> "LayoutBatch":
-        """The sub-batch at ``index`` (boolean mask or integer indices)."""
-        return LayoutBatch(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
-
-    @classmethod
-    def concat(cls, batches: list["LayoutBatch"]) -> "LayoutBatch":
-        """The rows of ``batches`` one after the other (the batch itself when there is one)."""
-        if len(batches) == 1:
-            return batches[0]
-        return cls(**{f.name: np.concatenate([getattr(b, f.name) for b in batches]) for f in fields(cls)})
-
-    @classmethod
-    def from_strategy(cls, s: Strategy, global_batch_size: int) -> "LayoutBatch":
-        """A batch of one (``schedule`` and ``layers_per_stage`` are checked by the rules)."""
-        col = lambda v, dtype=np.int64: np.asarray([v], dtype=dtype)  # noqa: E731
-        return cls(
-            dp=col(s.dp), tp=col(s.tp), pp=col(s.pp), vpp=col(s.vpp), cp=col(s.cp), ep=col(s.ep),
-            etp=col(s.expert_tp), mbs=col(s.mbs), sp=col(s.sp, bool), zero=col(s.zero),
-            recompute=col(RECOMPUTE_CODES[s.recompute]),
-            recompute_layers=col(s.recompute_layers or 0),
-            num_microbatches=col(global_batch_size // (s.mbs * s.dp)),
-            account_embedding=col(s.account_for_embedding, bool), account_loss=col(s.account_for_loss, bool),
-            recompute_modules=col(module_mask(s.recompute_modules)),
-            tp_comm_overlap=col(s.tp_comm_overlap, bool), cp_comm=col(CP_COMM_TYPES.index(s.cp_comm_type)),
-            cp_a2a=col(s.cp_a2a_size), moe_dispatcher=col(MOE_DISPATCHERS.index(s.moe_dispatcher)),
-            moe_ep_overlap=col(s.moe_ep_overlap, bool), gpipe=col(s.schedule == "gpipe", bool), vocab_tp=col(s.vocab_tp_size),
-            vocab_sp=col(s.vocab_sp, bool), tp_consecutive=col(s.tp_consecutive, bool),
-        )
-
-    def strategy(self, i: int, num_layers: int, mtp_num_layers: int = 0) -> Strategy:
-        """Row ``i`` as a :class:`Strategy` with its default stage split written out (a flexible
-        ``pipeline_layout`` where the default split cannot interleave:
-        :func:`autopar.pipeline.layout.default_layout`)."""
-        from autopar.pipeline.layout import default_layout, split_fields
-
-        pp, vpp = int(self.pp[i]), int(self.vpp[i])
-        recompute = RECOMPUTE_NAMES[int(self.recompute[i])]
-        embedding, loss = bool(self.account_embedding[i]), bool(self.account_loss[i])
-        split = ({"layers_per_stage": default_layers_per_stage(num_layers, pp, embedding, loss)} if embedding or loss
-                 else split_fields(default_layout(num_layers, pp, vpp, mtp_num_layers)))
-        return Strategy(
-            dp=int(self.dp[i]), tp=int(self.tp[i]), pp=pp, vpp=vpp, cp=int(self.cp[i]),
-            ep=int(self.ep[i]), etp=int(self.etp[i]), mbs=int(self.mbs[i]), sp=bool(self.sp[i]),
-            zero=int(self.zero[i]), recompute=recompute,
-            recompute_layers=int(self.recompute_layers[i]) or None,
-            schedule="interleaved" if self.vpp[i] > 1 else "gpipe" if self.gpipe[i] else "1f1b",
-            **split,
-            recompute_modules=module_names(int(self.recompute_modules[i])) if recompute == "selective"
-            else DEFAULT_RECOMPUTE_MODULES,
-            account_for_embedding=embedding, account_for_loss=loss,
-            tp_comm_overlap=bool(self.tp_comm_overlap[i]), cp_comm_type=CP_COMM_TYPES[int(self.cp_comm[i])],
-            cp_a2a=int(self.cp_a2a[i]) if CP_COMM_TYPES[int(self.cp_comm[i])] == "a2a+p2p" else None,
-            moe_dispatcher=MOE_DISPATCHERS[int(self.moe_dispatcher[i])], moe_ep_overlap=bool(self.moe_ep_overlap[i]),
-            vocab_tp=None if self.vocab_tp[i] == self.tp[i] else int(self.vocab_tp[i]), vocab_sp=bool(self.vocab_sp[i]),
-            tp_consecutive=bool(self.tp_consecutive[i]),
-        )

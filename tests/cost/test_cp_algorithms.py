@@ -11,9 +11,10 @@ from autopar.cost import attention as attn
 from autopar.cost import comm, cp_comm
 from autopar.errors import AutoparError, LayoutError
 from autopar.export import WRITERS
+from autopar.layout_batch import LayoutBatch
 from autopar.rules import check_strategy
 from autopar.specs.script import read_script
-from autopar.strategy import LayoutBatch, Strategy
+from autopar.strategy import Strategy
 from conftest import make_problem
 
 runner = CliRunner()

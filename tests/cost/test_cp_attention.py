@@ -11,9 +11,10 @@ from autopar.cost import compute as C
 from autopar.cost.stage import Stages
 from autopar.cost.stage_time import stage_time
 from autopar.estimate import estimate
+from autopar.layout_batch import LayoutBatch
 from autopar.problem import Problem
 from autopar.specs import TrainSpec, load_device, make_cluster
-from autopar.strategy import LayoutBatch, Strategy
+from autopar.strategy import Strategy
 from conftest import make_problem
 
 

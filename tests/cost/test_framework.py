@@ -9,7 +9,8 @@ import pytest
 
 from autopar.cost import framework
 from autopar.estimate import estimate
-from autopar.strategy import LayoutBatch, Strategy
+from autopar.layout_batch import LayoutBatch
+from autopar.strategy import Strategy
 from autopar.validate.rows import FAMILIES, Row, framework_of
 from conftest import make_problem, toy_model
 

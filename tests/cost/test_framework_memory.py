@@ -10,7 +10,8 @@ from autopar.cost import framework_memory as fw
 from autopar.cost.memory import model_state_bytes, stage_memory
 from autopar.cost.stage import Stages
 from autopar.estimate import estimate
-from autopar.strategy import LayoutBatch, Strategy
+from autopar.layout_batch import LayoutBatch
+from autopar.strategy import Strategy
 from conftest import make_problem
 
 # torchtitan Table 1 layout: Llama-3-8B, FSDP over 8 ranks, local batch 2, seq 8192.

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from autopar.cost import flops as F
 from autopar.cost import grouped_gemm as G
 from autopar.cost.compute import gemm_time_s
-from autopar.strategy import LayoutBatch, Strategy
+from autopar.layout_batch import LayoutBatch
+from autopar.strategy import Strategy
 from conftest import make_problem
 
 # DeepGEMM README, "Normal GEMMs for dense models", M = 4096, FP8 on H800 (peak 1979 TFLOP/s): k -> TFLOP/s.

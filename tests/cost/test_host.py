@@ -10,8 +10,9 @@ import pytest
 from autopar.cost import host
 from autopar.cost.stage import all_stages
 from autopar.cost.stage_time import stage_time
+from autopar.layout_batch import LayoutBatch
 from autopar.specs import load_device
-from autopar.strategy import LayoutBatch, Strategy
+from autopar.strategy import Strategy
 from autopar.validate import DEFAULT_CSV
 from autopar.validate.measurements import read_rows
 from autopar.validate.rows import to_case

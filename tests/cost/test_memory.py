@@ -10,7 +10,8 @@ from autopar.cost import activations as act
 from autopar.cost.memory import in_flight_microbatches, model_state_bytes, stage_memory
 from autopar.cost.stage import Stages, all_stages
 from autopar.estimate import estimate
-from autopar.strategy import LayoutBatch, Strategy
+from autopar.layout_batch import LayoutBatch
+from autopar.strategy import Strategy
 from conftest import make_problem, toy_model
 
 GIB = 2**30

@@ -16,8 +16,9 @@ from autopar.cost.stage import all_stages
 from autopar.errors import LayoutError
 from autopar.estimate import estimate
 from autopar.export.megatron import megatron_args
+from autopar.layout_batch import LayoutBatch
 from autopar.rules import check_strategy
-from autopar.strategy import LayoutBatch, Strategy
+from autopar.strategy import Strategy
 from conftest import MODELS, link_bandwidths, make_problem, toy_model
 
 MIXTRAL = str(MODELS / "mixtral-8x7b.json")

@@ -9,8 +9,9 @@ from hypothesis import strategies as st
 
 from autopar.cost import comm, moe
 from autopar.cost import moe_dispatch as D
+from autopar.layout_batch import LayoutBatch
 from autopar.specs.moe_runtime import MoeRuntime
-from autopar.strategy import LayoutBatch, Strategy
+from autopar.strategy import Strategy
 from conftest import make_problem
 
 

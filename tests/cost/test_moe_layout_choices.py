@@ -10,11 +10,12 @@ from autopar.errors import AutoparError, LayoutError
 from autopar.export.megatron import megatron_args
 from autopar.export.megatron_bridge import overrides
 from autopar.export.torchtitan import write as torchtitan_write
+from autopar.layout_batch import LayoutBatch
 from autopar.rules import check_strategy
 from autopar.search.grid import for_search
 from autopar.space import SpaceOptions, enumerate_layouts
 from autopar.specs.moe_runtime import MoeRuntime
-from autopar.strategy import LayoutBatch, Strategy
+from autopar.strategy import Strategy
 from conftest import make_problem
 
 

@@ -17,11 +17,12 @@ from autopar.cost.stage_time import stage_time
 from autopar.errors import AutoparError, LayoutError
 from autopar.estimate import estimate
 from autopar.export import WRITERS
+from autopar.layout_batch import LayoutBatch
 from autopar.rules import check_strategy
 from autopar.search import search
 from autopar.space import enumerate_layouts
 from autopar.specs.script import read_script
-from autopar.strategy import RECOMPUTE_MODULES, LayoutBatch, Strategy, module_names
+from autopar.strategy import RECOMPUTE_MODULES, Strategy, module_names
 from conftest import SCRIPTS, make_problem
 
 MLA_MOE = ("core_attn", "layernorm", "mla_up_proj", "moe_act", "shared_experts", "moe")

@@ -8,7 +8,8 @@ import pytest
 from autopar.cost import comm
 from autopar.cost import flops as F
 from autopar.estimate import estimate
-from autopar.strategy import LayoutBatch, Strategy
+from autopar.layout_batch import LayoutBatch
+from autopar.strategy import Strategy
 from conftest import link_bandwidths, make_problem, toy_model
 
 

@@ -8,15 +8,16 @@ import pytest
 from typer.testing import CliRunner
 
 from autopar.cli import app
+from autopar.cost import tp_overlap
 from autopar.errors import AutoparError, LayoutError
 from autopar.estimate import estimate
 from autopar.export import WRITERS
 from autopar.export.megatron_deepspeed import config_json
+from autopar.layout_batch import LayoutBatch
 from autopar.rules import check_strategy
 from autopar.specs.script import read_script
 from autopar.specs.script_cli import layout_defaults
-from autopar.strategy import LayoutBatch, Strategy
-from autopar.cost import tp_overlap
+from autopar.strategy import Strategy
 from conftest import make_problem
 
 runner = CliRunner()

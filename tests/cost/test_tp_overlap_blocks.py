@@ -9,7 +9,8 @@ from autopar.cost import comm, recompute, tp_overlap
 from autopar.cost import compute as C
 from autopar.cost import flops as F
 from autopar.estimate import estimate
-from autopar.strategy import LayoutBatch, Strategy
+from autopar.layout_batch import LayoutBatch
+from autopar.strategy import Strategy
 from conftest import make_problem
 
 

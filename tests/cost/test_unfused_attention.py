@@ -9,7 +9,8 @@ from autopar.cost import attention as attn
 from autopar.cost import compute as C
 from autopar.cost import flops as F
 from autopar.cost.recompute import layer_recompute_s
-from autopar.strategy import LayoutBatch, Strategy
+from autopar.layout_batch import LayoutBatch
+from autopar.strategy import Strategy
 from conftest import make_problem, toy_model
 
 

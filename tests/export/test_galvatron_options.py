@@ -8,7 +8,6 @@ import json
 
 import numpy as np
 import pytest
-from conftest import make_problem
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -16,10 +15,12 @@ from autopar.cost.comm import all_reduce_s, reduce_scatter_s
 from autopar.errors import AutoparError, LayoutError
 from autopar.estimate import estimate
 from autopar.export import WRITERS, galvatron
+from autopar.layout_batch import LayoutBatch
 from autopar.problem import Problem
 from autopar.search import search
 from autopar.search.grid import for_target
-from autopar.strategy import LayoutBatch, Strategy
+from autopar.strategy import Strategy
+from conftest import make_problem
 
 H, V = 4096, 128256  # Llama-3-8B hidden size and vocabulary
 

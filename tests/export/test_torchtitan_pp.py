@@ -14,8 +14,9 @@ from autopar.cost.params import stage_params
 from autopar.cost.stage import Stages
 from autopar.errors import LayoutError
 from autopar.export import torchtitan
+from autopar.layout_batch import LayoutBatch
 from autopar.rules import check_strategy
-from autopar.strategy import LayoutBatch, Strategy
+from autopar.strategy import Strategy
 from autopar.validate.measurements import read_rows
 from autopar.validate.rows import Row, to_case, torchtitan_split
 from autopar.validate.score import score_row

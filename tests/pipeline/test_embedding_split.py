@@ -11,20 +11,19 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from autopar.errors import AutoparError, LayoutError
 from autopar.cli import app
 from autopar.cost.stage import Stages, all_stages
+from autopar.errors import AutoparError, LayoutError
 from autopar.estimate import estimate
 from autopar.export import megatron, mindspeed
 from autopar.export.checks import violations
 from autopar.export.rewrite import rewrite_script
 from autopar.pipeline.layers import chunk_op_times_s, op_times_s
+from autopar.pipeline.layout import PipelineLayout, layout_of
 from autopar.rules import RULE_NAMES, check_strategy, first_failure
 from autopar.space import enumerate_layouts
 from autopar.specs.script import read_script
 from autopar.specs.script_cli import layout_defaults
-from autopar.errors import AutoparError
-from autopar.pipeline.layout import PipelineLayout, layout_of
 from autopar.strategy import Strategy, default_layers_per_stage
 from autopar.validate.measurements import read_rows
 from autopar.validate.rows import to_case
@@ -60,7 +59,7 @@ def test_rule_accepts_126_layers_pp8_vpp8_only_with_both_flags():
 
 
 def test_vectorised_rule_agrees_with_the_single_layout_check():
-    from autopar.strategy import LayoutBatch
+    from autopar.layout_batch import LayoutBatch
     batch = LayoutBatch.concat([LayoutBatch.from_strategy(s, 64) for s in (
         PP8_VPP8, PP8_VPP8.model_copy(update=dict(account_for_embedding=False, account_for_loss=False)),
         PP8_VPP8.model_copy(update=dict(account_for_loss=False)))])

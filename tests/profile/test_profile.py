@@ -14,11 +14,12 @@ from autopar.cli import app
 from autopar.cost.compute import embedding_forward_time_s, layer_forward_times, output_forward_time_s, use_op_times
 from autopar.errors import AutoparError
 from autopar.estimate import estimate
-from autopar.profile.opdb import SCHEMA_VERSION, OpDB
+from autopar.layout_batch import LayoutBatch
 from autopar.profile.coverage import coverage
+from autopar.profile.opdb import SCHEMA_VERSION, OpDB
 from autopar.profile.provider import ProfileTimes
 from autopar.profile.shapes import layer_dims, strategy_ops
-from autopar.strategy import LayoutBatch, Strategy
+from autopar.strategy import Strategy
 from conftest import make_problem
 
 TINY = {"model_type": "llama", "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2,

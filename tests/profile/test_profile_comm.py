@@ -85,7 +85,8 @@ def test_estimate_with_comm_fits_only(tmp_path):
     # run under (autopar.cost.tp_overlap; both GEMMs are shorter), per micro-batch (64: dp = 1, mbs = 1)
     from autopar.cost import compute as C
     from autopar.cost import flops as F
-    from autopar.strategy import LayoutBatch, Strategy
+    from autopar.layout_batch import LayoutBatch
+    from autopar.strategy import Strategy
     act = 2 * 4096 * 4096
     ar = 2 * 7 / 8 * act / 100e9 + 14 * 10e-6
     p, batch = make_problem("llama3-8b", gbs=64, seq=4096), LayoutBatch.from_strategy(Strategy(dp=1, tp=8), 64)

@@ -14,10 +14,11 @@ from typer.testing import CliRunner
 from autopar.cli import app
 from autopar.cost.compute import embedding_forward_time_s
 from autopar.errors import AutoparError
+from autopar.layout_batch import LayoutBatch
 from autopar.profile.opdb import OpDB
 from autopar.profile.provenance import MeasuredOn, accept, device_preset, parse_versions, preset_for
 from autopar.profile.shapes import strategy_ops
-from autopar.strategy import LayoutBatch, Strategy
+from autopar.strategy import Strategy
 from conftest import make_problem
 
 runner = CliRunner()

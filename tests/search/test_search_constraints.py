@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 
 from autopar.cli import app
 from autopar.errors import AutoparError
+from autopar.layout_batch import LayoutBatch
 from autopar.search.constraints import FIELD_BY_OPTION, apply_constraints, parse_constraints, parse_values
-from autopar.strategy import LayoutBatch
 
 runner = CliRunner()
 # llama3-8b (32 layers, dense) on 8 H100 (one NVLink domain). Per pipeline split (pp, vpp) the

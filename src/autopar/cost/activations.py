@@ -34,8 +34,8 @@ from __future__ import annotations
 import numpy as np
 
 from autopar.cost import moe as moe_cost
+from autopar.layout_batch import LayoutBatch
 from autopar.problem import Problem
-from autopar.strategy import LayoutBatch
 
 BF16 = 2  # bytes per activation element (bf16/fp16 training)
 

@@ -38,8 +38,8 @@ import numpy as np
 
 from autopar.cost import comm
 from autopar.cost import flops as F
+from autopar.layout_batch import LayoutBatch
 from autopar.problem import Problem
-from autopar.strategy import LayoutBatch
 
 ROW_OVERHEAD_KEYS_CAUSAL = 170.0  # FA3 paper H100 causal forward curves, 1k..16k (FA2 164, cuDNN 174), see module doc
 ROW_OVERHEAD_KEYS_FULL = 60.0  # same figure, non-causal, 1k..16k (FA2 65, cuDNN 42)

@@ -22,13 +22,10 @@ import numpy as np
 
 from autopar.cost import attention as attn
 from autopar.cost import flops as F
-from autopar.cost import fp8
-from autopar.cost import grouped_gemm
-from autopar.cost import moe_dispatch
-from autopar.cost import window
+from autopar.cost import fp8, grouped_gemm, moe_dispatch, window
 from autopar.cost.hooks import installed
+from autopar.layout_batch import LayoutBatch
 from autopar.problem import Problem
-from autopar.strategy import LayoutBatch
 
 KERNEL_OVERHEAD_S = 4e-6  # per kernel: launch + tail effects (H100/A100 measurements, order 2-6 us)
 

@@ -34,8 +34,8 @@ import numpy as np
 from autopar.cost import attention as attn
 from autopar.cost import comm
 from autopar.cost import flops as F
+from autopar.layout_batch import LayoutBatch
 from autopar.problem import Problem
-from autopar.strategy import LayoutBatch
 
 
 def a2a_exposed_s(p: Problem, batch: LayoutBatch) -> tuple[np.ndarray, np.ndarray]:

@@ -41,8 +41,8 @@ from __future__ import annotations
 import numpy as np
 
 from autopar.cost import activations as act
+from autopar.layout_batch import LayoutBatch
 from autopar.problem import Problem
-from autopar.strategy import LayoutBatch
 
 GRAPH_LAUNCH_OPS = 1  # one cudaGraphLaunch per graphed part and pass
 STATIC_BUFFERS = 2  # forward input + backward incoming gradient per graphed layer and micro-batch

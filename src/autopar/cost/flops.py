@@ -25,8 +25,8 @@ import numpy as np
 
 from autopar.cost import moe as moe_cost
 from autopar.cost import window
+from autopar.layout_batch import LayoutBatch
 from autopar.problem import Problem
-from autopar.strategy import LayoutBatch
 
 BF16 = 2
 

@@ -40,9 +40,9 @@ import numpy as np
 
 from autopar.cost import fp8_recipe
 from autopar.cost.stage import Stages
+from autopar.layout_batch import LayoutBatch
 from autopar.problem import Problem
 from autopar.specs import ModelSpec
-from autopar.strategy import LayoutBatch
 
 OPERANDS_PER_GEMM = 3  # input, weight, gradient: each has its scaling state
 

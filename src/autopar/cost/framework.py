@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from autopar.layout_batch import LayoutBatch
 from autopar.problem import Problem
-from autopar.strategy import LayoutBatch
 
 DEEPSPEED_MODULES_PER_LAYER = 6  # submodules with parameters in a Megatron GPT layer (see above)
 DEEPSPEED_EXTRA_MODULES = 3  # word embedding, position embedding, final layernorm

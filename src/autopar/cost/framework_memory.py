@@ -67,8 +67,8 @@ import numpy as np
 
 from autopar.cost import activations as act
 from autopar.cost import offload
+from autopar.layout_batch import LayoutBatch
 from autopar.problem import Problem
-from autopar.strategy import LayoutBatch
 
 BF16 = 2  # bytes of a 16-bit weight, gradient or activation element
 FP32 = 4

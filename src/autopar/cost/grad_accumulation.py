@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from autopar.layout_batch import LayoutBatch
 from autopar.problem import Problem
-from autopar.strategy import LayoutBatch
 
 UNSHARDED_GRAD_BYTES = {2: 4, 3: 2}  # ZeRO stage -> bytes per parameter kept unsharded (Galvatron cost_model.py)
 

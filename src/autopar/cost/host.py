@@ -68,8 +68,8 @@ import numpy as np
 
 from autopar.cost import cuda_graph
 from autopar.cost.recompute import separate_norms
+from autopar.layout_batch import LayoutBatch
 from autopar.problem import Problem
-from autopar.strategy import LayoutBatch
 
 ATTENTION_OPS = 8
 MLA_EXTRA_OPS = 11

@@ -41,20 +41,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autopar.cost import activation_offload
+from autopar.cost import activation_offload, cuda_graph, fp8, grad_accumulation, mtp, tp_overlap, vocab
 from autopar.cost import activations as act
-from autopar.cost import cuda_graph
-from autopar.cost import fp8
-from autopar.cost import grad_accumulation
 from autopar.cost import framework_memory as fw_mem
-from autopar.cost import tp_overlap
-from autopar.cost import vocab
 from autopar.cost import moe as moe_cost
-from autopar.cost import mtp
 from autopar.cost.params import StageParams, layer_kinds, stage_params
 from autopar.cost.stage import Stages
+from autopar.layout_batch import LayoutBatch
 from autopar.problem import Problem
-from autopar.strategy import LayoutBatch
 
 OPTIMIZER_BYTES_PER_PARAM = 12  # fp32 master weights + Adam m + v
 

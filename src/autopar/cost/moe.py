@@ -29,9 +29,9 @@ from __future__ import annotations
 import numpy as np
 
 from autopar.cost import comm
+from autopar.layout_batch import LayoutBatch
 from autopar.problem import Problem
 from autopar.specs import TrainSpec
-from autopar.strategy import LayoutBatch
 
 BF16 = 2
 FP32 = 4

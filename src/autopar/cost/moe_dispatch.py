@@ -53,8 +53,8 @@ import numpy as np
 from autopar.cost import comm
 from autopar.cost import flops as F
 from autopar.cost import moe as moe_cost
+from autopar.layout_batch import LayoutBatch
 from autopar.problem import Problem
-from autopar.strategy import LayoutBatch
 
 DEEPEP_NVLINK_FRACTION = 153.0 / 160.0  # DeepEP intranode EP8 dispatch on H800's ~160 GB/s NVLink
 DEEPEP_RDMA_FRACTION = 1.0  # DeepEP internode 43-58 GB/s RDMA payload per ~50 GB/s CX7 NIC (forwarding dedup)

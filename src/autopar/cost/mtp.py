@@ -17,8 +17,8 @@ from autopar.cost import activations as act
 from autopar.cost import compute as C
 from autopar.cost import flops as F
 from autopar.cost import moe as moe_cost
+from autopar.layout_batch import LayoutBatch
 from autopar.problem import Problem
-from autopar.strategy import LayoutBatch
 
 
 def _last_is_moe(p: Problem) -> bool:

@@ -17,9 +17,9 @@ import numpy as np
 
 from autopar.cost import mtp, vocab
 from autopar.cost.stage import Stages
+from autopar.layout_batch import LayoutBatch
 from autopar.problem import Problem
 from autopar.specs import ModelSpec
-from autopar.strategy import LayoutBatch
 
 
 @dataclass

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from autopar.strategy import LayoutBatch
+from autopar.layout_batch import LayoutBatch
 
 
 def tp_stride(batch: LayoutBatch) -> np.ndarray:

@@ -33,8 +33,8 @@ from autopar.cost import compute as C
 from autopar.cost import flops as F
 from autopar.cost import moe as moe_cost
 from autopar.cost import moe_dispatch
+from autopar.layout_batch import LayoutBatch
 from autopar.problem import Problem
-from autopar.strategy import LayoutBatch
 
 
 def _norm_pass_s(p: Problem, batch: LayoutBatch, width: float | np.ndarray, rows: np.ndarray) -> np.ndarray:

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autopar.layout_batch import LayoutBatch
 from autopar.pipeline.layout import chunk_in_flight, layout_of
 from autopar.problem import Problem
-from autopar.strategy import RECOMPUTE_CODES, LayoutBatch, Strategy, split_first_middle_last
+from autopar.strategy import RECOMPUTE_CODES, Strategy, split_first_middle_last
 
 
 @dataclass

@@ -34,28 +34,30 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autopar.cost import activation_offload
+from autopar.cost import (
+    activation_offload,
+    comm,
+    cp_comm,
+    framework,
+    grad_accumulation,
+    host,
+    memory,
+    moe_dispatch,
+    mtp,
+    offload,
+    placement,
+    tp_overlap,
+    vocab,
+)
 from autopar.cost import attention as attn
-from autopar.cost import comm
-from autopar.cost import cp_comm
 from autopar.cost import compute as C
 from autopar.cost import flops as F
-from autopar.cost import framework
-from autopar.cost import grad_accumulation
-from autopar.cost import memory
-from autopar.cost import host
 from autopar.cost import moe as moe_cost
-from autopar.cost import moe_dispatch
-from autopar.cost import offload
-from autopar.cost import mtp
 from autopar.cost import recompute as recompute_cost
-from autopar.cost import placement
-from autopar.cost import tp_overlap
-from autopar.cost import vocab
 from autopar.cost.params import StageParams, layer_kinds
 from autopar.cost.stage import Stages
+from autopar.layout_batch import LayoutBatch
 from autopar.problem import Problem
-from autopar.strategy import LayoutBatch
 
 ADAM_BYTES_PER_PARAM = 34  # read grad, master, m, v (16) + write master, m, v (12) + bf16 copy (2) + grad-norm pass (4)
 

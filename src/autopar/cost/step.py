@@ -25,8 +25,8 @@ from autopar.cost.flops import model_flops_per_token
 from autopar.cost.memory import MemoryBreakdown, stage_memory
 from autopar.cost.params import stage_params
 from autopar.cost.stage import Stages
+from autopar.layout_batch import LayoutBatch
 from autopar.problem import Problem
-from autopar.strategy import LayoutBatch
 
 TIME_KEYS = ("compute", "tp_comm", "cp_comm", "ep_comm", "pp_bubble", "pp_comm", "dp_comm", "optimizer")
 

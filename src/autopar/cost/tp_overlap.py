@@ -50,8 +50,8 @@ import numpy as np
 from autopar.cost import comm, placement
 from autopar.cost import compute as C
 from autopar.cost import flops as F
+from autopar.layout_batch import LayoutBatch
 from autopar.problem import Problem
-from autopar.strategy import LayoutBatch
 
 
 def overlap_gemms_s(p: Problem, batch: LayoutBatch, moe: bool) -> list[np.ndarray | None]:

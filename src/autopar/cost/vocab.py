@@ -34,8 +34,8 @@ import numpy as np
 
 from autopar.cost import comm
 from autopar.cost import flops as F
+from autopar.layout_batch import LayoutBatch
 from autopar.problem import Problem
-from autopar.strategy import LayoutBatch
 
 
 def own_layout(batch: LayoutBatch) -> np.ndarray:

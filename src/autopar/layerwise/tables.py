@@ -36,10 +36,11 @@ from autopar.cost.stage import Stages
 from autopar.cost.stage_time import dp_exposed_s, optimizer_time_s, p2p_time_s, stage_time, tied_embedding_grad_s
 from autopar.errors import AutoparError
 from autopar.layerwise.plan import candidate_strategy
+from autopar.layout_batch import LayoutBatch
 from autopar.pipeline.layers import op_times_s
 from autopar.problem import Problem
 from autopar.rules import RULES
-from autopar.strategy import LayoutBatch, Strategy
+from autopar.strategy import Strategy
 
 NONE, FULL = 0, 2  # columns of layer_table used: Galvatron checkpoints whole layers or nothing
 

@@ -23,9 +23,10 @@ from autopar.cost.memory import in_flight_microbatches, stage_memory
 from autopar.cost.stage import Stages
 from autopar.cost.stage_time import p2p_time_s, stage_time
 from autopar.errors import AutoparError
-from autopar.problem import Problem
+from autopar.layout_batch import LayoutBatch
 from autopar.pipeline.layout import layout_of
-from autopar.strategy import RECOMPUTE_NAMES, LayoutBatch, Strategy, module_mask
+from autopar.problem import Problem
+from autopar.strategy import RECOMPUTE_NAMES, Strategy, module_mask
 
 
 @dataclass(frozen=True)

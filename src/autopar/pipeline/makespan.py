@@ -19,12 +19,13 @@ from autopar.cost.stage import Stages
 from autopar.cost.stage_time import p2p_time_s, tied_embedding_grad_s
 from autopar.cost.step import StepCosts
 from autopar.errors import AutoparError
+from autopar.layout_batch import LayoutBatch
 from autopar.pipeline.layers import chunk_op_times_s
 from autopar.pipeline.schedules import check_schedule
 from autopar.pipeline.simulate import PipelineTimes
 from autopar.pipeline.steady import RECURRENCE_REL_TOL, recurrence
 from autopar.problem import Problem
-from autopar.strategy import LayoutBatch, Strategy
+from autopar.strategy import Strategy
 
 # Ops (one forward, or one recompute + backward, of a micro-batch on a chunk) one static simulation
 # may run: ~150 bytes and ~0.5 us each, so ~300 MB and ~1 s (pp 63 and 100,000 micro-batches

@@ -18,10 +18,11 @@ import numpy as np
 
 from autopar.cost import compute as C
 from autopar.cost import fp8
+from autopar.layout_batch import LayoutBatch
 from autopar.problem import Problem
 from autopar.profile.provider import ProfileTimes
 from autopar.profile.shapes import Op, output_ops, unique
-from autopar.strategy import LayoutBatch, Strategy
+from autopar.strategy import Strategy
 
 
 @dataclass

@@ -268,9 +268,10 @@ def analytic_layer_bytes(raw: dict[str, Any], shard: Shard, recompute: str, moe:
     import numpy as np
 
     from autopar.cost import activations as act
+    from autopar.layout_batch import LayoutBatch
     from autopar.problem import Problem
     from autopar.specs import TrainSpec, load_device, make_cluster, model_from_hf_dict
-    from autopar.strategy import LayoutBatch, Strategy
+    from autopar.strategy import Strategy
 
     spec = model_from_hf_dict(raw, name=raw.get("model_type", "model"))
     world = shard.tp * shard.cp * max(1, shard.ep * shard.etp // (shard.tp * shard.cp))

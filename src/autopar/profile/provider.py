@@ -47,12 +47,11 @@ import numpy as np
 from autopar.cost import attention as attn
 from autopar.cost import compute as C
 from autopar.cost import flops as F
-from autopar.cost import fp8
-from autopar.cost import window
+from autopar.cost import fp8, window
+from autopar.layout_batch import LayoutBatch
 from autopar.problem import Problem
 from autopar.profile.opdb import OpDB, OpTime
 from autopar.profile.shapes import Op, OpRows, gemm_rows, layer_dims, layer_rows
-from autopar.strategy import LayoutBatch
 
 SHAPE_COLUMNS = ("tp", "cp", "ep", "etp", "mbs", "sp", "recompute")  # all a device's compute shapes depend on
 

@@ -19,9 +19,10 @@ import numpy as np
 
 from autopar.cost import flops as F
 from autopar.cost import moe as moe_cost
+from autopar.layout_batch import LayoutBatch
 from autopar.problem import Problem
 from autopar.specs import ModelSpec
-from autopar.strategy import LayoutBatch, Strategy
+from autopar.strategy import Strategy
 
 Op = tuple[str, dict]  # (operator name, dimensions)
 ELEMENTWISE = ("rmsnorm", "layernorm", "add", "rope", "swiglu", "gelu")

@@ -1,6 +1,6 @@
 """Search constraints: layout fields pinned to a value or a set, and dimensions switched off.
 
-A constraint is generic: an option name (``--tp``), a :class:`autopar.strategy.LayoutBatch`
+A constraint is generic: an option name (``--tp``), a :class:`autopar.layout_batch.LayoutBatch`
 column (or property, e.g. ``schedule_code`` for ``--schedule``) and the set of allowed codes. Adding a
 layout dimension to the search means adding one row to :data:`FIELDS` (and, for an on/off switch,
 to :data:`SWITCHES`); nothing else here changes.
@@ -18,8 +18,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from autopar.errors import AutoparError
+from autopar.layout_batch import LayoutBatch
 from autopar.space import SpaceOptions
-from autopar.strategy import CP_COMM_TYPES, RECOMPUTE_CODES, LayoutBatch
+from autopar.strategy import CP_COMM_TYPES, RECOMPUTE_CODES
 
 MAX_VALUE = 2**20  # no layout degree is larger (a pinned value above it is a typo)
 

@@ -19,9 +19,9 @@ from autopar.cost import stage_time as T
 from autopar.cost.memory import stage_memory
 from autopar.cost.stage import Stages, bounding_stages
 from autopar.cost.step import TIME_KEYS, StepCosts, combine, view_time
+from autopar.layout_batch import LayoutBatch
 from autopar.problem import Problem
 from autopar.search.distinct import Distinct
-from autopar.strategy import LayoutBatch
 
 
 def view_counts(batch: LayoutBatch) -> list[np.ndarray]:

@@ -17,9 +17,9 @@ from typing import Any, Callable
 import numpy as np
 
 from autopar.cost.stage import Stages
+from autopar.layout_batch import LayoutBatch
 from autopar.search.valid_space import _factors_read
 from autopar.space import FACTORS
-from autopar.strategy import LayoutBatch
 
 RowFn = Callable[[LayoutBatch, Stages], Any]
 WORTH = 0.7  # cost the distinct rows only where they are fewer than this share of the rows

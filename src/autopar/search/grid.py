@@ -24,16 +24,17 @@ from autopar.errors import AutoparError
 from autopar.estimate import DEFAULT_MEMORY_MARGIN, Estimate, estimate
 from autopar.export.comm_knobs import CP_ALGORITHMS, MOE_CHOICE_TARGETS, TP_OVERLAP_TARGETS, flex_backend
 from autopar.export.per_stage import MODULE_TARGETS, PER_STAGE_OPTIONS
+from autopar.layout_batch import LayoutBatch
 from autopar.pipeline.rebalance import TARGETS, TableCache, rank, rebalance_estimate
 from autopar.problem import Problem
-from autopar.progress import advance, phase, timings
 from autopar.problem_record import problem_record
+from autopar.progress import advance, phase, timings
 from autopar.rules import RULES, first_failure
-from autopar.search.costing import search_costs
 from autopar.search.constraints import Constraint, apply_constraints, widen_space
+from autopar.search.costing import search_costs
 from autopar.search.valid_space import ValidSpace, valid_layouts
 from autopar.space import SpaceOptions, enumerate_layouts
-from autopar.strategy import DEFAULT_RECOMPUTE_MODULES, SIMPLICITY_ORDER, LayoutBatch, Strategy
+from autopar.strategy import DEFAULT_RECOMPUTE_MODULES, SIMPLICITY_ORDER, Strategy
 
 GIB = 2**30
 

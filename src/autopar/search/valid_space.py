@@ -25,12 +25,11 @@ from typing import Callable
 
 import numpy as np
 
+from autopar.layout_batch import LayoutBatch
 from autopar.problem import Problem
 from autopar.rules import RULES
 from autopar.search.constraints import Constraint
-from autopar.space import (_COLUMNS, FACTOR_COLUMNS, FACTORS, Block, SpaceOptions, assemble, batch_of, blocks,
-                           check_size)
-from autopar.strategy import LayoutBatch
+from autopar.space import _COLUMNS, FACTOR_COLUMNS, FACTORS, Block, SpaceOptions, assemble, batch_of, blocks, check_size
 
 CheckFn = Callable[[LayoutBatch], np.ndarray]
 COLUMN_FACTOR = {column: factor for factor, columns in FACTOR_COLUMNS.items() for column in columns}

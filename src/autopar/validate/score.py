@@ -29,9 +29,9 @@ from autopar.cost.stage import Stages
 from autopar.cost.stage_time import stage_time
 from autopar.errors import AutoparError
 from autopar.estimate import Estimate, estimate
-from autopar.strategy import LayoutBatch
-from autopar.validate.rows import Case, Row, Unscorable, to_case
+from autopar.layout_batch import LayoutBatch
 from autopar.progress import advance, phase
+from autopar.validate.rows import Case, Row, Unscorable, to_case
 
 GIB = 2**30
 METRICS = ("step_time", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "tflops_per_gpu_incl_recompute", "mfu",
