@@ -54,3 +54,13 @@ def toy_model(**over) -> ModelSpec:
 @pytest.fixture
 def llama70b_64() -> Problem:
     return make_problem("llama3-70b", nodes=8, gbs=1024, seq=8192)
+
+
+def mixtral_script(tmp_path: Path, extra: str, name: str = "s.sh") -> Path:
+    """The shipped Mixtral launch script (``pretrain_mixtral_8x7b.sh``: 32 layers, tp 2, pp 4, ep 4,
+    SP) written to ``tmp_path / name`` with ``extra`` flags after ``--sequence-parallel``."""
+    path = tmp_path / name
+    text = (SCRIPTS / "pretrain_mixtral_8x7b.sh").read_text()
+    path.write_text(text.replace("    --sequence-parallel\n", f"    --sequence-parallel\n    {extra}\n"))
+    return path
+

@@ -8,22 +8,11 @@ from typer.testing import CliRunner
 from autopar.cli import app
 from autopar.errors import AutoparError
 from autopar.specs.script import read_script
-from conftest import SCRIPTS
+from conftest import mixtral_script
 from test_bad_input import error_line_of
 from test_script_noop_layers import script_with
 
 runner = CliRunner()
-
-
-
-MIXTRAL_SH = (SCRIPTS / "pretrain_mixtral_8x7b.sh").read_text()  # 32 layers, tp2 pp4 ep4 + SP
-
-
-def _mixtral_script(tmp_path, extra: str, name: str = "s.sh"):
-    """The shared Mixtral launch script with ``extra`` flags after ``--sequence-parallel``."""
-    path = tmp_path / name
-    path.write_text(MIXTRAL_SH.replace("    --sequence-parallel\n", f"    --sequence-parallel\n    {extra}\n"))
-    return path
 
 
 @pytest.mark.parametrize("flag", ["--cp-comm-type p2p", "--cp-comm-type p2p p2p p2p p2p p2p p2p p2p p2p", ""])
@@ -46,9 +35,9 @@ def test_cp_comm_type_bad_values_are_refused(tmp_path, flag, needle):
 
 def test_cp_comm_type_list_must_have_one_entry_or_one_per_layer(tmp_path):
     # Megatron-Core TransformerConfig (cp > 1): len(cp_comm_type) == num_layers (32 here).
-    bad = _mixtral_script(tmp_path, "--context-parallel-size 2 --cp-comm-type p2p p2p")
+    bad = mixtral_script(tmp_path, "--context-parallel-size 2 --cp-comm-type p2p p2p")
     with pytest.raises(AutoparError, match=r"--cp-comm-type='p2p p2p': 2 values; Megatron-LM takes one value or "
                                            r"one per layer \(32 for --num-layers=32\)"):
         read_script(bad)
-    assert read_script(_mixtral_script(tmp_path, "--context-parallel-size 2 --cp-comm-type " + "p2p " * 32)).layout["cp"] == 2
-    assert read_script(_mixtral_script(tmp_path, "--cp-comm-type p2p p2p")).layout["cp"] == 1  # not checked without CP
+    assert read_script(mixtral_script(tmp_path, "--context-parallel-size 2 --cp-comm-type " + "p2p " * 32)).layout["cp"] == 2
+    assert read_script(mixtral_script(tmp_path, "--cp-comm-type p2p p2p")).layout["cp"] == 1  # not checked without CP

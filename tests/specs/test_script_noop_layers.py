@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from autopar.cli import app
 from autopar.errors import AutoparError
 from autopar.specs.script import read_script
-from conftest import SCRIPTS
+from conftest import mixtral_script
 
 
 def script_with(tmp_path, extra: str, layers: int = 8, pp: int = 2) -> str:
@@ -24,16 +24,6 @@ def script_with(tmp_path, extra: str, layers: int = 8, pp: int = 2) -> str:
 
 
 runner = CliRunner()
-
-
-MIXTRAL_SH = (SCRIPTS / "pretrain_mixtral_8x7b.sh").read_text()  # 32 layers, tp2 pp4 ep4 + SP
-
-
-def _mixtral_script(tmp_path, extra: str, name: str = "s.sh"):
-    """The shared Mixtral launch script with ``extra`` flags after ``--sequence-parallel``."""
-    path = tmp_path / name
-    path.write_text(MIXTRAL_SH.replace("    --sequence-parallel\n", f"    --sequence-parallel\n    {extra}\n"))
-    return path
 
 
 def test_noop_layers_are_identity_positions_in_the_split(tmp_path):
@@ -88,14 +78,14 @@ def test_noop_layers_refusals(tmp_path, extra, layers, pp, needle):
 def test_noop_layers_with_a_non_ascii_digit_is_one_error(tmp_path):
     # '³'.isdigit() is True but int('³') raised ValueError (a traceback).
     with pytest.raises(AutoparError, match="--noop-layers='³': expected layer indices like 61,62,63"):
-        read_script(_mixtral_script(tmp_path, "--noop-layers ³"))
+        read_script(mixtral_script(tmp_path, "--noop-layers ³"))
 
 
 def test_noop_layers_with_a_full_block_of_every_position(tmp_path):
     # 32 positions, pp 4: 8 per stage; noop 28..31 leaves 8,8,8,4 real layers. A block of 8
     # (Megatron allows up to the 8 positions per stage) recomputes every real layer; it was
     # refused as more than num_layers/pp = 28/4 = 7.
-    script = _mixtral_script(tmp_path, "--noop-layers 28,29,30,31 --recompute-granularity full --recompute-method block "
+    script = mixtral_script(tmp_path, "--noop-layers 28,29,30,31 --recompute-granularity full --recompute-method block "
                                "--recompute-num-layers 8")
     lay = read_script(script).layout
     assert (lay["recompute"], lay["recompute_layers"], lay["layers_per_stage"]) == ("full", None, (8, 8, 8, 4))
