@@ -15,8 +15,9 @@ The sections are merged into the model's own train config (e.g. ``llama3_405b.to
 setting the plan depends on is written even where it is torchtitan's default, overriding what
 that config turns on: ``[model] converters`` (``[]`` unless fp8: the 405B config enables float8),
 ``[parallelism] enable_async_tensor_parallel`` (the layout's ``tp_comm_overlap``, costed by
-:mod:`autopar.cost.tp_overlap`; true needs ``[compile] enable = true``, torchtitan's parallelize
-raises without it), ``pipeline_parallel_degree`` (also 1) and ``[compile] enable = false`` without
+:mod:`autopar.cost.tp_overlap`; true needs ``[compile] enable = true`` with ``components``
+naming ``model``: torchtitan 0.2.2's ``distributed/tensor_parallel.py`` raises without both, and
+DeepSeek-V3's config compiles only the loss), ``pipeline_parallel_degree`` (also 1) and ``[compile] enable = false`` without
 async TP (the time model has no torch.compile fusion).
 """
 
@@ -175,8 +176,8 @@ def config(p: Problem, s: Strategy) -> dict[str, Any]:
     doc["model"] = {"converters": [_converter(p)] if p.train.precision == "fp8" else []}
     doc["compile"] = {"enable": False}
     if s.tp_comm_overlap:  # async TP (autopar.cost.tp_overlap); torchtitan's parallelize raises without compile
-        parallelism["enable_async_tensor_parallel"] = True
-        doc["compile"] = {"enable": True}
+        parallelism["enable_async_tensor_parallel"] = True  # of the model: components must name it
+        doc["compile"] = {"enable": True, "components": ["model", "loss"]}
     if p.train.precision == "fp8" and _recipe(p) == "mxfp8":
         doc["quantize"] = {"linear": {"mx": {"recipe_name": "mxfp8_cublas", "filter_fqns": ["output"]}}}
     elif p.train.precision == "fp8":
