@@ -39,8 +39,9 @@ MBR_RUNTIME = dict(router_fusion=True, permute_fusion=True, force_balance=True)
 MBR_KNOBS: dict[tuple[str, str], dict[str, Any]] = {
     ("gpt-oss-120b", "H100"): dict(dispatcher="alltoall", recompute_modules=("layernorm", "moe_act")),
     ("gpt-oss-120b", "B200"): dict(dispatcher="alltoall", recompute_modules=("layernorm", "moe_act")),
-    ("gpt-oss-120b", "GB200"): dict(dispatcher="alltoall", recompute_modules=("layernorm", "moe_act"),
-                                    ep_overlap=True),  # V2 (gbs 1280): moe_a2a_overlap=True
+    # No moe_a2a_overlap: Megatron-Bridge added it to the GPT-OSS configs on 2026-03-23 (commit 7260d62,
+    # "perf optimizations- GPT-OSS 120B"), after the 25.11 release branch r0.2.0 (tag v0.2.0, 2025-11-26).
+    ("gpt-oss-120b", "GB200"): dict(dispatcher="alltoall", recompute_modules=("layernorm", "moe_act")),
     ("gpt-oss-120b", "GB300"): dict(dispatcher="alltoall"),
     ("qwen3-30b-a3b", "H100"): dict(dispatcher="deepep"),
     ("qwen3-235b-a22b", "H100"): dict(dispatcher="alltoall", ep_overlap=True, tp_overlap=False),
