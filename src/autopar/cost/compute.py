@@ -22,7 +22,7 @@ import numpy as np
 
 from autopar.cost import attention as attn
 from autopar.cost import flops as F
-from autopar.cost import fp8, grouped_gemm, moe_dispatch, moe_expert_bias, moe_fp8_padding, window
+from autopar.cost import fp8, grouped_gemm, moe_dispatch, moe_expert_bias, moe_fp8_padding, sink_attention, window
 from autopar.cost.hooks import installed
 from autopar.layout_batch import LayoutBatch
 from autopar.problem import Problem
@@ -82,7 +82,8 @@ def core_attention_times_s(p: Problem, batch: LayoutBatch) -> tuple[np.ndarray, 
     """
     if p.train.flash_attention:
         efficiency = window.mixed_block_efficiency(p.model, p.train.seq_len, attn.block_efficiency(p, batch))
-        return attention_time_s(p, F.attention_core_flops(p, batch), efficiency), 0.0
+        # With attention sinks the kernel is cuDNN at the model's head dimension (autopar.cost.sink_attention).
+        return sink_attention.times_s(p, attention_time_s(p, F.attention_core_flops(p, batch), efficiency))
     fwd_bytes, bwd_bytes = F.unfused_softmax_bytes(p, batch)
     kernels = 2 if p.model.dropout else 1
     bmm_s = sum(gemm_time_s(p, g) for g in F.unfused_attention_gemms(p, batch))
