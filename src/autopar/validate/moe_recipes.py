@@ -17,7 +17,10 @@ row's ``assumed`` list. Facts of a recipe, never a fitted factor.
   (``cuda_graph_impl="transformer_engine"``, ``cuda_graph_scope``) and, for Qwen3-235B on H100,
   ``CommOverlapConfig(tp_comm_overlap=False)``, as the 25.11 release branch has them (tag v0.2.0,
   2025-11-26). Where a row's layout differs from that release's config (GPT-OSS on B200: the
-  table says EP 8, the config ``expert_model_parallel_size=64``), the row's own cells win.
+  table says EP 8, the config ``expert_model_parallel_size=64``), the row's own cells win. The
+  DeepSeek-V3 H100 entry serves the 25.09 row only; it leaves out the ``moe_a2a_overlap=True``
+  of v0.2.0, because the configs that state it begin on 2025-11-06 (commit bf75c65, "dataclass
+  cfgs - perf"), after 25.09, so whether that run overlapped is not known.
 * dgxc-benchmarking / NeMo 25.04 (``DGXC2505-*`` MoE rows): NeMo's MoE recipes fuse the
   permutation (``moe_permute_fusion=True``); dispatcher alltoall; router unfused (TE's fused router
   came later).
