@@ -11,7 +11,9 @@ copy (``fused_multi_row_unpadding``). The padded rows themselves (under 16 or 32
 negligible next to the copies and not counted. Routed counts are aligned only by chance: forced balance
 draws random router scores (``moe_router_force_load_balancing``), and Megatron-Bridge's MoE
 recipes leave ``moe_router_padding_for_fp8`` (which pads in the router instead) off (not set in
-v0.2.0), so autopar charges the copies on every fp8 MoE layer run by Megatron-LM.
+v0.2.0), so autopar charges the copies on every fp8 MoE layer run by Megatron-LM unless the run
+sets ``MoeRuntime.router_padding_for_fp8`` (``--moe-router-padding-for-fp8``): then every count
+arrives aligned and ``Fp8Padding`` returns its input untouched.
 
 Per element of the busiest rank's expert rows (``rows x h``, bf16): forward
 :data:`FORWARD_BYTES_PER_ELEMENT` = 8 (pad the input: read 2 + write 2; unpad the output: 4),
@@ -36,8 +38,10 @@ KERNELS_PER_PASS = 3  # hidden states, probabilities, fc2 output (TE fused_multi
 
 
 def applies(p: Problem) -> bool:
-    """True for a MoE model trained in fp8 with Megatron-Core (module docstring)."""
-    return p.model.is_moe and p.train.precision == "fp8" and p.train.framework == "megatron"
+    """True for a MoE model trained in fp8 with Megatron-Core whose router does not pad the
+    counts itself (module docstring)."""
+    return (p.model.is_moe and p.train.precision == "fp8" and p.train.framework == "megatron"
+            and not p.train.moe.router_padding_for_fp8)
 
 
 def times_s(p: Problem, batch: LayoutBatch) -> tuple[np.ndarray, np.ndarray]:
