@@ -72,6 +72,9 @@ MBR_KNOBS: dict[tuple[str, str], dict[str, Any]] = {
 #: with ``micro_batch_size=4``, and before that commit the B200 entry was the base config (EP 8, MBS 1).
 #: The table's GB200 and GB300 GPT-OSS rows were first published with the same config values (EP 64,
 #: MBS 4, GBS 512, seq 4096) and corrected to their run's cells in commit 1804c076f; the B200 row was not.
+#: Left as the table has them, because a config version has the table's cells or neither reading is
+#: consistent: Qwen3-30B-A3B H100 FP8-CS (table VP 24, MBS 2; v0.2.0 config VP 12, MBS 1; the 25.09
+#: yaml VP 12, MBS 2) and GPT-OSS H100 (table MBS 4, GA 2; the config MBS 1, and dp 16 gives GA 8 or 32).
 MBR_LAYOUT_FIXES: dict[tuple[str, str, str], tuple[dict[str, int], str]] = {
     ("2511", "gpt-oss-120b", "B200"): (
         dict(ep=64), "Megatron-Bridge v0.2.0 GPT_OSS_120B_B200_BF16_BASE_CONFIG expert_model_parallel_size=64 "
