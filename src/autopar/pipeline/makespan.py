@@ -195,11 +195,12 @@ def static_makespans_s(times: PipelineTimes, p2p_s: np.ndarray, num_microbatches
     :data:`MAX_STATIC_OPS` are simulated in full, up to :data:`MAX_STATIC_OPS` ops.
 
     Raises:
-        AutoparError: ``zb-h1`` (its W placement is dynamic: use ``simulate``), sizes the
+        AutoparError: ``zb-h1`` and the two-chunk schedules (use ``simulate``), sizes the
             schedule cannot run, or a full simulation beyond :data:`MAX_STATIC_OPS` ops.
     """
-    if schedule == "zb-h1":
-        raise AutoparError("schedule='zb-h1': use autopar.pipeline.simulate.simulate (dynamic W placement)")
+    if schedule not in ("gpipe", "1f1b", "interleaved"):
+        raise AutoparError(f"schedule={schedule!r}: use autopar.pipeline.simulate.simulate (the static makespan "
+                           "covers the interleaved placement's gpipe, 1f1b and interleaved)")
     fwd, bwd, rec = (np.asarray(x, dtype=float) for x in (times.forward_s, times.backward_s, times.recompute_s))
     (pp, vpp), m = fwd.shape, num_microbatches
     check_schedule(schedule, pp, vpp, m)
