@@ -23,9 +23,9 @@ from autopar.layout_batch import LayoutBatch
 from autopar.pipeline.layers import chunk_op_times_s
 from autopar.pipeline.schedules import check_schedule
 from autopar.pipeline.simulate import PipelineTimes
-from autopar.pipeline.steady import RECURRENCE_REL_TOL, recurrence
+from autopar.pipeline.steady import RECURRENCE_REL_TOL, recurrence, simulate_bounded
 from autopar.problem import Problem
-from autopar.strategy import Strategy
+from autopar.strategy import V_SCHEDULE_NAMES, Strategy
 
 # Ops (one forward, or one recompute + backward, of a micro-batch on a chunk) one static simulation
 # may run: ~150 bytes and ~0.5 us each, so ~300 MB and ~1 s (pp 63 and 100,000 micro-batches
@@ -268,7 +268,11 @@ def simulated_costs(p: Problem, s: Strategy, batch: LayoutBatch, stages: Stages,
     schedule = "interleaved" if s.vpp > 1 else "gpipe" if gpipe else "1f1b"
     one = batch.take(np.zeros(1, dtype=np.int64))
     p2p = float(p2p_time_s(p, one)[0])
-    without, with_p2p = static_makespans_s(PipelineTimes(*chunks), np.array([0.0, p2p]), m, schedule)
+    if s.schedule in V_SCHEDULE_NAMES:  # ZB-V / DualPipeV: the event simulation of their op orders
+        without, with_p2p = (simulate_bounded(PipelineTimes(*chunks, p2p_s=delay), m, s.schedule).makespan_s
+                             for delay in (0.0, p2p))
+    else:
+        without, with_p2p = static_makespans_s(PipelineTimes(*chunks), np.array([0.0, p2p]), m, schedule)
     b = costs.time_breakdown_s
     busy = b["compute"] + b["tp_comm"] + b["cp_comm"] + b["ep_comm"]
     breakdown = dict(b, pp_bubble=np.maximum(without - busy, 0.0), pp_comm=with_p2p - without + tied_embedding_grad_s(p, one))

@@ -98,6 +98,7 @@ class SimulationResult:
         timeline_microbatches: None when ``timeline`` is this step's; else the step was
             extrapolated from its periodic steady state (:mod:`autopar.pipeline.steady`) and
             ``timeline`` is that of the same schedule with this many micro-batches.
+        schedule: the schedule simulated (its placement maps chunks to virtual stages).
     """
 
     makespan_s: float
@@ -106,6 +107,7 @@ class SimulationResult:
     peak_activation_bytes: np.ndarray
     timeline: list[TimelineOp]
     timeline_microbatches: int | None = None
+    schedule: str = "1f1b"
 
 
 def _check_times(times: PipelineTimes, schedule: str) -> tuple[int, int]:
@@ -261,4 +263,4 @@ def simulate(times: PipelineTimes, num_microbatches: int, schedule: str,
             most, most_bytes = max(most, count), max(most_bytes, held)
         peak_count[r], peak_bytes[r] = most, most_bytes
     bubble = 1 - float(np.array(busy_s).sum()) / (pp * makespan) if makespan > 0 else 0.0
-    return SimulationResult(makespan, bubble, peak_count, peak_bytes, timeline)
+    return SimulationResult(makespan, bubble, peak_count, peak_bytes, timeline, schedule=schedule)
