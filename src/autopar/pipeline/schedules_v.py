@@ -33,37 +33,25 @@ def zbv_order(rank: int, pp: int, num_microbatches: int) -> Order:
     ops: Order = []
     count = {("F", 0): 0, ("F", 1): 0, ("I", 0): 0, ("I", 1): 0, ("W", 0): 0, ("W", 1): 0}
 
-    def add(kind: str, chunk: int) -> None:
-        ops.append((kind, count[kind, chunk], chunk))
-        count[kind, chunk] += 1
+    def add(pattern: str, times: int = 1) -> None:
+        """Append ``pattern`` (ops as ``F0``: kind and chunk) ``times`` times."""
+        for _ in range(times):
+            for token in pattern.split():
+                kind, chunk = token[0], int(token[1])
+                ops.append((kind, count[kind, chunk], chunk))
+                count[kind, chunk] += 1
 
-    for _ in range(2 * (pp - rank) - 1):
-        add("F", 0)
-    for _ in range(rank):
-        add("F", 1)
-        add("F", 0)
-    for _ in range(pp - rank):
-        add("F", 1)
-        add("I", 1)
-        add("W", 1)
-    while count["F", 1] < count["F", 0] or count["F", 0] < n_micro:
+    add("F0", 2 * (pp - rank) - 1)  # warm-up
+    add("F1 F0", rank)
+    add("F1 I1 W1", pp - rank)
+    while count["F", 1] < count["F", 0] or count["F", 0] < n_micro:  # steady
         if count["F", 0] < n_micro:
-            add("F", 0)
-        add("I", 0)
-        add("W", 0)
-        add("F", 1)
-        add("I", 1)
-        add("W", 1)
-    for _ in range(rank):
-        add("I", 0)
-        add("I", 1)
-    for _ in range(pp - rank):
-        add("I", 0)
-        add("W", 0)
-    while count["W", 1] < count["I", 1]:
-        add("W", 1)
-    while count["W", 0] < count["I", 0]:
-        add("W", 0)
+            add("F0")
+        add("I0 W0 F1 I1 W1")
+    add("I0 I1", rank)  # cool-down
+    add("I0 W0", pp - rank)
+    add("W1", count["I", 1] - count["W", 1])
+    add("W0", count["I", 0] - count["W", 0])
     return [op for op in ops if op[1] < num_microbatches]
 
 
