@@ -87,7 +87,7 @@ def _rank_graph(schedule: str, pp: int, vpp: int, m: int) -> tuple[np.ndarray, .
     per rank): ``backward`` (bool; a backward runs its recompute first), ``chunk``, ``rank``,
     ``after`` (the previous op on the rank) and ``needs`` (the op whose output it waits for),
     both flat indices with ``pp * W`` = none, ``hop`` (1.0 where that input comes from another
-    stage and pays one p2p transfer), ``microbatch``.
+    rank and pays one p2p transfer: never with pp 1, as in the event simulation), ``microbatch``.
     """
     backward, mb, chunk = _orders(schedule, pp, vpp, m)
     rank = np.broadcast_to(np.arange(pp)[:, None], backward.shape)
@@ -100,11 +100,11 @@ def _rank_graph(schedule: str, pp: int, vpp: int, m: int) -> tuple[np.ndarray, .
     b_at[j[backward], mb[backward]] = flat[backward]
     needs, hop = np.full((pp, width), n), np.zeros((pp, width))
     fwd = ~backward & (j > 0)
-    needs[fwd], hop[fwd] = f_at[j[fwd] - 1, mb[fwd]], 1.0
+    needs[fwd], hop[fwd] = f_at[j[fwd] - 1, mb[fwd]], float(pp > 1)
     turn = backward & (j == last)  # the last virtual stage's backward needs its own forward
     needs[turn] = f_at[last, mb[turn]]
     bwd = backward & (j < last)
-    needs[bwd], hop[bwd] = b_at[j[bwd] + 1, mb[bwd]], 1.0
+    needs[bwd], hop[bwd] = b_at[j[bwd] + 1, mb[bwd]], float(pp > 1)
     after = np.where(flat % width > 0, flat - 1, n)
     return backward.ravel(), chunk.ravel(), rank.ravel(), after.ravel(), needs.ravel(), hop.ravel(), mb.ravel()
 
