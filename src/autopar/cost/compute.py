@@ -22,7 +22,7 @@ import numpy as np
 
 from autopar.cost import attention as attn
 from autopar.cost import flops as F
-from autopar.cost import fp8, grouped_gemm, moe_dispatch, window
+from autopar.cost import dropout, fp8, grouped_gemm, moe_dispatch, window
 from autopar.cost.hooks import installed
 from autopar.layout_batch import LayoutBatch
 from autopar.problem import Problem
@@ -72,7 +72,8 @@ def attention_time_s(p: Problem, flops: np.ndarray, block_efficiency: np.ndarray
 def core_attention_times_s(p: Problem, batch: LayoutBatch) -> tuple[np.ndarray, np.ndarray | float]:
     """(forward seconds, backward seconds beyond 2x forward) of one layer's core attention.
 
-    Flash attention: :func:`attention_time_s` of the causal FLOPs; its backward is 2x forward.
+    Flash attention: :func:`attention_time_s` of the causal FLOPs; its backward is 2x forward
+    (slower forward and backward with attention dropout, :func:`autopar.cost.dropout.fused_attention_times_s`).
     Unfused attention (Megatron ``dot_product_attention.py``): the two batched GEMMs over the full
     score matrix on the GEMM roofline (:func:`autopar.cost.flops.unfused_attention_gemms`; with a
     ``head_dim`` inner dimension they are near the memory ridge), plus the softmax and dropout
@@ -82,7 +83,7 @@ def core_attention_times_s(p: Problem, batch: LayoutBatch) -> tuple[np.ndarray, 
     """
     if p.train.flash_attention:
         efficiency = window.mixed_block_efficiency(p.model, p.train.seq_len, attn.block_efficiency(p, batch))
-        return attention_time_s(p, F.attention_core_flops(p, batch), efficiency), 0.0
+        return dropout.fused_attention_times_s(p, attention_time_s(p, F.attention_core_flops(p, batch), efficiency))
     fwd_bytes, bwd_bytes = F.unfused_softmax_bytes(p, batch)
     kernels = 2 if p.model.dropout else 1
     bmm_s = sum(gemm_time_s(p, g) for g in F.unfused_attention_gemms(p, batch))
