@@ -25,6 +25,7 @@ from autopar.specs.cluster import MAX_NODES, resolve_device_name
 from autopar.strategy import Strategy
 from autopar.validate.cells import (Unscorable, expert_tp_of, flag_of, fp8_recipe_of, precision_of, recompute_of, required,
                                     zero_of)
+from autopar.validate.data_parallel import data_parallel_of
 from autopar.validate.measurements import Row
 from autopar.validate.moe_recipes import apply_moe_recipe
 from autopar.validate.row_model import model_of
@@ -473,9 +474,10 @@ def to_case(row: Row) -> Case:
     if flash != family.flash:
         assumed.append(f"{'fused' if flash else 'unfused'} attention ({recipe_of(row).name})")
     precision = precision_of(row, assumed)
+    overlap_grad_reduce, grad_dtype = data_parallel_of(row, family, model.num_layers, assumed)
     train = TrainSpec(global_batch_size=row.int("gbs"), seq_len=required(row, "seq_len", "the batch is needed"),
                       precision=precision, fp8_recipe=fp8_recipe_of(row, precision), flash_attention=flash,
-                      overlap_grad_reduce=family.dp_overlap,
+                      overlap_grad_reduce=overlap_grad_reduce, grad_dtype=grad_dtype,
                       framework=framework_of(row, family), tp_backward_overlap=tp_backward_overlap_of(row, family),
                       launch_blocking=family.launch_blocking)
     if model.is_moe:
