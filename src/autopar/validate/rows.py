@@ -474,7 +474,7 @@ def to_case(row: Row) -> Case:
     if flash != family.flash:
         assumed.append(f"{'fused' if flash else 'unfused'} attention ({recipe_of(row).name})")
     precision = precision_of(row, assumed)
-    overlap_grad_reduce, grad_dtype = data_parallel_of(row, family, model.num_layers, assumed)
+    overlap_grad_reduce, grad_dtype = data_parallel_of(row, family, model.num_layers, model.hidden_size, assumed)
     train = TrainSpec(global_batch_size=row.int("gbs"), seq_len=required(row, "seq_len", "the batch is needed"),
                       precision=precision, fp8_recipe=fp8_recipe_of(row, precision), flash_attention=flash,
                       overlap_grad_reduce=overlap_grad_reduce, grad_dtype=grad_dtype,
