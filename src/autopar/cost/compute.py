@@ -22,7 +22,7 @@ import numpy as np
 
 from autopar.cost import attention as attn
 from autopar.cost import flops as F
-from autopar.cost import dropout, fp8, grouped_gemm, moe_dispatch, window
+from autopar.cost import dropout, elementwise_backward, fp8, fp8_backward, grouped_gemm, moe_dispatch, window
 from autopar.cost.hooks import installed
 from autopar.layout_batch import LayoutBatch
 from autopar.problem import Problem
@@ -123,15 +123,22 @@ class LayerTimes:
 
 
 def layer_forward_times(p: Problem, batch: LayoutBatch, moe: bool) -> LayerTimes:
-    """Forward compute of one decoder layer (dense or MoE) on one device, one micro-batch."""
+    """Forward compute of one decoder layer (dense or MoE) on one device, one micro-batch; a dense
+    layer's element-wise backward as :func:`autopar.cost.elementwise_backward.dense_backward_bytes`
+    (in ``backward_extra_s``)."""
     gemms = F.attention_gemms(p, batch) + F.mlp_gemms(p, batch, moe)
     gemm_s = sum(gemm_time_s(p, g) for g in gemms)
     router_s = moe_dispatch.extra_kernels(p) * KERNEL_OVERHEAD_S if moe else 0.0  # routing, permutation
     attention_s, backward_extra_s = core_attention_times_s(p, batch)
+    elementwise_fwd_bytes = F.elementwise_bytes(p, batch, moe)
+    if not moe:  # element-wise and fp8-cast backward kernels: their own bytes, not twice the forward's
+        backward_extra_s = backward_extra_s + memory_time_s(
+            p, elementwise_backward.dense_backward_bytes(p, batch) - 2 * elementwise_fwd_bytes
+            + fp8_backward.dense_backward_cast_bytes(p, batch) - 2 * fp8_backward.forward_cast_bytes(p, batch, gemms))
     times = LayerTimes(
         gemm_s=gemm_s,
         attention_s=attention_s,
-        elementwise_s=memory_time_s(p, F.elementwise_bytes(p, batch, moe)) + router_s,
+        elementwise_s=memory_time_s(p, elementwise_fwd_bytes) + router_s,
         backward_extra_s=backward_extra_s,
     )
     provider = _OP_TIMES.get()
