@@ -22,7 +22,8 @@ import numpy as np
 
 from autopar.cost import attention as attn
 from autopar.cost import flops as F
-from autopar.cost import dropout, elementwise_backward, fp8, fp8_backward, grouped_gemm, moe_dispatch, window
+from autopar.cost import (dropout, elementwise_backward, fp8, fp8_backward, grouped_gemm, moe_dispatch, moe_expert_bias,
+                          moe_fp8_padding, sink_attention, window)
 from autopar.cost.hooks import installed
 from autopar.layout_batch import LayoutBatch
 from autopar.problem import Problem
@@ -83,7 +84,10 @@ def core_attention_times_s(p: Problem, batch: LayoutBatch) -> tuple[np.ndarray, 
     """
     if p.train.flash_attention:
         efficiency = window.mixed_block_efficiency(p.model, p.train.seq_len, attn.block_efficiency(p, batch))
-        return dropout.fused_attention_times_s(p, attention_time_s(p, F.attention_core_flops(p, batch), efficiency))
+        # With attention sinks the kernel is cuDNN at the model's head dimension (autopar.cost.sink_attention);
+        # attention dropout slows both passes (autopar.cost.dropout).
+        return dropout.fused_attention_times_s(
+            p, *sink_attention.times_s(p, attention_time_s(p, F.attention_core_flops(p, batch), efficiency)))
     fwd_bytes, bwd_bytes = F.unfused_softmax_bytes(p, batch)
     kernels = 2 if p.model.dropout else 1
     bmm_s = sum(gemm_time_s(p, g) for g in F.unfused_attention_gemms(p, batch))
@@ -135,11 +139,14 @@ def layer_forward_times(p: Problem, batch: LayoutBatch, moe: bool) -> LayerTimes
         backward_extra_s = backward_extra_s + memory_time_s(
             p, elementwise_backward.dense_backward_bytes(p, batch) - 2 * elementwise_fwd_bytes
             + fp8_backward.dense_backward_cast_bytes(p, batch) - 2 * fp8_backward.forward_cast_bytes(p, batch, gemms))
+    # Megatron-Core's expert-side copies: the per-expert fc2 bias and the fp8 row padding.
+    bias_s, bias_backward_extra_s = moe_expert_bias.times_s(p, batch) if moe else (0.0, 0.0)
+    pad_s, pad_backward_extra_s = moe_fp8_padding.times_s(p, batch) if moe else (0.0, 0.0)
     times = LayerTimes(
         gemm_s=gemm_s,
         attention_s=attention_s,
-        elementwise_s=memory_time_s(p, elementwise_fwd_bytes) + router_s,
-        backward_extra_s=backward_extra_s,
+        elementwise_s=memory_time_s(p, elementwise_fwd_bytes) + router_s + bias_s + pad_s,
+        backward_extra_s=backward_extra_s + bias_backward_extra_s + pad_backward_extra_s,
     )
     provider = _OP_TIMES.get()
     return times if provider is None else provider.layer(p, batch, moe, times)

@@ -29,15 +29,15 @@ FUSED_FWD_RATE = 0.80  # fraction of the dropout-free forward rate (flash-attent
 FUSED_BWD_RATE = 0.65  # fraction of the dropout-free backward rate (same PR: 60-70%)
 
 
-def fused_attention_times_s(p: Problem, forward_s: np.ndarray) -> tuple[np.ndarray, np.ndarray | float]:
+def fused_attention_times_s(p: Problem, forward_s: np.ndarray,
+                            backward_extra_s: np.ndarray | float = 0.0) -> tuple[np.ndarray, np.ndarray | float]:
     """(forward seconds, backward seconds beyond twice the forward) of fused attention whose
-    dropout-free forward takes ``forward_s``: with dropout the forward runs at
-    :data:`FUSED_FWD_RATE` and the backward (2x the dropout-free forward) at
-    :data:`FUSED_BWD_RATE`. Example (test): 1 ms without dropout -> 1.25 ms forward and
-    2 / 0.65 = 3.077 ms backward, i.e. 3.077 - 2.5 = 0.577 ms beyond twice the forward.
-    Without dropout: ``(forward_s, 0.0)``."""
+    dropout-free kernels take ``forward_s`` forward and ``2 forward_s + backward_extra_s`` backward
+    (:func:`autopar.cost.sink_attention.times_s` gives both): with dropout the forward runs at
+    :data:`FUSED_FWD_RATE` and the backward at :data:`FUSED_BWD_RATE` of those. Example (test): 1 ms
+    without dropout -> 1.25 ms forward and 2 / 0.65 = 3.077 ms backward, i.e. 3.077 - 2.5 = 0.577
+    ms beyond twice the forward. Without dropout: ``(forward_s, backward_extra_s)``."""
     if not p.model.dropout:
-        return forward_s, 0.0
+        return forward_s, backward_extra_s
     forward = forward_s / FUSED_FWD_RATE
-    return forward, 2 * forward_s / FUSED_BWD_RATE - 2 * forward
-
+    return forward, (2 * forward_s + backward_extra_s) / FUSED_BWD_RATE - 2 * forward
