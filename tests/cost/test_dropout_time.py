@@ -48,3 +48,12 @@ def test_unfused_attention_keeps_its_own_dropout_pass():
     fwd_off, _ = C.core_attention_times_s(_problem(False, flash_attention=False), batch)
     assert fwd[0] > fwd_off[0]
     assert fwd[0] != pytest.approx(fwd_off[0] / 0.8)
+
+
+def test_dropout_scales_a_kernel_whose_backward_is_not_twice_its_forward():
+    # A kernel with 1 ms forward and 2 + 0.5 ms backward (e.g. sink attention's rates): with dropout
+    # 1.25 ms forward and 2.5 / 0.65 = 3.846 ms backward, 3.846 - 2.5 beyond twice the forward.
+    fwd, extra = dropout.fused_attention_times_s(_problem(True), np.array([1e-3]), np.array([0.5e-3]))
+    assert fwd[0] == pytest.approx(1.25e-3)
+    assert 2 * fwd[0] + extra[0] == pytest.approx(2.5e-3 / 0.65)
+    assert dropout.fused_attention_times_s(_problem(False), np.array([1e-3]), 0.5e-3)[1] == 0.5e-3
