@@ -14,11 +14,16 @@ from autopar.cli.config import Config
 from autopar.cli.layerwise import Layerwise
 from autopar.cli.inputs import positive, problem_from_options, recompute_modules_option
 from autopar.cli.json_output import print_json
+from autopar.cli.knob_options import given_knobs
 from autopar.cli.options import (
     Device,
     DeviceFile,
     DeviceSet,
     Flash,
+    ActivationOffload,
+    CudaGraphImpl,
+    CudaGraphScope,
+    Fp8Bf16Layers,
     Fp8ParamStorage, Fp8Recipe,
     Gbs,
     Json,
@@ -108,6 +113,8 @@ def search(
     profile_db: ProfileDb = None, profile_device: ProfileDevice = None, profile_stands_for: ProfileStandsFor = None,
     moe_token_imbalance: MoeImbalance = None, fp8_param_storage: Fp8ParamStorage = None,
     fp8_recipe: Fp8Recipe = None,
+    cuda_graph_impl: CudaGraphImpl = None, cuda_graph_scope: CudaGraphScope = None,
+    activation_offload_layers: ActivationOffload = None, fp8_bf16_layers: Fp8Bf16Layers = None,
     recompute_modules: RecomputeModules = None,
     target: Annotated[Optional[str], typer.Option(help="export format the layouts must run on unchanged: megatron | "
                                                   "megatron-bridge | mindspeed | torchtitan | deepspeed (one recompute "
@@ -151,7 +158,8 @@ def search(
         (vocab_tp, vocab_sp, tp_consecutive))
     p = problem_from_options(model, device, nodes, devices_per_node, gbs, seq_len, precision, device_file, device_set,
                  flash_attention, vocab_pad, script, vocab_size, moe_token_imbalance, fp8_param_storage,
-                                 fp8_recipe=fp8_recipe)
+                                 fp8_recipe=fp8_recipe, knobs=given_knobs(
+                                     cuda_graph_impl, cuda_graph_scope, activation_offload_layers, fp8_bf16_layers))
     from autopar.search.grid import for_target
     from autopar.specs.targets import check_target, default_target
 
@@ -233,6 +241,11 @@ def search(
     else:
         console.print("\n[bold]Megatron-LM arguments for #1:[/]")
         console.print(best_args, highlight=False, soft_wrap=True)
+        if target == "megatron-bridge":
+            from autopar.export.bridge_moe_recipes import note
+
+            if (assumed := note(p)) is not None:
+                console.print(f"\n--target megatron-bridge: {escape(assumed)}", highlight=False, soft_wrap=True)
         if target != "megatron":  # the Megatron flags above are not the target's config
             console.print(f"\n--target {target}: write #1's own config with autopar export --format {target} "
                           "--from RESULT.json (this search's --json output) and the same model/cluster options",

@@ -84,6 +84,13 @@ class TrainSpec(BaseModel):
         "--fp4-recipe nvfp4; torchtitan float8 tensorwise, mx mxfp8): device support, scale and weight-copy "
         "memory, quantisation time (autopar.cost.fp8_recipe); only with precision fp8; None = the framework's own "
         "default (effective_fp8_recipe)")
+    fp8_bf16_layers: tuple[int, int] | None = Field(
+        default=None,
+        description="(first, last): decoder layers at the start and end of the model that fp8 training keeps in "
+        "bf16 (Megatron-Core first_last_layers_bf16 with num_layers_at_start_in_bf16 / num_layers_at_end_in_bf16; "
+        "Megatron-LM --first-last-layers-bf16); only with precision fp8 and a recipe other than delayed; None = "
+        "none, or what the target's recipe sets (autopar.search.grid.for_target); costs in "
+        "autopar.cost.fp8_bf16_layers")
     cuda_graph_impl: CudaGraphImpl = Field(
         default="none",
         description="CUDA graph capture (Megatron --cuda-graph-impl): 'local' (Megatron's CudaGraphManager; "
@@ -142,6 +149,30 @@ class TrainSpec(BaseModel):
         if self.fp8_recipe is not None and self.precision != "fp8":
             raise ValueError(f"fp8_recipe={self.fp8_recipe} applies to precision fp8, not {self.precision}")
         return self
+
+    @model_validator(mode="after")
+    def _bf16_layers_need_fp8(self) -> "TrainSpec":
+        """bf16 first/last layers are a part of fp8 training, not of delayed scaling: Megatron-Core
+        ``TransformerConfig.__post_init__`` raises "Delayed scaling does not support first / last layer in
+        BF16"."""
+        if self.fp8_bf16_layers is None or self.fp8_bf16_layers == (0, 0):
+            return self
+        if min(self.fp8_bf16_layers) < 0:
+            raise ValueError(f"fp8_bf16_layers={self.fp8_bf16_layers}: layer counts must be >= 0")
+        if self.precision != "fp8":
+            raise ValueError(f"fp8_bf16_layers={self.fp8_bf16_layers} keeps layers of fp8 training in bf16; "
+                             f"precision is {self.precision}")
+        if self.effective_fp8_recipe == "delayed":
+            raise ValueError("fp8_bf16_layers with the delayed fp8 recipe: Megatron-Core raises 'Delayed scaling "
+                             "does not support first / last layer in BF16' (use tensorwise, blockwise, mxfp8 or nvfp4)")
+        return self
+
+    @property
+    def bf16_end_layers(self) -> tuple[int, int]:
+        """(first, last) decoder layers kept in bf16 under fp8 training; (0, 0) when unset or not fp8."""
+        if self.precision != "fp8" or self.fp8_bf16_layers is None:
+            return (0, 0)
+        return self.fp8_bf16_layers
 
     @model_validator(mode="after")
     def _cuda_graph_scope_fits_impl(self) -> "TrainSpec":
