@@ -106,6 +106,24 @@ def for_target(p: Problem, target: str) -> Problem:
     return Problem(p.model, p.cluster, p.train.model_copy(update=update))
 
 
+def _refuse_megatron_knobs(p: Problem, target: str) -> None:
+    """Refuse, once, the recipe knobs only Megatron-LM and Megatron-Bridge run (every layout's export
+    would refuse them): CUDA graphs (torchtitan compiles, it has no CUDA-graph capture of training),
+    activation CPU offloading, bf16 first/last layers of fp8 training.
+
+    Raises:
+        AutoparError: one line naming the option and the target."""
+    if target in ("megatron", "megatron-bridge"):
+        return
+    t = p.train
+    given = [f"--cuda-graph-impl {t.cuda_graph_impl}"] if t.cuda_graph_impl != "none" else []
+    given += [f"--activation-offload-layers {t.activation_offload_layers}"] if t.activation_offload_layers else []
+    given += ["--fp8-bf16-layers {},{}".format(*t.bf16_end_layers)] if t.bf16_end_layers != (0, 0) else []
+    if given:
+        raise AutoparError(f"{' '.join(given)} with --target {target}: only Megatron-LM and Megatron-Bridge run it "
+                           f"({target} has no such switch); use --target megatron or megatron-bridge, or drop it")
+
+
 def for_search(p: Problem, target: str, options: SpaceOptions | None) -> tuple[Problem, SpaceOptions | None]:
     """``p`` as ``target`` runs it (:func:`for_target`) and ``options`` restricted to the
     recompute modules, TP overlap and CP algorithms the target writes
@@ -113,9 +131,11 @@ def for_search(p: Problem, target: str, options: SpaceOptions | None) -> tuple[P
 
     Raises:
         AutoparError: a ``megatron-bridge`` model without a library recipe (once, not per layout),
-            or ``options`` pinning recompute modules the target cannot write.
+            ``options`` pinning recompute modules the target cannot write, or a Megatron-only
+            recipe knob for another target (:func:`_refuse_megatron_knobs`).
     """
     p = for_target(p, target)
+    _refuse_megatron_knobs(p, target)
     if target == "megatron-bridge":
         from autopar.export.megatron_bridge import recipe_for
 

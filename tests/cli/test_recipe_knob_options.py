@@ -1,0 +1,97 @@
+"""The recipe-knob options ``--cuda-graph-impl``, ``--cuda-graph-scope``, ``--activation-offload-layers``
+and ``--fp8-bf16-layers`` (:mod:`autopar.cli.knob_options`): the same names and stated defaults in
+``estimate``, ``search`` and ``export``, each changing the estimate as its cost module says, written
+by the export, refused by the targets without it, one error line for a bad value."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from test_bad_input import one_line_error
+from typer.testing import CliRunner
+
+from autopar.cli import app
+
+runner = CliRunner()
+JOB = ["-m", "llama3-8b", "--device", "h100-80gb", "--gbs", "64", "--seq-len", "8192"]
+OPTIONS = ("--cuda-graph-impl", "--cuda-graph-scope", "--activation-offload-layers", "--fp8-bf16-layers")
+GIB = 2**30
+
+
+@pytest.mark.parametrize("command", ["estimate", "search", "export"])
+def test_same_options_with_their_defaults(command):
+    text = " ".join(runner.invoke(app, [command, "--help"], terminal_width=400).stdout.split())
+    for option in OPTIONS:
+        assert option in text, option
+    assert "[default: the script's, else none]" in text and "[default: 0, none]" in text
+
+
+def _estimate(*extra: str) -> dict:
+    res = runner.invoke(app, ["estimate", *JOB, "--tp", "1", "--pp", "1", *extra, "--json"])
+    assert res.exit_code == 0, res.output
+    return json.loads(res.stdout)
+
+
+def test_cuda_graphs_add_their_static_buffers_by_hand():
+    """Whole-layer graphs, one micro-batch in flight: 2 hidden states x 8192 x 4096 x 2 B x 32 layers = 4 GiB
+    (autopar.cost.cuda_graph); a GPU-bound step keeps its time."""
+    plain, graphs = _estimate(), _estimate("--cuda-graph-impl", "transformer_engine")
+    assert graphs["peak_memory_bytes"] - plain["peak_memory_bytes"] == 2 * 8192 * 4096 * 2 * 32 == 4 * GIB
+    assert graphs["step_time_s"] == plain["step_time_s"]
+    attn = _estimate("--cuda-graph-impl", "transformer_engine", "--cuda-graph-scope", "attn")
+    assert attn["peak_memory_bytes"] == graphs["peak_memory_bytes"]  # one graph per layer either way
+
+
+def test_activation_offload_moves_layers_to_the_host():
+    """8 offloaded layers free 7 layers' activations (the double buffer keeps one), and their copies over
+    PCIe cost time (autopar.cost.activation_offload)."""
+    from autopar.cost.memory import stored_layer_bytes
+    from autopar.cost.stage import all_stages
+    from autopar.strategy import Strategy
+    from conftest import make_problem
+
+    plain, off = _estimate(), _estimate("--activation-offload-layers", "8")
+    batch, stages = all_stages(make_problem("llama3-8b", seq=8192), Strategy(dp=8))
+    layer = float(stored_layer_bytes(make_problem("llama3-8b", seq=8192), batch, stages)[0]) / 32
+    assert plain["peak_memory_bytes"] - off["peak_memory_bytes"] == pytest.approx(7 * layer)
+    assert off["step_time_s"] > plain["step_time_s"]
+
+
+def test_export_writes_them_and_other_targets_refuse():
+    base = ["export", "--format", "megatron", *JOB, "--tp", "2", "--pp", "1"]
+    text = runner.invoke(app, [*base, "--cuda-graph-impl", "local", "--cuda-graph-scope", "full_iteration"]).stdout
+    assert "--cuda-graph-impl local --cuda-graph-scope full_iteration --no-check-for-nan-in-loss-and-grad" in text
+    text = runner.invoke(app, [*base, "--activation-offload-layers", "4"]).stdout
+    assert "--cpu-offloading-num-layers 4" in text
+    err = one_line_error(["export", "--format", "torchtitan", *JOB, "--tp", "2", "--cuda-graph-impl",
+                          "transformer_engine"])
+    assert "export --format torchtitan: CUDA graph capture" in err
+    err = one_line_error(["search", *JOB, "--target", "torchtitan", "--activation-offload-layers", "4"])
+    assert "--activation-offload-layers 4 with --target torchtitan: only Megatron-LM and Megatron-Bridge" in err
+
+
+def test_export_from_a_result_must_agree(tmp_path):
+    res = runner.invoke(app, ["search", *JOB, "--top", "1", "--json", "-q", "--cuda-graph-impl", "transformer_engine"])
+    assert res.exit_code == 0, res.output
+    path = tmp_path / "r.json"
+    path.write_text(res.stdout)
+    ok = runner.invoke(app, ["export", "--format", "megatron", "--from", str(path)])
+    assert ok.exit_code == 0 and "--cuda-graph-impl transformer_engine" in ok.stdout
+    err = one_line_error(["export", "--format", "megatron", "--from", str(path), "--cuda-graph-impl", "none"])
+    assert "--cuda-graph-impl='none'" in err and "searched with --cuda-graph-impl='transformer_engine'" in err
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--cuda-graph-impl", "full"], "--cuda-graph-impl='full': allowed none, local, transformer_engine"),
+    (["--cuda-graph-scope", "attn,bogus"], "--cuda-graph-scope='attn,bogus': comma-separated names out of"),
+    (["--cuda-graph-scope", "attn"], "a scope needs an implementation"),
+    (["--cuda-graph-impl", "local", "--cuda-graph-scope", "attn"], "local takes full_iteration or no scope"),
+    (["--cuda-graph-impl", "transformer_engine", "--cuda-graph-scope", "full_iteration"], "needs --cuda-graph-impl local"),
+    (["--cuda-graph-impl", "transformer_engine", "--cuda-graph-scope", "moe_preprocess"], "together with moe_router"),
+    (["--activation-offload-layers", "-1"], "--activation-offload-layers=-1: must be an integer >= 0"),
+    (["--activation-offload-layers", "32"], "must be below the model's 32 layers"),
+    (["--activation-offload-layers", "4", "--pp", "2"], "activation_offload_pp1_no_recompute"),
+])
+def test_bad_values_are_one_line(extra, needle):
+    assert needle in one_line_error(["estimate", *JOB, *extra])
