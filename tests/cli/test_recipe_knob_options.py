@@ -95,3 +95,37 @@ def test_export_from_a_result_must_agree(tmp_path):
 ])
 def test_bad_values_are_one_line(extra, needle):
     assert needle in one_line_error(["estimate", *JOB, *extra])
+
+
+def test_search_knobs_keeps_the_fastest_setting(tmp_path):
+    """Qwen3-30B-A3B at seq 2048 on 8 H100 is host-bound: whole-layer CUDA graphs make #1 faster, so
+    ``--search-knobs`` keeps them, its #1 is that search's #1, and the export of the result writes them."""
+    from autopar.search import search
+    from autopar.search.knob_variants import choose, variants
+    from conftest import make_problem
+
+    p = make_problem("qwen3-30b-a3b", gbs=256, seq=2048)
+    labels = [c.label for c in variants(p, "megatron")]
+    assert labels == ["", "--cuda-graph-impl transformer_engine", "--activation-offload-layers 24",
+                      "--activation-offload-layers 47"]
+    chosen, result, tried = choose(p, "megatron", lambda q: search(q, 1))
+    assert chosen.label == "--cuda-graph-impl transformer_engine"
+    assert chosen.best_step_s == min(c.best_step_s for c in tried) < tried[0].best_step_s
+    assert result.layouts[0].step_time_s == search(chosen.problem, 1).layouts[0].step_time_s
+    res = runner.invoke(app, ["search", "-m", "qwen3-30b-a3b", "--device", "h100-80gb", "--gbs", "256", "--seq-len",
+                              "2048", "--search-knobs", "--json", "-q", "--top", "1"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["search_knobs"].startswith("--search-knobs: kept --cuda-graph-impl transformer_engine")
+    path = tmp_path / "r.json"
+    path.write_text(res.stdout)
+    assert "--cuda-graph-impl transformer_engine" in runner.invoke(
+        app, ["export", "--format", "megatron", "--from", str(path)]).stdout
+    # Llama-3-8B at seq 8192 is GPU-bound: no setting makes #1 faster, the plan as given is kept
+    dense = choose(make_problem("llama3-8b", seq=8192), "megatron", lambda q: search(q, 1))[0]
+    assert dense.label == ""
+
+
+def test_search_knobs_refusals():
+    assert "--search-knobs with --target torchtitan" in one_line_error(
+        ["search", *JOB, "--search-knobs", "--target", "torchtitan"])
+    assert "--search-knobs may change" in one_line_error(["search", *JOB, "--search-knobs", "--gbs-range", "32:64"])

@@ -133,6 +133,11 @@ def search(
                                                   "with --script (autopar verify's defaults: local torchrun, 10 "
                                                   "iterations, jobs in out/verify)")] = None,
     layerwise: Layerwise = False,
+    search_knobs: Annotated[bool, typer.Option(
+        "--search-knobs", help="also search CUDA graphs (--cuda-graph-impl transformer_engine) and activation CPU "
+        "offloading (--activation-offload-layers L/2 and L-1) where the options and the script leave them off: one "
+        "search per setting, the setting whose #1 is fastest kept and said; --target megatron or megatron-bridge "
+        "[default: off: the plan's own settings only]")] = False,
     quiet: Quiet = False,
 ) -> None:
     """Search every valid layout, drop those that do not fit, rank the rest by step time."""
@@ -143,6 +148,10 @@ def search(
     from autopar.space import SpaceOptions
 
     S.check_modes(gbs_range, plot, explain, write_script, report)
+    if search_knobs and (gbs_range or layerwise or write_script or verify is not None):
+        raise AutoparError("--search-knobs may change the plan's CUDA graphs and offloading, which --write-script and "
+                           "--verify (the script's layout flags only), --gbs-range and --layerwise do not carry; drop "
+                           "them or --search-knobs")
     if layerwise:
         from autopar.cli.layerwise import refuse_modes
 
@@ -189,7 +198,15 @@ def search(
             from autopar.report.batch import run_batch_search
 
             return run_batch_search(console, p, gbs_range, plot, memory_margin, options, target, constraints, as_json)
-        result = run_search(p, top, memory_margin, options=options, target=target, constraints=constraints)
+        knobs_line = None
+        if search_knobs:  # one search per CUDA-graph / offload setting; the fastest #1 kept (autopar.search.knob_variants)
+            from autopar.search.knob_variants import choose, summary
+
+            chosen, result, tried = choose(p, target, lambda q: run_search(
+                q, top, memory_margin, options=options, target=target, constraints=constraints))
+            p, knobs_line = chosen.problem, summary(chosen, tried)
+        else:
+            result = run_search(p, top, memory_margin, options=options, target=target, constraints=constraints)
         explained = explain and explain_layout(p, explain, result, memory_margin, options, target, constraints)
         measured = coverage and coverage([e.strategy for e in result.layouts])
     best = result.layouts[0]
@@ -227,6 +244,8 @@ def search(
             doc["calibration"] = calibration
         if explained:
             doc["explain"] = explained.to_dict()
+        if knobs_line:
+            doc["search_knobs"] = knobs_line
         doc["command_s"] = time.perf_counter() - STARTED_S  # wall time of the whole command, imports included
         print_json("search", doc)
         return
@@ -235,6 +254,8 @@ def search(
                   f"seq {p.train.seq_len}, {p.train.precision}")
     console.print(search_table(result, problem_certainty(p)))
     console.print(search_summary(result), highlight=False, soft_wrap=True)
+    if knobs_line:
+        console.print(escape(knobs_line), highlight=False, soft_wrap=True)
     if best_args is None:
         console.print(f"\nMegatron-LM cannot run #1 ({escape(best_args_refused)}): write it with autopar export "
                       f"--format {target}", highlight=False, soft_wrap=True)
