@@ -87,7 +87,7 @@ def test_export_from_a_result_must_agree(tmp_path):
     (["--cuda-graph-scope", "attn,bogus"], "--cuda-graph-scope='attn,bogus': comma-separated names out of"),
     (["--cuda-graph-scope", "attn"], "a scope needs an implementation"),
     (["--cuda-graph-impl", "local", "--cuda-graph-scope", "attn"], "local takes full_iteration or no scope"),
-    (["--cuda-graph-impl", "transformer_engine", "--cuda-graph-scope", "full_iteration"], "needs --cuda-graph-impl local"),
+    (["--cuda-graph-impl", "transformer_engine", "--cuda-graph-scope", "full_iteration"], "needs the local implementation"),
     (["--cuda-graph-impl", "transformer_engine", "--cuda-graph-scope", "moe_preprocess"], "together with moe_router"),
     (["--activation-offload-layers", "-1"], "--activation-offload-layers=-1: must be an integer >= 0"),
     (["--activation-offload-layers", "32"], "must be below the model's 32 layers"),
@@ -129,3 +129,18 @@ def test_search_knobs_refusals():
     assert "--search-knobs with --target torchtitan" in one_line_error(
         ["search", *JOB, "--search-knobs", "--target", "torchtitan"])
     assert "--search-knobs may change" in one_line_error(["search", *JOB, "--search-knobs", "--gbs-range", "32:64"])
+
+
+def test_script_scope_full_is_the_whole_layer(tmp_path):
+    """core_v0.15's ``--cuda-graph-scope`` default ``full`` (deprecated on main) is the whole layer: no scope;
+    an option given replaces the script's graphs."""
+    from autopar.cli.inputs import problem_from_options
+    from autopar.specs.script import read_script
+    from conftest import mixtral_script
+
+    path = mixtral_script(tmp_path, "--cuda-graph-impl transformer_engine --cuda-graph-scope full")
+    fields = read_script(path).train_fields
+    assert (fields["cuda_graph_impl"], fields["cuda_graph_scope"]) == ("transformer_engine", ())
+    p = problem_from_options(None, "h100-80gb", None, None, None, None, None, None, None, None, None, str(path),
+                             knobs={"cuda_graph_impl": "none"})
+    assert (p.train.cuda_graph_impl, p.train.cuda_graph_scope) == ("none", ())

@@ -4,10 +4,15 @@ hand, read from a script, written by the Megatron-LM and Megatron-Bridge exports
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from pydantic import ValidationError
 from test_bad_input import one_line_error
+from typer.testing import CliRunner
+
+from autopar.cli import app
 
 from autopar.cost import fp8_bf16_layers
 from autopar.cost.stage import all_stages
@@ -110,11 +115,6 @@ def test_bad_option_values_are_one_line(extra, needle):
 def test_option_changes_the_estimate():
     base = ["estimate", "-m", "llama3-8b", "--device", "h100-80gb", "--precision", "fp8", "--fp8-recipe",
             "tensorwise", "--seq-len", "8192", "--gbs", "64", "--json"]
-    from typer.testing import CliRunner
-    import json
-
-    from autopar.cli import app
-
     runner = CliRunner()
     plain = json.loads(runner.invoke(app, base).stdout)
     ends = json.loads(runner.invoke(app, [*base, "--fp8-bf16-layers", "1,1"]).stdout)

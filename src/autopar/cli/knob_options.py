@@ -64,19 +64,13 @@ def check_knobs(knobs: dict[str, Any], state: dict[str, Any], precision: str, nu
             "CPU offloading can be done only for layers less than num_layers"); ``--fp8-bf16-layers``
             without ``--precision fp8``, with the delayed recipe, or more layers than the model has.
     """
-    impl, scope = state.get("cuda_graph_impl", "none"), set(state.get("cuda_graph_scope", ()))
-    if "cuda_graph_impl" in knobs or "cuda_graph_scope" in knobs:
-        shown = f"--cuda-graph-impl={impl}" + (f" --cuda-graph-scope={','.join(sorted(scope))}" if scope else "")
-        if scope and impl == "none":
-            raise AutoparError(f"{shown}: a scope needs an implementation; add --cuda-graph-impl transformer_engine "
-                               "(or local with full_iteration)")
-        if impl == "local" and scope - {"full_iteration"}:
-            raise AutoparError(f"{shown}: Megatron-LM runs per-module scopes only with --cuda-graph-impl "
-                               "transformer_engine; local takes full_iteration or no scope (whole layers)")
-        if impl == "transformer_engine" and "full_iteration" in scope:
-            raise AutoparError(f"{shown}: full_iteration needs --cuda-graph-impl local (Megatron-LM)")
-        if "moe_preprocess" in scope and "moe_router" not in scope:
-            raise AutoparError(f"{shown}: moe_preprocess must be used together with moe_router (Megatron-LM)")
+    from autopar.specs.train import cuda_graph_scope_problem
+
+    impl, scope = state.get("cuda_graph_impl", "none"), tuple(state.get("cuda_graph_scope", ()))
+    if ("cuda_graph_impl" in knobs or "cuda_graph_scope" in knobs) and \
+            (why := cuda_graph_scope_problem(impl, scope)) is not None:
+        shown = f"--cuda-graph-impl={impl}" + (f" --cuda-graph-scope={','.join(scope)}" if scope else "")
+        raise AutoparError(f"{shown}: {why}")
     n = knobs.get("activation_offload_layers")
     if n is not None and n >= num_layers:
         raise AutoparError(f"--activation-offload-layers={n}: must be below the model's {num_layers} layers "

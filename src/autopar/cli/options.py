@@ -129,5 +129,6 @@ ActivationOffload = Annotated[Optional[int], typer.Option(
     "Megatron-Bridge model.cpu_offloading); needs pp 1 and no recompute [default: 0, none]")]
 Fp8Bf16Layers = Annotated[Optional[str], typer.Option(
     "--fp8-bf16-layers", help="FIRST,LAST: decoder layers at the start and end that fp8 training keeps in bf16 "
-    "(Megatron --first-last-layers-bf16 --num-layers-at-start/end-in-bf16; not with the delayed recipe) [default: the "
-    "script's, else 0,0; 1,1 with --fp8-recipe tensorwise for megatron-bridge, as its current-scaling recipe]")]
+    "(Megatron --first-last-layers-bf16 --num-layers-at-start/end-in-bf16; not with the delayed recipe; 1,1 for "
+    "--target/--format megatron-bridge with tensorwise, as its current-scaling recipe) [default: the script's, else "
+    "0,0]")]

@@ -6,7 +6,9 @@ Mechanism: Megatron-Core ``TransformerConfig.first_last_layers_bf16`` with
 ``megatron/core/fp8_utils.py`` ``get_fp8_context``: a layer whose number is among the first N or the
 last M runs under a null context instead of ``fp8_autocast``). Megatron-Bridge's current-scaling
 recipe ``bf16_with_fp8_current_scaling_mixed`` sets it with N = M = 1
-(``src/megatron/bridge/training/mixed_precision.py`` at 067f987). Megatron-Core refuses it with
+(``src/megatron/bridge/training/mixed_precision.py`` at 067f987); NVIDIA's performance configurations
+switch it off (``scripts/performance/utils/precision.py``: "Disable BF16 Transformer layers in the
+performance config"), so their FP8-CS validation rows have none. Megatron-Core refuses it with
 delayed scaling and allows at most ``num_layers // pp`` layers at each end
 (``transformer_config.py`` ``__post_init__``), so the first N layers lie on pipeline rank 0 and the
 last M on rank pp - 1 (with interleaving: in rank 0's first and rank pp - 1's last model chunk).

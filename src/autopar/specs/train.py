@@ -20,6 +20,24 @@ CudaGraphScope = Literal["attn", "mlp", "moe", "moe_router", "moe_preprocess", "
 CUDA_GRAPH_SCOPES: tuple[str, ...] = get_args(CudaGraphScope)
 
 
+def cuda_graph_scope_problem(impl: str, scope: tuple[str, ...]) -> str | None:
+    """Why Megatron-LM refuses CUDA-graph implementation ``impl`` with ``scope``, or None: a scope needs
+    an implementation; "full_iteration scope is only supported with --cuda-graph-impl=local, other
+    scopes are only supported with --cuda-graph-impl=transformer_engine" (core_v0.15 ``--cuda-graph-scope``
+    help); ``moe_preprocess`` "must be used together with moe_router" (main ``--cuda-graph-modules``)."""
+    names = set(scope)
+    if names and impl == "none":
+        return "a scope needs an implementation (transformer_engine, or local with full_iteration)"
+    if impl == "local" and names - {"full_iteration"}:
+        return "Megatron-LM runs per-module scopes only with transformer_engine; local takes full_iteration or no " \
+            "scope (whole layers)"
+    if impl == "transformer_engine" and "full_iteration" in names:
+        return "full_iteration needs the local implementation (Megatron-LM)"
+    if "moe_preprocess" in names and "moe_router" not in names:
+        return "moe_preprocess must be used together with moe_router (Megatron-LM)"
+    return None
+
+
 class TrainSpec(BaseModel):
     """Batch, sequence and numeric settings of one training job.
 
@@ -180,17 +198,9 @@ class TrainSpec(BaseModel):
         supported with --cuda-graph-impl=local, other scopes are only supported with
         --cuda-graph-impl=transformer_engine"; ``moe_preprocess`` needs ``moe_router``; CUDA graphs are
         Megatron-LM's."""
-        scope, impl = set(self.cuda_graph_scope), self.cuda_graph_impl
-        if scope and impl == "none":
-            raise ValueError(f"cuda_graph_scope={','.join(self.cuda_graph_scope)} needs a cuda_graph_impl (local or "
-                             "transformer_engine)")
-        if impl == "local" and scope - {"full_iteration"}:
-            raise ValueError(f"cuda_graph_scope={','.join(sorted(scope - {'full_iteration'}))} with cuda_graph_impl=local: "
-                             "Megatron-LM supports only full_iteration there (or no scope: whole layers)")
-        if impl == "transformer_engine" and "full_iteration" in scope:
-            raise ValueError("cuda_graph_scope=full_iteration needs cuda_graph_impl=local (Megatron-LM)")
-        if "moe_preprocess" in scope and "moe_router" not in scope:
-            raise ValueError("cuda_graph_scope=moe_preprocess must be used together with moe_router (Megatron-LM)")
+        impl = self.cuda_graph_impl
+        if (why := cuda_graph_scope_problem(impl, self.cuda_graph_scope)) is not None:
+            raise ValueError(f"cuda_graph_impl={impl} cuda_graph_scope={','.join(self.cuda_graph_scope)}: {why}")
         if self.activation_offload_layers and self.framework != "megatron":
             raise ValueError(f"framework={self.framework}: activation offloading is Megatron-Core's (cpu_offloading)")
         if impl != "none" and self.framework != "megatron":
