@@ -14,9 +14,6 @@ from typing import Any
 
 from autopar.errors import AutoparError
 
-CUDA_GRAPH_IMPLS = ("none", "local", "transformer_engine")  # Megatron-LM --cuda-graph-impl choices (core_v0.15)
-
-
 def given_knobs(cuda_graph_impl: str | None = None, cuda_graph_scope: str | None = None,
                 activation_offload_layers: int | None = None, fp8_bf16_layers: str | None = None) -> dict[str, Any]:
     """The ``TrainSpec`` fields the options give (None = not given), each value checked alone.
@@ -25,7 +22,7 @@ def given_knobs(cuda_graph_impl: str | None = None, cuda_graph_scope: str | None
         AutoparError: an implementation or scope name outside Megatron-LM's, a negative layer
             count, or ``--fp8-bf16-layers`` not of the form ``FIRST,LAST`` (one line naming the option).
     """
-    from autopar.specs.train import CUDA_GRAPH_SCOPES
+    from autopar.specs.train import CUDA_GRAPH_IMPLS, CUDA_GRAPH_SCOPES
 
     out: dict[str, Any] = {}
     if cuda_graph_impl is not None:

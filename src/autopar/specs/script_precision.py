@@ -13,12 +13,11 @@ from typing import Any
 
 from autopar.errors import AutoparError
 from autopar.specs.script_launch import Args
-from autopar.specs.train import CUDA_GRAPH_SCOPES
+from autopar.specs.train import CUDA_GRAPH_IMPLS, CUDA_GRAPH_SCOPES
 
 #: Megatron-LM core_v0.15 ``--fp8-recipe`` choices autopar costs (``custom`` takes a user's Python
 #: recipe, which has no cost to read).
 SCRIPT_FP8_RECIPES = ("delayed", "tensorwise", "mxfp8", "blockwise")
-CUDA_GRAPH_IMPLS = ("none", "local", "transformer_engine")  # --cuda-graph-impl choices
 
 
 def precision(a: Args) -> str:

@@ -16,6 +16,7 @@ Fp8RecipeName = Literal["delayed", "tensorwise", "blockwise", "mxfp8", "nvfp4"]
 FP8_RECIPES: tuple[str, ...] = get_args(Fp8RecipeName)
 # Megatron-LM --cuda-graph-impl / --cuda-graph-scope (core_v0.15 arguments.py); costs: autopar.cost.cuda_graph.
 CudaGraphImpl = Literal["none", "local", "transformer_engine"]
+CUDA_GRAPH_IMPLS: tuple[str, ...] = get_args(CudaGraphImpl)
 CudaGraphScope = Literal["attn", "mlp", "moe", "moe_router", "moe_preprocess", "full_iteration"]
 CUDA_GRAPH_SCOPES: tuple[str, ...] = get_args(CudaGraphScope)
 
