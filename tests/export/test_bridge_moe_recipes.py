@@ -4,6 +4,8 @@ and recompute of each recipe (Megatron-Bridge 067f987) are what ``--format megat
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from typer.testing import CliRunner
 
@@ -55,3 +57,11 @@ def test_export_takes_the_recipe_default_and_says_so():
     assert "model.moe_token_dispatcher_type=alltoall" in given
     megatron = runner.invoke(app, ["export", *QWEN[2:], "--format", "megatron"]).stdout  # other targets: alltoall
     assert "--moe-token-dispatcher-type alltoall" in megatron
+
+
+def test_search_says_what_it_assumes():
+    args = ["search", *QWEN[2:], "--target", "megatron-bridge", "--top", "1", "-q"]
+    text = " ".join(runner.invoke(app, args).stdout.split())
+    assert "--target megatron-bridge: Megatron-Bridge recipe qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config" in text
+    doc = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
+    assert "dispatcher hybridep, recompute none" in doc["target_assumes"]

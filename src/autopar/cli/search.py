@@ -246,6 +246,11 @@ def search(
             doc["explain"] = explained.to_dict()
         if knobs_line:
             doc["search_knobs"] = knobs_line
+        if target == "megatron-bridge":
+            from autopar.export.bridge_moe_recipes import note
+
+            if (assumed := note(p)) is not None:
+                doc["target_assumes"] = assumed
         doc["command_s"] = time.perf_counter() - STARTED_S  # wall time of the whole command, imports included
         print_json("search", doc)
         return
