@@ -1,7 +1,8 @@
 """The layer-wise search: Galvatron's outer loops around the per-stage dynamic programme.
 
-For every pipeline degree ``pp`` (stages split as :func:`stage_split`),
-micro-batch count ``m`` (Galvatron's ``chunks``) and default data-parallel type (DDP = ZeRO-0 or
+For every pipeline degree ``pp`` (stages split as :func:`stage_split` and, for ``pp > 1``, as
+Galvatron-BMW's memory- and time-balanced splits and steps between them:
+:mod:`autopar.layerwise.splits`), micro-batch count ``m`` (Galvatron's ``chunks``) and default data-parallel type (DDP = ZeRO-0 or
 ZeRO-2, Galvatron's ``default_dp_type``), each stage's layers get their (tp, ZeRO-3 or the
 default, checkpoint) by :func:`autopar.layerwise.dp.solve_stage` within the stage's memory
 budget (the device memory less the stage's fixed part at the vocabulary tp); the vocabulary tp
@@ -26,6 +27,7 @@ from autopar.errors import AutoparError
 from autopar.layerwise.dp import solve_stages
 from autopar.layerwise.evaluate import PlanCost, cost_from_tables
 from autopar.layerwise.plan import LayerwisePlan, candidate_strategy, stage_slices
+from autopar.layerwise.splits import balanced_splits
 from autopar.layerwise.tables import Choices, PairTable, pair_tables
 from autopar.problem import Problem
 from autopar.strategy import default_layers_per_stage
@@ -178,34 +180,51 @@ def _solve_grouped(problems: list[tuple[np.ndarray, np.ndarray]], transition_s: 
     return out
 
 
-def _tables(p: Problem, pps: list[int], tp_ok, m_ok, zeros: list[int], sp: bool) -> dict[tuple[int, int], dict]:
-    """{(pp, m): {(tp, zero): PairTable}} for every cell (tp and m passing ``tp_ok`` / ``m_ok``),
-    from one vectorised pass."""
-    num_layers, world = p.model.num_layers, p.world_size
-    keys, strategies = [], []
+def _cell_keys(p: Problem, pps: list[int], tp_ok, m_ok) -> list[tuple[int, int, tuple[int, ...], list[int]]]:
+    """(pp, m, default split, tps) of every cell: tp and m passing ``tp_ok`` / ``m_ok``."""
+    out = []
     for pp in pps:
-        split = stage_split(num_layers, pp)
-        tps = [t for t in _divisors(world // pp) if tp_ok(t)]
-        for m in filter(m_ok, _microbatch_counts(p, pp, tps)):
-            for t in tps:
-                for z in zeros:
-                    try:
-                        strategies.append(candidate_strategy(p, pp, m, split, t, z, False, sp))
-                    except AutoparError:
-                        continue
-                    keys.append((pp, m, t, z))
-    out: dict[tuple[int, int], dict] = {}
-    for (pp, m, t, z), table in zip(keys, pair_tables(p, strategies)):
-        if table is not None:
-            out.setdefault((pp, m), {})[(t, z)] = table
+        tps = [t for t in _divisors(p.world_size // pp) if tp_ok(t)]
+        out += [(pp, m, stage_split(p.model.num_layers, pp), tps) for m in filter(m_ok, _microbatch_counts(p, pp, tps))]
     return out
+
+
+def _tables(p: Problem, keys: list[tuple[int, int, tuple[int, ...], list[int]]], zeros: list[int],
+            sp: bool) -> dict[tuple[int, int, tuple[int, ...]], dict]:
+    """{(pp, m, split): {(tp, zero): PairTable}} for the cells ``keys`` (:func:`_cell_keys`), from
+    one vectorised pass."""
+    names, strategies = [], []
+    for pp, m, split, tps in keys:
+        for t in tps:
+            for z in zeros:
+                try:
+                    strategies.append(candidate_strategy(p, pp, m, split, t, z, False, sp))
+                except AutoparError:
+                    continue
+                names.append(((pp, m, split), (t, z)))
+    out: dict[tuple[int, int, tuple[int, ...]], dict] = {}
+    for (cell, pair), table in zip(names, pair_tables(p, strategies)):
+        if table is not None:
+            out.setdefault(cell, {})[pair] = table
+    return out
+
+
+def _with_balanced_splits(p: Problem, keys: list, tables: dict, zeros: list[int], sp: bool) -> dict:
+    """``tables`` plus the cells of Galvatron-BMW's balanced splits of every pipelined cell
+    (:func:`autopar.layerwise.splits.balanced_splits`, from the default split's tables)."""
+    tps = {(pp, m): t for pp, m, _, t in keys}
+    extra = []
+    for (pp, m, split), cell in tables.items():
+        if pp > 1:
+            extra += [(pp, m, s, tps[(pp, m)]) for s in balanced_splits(cell, sorted(cell), m) if s != split]
+    return {**tables, **_tables(p, extra, zeros, sp)} if extra else tables
 
 
 def search_layerwise(p: Problem, *, pp_options: list[int] | None = None, max_tp: int | None = None,
                      tp_options: list[int] | None = None, microbatch_options: list[int] | None = None,
                      sp: bool | None = False, recompute: bool = True, zero3: bool = True,
                      default_zeros: tuple[int, ...] = (0, 2), memory_limit_bytes: float | None = None,
-                     bins: int = 512) -> LayerwiseResult:
+                     bins: int = 512, balance: bool = True) -> LayerwiseResult:
     """The fastest layer-wise plan of ``p`` under autopar's cost model (module docstring).
 
     Args:
@@ -221,6 +240,8 @@ def search_layerwise(p: Problem, *, pp_options: list[int] | None = None, max_tp:
         default_zeros: the default data-parallel types to try (0 = DDP, 2 = ZeRO-2).
         memory_limit_bytes: usable bytes per device (default: the device's memory).
         bins: memory discretisation of the DP.
+        balance: also try Galvatron-BMW's balanced pipeline splits
+            (:mod:`autopar.layerwise.splits`) besides :func:`stage_split`'s.
 
     Raises:
         AutoparError: a MoE model (per-layer expert layouts are not searched), a bad option.
@@ -244,9 +265,12 @@ def search_layerwise(p: Problem, *, pp_options: list[int] | None = None, max_tp:
     cells = []
     tp_ok = lambda t: t <= max_tp and (tp_options is None or t in tp_options)
     m_ok = lambda m: microbatch_options is None or m in microbatch_options
+    keys = _cell_keys(p, pps, tp_ok, m_ok)
     for sp_on in ([False, True] if sp is None else [sp]):
-        for (pp, m), tables in _tables(p, pps, tp_ok, m_ok, zeros, sp_on).items():
-            split = stage_split(num_layers, pp)
+        by_cell = _tables(p, keys, zeros, sp_on)
+        if balance:
+            by_cell = _with_balanced_splits(p, keys, by_cell, zeros, sp_on)
+        for (pp, m, split), tables in by_cell.items():
             for dz in default_zeros:
                 pairs = [tables[key] for key in sorted(tables) if key[1] in ((dz, 3) if zero3 else (dz,))]
                 if pairs:
