@@ -29,7 +29,7 @@ def test_min_max_split_by_hand():
 def _compositions(n: int, pp: int):
     for cuts in itertools.combinations(range(1, n), pp - 1):
         bounds = (0, *cuts, n)
-        yield tuple(b - a for a, b in zip(bounds[:-1], bounds[1:]))
+        yield tuple(b - a for a, b in itertools.pairwise(bounds))
 
 
 @settings(max_examples=60, deadline=None)
@@ -54,7 +54,7 @@ def test_path_moves_one_layer_at_a_time():
     assert path((9, 11), (11, 9)) == [(9, 11), (10, 10), (11, 9)]
     steps = path((5, 7, 9, 11), (8, 8, 8, 8))
     assert steps[0] == (5, 7, 9, 11) and steps[-1] == (8, 8, 8, 8)
-    for a, b in zip(steps, steps[1:]):
+    for a, b in itertools.pairwise(steps):
         diff = np.subtract(b, a)
         assert sum(b) == 32 and sorted(diff[diff != 0]) == [-1, 1] and np.abs(diff).sum() == 2
         assert np.nonzero(diff)[0][1] - np.nonzero(diff)[0][0] == 1  # across one boundary

@@ -209,15 +209,13 @@ def _tables(p: Problem, keys: list[tuple[int, int, tuple[int, ...], list[int]]],
     return out
 
 
-def _with_balanced_splits(p: Problem, keys: list, tables: dict, zeros: list[int], sp: bool) -> dict:
-    """``tables`` plus the cells of Galvatron-BMW's balanced splits of every pipelined cell
-    (:func:`autopar.layerwise.splits.balanced_splits`, from the default split's tables)."""
+def _balanced_tables(p: Problem, keys: list, tables: dict, zeros: list[int], sp: bool) -> dict:
+    """The cells of Galvatron-BMW's balanced splits of every pipelined cell of ``tables`` (the
+    default split's; :func:`autopar.layerwise.splits.balanced_splits`) other than the default."""
     tps = {(pp, m): t for pp, m, _, t in keys}
-    extra = []
-    for (pp, m, split), cell in tables.items():
-        if pp > 1:
-            extra += [(pp, m, s, tps[(pp, m)]) for s in balanced_splits(cell, sorted(cell), m) if s != split]
-    return {**tables, **_tables(p, extra, zeros, sp)} if extra else tables
+    extra = [(pp, m, s, tps[(pp, m)]) for (pp, m, split), cell in tables.items() if pp > 1
+             for s in balanced_splits(cell, sorted(cell), m) if s != split]
+    return _tables(p, extra, zeros, sp) if extra else {}
 
 
 def search_layerwise(p: Problem, *, pp_options: list[int] | None = None, max_tp: int | None = None,
@@ -262,22 +260,34 @@ def search_layerwise(p: Problem, *, pp_options: list[int] | None = None, max_tp:
         if world % pp or pp > num_layers:
             raise AutoparError(f"pp={pp}: must divide the {world} devices and be at most the {num_layers} layers")
     zeros = sorted(set(default_zeros) | ({3} if zero3 else set()))
-    cells = []
     tp_ok = lambda t: t <= max_tp and (tp_options is None or t in tp_options)
     m_ok = lambda m: microbatch_options is None or m in microbatch_options
     keys = _cell_keys(p, pps, tp_ok, m_ok)
+    make = lambda by_cell, sp_on: [
+        _Cell(pp, m, split, dz, tables, pairs,
+              [Choices.of(p, pairs, recompute=False)] + ([Choices.of(p, pairs)] if recompute else []), sp_on)
+        for (pp, m, split), tables in by_cell.items() for dz in default_zeros
+        if (pairs := [tables[key] for key in sorted(tables) if key[1] in ((dz, 3) if zero3 else (dz,))])]
+    best, cells, solved, default_tables = _Best(), 0, 0, []
     for sp_on in ([False, True] if sp is None else [sp]):
         by_cell = _tables(p, keys, zeros, sp_on)
-        if balance:
-            by_cell = _with_balanced_splits(p, keys, by_cell, zeros, sp_on)
-        for (pp, m, split), tables in by_cell.items():
-            for dz in default_zeros:
-                pairs = [tables[key] for key in sorted(tables) if key[1] in ((dz, 3) if zero3 else (dz,))]
-                if pairs:
-                    variants = [Choices.of(p, pairs, recompute=False)] + ([Choices.of(p, pairs)] if recompute else [])
-                    cells.append(_Cell(pp, m, split, dz, tables, pairs, variants, sp_on))
-    # Branch and bound: cells in order of their lower bound, stopping where it reaches the best plan.
-    best, solved = _Best(), 0
+        default_tables.append((sp_on, by_cell))
+        batch = make(by_cell, sp_on)
+        cells, solved = cells + len(batch), solved + _branch_and_bound(p, batch, best, limit, bins)
+    if balance:  # the balanced splits of the (pp, m) cells whose split-free bound can still beat the best
+        for sp_on, by_cell in default_tables:
+            hopeful = {k: v for k, v in by_cell.items()
+                       if best.cost is None or _split_free_bound_s(k[1], v) < best.cost.step_time_s}
+            batch = make(_balanced_tables(p, keys, hopeful, zeros, sp_on), sp_on)
+            cells, solved = cells + len(batch), solved + _branch_and_bound(p, batch, best, limit, bins)
+    return LayerwiseResult(plan=best.plan, cost=best.cost, plans_costed=best.costed,
+                           seconds=time.perf_counter() - t0, cells=cells, cells_solved=solved)
+
+
+def _branch_and_bound(p: Problem, cells: list[_Cell], best: _Best, limit: float, bins: int) -> int:
+    """Solve ``cells`` in order of their lower bound, stopping where it reaches ``best``'s step
+    (updated in place); the number of cells solved."""
+    solved = 0
     for bound, cell in sorted(((c.lower_bound_s(limit), c) for c in cells), key=lambda x: x[0]):
         if bound == float("inf") or (best.cost is not None and bound >= best.cost.step_time_s):
             break
@@ -285,5 +295,16 @@ def search_layerwise(p: Problem, *, pp_options: list[int] | None = None, max_tp:
         for plan in {(q.tp, q.zero3, q.recompute, q.vocab_tp, q.vocab_zero3): q
                      for q in cell.plans(p, limit, bins)}.values():
             best.offer(plan, cost_from_tables(p, plan, cell.tables, limit))
-    return LayerwiseResult(plan=best.plan, cost=best.cost, plans_costed=best.costed,
-                           seconds=time.perf_counter() - t0, cells=len(cells), cells_solved=solved)
+    return solved
+
+
+def _split_free_bound_s(m: int, tables: dict[tuple[int, int], PairTable]) -> float:
+    """A step no plan of this (pp, m) beats under any split: the stages' per-micro-batch times
+    ``t_i`` sum to the same ``T`` (each layer at its fastest choice, each stage's fixed part at the
+    fastest vocabulary) whatever the split, so the 1F1B makespan ``sum_i t_i + (m - 1) max_i t_i``
+    is at least ``T + (m - 1) T / pp``."""
+    pairs = list(tables.values())
+    pp = len(pairs[0].in_flight)
+    total = float(np.min([t.microbatch_s.min(axis=1) for t in pairs], axis=0).sum())
+    total += float(np.min([t.stage_microbatch_s.min(axis=1) for t in pairs], axis=0).sum())
+    return total + (m - 1) * total / pp

@@ -23,6 +23,8 @@ this is the split under which the fastest plan is most likely to fit.
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import numpy as np
 
 from autopar.layerwise.tables import PairTable
@@ -65,7 +67,7 @@ def min_max_split(cost: np.ndarray, fixed: np.ndarray) -> tuple[int, ...]:
         k_end = int(back[i, k_end])
         ends.append(k_end)
     bounds = [0] + ends[::-1]
-    return tuple(int(b - a) for a, b in zip(bounds[:-1], bounds[1:]))
+    return tuple(int(b - a) for a, b in pairwise(bounds))
 
 
 def path(start: tuple[int, ...], end: tuple[int, ...]) -> list[tuple[int, ...]]:
