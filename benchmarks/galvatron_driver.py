@@ -119,12 +119,15 @@ def cost_one(eng, args, plan_path):
     fsdp = [int(x) for x in str(doc["dp_types_enc"]).split(",")]
     ckpt = [int(x) for x in str(doc["checkpoint"]).split(",")]
     consec = [int(x) for x in str(doc["tp_consecutive_flags"]).split(",")]
+    use_sp = [int(x) for x in str(doc.get("use_sp", ",".join("0" * len(tps)))).split(",")]
     division = [int(x) for x in str(doc["pp_division"]).split(",")]
     bsz, chunks, vtp = int(doc["global_bsz"]), int(doc["chunks"]), int(doc["vtp"])
     embed_sdp = int(doc.get("embed_sdp", doc.get("vocab_sdp", 0)))
     strategies = []
-    for t, f, c, k in zip(tps, fsdp, ckpt, consec):
+    for t, f, c, k, u in zip(tps, fsdp, ckpt, consec, use_sp):
         info = {"fsdp": f}
+        if t > 1 and u:  # Ulysses (Galvatron's strategy key 'sp'; needs --sp_space tp+sp to be costed as such)
+            info["sp"] = 1
         if t > 1 and gpus // pp // t > 1:
             info["tp"] = k
         if c:

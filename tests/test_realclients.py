@@ -253,7 +253,9 @@ def test_galvatron_runs_the_layerwise_plan(tmp_path):
                           recompute=tuple(i < 12 for i in range(32)), default_zero=2, vocab_tp=4, vocab_zero3=True)
     jobs, plans = [], {}
     vtp1 = mixed.model_copy(update={"vocab_tp": 1, "vocab_zero3": False})  # the embedding's dp 4 > most layers'
-    for name, plan in (("searched", searched), ("mixed", mixed), ("vtp1", vtp1)):
+    ulysses = LayerwisePlan(**{**mixed.model_dump(), "ulysses": tuple(t > 1 and i % 2 == 0 for i, t in enumerate(mixed.tp)),
+                               "sp": True})  # Galvatron's use_sp on every other tp > 1 layer
+    for name, plan in (("searched", searched), ("mixed", mixed), ("vtp1", vtp1), ("ulysses", ulysses)):
         path = tmp_path / f"{name}.json"
         path.write_text(galvatron_layerwise.write(p, plan))
         jobs.append([str(path), str(p.world_size), str(p.model.num_layers)])
@@ -265,7 +267,7 @@ def test_galvatron_runs_the_layerwise_plan(tmp_path):
                     real_chunks=plan.num_microbatches, tp_per_layer=list(plan.tp),
                     zero3_per_layer=[int(z) for z in plan.zero3], checkpoint_per_layer=[int(c) for c in plan.recompute],
                     default_dp_type="ddp" if plan.default_zero == 0 else "zero2", vocab_tp=plan.vocab_tp,
-                    embed_sdp=int(plan.vocab_zero3), use_sp=0, pipeline_type="pipedream_flush",
+                    embed_sdp=int(plan.vocab_zero3), use_sp=sum(plan.ulysses), pipeline_type="pipedream_flush",
                     dp_per_layer=sorted({8 // (plan.pp * t) for t in plan.tp}),
                     # each layer runs gbs / (its dp x chunks) sequences, whatever the vocabulary tp: Galvatron's
                     # loader batch is the embedding's (world/pp/vtp ranks), re-split and gathered between modules

@@ -26,7 +26,7 @@ import numpy as np
 from autopar.errors import AutoparError
 from autopar.layerwise.dp import solve_stages
 from autopar.layerwise.evaluate import PlanCost, cost_from_tables
-from autopar.layerwise.plan import LayerwisePlan, candidate_strategy, stage_slices
+from autopar.layerwise.plan import LayerwisePlan, candidate_strategy, group_size, stage_slices
 from autopar.layerwise.splits import balanced_splits
 from autopar.layerwise.tables import Choices, PairTable, pair_tables
 from autopar.problem import Problem
@@ -93,7 +93,7 @@ class _Cell:
     m: int
     split: tuple[int, ...]
     default_zero: int
-    tables: dict[tuple[int, int], PairTable]
+    tables: dict[tuple[int, int, bool], PairTable]
     pairs: list[PairTable]
     variants: list[Choices]
     sp: bool = False
@@ -101,10 +101,11 @@ class _Cell:
     def slices(self) -> list[slice]:
         return stage_slices(self.split)
 
-    def vocab_keys(self) -> list[tuple[int, int]]:
-        """The vocabulary (tp, zero) options: the default type, and 3 where ZeRO-3 is searched."""
+    def vocab_keys(self) -> list[tuple[int, int, bool]]:
+        """The vocabulary (tp, zero, False) options: the default type, and 3 where ZeRO-3 is
+        searched (never Ulysses: Galvatron's vsp is not searched)."""
         zeros = {s.strategy.zero for s in self.pairs}
-        return sorted(k for k in self.tables if k[1] in zeros)
+        return sorted(k for k in self.tables if k[1] in zeros and not k[2])
 
     def lower_bound_s(self, limit: float) -> float:
         """A step time no plan of the cell beats: every layer and stage part at its fastest choice,
@@ -144,9 +145,11 @@ class _Cell:
                 ks = np.array(layers)
                 chosen = [self.pairs[i].strategy for i in c.pair[ks]]
                 out.append(LayerwisePlan(pp=self.pp, num_microbatches=self.m, layers_per_stage=self.split,
-                                         tp=tuple(s.tp for s in chosen), zero3=tuple(s.zero == 3 for s in chosen),
+                                         tp=tuple(group_size(s) for s in chosen),
+                                         zero3=tuple(s.zero == 3 for s in chosen),
                                          recompute=tuple(bool(x) for x in c.col[ks]), default_zero=self.default_zero,
-                                         vocab_tp=key[0], vocab_zero3=key[1] == 3, sp=self.sp))
+                                         vocab_tp=key[0], vocab_zero3=key[1] == 3, sp=self.sp,
+                                         ulysses=tuple(s.cp > 1 for s in chosen)))
         return out
 
 
@@ -157,7 +160,7 @@ def _grouped(pick: np.ndarray, stage: tuple[np.ndarray, np.ndarray], c: Choices)
     t, mem = stage
     if not ((t == t[0]).all() and (mem == mem[0]).all()):
         return [int(k) for k in pick]
-    out, start, tp = [], 0, [c.pairs[i].strategy.tp for i in c.pair[pick]]
+    out, start, tp = [], 0, [group_size(c.pairs[i].strategy) for i in c.pair[pick]]
     for j in range(1, len(pick) + 1):
         if j == len(pick) or tp[j] != tp[start]:
             out += sorted(int(k) for k in pick[start:j])
@@ -190,18 +193,18 @@ def _cell_keys(p: Problem, pps: list[int], tp_ok, m_ok) -> list[tuple[int, int, 
 
 
 def _tables(p: Problem, keys: list[tuple[int, int, tuple[int, ...], list[int]]], zeros: list[int],
-            sp: bool) -> dict[tuple[int, int, tuple[int, ...]], dict]:
-    """{(pp, m, split): {(tp, zero): PairTable}} for the cells ``keys`` (:func:`_cell_keys`), from
-    one vectorised pass."""
+            sp: bool, ulysses: bool = False) -> dict[tuple[int, int, tuple[int, ...]], dict]:
+    """{(pp, m, split): {(tp, zero, ulysses): PairTable}} for the cells ``keys``
+    (:func:`_cell_keys`), from one vectorised pass; Ulysses layers for tp > 1 where ``ulysses``."""
     names, strategies = [], []
     for pp, m, split, tps in keys:
-        for t in tps:
+        for t, u in [(t, u) for t in tps for u in ((False, True) if ulysses and t > 1 else (False,))]:
             for z in zeros:
                 try:
-                    strategies.append(candidate_strategy(p, pp, m, split, t, z, False, sp))
+                    strategies.append(candidate_strategy(p, pp, m, split, t, z, False, sp, u))
                 except AutoparError:
                     continue
-                names.append(((pp, m, split), (t, z)))
+                names.append(((pp, m, split), (t, z, u)))
     out: dict[tuple[int, int, tuple[int, ...]], dict] = {}
     for (cell, pair), table in zip(names, pair_tables(p, strategies)):
         if table is not None:
@@ -209,20 +212,20 @@ def _tables(p: Problem, keys: list[tuple[int, int, tuple[int, ...], list[int]]],
     return out
 
 
-def _balanced_tables(p: Problem, keys: list, tables: dict, zeros: list[int], sp: bool) -> dict:
+def _balanced_tables(p: Problem, keys: list, tables: dict, zeros: list[int], sp: bool, ulysses: bool) -> dict:
     """The cells of Galvatron-BMW's balanced splits of every pipelined cell of ``tables`` (the
     default split's; :func:`autopar.layerwise.splits.balanced_splits`) other than the default."""
     tps = {(pp, m): t for pp, m, _, t in keys}
     extra = [(pp, m, s, tps[(pp, m)]) for (pp, m, split), cell in tables.items() if pp > 1
-             for s in balanced_splits(cell, sorted(cell), m) if s != split]
-    return _tables(p, extra, zeros, sp) if extra else {}
+             for s in balanced_splits(cell, sorted(k for k in cell if not k[2]), m) if s != split]
+    return _tables(p, extra, zeros, sp, ulysses) if extra else {}
 
 
 def search_layerwise(p: Problem, *, pp_options: list[int] | None = None, max_tp: int | None = None,
                      tp_options: list[int] | None = None, microbatch_options: list[int] | None = None,
                      sp: bool | None = False, recompute: bool = True, zero3: bool = True,
                      default_zeros: tuple[int, ...] = (0, 2), memory_limit_bytes: float | None = None,
-                     bins: int = 512, balance: bool = True) -> LayerwiseResult:
+                     bins: int = 512, balance: bool = True, ulysses: bool = True) -> LayerwiseResult:
     """The fastest layer-wise plan of ``p`` under autopar's cost model (module docstring).
 
     Args:
@@ -240,6 +243,8 @@ def search_layerwise(p: Problem, *, pp_options: list[int] | None = None, max_tp:
         bins: memory discretisation of the DP.
         balance: also try Galvatron-BMW's balanced pipeline splits
             (:mod:`autopar.layerwise.splits`) besides :func:`stage_split`'s.
+        ulysses: with sp, also offer each tp > 1 layer as a Ulysses layer (Galvatron's
+            ``use_sp``: :class:`~autopar.layerwise.plan.LayerwisePlan`).
 
     Raises:
         AutoparError: a MoE model (per-layer expert layouts are not searched), a bad option.
@@ -270,7 +275,7 @@ def search_layerwise(p: Problem, *, pp_options: list[int] | None = None, max_tp:
         if (pairs := [tables[key] for key in sorted(tables) if key[1] in ((dz, 3) if zero3 else (dz,))])]
     best, cells, solved, default_tables = _Best(), 0, 0, []
     for sp_on in ([False, True] if sp is None else [sp]):
-        by_cell = _tables(p, keys, zeros, sp_on)
+        by_cell = _tables(p, keys, zeros, sp_on, ulysses and sp_on)
         default_tables.append((sp_on, by_cell))
         batch = make(by_cell, sp_on)
         cells, solved = cells + len(batch), solved + _branch_and_bound(p, batch, best, limit, bins)
@@ -278,7 +283,7 @@ def search_layerwise(p: Problem, *, pp_options: list[int] | None = None, max_tp:
         for sp_on, by_cell in default_tables:
             hopeful = {k: v for k, v in by_cell.items()
                        if best.cost is None or _split_free_bound_s(k[1], v) < best.cost.step_time_s}
-            batch = make(_balanced_tables(p, keys, hopeful, zeros, sp_on), sp_on)
+            batch = make(_balanced_tables(p, keys, hopeful, zeros, sp_on, ulysses and sp_on), sp_on)
             cells, solved = cells + len(batch), solved + _branch_and_bound(p, batch, best, limit, bins)
     return LayerwiseResult(plan=best.plan, cost=best.cost, plans_costed=best.costed,
                            seconds=time.perf_counter() - t0, cells=cells, cells_solved=solved)
@@ -292,13 +297,13 @@ def _branch_and_bound(p: Problem, cells: list[_Cell], best: _Best, limit: float,
         if bound == float("inf") or (best.cost is not None and bound >= best.cost.step_time_s):
             break
         solved += 1
-        for plan in {(q.tp, q.zero3, q.recompute, q.vocab_tp, q.vocab_zero3): q
+        for plan in {(q.tp, q.zero3, q.recompute, q.vocab_tp, q.vocab_zero3, q.ulysses): q
                      for q in cell.plans(p, limit, bins)}.values():
             best.offer(plan, cost_from_tables(p, plan, cell.tables, limit))
     return solved
 
 
-def _split_free_bound_s(m: int, tables: dict[tuple[int, int], PairTable]) -> float:
+def _split_free_bound_s(m: int, tables: dict[tuple[int, int, bool], PairTable]) -> float:
     """A step no plan of this (pp, m) beats under any split: the stages' per-micro-batch times
     ``t_i`` sum to the same ``T`` (each layer at its fastest choice, each stage's fixed part at the
     fastest vocabulary) whatever the split, so the 1F1B makespan ``sum_i t_i + (m - 1) max_i t_i``

@@ -89,16 +89,16 @@ def path(start: tuple[int, ...], end: tuple[int, ...]) -> list[tuple[int, ...]]:
 MAX_SPLITS = 5  # splits kept per cell: both ends and evenly spaced steps between them
 
 
-def balanced_splits(tables: dict[tuple[int, int], PairTable], vocab_keys: list[tuple[int, int]],
+def balanced_splits(tables: dict[tuple[int, int, bool], PairTable], vocab_keys: list[tuple[int, int, bool]],
                     m: int) -> list[tuple[int, ...]]:
     """Galvatron-BMW's candidate splits of one (pp, m) cell: the memory-balanced split, the
     time-balanced one and, of the one-layer steps between them (:func:`path`), evenly spaced ones
     up to :data:`MAX_SPLITS` in all (module docstring).
 
     Args:
-        tables: the cell's pair tables, ``(tp, zero) -> PairTable`` (any split: per-layer and
+        tables: the cell's pair tables, ``(tp, zero, ulysses) -> PairTable`` (any split: per-layer and
             per-stage-index costs do not depend on it).
-        vocab_keys: the (tp, zero) options of the vocabulary.
+        vocab_keys: the (tp, zero, False) options of the vocabulary.
         m: micro-batches per step (sets each stage's in-flight micro-batches).
     """
     pairs = list(tables.values())
