@@ -11,7 +11,9 @@ model: hidden 4096, 32 layers, FFN 11008, vocabulary 32000) at sequence 4096, gl
 one node of 8 GPUs with 40 GB (Galvatron ``--memory_constraint 40``; autopar's ``a100-40gb``,
 the GPU of the shipped hardware profile's ~154 GB/s all-reduce), bf16, tp at most 4 (the test
 profile's pipelined 'other' memory has no tp 8, where Galvatron 2.4.0 raises KeyError), 1F1B
-(``pipedream_flush``), Megatron sequence parallelism off (Galvatron's default).
+(``pipedream_flush``), Megatron sequence parallelism off (Galvatron's default). ``--ulysses``: both
+searches may also run a layer as DeepSpeed-Ulysses (Galvatron ``--sp_space tp+sp``; autopar's
+Ulysses layers need Megatron sequence parallelism, so its search has it on).
 
 What it prints: the CPU time of each search (``time.process_time``; Galvatron's search once, as it
 takes a minute; autopar's the best of 5 after one warm-up), each plan, and both plans costed under
@@ -65,6 +67,7 @@ def galvatron(python: str, mode: str, workdir: Path, *extra: str) -> str:
 def describe(plan: LayerwisePlan) -> str:
     """One line: pp, micro-batches, per-layer tp / ZeRO-3 / checkpoint counts, vocabulary."""
     tps = ",".join(f"tp{t}x{plan.tp.count(t)}" for t in sorted(set(plan.tp)))
+    tps += f" ulysses {sum(plan.ulysses)}/{plan.num_layers}" if any(plan.ulysses) else ""
     return (f"pp{plan.pp} chunks {plan.num_microbatches} {tps} zero3 {sum(plan.zero3)}/{plan.num_layers} "
             f"ckpt {sum(plan.recompute)}/{plan.num_layers} default {'ddp' if plan.default_zero == 0 else 'zero2'} "
             f"vtp {plan.vocab_tp}{' sdp' if plan.vocab_zero3 else ''}")
@@ -83,14 +86,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--galvatron-python", default=os.environ.get("AUTOPAR_GALVATRON_PYTHON"))
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--ulysses", action="store_true",
+                        help="both searches with per-layer Ulysses: Galvatron --sp_space tp+sp, autopar with Megatron "
+                             "sequence parallelism (its Ulysses layers need it)")
     args = parser.parse_args()
+    if args.ulysses:
+        GALVATRON_ARGS.extend(["--sp_space", "tp+sp"])
+    sp = bool(args.ulysses)
     p = problem()
     limit = (1 - MARGIN) * p.cluster.device.memory_bytes
-    search_layerwise(p, max_tp=MAX_TP, memory_limit_bytes=limit)  # warm-up (imports, numpy first calls)
+    search_layerwise(p, max_tp=MAX_TP, memory_limit_bytes=limit, sp=sp)  # warm-up (imports, numpy first calls)
     times = []
     for _ in range(5):
         start = time.process_time()
-        ours = search_layerwise(p, max_tp=MAX_TP, memory_limit_bytes=limit)
+        ours = search_layerwise(p, max_tp=MAX_TP, memory_limit_bytes=limit, sp=sp)
         times.append(time.process_time() - start)
     out = args.out or Path(os.environ.get("TMPDIR", "/tmp")) / "bench_layerwise"
     out.mkdir(parents=True, exist_ok=True)
