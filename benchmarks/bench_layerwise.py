@@ -35,6 +35,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from autopar.errors import AutoparError
 from autopar.export import galvatron_layerwise
 from autopar.layerwise import LayerwisePlan, evaluate_plan, search_layerwise
 from autopar.problem import Problem
@@ -113,7 +114,11 @@ def main() -> None:
         seconds = float(next(x for x in stdout.splitlines() if x.startswith("SEARCH_SECONDS")).split()[1])
         path = next(x for x in stdout.splitlines() if x.startswith("PLAN ")).split(" ", 1)[1]
         docs["galvatron"] = json.loads(Path(path).read_text())  # keeps its tp_consecutive_flags
-        plans["galvatron"] = galvatron_layerwise.read(docs["galvatron"], path)
+        try:
+            plans["galvatron"] = galvatron_layerwise.read(docs["galvatron"], path)
+        except AutoparError as e:  # e.g. vsp 1 (its --ulysses plans): costed by Galvatron's model only
+            print(f"autopar cannot cost Galvatron's plan: {e}")
+            plans["galvatron"] = None
         result["galvatron_search_cpu_s"] = seconds
         print(f"Galvatron 2.4.0 search (settle_bsz {GBS}): {seconds:.1f} CPU s; autopar is "
               f"{seconds / min(times):.0f}x faster")
@@ -129,19 +134,21 @@ def main() -> None:
         galvatron_cost = {k: by_path[str(v)] for k, v in paths.items()}
     for name, plan in plans.items():
         (out / f"{name}_plan.json").write_text(json.dumps(docs[name], indent=2) + "\n")
-        ours_cost = evaluate_plan(p, plan, limit)
-        row = {"plan": describe(plan), "autopar_step_s": ours_cost.step_time_s,
-               "autopar_peak_gib": ours_cost.peak_memory_bytes / 2 ** 30, "autopar_fits": ours_cost.fits}
+        row: dict = {"plan": describe(plan) if plan else json.dumps(docs[name])}
         print(f"{name:9s} {row['plan']}")
-        print(f"          autopar model {row['autopar_step_s']:.3f} s/step, peak {row['autopar_peak_gib']:.1f} GiB "
-              f"{'fits' if row['autopar_fits'] else 'OUT OF MEMORY'}")
+        if plan is not None:
+            ours_cost = evaluate_plan(p, plan, limit)
+            row.update(autopar_step_s=ours_cost.step_time_s, autopar_peak_gib=ours_cost.peak_memory_bytes / 2 ** 30,
+                       autopar_fits=ours_cost.fits)
+            print(f"          autopar model {row['autopar_step_s']:.3f} s/step, peak {row['autopar_peak_gib']:.1f} "
+                  f"GiB {'fits' if row['autopar_fits'] else 'OUT OF MEMORY'}")
         if galvatron_cost:
             theirs = galvatron_cost[(name, "plan")]
             row.update(galvatron_step_s=theirs["step_s"], galvatron_peak_mb=max(theirs["stage_memory_mb"]),
                        galvatron_fits=theirs["fits"])
             print(f"          Galvatron model {row['galvatron_step_s']:.3f} s/step, peak {row['galvatron_peak_mb']:.0f} "
                   f"MB of {theirs['memory_budget_mb']:.0f} {'fits' if row['galvatron_fits'] else 'OUT OF MEMORY'}")
-            if any(plan.zero3):  # what the ZeRO-3 layers cost under each model
+            if plan is not None and any(plan.zero3):  # what the ZeRO-3 layers cost under each model
                 off = plan.model_copy(update={"zero3": (False,) * plan.num_layers})
                 row["zero3_cost_autopar_s"] = row["autopar_step_s"] - evaluate_plan(p, off).step_time_s
                 row["zero3_cost_galvatron_s"] = row["galvatron_step_s"] - galvatron_cost[(name, "zero3_off")]["step_s"]

@@ -71,7 +71,7 @@ EstimateTarget = Annotated[Optional[str], typer.Option(
     "--target", help="cost the layout as this export format runs it (search --target's mechanism): megatron | "
     "megatron-bridge | mindspeed | torchtitan | deepspeed | sapp | galvatron (e.g. FSDP's gradient reduced once per "
     "step); a layout the format's writer refuses, or a format that does not run on --device, is refused "
-    "[default: megatron; mindspeed on Ascend]")]
+    "[default: costed as megatron (mindspeed on Ascend) without refusing what its writer cannot write]")]
 EstimatePlot = Annotated[Optional[str], typer.Option(
     "--plot", help="also write this layout's simulated pipeline timeline and memory per stage (.png, .svg or .pdf)")]
 
@@ -111,6 +111,7 @@ def estimate(
                  flash_attention, vocab_pad, script, vocab_size, moe_token_imbalance, fp8_param_storage,
                                  fp8_recipe=fp8_recipe)
     layout = layout_options(p, locals())
+    given = target is not None
     p, target = as_target(p, target)
     from autopar.cli.profile import print_coverage, profiled
 
@@ -118,7 +119,8 @@ def estimate(
         if not 0 <= memory_margin < 1:
             raise AutoparError(f"--memory-margin={memory_margin}: must be in [0, 1)")
         strategy = strategy_from_options(p, script, layout, dp, schedule, target)
-        refuse_unrunnable(p, target, strategy)
+        if given:  # without --target: the layout as modelled, whatever format runs it
+            refuse_unrunnable(p, target, strategy)
         result = run_estimate(p, strategy, memory_margin)
         measured = coverage and coverage([result.strategy])
     if as_json:
