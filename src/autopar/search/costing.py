@@ -89,13 +89,14 @@ def _bounding_stages(p: Problem, batch: LayoutBatch, distinct: Distinct | None) 
     return [v.take(inverse) for v in bounding_stages(p, batch.take(first))]
 
 
-def search_costs(p: Problem, batch: LayoutBatch, capacity_bytes: float, keys: np.ndarray | None = None) -> StepCosts:
+def search_costs(p: Problem, batch: LayoutBatch, capacity_bytes: float, keys: np.ndarray | None = None,
+                 reads: dict[str, frozenset[str]] | None = None) -> StepCosts:
     """Step costs of the search's layouts (``(n,)`` arrays): the peak memory of every layout, the
     step time, breakdown, tokens/s per device and MFU of those whose peak is at most
     ``capacity_bytes`` (``inf`` / ``nan`` for the others; see the module docstring). ``memory`` is
     empty (the search keeps only the peak). ``keys`` (:attr:`ValidSpace.keys`): cost each term once
-    per distinct key of what it reads (:class:`autopar.search.distinct.Distinct`)."""
-    distinct = None if keys is None else Distinct(keys)
+    per distinct key of what it reads (:class:`autopar.search.distinct.Distinct`, sharing ``reads``)."""
+    distinct = None if keys is None else Distinct(keys, reads)
     views = _bounding_stages(p, batch, distinct)
     peak = _cost_memory(p, batch, views, distinct)
     fit = np.flatnonzero(peak <= capacity_bytes)

@@ -49,12 +49,13 @@ def _first_of_each(code: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 class Distinct:
     """Row keys of a search's valid batch (``keys``: ``(n, 7)`` block and factor indices,
     :attr:`autopar.search.valid_space.ValidSpace.keys`) and the runner of functions once per
-    distinct key."""
+    distinct key. ``reads`` (function name -> the factors it reads) may be shared by the chunks
+    of one search (:mod:`autopar.search.stream`): what a cost term reads does not depend on the rows."""
 
-    def __init__(self, keys: np.ndarray) -> None:
+    def __init__(self, keys: np.ndarray, reads: dict[str, frozenset[str]] | None = None) -> None:
         self.keys = keys
         self._codes: dict[frozenset[str], np.ndarray] = {}
-        self._reads: dict[str, frozenset[str]] = {}
+        self._reads: dict[str, frozenset[str]] = {} if reads is None else reads  # shared across a search's chunks
 
     def _code(self, factors: frozenset[str]) -> np.ndarray:
         """Dense code ``0..m-1`` per valid row of (block, the indices of ``factors``)."""
