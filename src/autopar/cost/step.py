@@ -112,12 +112,13 @@ def evaluate(p: Problem, batch: LayoutBatch, views: list[Stages], counts: list[n
 
 def combine(p: Problem, batch: LayoutBatch, counts: list[np.ndarray], times: list[T.StageTime],
             dp: list[np.ndarray], opt: list[np.ndarray], peak: np.ndarray,
-            memories: list[MemoryBreakdown]) -> StepCosts:
+            memories: list[MemoryBreakdown], flops_per_token: float | None = None) -> StepCosts:
     """The step costs of ``batch`` from its views' stage ``times``, exposed data-parallel times
     ``dp`` and optimizer times ``opt`` (one ``(n,)`` entry per view; ``counts`` as in
     :func:`evaluate`) and its ``peak`` memory (bytes): the pipeline makespan of the module
     docstring plus the hand-offs, the data-parallel traffic and the optimizer step of the slowest
-    stage."""
+    stage. ``flops_per_token``: :func:`model_flops_per_token` of ``p`` where the caller has it
+    (the search costs many chunks of one problem)."""
     totals = np.stack([t.total_s for t in times])
     bottleneck = np.argmax(totals, axis=0)
     rows = np.arange(len(batch))
@@ -151,5 +152,6 @@ def combine(p: Problem, batch: LayoutBatch, counts: list[np.ndarray], times: lis
     step = makespan + pp_comm + dp_comm + optimizer
     tokens = p.train.tokens_per_step
     tps = tokens / step / p.world_size
-    mfu = model_flops_per_token(p) * tokens / (step * p.world_size * p.cluster.device.peak(p.train.precision))
+    flops_per_token = model_flops_per_token(p) if flops_per_token is None else flops_per_token
+    mfu = flops_per_token * tokens / (step * p.world_size * p.cluster.device.peak(p.train.precision))
     return StepCosts(step, breakdown, peak, memories, tps, mfu, stage_times=times, stage_dp_s=dp)

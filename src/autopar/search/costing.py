@@ -62,10 +62,10 @@ def _cost_memory(p: Problem, batch: LayoutBatch, views: list[Stages], distinct: 
 
 
 def _cost_time(p: Problem, valid: LayoutBatch, views: list[Stages], peak: np.ndarray, fit: np.ndarray,
-               distinct: Distinct | None) -> StepCosts:
+               distinct: Distinct | None, flops_per_token: float | None = None) -> StepCosts:
     """:func:`autopar.cost.step.combine` of the ``valid`` rows at ``fit`` (``views``: the valid
     rows' stage views; ``peak``: the fitting rows' peaks) with each view timed on its own rows."""
-    batch = valid.take(fit)
+    batch = valid if len(fit) == len(valid) else valid.take(fit)  # fit: increasing row indices
     parts = []  # per view: (StageTime, dp, opt) on its own rows
     for j, rows in enumerate(_own_rows(batch)):
         sub, stages = batch.take(rows), views[j].take(fit[rows])
@@ -77,7 +77,7 @@ def _cost_time(p: Problem, valid: LayoutBatch, views: list[Stages], peak: np.nda
     times = [T.StageTime(**{name: full[name][j] for name in names}) for j in range(3)]
     dp = _views_of(batch, [d for _, d, _ in parts])
     opt = _views_of(batch, [o for _, _, o in parts])
-    return combine(p, batch, view_counts(batch), times, dp, opt, peak, [])
+    return combine(p, batch, view_counts(batch), times, dp, opt, peak, [], flops_per_token)
 
 
 def _bounding_stages(p: Problem, batch: LayoutBatch, distinct: Distinct | None) -> list[Stages]:
@@ -90,12 +90,13 @@ def _bounding_stages(p: Problem, batch: LayoutBatch, distinct: Distinct | None) 
 
 
 def search_costs(p: Problem, batch: LayoutBatch, capacity_bytes: float, keys: np.ndarray | None = None,
-                 reads: dict[str, frozenset[str]] | None = None) -> StepCosts:
+                 reads: dict[str, frozenset[str]] | None = None, flops_per_token: float | None = None) -> StepCosts:
     """Step costs of the search's layouts (``(n,)`` arrays): the peak memory of every layout, the
     step time, breakdown, tokens/s per device and MFU of those whose peak is at most
     ``capacity_bytes`` (``inf`` / ``nan`` for the others; see the module docstring). ``memory`` is
     empty (the search keeps only the peak). ``keys`` (:attr:`ValidSpace.keys`): cost each term once
-    per distinct key of what it reads (:class:`autopar.search.distinct.Distinct`, sharing ``reads``)."""
+    per distinct key of what it reads (:class:`autopar.search.distinct.Distinct`, sharing ``reads``).
+    ``flops_per_token``: :func:`autopar.cost.flops.model_flops_per_token` of ``p``, if known."""
     distinct = None if keys is None else Distinct(keys, reads)
     views = _bounding_stages(p, batch, distinct)
     peak = _cost_memory(p, batch, views, distinct)
@@ -105,7 +106,7 @@ def search_costs(p: Problem, batch: LayoutBatch, capacity_bytes: float, keys: np
     breakdown = {key: np.full(n, np.nan) for key in TIME_KEYS}
     tps, mfu = np.full(n, np.nan), np.full(n, np.nan)
     if len(fit):
-        costs = _cost_time(p, batch, views, peak[fit], fit, distinct)
+        costs = _cost_time(p, batch, views, peak[fit], fit, distinct, flops_per_token)
         step[fit], tps[fit], mfu[fit] = costs.step_time_s, costs.tokens_per_s_per_device, costs.mfu
         for key, value in costs.time_breakdown_s.items():
             breakdown.setdefault(key, np.full(n, np.nan))[fit] = value
