@@ -28,7 +28,7 @@ from autopar.cost.step import StepCosts
 from autopar.layout_batch import LayoutBatch
 from autopar.problem import Problem
 from autopar.progress import advance, phase
-from autopar.search.costing import search_costs
+from autopar.search.costing import Bound, search_costs
 from autopar.search.valid_space import SpaceCount, valid_block_rows
 from autopar.space import batch_of
 from autopar.strategy import SIMPLICITY_ORDER
@@ -84,6 +84,28 @@ def _shortlist(fit: np.ndarray, rounded_s: np.ndarray, marginal: np.ndarray, kee
     return np.sort(np.concatenate([comfortable, tight[rounded_s[tight] <= bound]]))
 
 
+BOUND_SLACK_S = 1e-5  # a lower bound this far above the last kept step time rules a layout out despite rounding
+
+
+def _bound(top: Ranked | None, keep: int, marginal_bytes: float) -> Bound | None:
+    """Which fitting layouts can still enter a full running top of ``keep``: those that would not
+    rank after its last entry (:meth:`Ranked.order`), judged by their peak (marginal above
+    ``marginal_bytes``) and a lower bound of their step time
+    (:func:`autopar.cost.step.step_lower_bound_s`): a layout is ruled out when it is marginal and
+    the last entry is not, or when both are alike and its bound exceeds the last entry's step
+    time by more than :data:`BOUND_SLACK_S` (rounding to the microsecond cannot bring it back)."""
+    if top is None or len(top.index) < keep:
+        return None
+    last_marginal, last_s = bool(top.marginal[-1]), float(top.step_s[-1])
+
+    def bound(peak_bytes: np.ndarray, lower_bound_s: np.ndarray) -> np.ndarray:
+        marginal = peak_bytes > marginal_bytes
+        later = lower_bound_s > last_s + BOUND_SLACK_S
+        return ~(later & (marginal == last_marginal)) if last_marginal else ~(marginal | later)
+
+    return bound
+
+
 def _chunks(count: SpaceCount) -> Iterator[list[int]]:
     """The blocks with valid layouts, in order, grouped into chunks of about :data:`CHUNK_ROWS` rows."""
     chunk, rows = [], 0
@@ -124,7 +146,7 @@ def stream_costs(p: Problem, count: SpaceCount, memory_margin: float, keep: int)
             parts = [valid_block_rows(count, b) for b in chunk]
             batch = batch_of(p, np.concatenate([rows for rows, _ in parts]))
             costs: StepCosts = search_costs(p, batch, capacity, np.concatenate([keys for _, keys in parts]), reads,
-                                            flops_per_token)
+                                            flops_per_token, _bound(top, keep, (1 - memory_margin) * capacity))
             peak = costs.peak_memory_bytes
             light = int(np.argmin(peak))
             if peak[light] < lightest_peak:
@@ -134,9 +156,10 @@ def stream_costs(p: Problem, count: SpaceCount, memory_margin: float, keep: int)
             fit = np.flatnonzero(fits)
             fitting += len(fit)
             marginal_total += int(marginal.sum())
-            if len(fit):
-                step = costs.step_time_s
-                rows = _shortlist(fit, np.round(step, 6), marginal, keep)
+            step = costs.step_time_s
+            timed = fit[np.isfinite(step[fit])]  # the others cannot enter the top (_bound)
+            if len(timed):
+                rows = _shortlist(timed, np.round(step, 6), marginal, keep)
                 found = Ranked(batch.take(rows), step[rows], peak[rows], marginal[rows], offset + rows)
                 top = Ranked.merge(top, found, keep)
             offset += len(batch)
