@@ -7,6 +7,13 @@ rows are costed once and copied (the cost functions are row-wise, so the copies 
 a full pass gives). The peak memory decides what fits; the step time of a layout that does not
 fit is never ranked, so it is not costed (``inf``; its breakdown, tokens/s and MFU ``nan``).
 The numbers of the layouts that fit are those of :func:`autopar.cost.step.evaluate`.
+Memory is costed as its three parts (:func:`autopar.cost.memory.stage_state`,
+:func:`~autopar.cost.memory.stage_activation_bytes`, :func:`~autopar.cost.memory.stage_buffers`),
+each once per distinct value of the knobs it reads, summed as
+:func:`autopar.cost.memory.stage_memory` sums them. With a ``bound`` (the streamed search), stage 0
+is timed first and a fitting layout whose step-time lower bound
+(:func:`autopar.cost.step.step_lower_bound_s`) rules it out of the running top is not timed
+further (``inf``, as a layout that does not fit).
 """
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""Grid search: enumerate, reject by rule, cost the rest at once, drop what does not fit, rank.
+"""Grid search: count the space, reject by rule, cost the valid layouts chunk by chunk, drop what
+does not fit, rank (:mod:`autopar.search.stream`; Galvatron's variants and ``--explain`` go
+through the whole batch at once, :func:`costed_grid`).
 
 Ranking: layouts that fit comfortably first, then marginal ones (within the memory margin of
 the device limit), each group by predicted step time (equivalently tokens/s/device, since the
