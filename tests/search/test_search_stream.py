@@ -37,7 +37,7 @@ def test_qwen3_moe_on_16_h100_as_before():
 
 def test_walk_past_refused_layouts_as_before(monkeypatch):
     """torchtitan refuses 63 fitting layouts on the way to the top 4; with a running top of only
-    16 kept per pass the search must ask for more and still find the same 4 and the same 63
+    16 kept in the first pass the search must make a second and still find the same 4 and the same 63
     (numbers from main at fce0c05, whose MoE model changed after 2753c63)."""
     monkeypatch.setattr(stream, "CHUNK_ROWS", 4096)  # many chunks to merge
     monkeypatch.setattr("autopar.search.grid.KEEP", 8)

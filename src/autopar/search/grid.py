@@ -36,7 +36,7 @@ from autopar.search.constraints import Constraint, apply_constraints, widen_spac
 from autopar.search.costing import search_costs
 from autopar.search.stream import KEEP, stream_costs
 from autopar.search.valid_space import ValidSpace, count_space, valid_layouts
-from autopar.space import SpaceOptions, check_size, enumerate_layouts
+from autopar.space import MAX_LAYOUTS, SpaceOptions, check_size, enumerate_layouts
 from autopar.strategy import DEFAULT_RECOMPUTE_MODULES, SIMPLICITY_ORDER, Strategy
 
 GIB = 2**30
@@ -347,14 +347,14 @@ def search(
     with timings() as phases_s:
         p, options = for_search(p, target, options)
         keep = max(KEEP, 4 * top_k)
-        while True:  # a walk past the first `keep` (many layouts the target refuses) asks for more
+        while True:  # a walk past the first `keep` (many layouts the target refuses): a second pass keeps all
             ranking, enumerated, rejected, removed, out_of_memory, marginal = _ranked(
                 p, memory_margin, options, constraints, keep)
             try:
                 layouts, refused = _top(p, ranking, top_k, memory_margin, target)
                 break
             except _MoreNeeded:
-                keep *= 16
+                keep = MAX_LAYOUTS
     return SearchResult(
         layouts=layouts,
         enumerated=enumerated,

@@ -60,12 +60,16 @@ class Ranked:
         return np.lexsort((self.index,) + ties + (np.round(self.step_s, 6), self.marginal))
 
     @staticmethod
+    def concat(parts: list["Ranked"]) -> "Ranked":
+        """The entries of ``parts`` one after the other."""
+        return Ranked(LayoutBatch.concat([r.batch for r in parts]), *(np.concatenate([getattr(r, name) for r in parts])
+                      for name in ("step_s", "peak_bytes", "marginal", "index")))
+
+    @staticmethod
     def merge(a: "Ranked | None", b: "Ranked", keep: int) -> "Ranked":
         """The first ``keep`` entries of ``a`` and ``b`` together, best first."""
         if a is not None:
-            b = Ranked(LayoutBatch.concat([a.batch, b.batch]), np.concatenate([a.step_s, b.step_s]),
-                       np.concatenate([a.peak_bytes, b.peak_bytes]), np.concatenate([a.marginal, b.marginal]),
-                       np.concatenate([a.index, b.index]))
+            b = Ranked.concat([a, b])
         return b.take(b.order()[:keep])
 
 
@@ -140,6 +144,7 @@ def stream_costs(p: Problem, count: SpaceCount, memory_margin: float, keep: int)
     reads: dict = {}  # which factors each cost term reads, found once for every chunk
     flops_per_token = model_flops_per_token(p)
     top, fitting, marginal_total, offset = None, 0, 0, 0
+    every: list[Ranked] = []
     lightest, lightest_peak = None, np.inf
     with phase("cost", total=count.valid, description=f"costing {count.valid:,} valid layouts"):
         for chunk in _chunks(count):
@@ -161,8 +166,13 @@ def stream_costs(p: Problem, count: SpaceCount, memory_margin: float, keep: int)
             if len(timed):
                 rows = _shortlist(timed, np.round(step, 6), marginal, keep)
                 found = Ranked(batch.take(rows), step[rows], peak[rows], marginal[rows], offset + rows)
-                top = Ranked.merge(top, found, keep)
+                if keep >= count.valid:  # everything kept: one sort at the end
+                    every.append(found)
+                else:
+                    top = Ranked.merge(top, found, keep)
             offset += len(batch)
             advance(len(batch))
+    if every:
+        top = Ranked.merge(None, Ranked.concat(every), keep)
     assert lightest is not None  # count.valid > 0: the caller refuses an empty space first
     return Streamed(top, fitting > keep, fitting, marginal_total, lightest, lightest_peak)
