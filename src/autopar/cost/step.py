@@ -111,6 +111,18 @@ def evaluate(p: Problem, batch: LayoutBatch, views: list[Stages], counts: list[n
     return combine(p, batch, counts, times, dp, opt, peak, memories)
 
 
+_LAST_FLOPS: list = [None, 0.0]  # the last Problem combined and its model FLOPs per token
+
+
+def _flops_per_token(p: Problem) -> float:
+    """:func:`model_flops_per_token` of ``p``, kept for the last problem (a frozen dataclass of
+    frozen specs): a search re-costs its top layouts with many :func:`evaluate` calls on one
+    problem, and the count walks every layer in Python."""
+    if _LAST_FLOPS[0] is not p:
+        _LAST_FLOPS[:] = [p, model_flops_per_token(p)]
+    return _LAST_FLOPS[1]
+
+
 def step_lower_bound_s(num_microbatches: np.ndarray, first_stage: T.StageTime) -> np.ndarray:
     """A lower bound of :func:`combine`'s step time (s, ``(n,)``) from the first stage's time
     alone: ``num_microbatches * t_0`` with ``t_0`` stage 0's per-micro-batch total (``(n,)`` each).
@@ -125,13 +137,12 @@ def step_lower_bound_s(num_microbatches: np.ndarray, first_stage: T.StageTime) -
 
 def combine(p: Problem, batch: LayoutBatch, counts: list[np.ndarray], times: list[T.StageTime],
             dp: list[np.ndarray], opt: list[np.ndarray], peak: np.ndarray,
-            memories: list[MemoryBreakdown], flops_per_token: float | None = None) -> StepCosts:
+            memories: list[MemoryBreakdown]) -> StepCosts:
     """The step costs of ``batch`` from its views' stage ``times``, exposed data-parallel times
     ``dp`` and optimizer times ``opt`` (one ``(n,)`` entry per view; ``counts`` as in
     :func:`evaluate`) and its ``peak`` memory (bytes): the pipeline makespan of the module
     docstring plus the hand-offs, the data-parallel traffic and the optimizer step of the slowest
-    stage. ``flops_per_token``: :func:`model_flops_per_token` of ``p`` where the caller has it
-    (the search costs many chunks of one problem)."""
+    stage."""
     totals = np.stack([t.total_s for t in times])
     bottleneck = np.argmax(totals, axis=0)
     rows = np.arange(len(batch))
@@ -165,6 +176,5 @@ def combine(p: Problem, batch: LayoutBatch, counts: list[np.ndarray], times: lis
     step = makespan + pp_comm + dp_comm + optimizer
     tokens = p.train.tokens_per_step
     tps = tokens / step / p.world_size
-    flops_per_token = model_flops_per_token(p) if flops_per_token is None else flops_per_token
-    mfu = flops_per_token * tokens / (step * p.world_size * p.cluster.device.peak(p.train.precision))
+    mfu = _flops_per_token(p) * tokens / (step * p.world_size * p.cluster.device.peak(p.train.precision))
     return StepCosts(step, breakdown, peak, memories, tps, mfu, stage_times=times, stage_dp_s=dp)

@@ -82,8 +82,7 @@ def _cost_memory(p: Problem, batch: LayoutBatch, views: list[Stages], distinct: 
 
 
 def _cost_time(p: Problem, valid: LayoutBatch, views: list[Stages], peak: np.ndarray, fit: np.ndarray,
-               distinct: Distinct | None, flops_per_token: float | None = None,
-               bound: Bound | None = None) -> tuple[StepCosts | None, np.ndarray]:
+               distinct: Distinct | None, bound: Bound | None = None) -> tuple[StepCosts | None, np.ndarray]:
     """:func:`autopar.cost.step.combine` of the ``valid`` rows at ``fit`` (``views``: the valid
     rows' stage views; ``peak``: the fitting rows' peaks) with each view timed on its own rows,
     and the rows it costed: with ``bound``, stage 0 is timed first and only the rows ``bound``
@@ -112,7 +111,7 @@ def _cost_time(p: Problem, valid: LayoutBatch, views: list[Stages], peak: np.nda
     times = [T.StageTime(**{name: full[name][j] for name in names}) for j in range(3)]
     dp = _views_of(batch, [d for _, d, _ in parts])
     opt = _views_of(batch, [o for _, _, o in parts])
-    return combine(p, batch, view_counts(batch), times, dp, opt, peak, [], flops_per_token), fit
+    return combine(p, batch, view_counts(batch), times, dp, opt, peak, []), fit
 
 
 def _bounding_stages(p: Problem, batch: LayoutBatch, distinct: Distinct | None) -> list[Stages]:
@@ -125,14 +124,12 @@ def _bounding_stages(p: Problem, batch: LayoutBatch, distinct: Distinct | None) 
 
 
 def search_costs(p: Problem, batch: LayoutBatch, capacity_bytes: float, keys: np.ndarray | None = None,
-                 reads: dict[str, frozenset[str]] | None = None, flops_per_token: float | None = None,
-                 bound: Bound | None = None) -> StepCosts:
+                 reads: dict[str, frozenset[str]] | None = None, bound: Bound | None = None) -> StepCosts:
     """Step costs of the search's layouts (``(n,)`` arrays): the peak memory of every layout, the
     step time, breakdown, tokens/s per device and MFU of those whose peak is at most
     ``capacity_bytes`` (``inf`` / ``nan`` for the others; see the module docstring). ``memory`` is
     empty (the search keeps only the peak). ``keys`` (:attr:`ValidSpace.keys`): cost each term once
     per distinct key of what it reads (:class:`autopar.search.distinct.Distinct`, sharing ``reads``).
-    ``flops_per_token``: :func:`autopar.cost.flops.model_flops_per_token` of ``p``, if known.
     ``bound(peak_bytes, lower_bound_s)``: which fitting layouts to time fully, given their peaks
     and a lower bound of their step time (:func:`autopar.cost.step.step_lower_bound_s`); the others keep step ``inf``
     like the layouts that do not fit (the streamed search drops those that cannot reach its top)."""
@@ -146,7 +143,7 @@ def search_costs(p: Problem, batch: LayoutBatch, capacity_bytes: float, keys: np
     tps, mfu = np.full(n, np.nan), np.full(n, np.nan)
     costs = None
     if len(fit):
-        costs, fit = _cost_time(p, batch, views, peak[fit], fit, distinct, flops_per_token, bound)
+        costs, fit = _cost_time(p, batch, views, peak[fit], fit, distinct, bound)
     if costs is not None:
         step[fit], tps[fit], mfu[fit] = costs.step_time_s, costs.tokens_per_s_per_device, costs.mfu
         for key, value in costs.time_breakdown_s.items():

@@ -23,7 +23,6 @@ from typing import Iterator
 
 import numpy as np
 
-from autopar.cost.flops import model_flops_per_token
 from autopar.cost.step import StepCosts
 from autopar.layout_batch import LayoutBatch
 from autopar.problem import Problem
@@ -142,7 +141,6 @@ def stream_costs(p: Problem, count: SpaceCount, memory_margin: float, keep: int)
     ones in ranking order (see the module docstring)."""
     capacity = p.cluster.device.memory_bytes
     reads: dict = {}  # which factors each cost term reads, found once for every chunk
-    flops_per_token = model_flops_per_token(p)
     top, fitting, marginal_total, offset = None, 0, 0, 0
     every: list[Ranked] = []
     lightest, lightest_peak = None, np.inf
@@ -151,7 +149,7 @@ def stream_costs(p: Problem, count: SpaceCount, memory_margin: float, keep: int)
             parts = [valid_block_rows(count, b) for b in chunk]
             batch = batch_of(p, np.concatenate([rows for rows, _ in parts]))
             costs: StepCosts = search_costs(p, batch, capacity, np.concatenate([keys for _, keys in parts]), reads,
-                                            flops_per_token, _bound(top, keep, (1 - memory_margin) * capacity))
+                                            _bound(top, keep, (1 - memory_margin) * capacity))
             peak = costs.peak_memory_bytes
             light = int(np.argmin(peak))
             if peak[light] < lightest_peak:
