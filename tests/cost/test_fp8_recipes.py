@@ -154,8 +154,11 @@ def test_megatron_bridge_names_the_recipe_or_refuses():
         "bf16_with_fp8_subchannel_scaling_mixed"
     with pytest.raises(AutoparError, match="bf16_with_fp8_subchannel_scaling_mixed .* sets fp8_param_gather=False"):
         mixed_precision(make_problem("llama3-8b", fp8_recipe="blockwise", fp8_param_storage=True, **s))
-    with pytest.raises(AutoparError, match="current-scaling recipe keeps the first and last layers in bf16"):
+    # current scaling: Megatron-Bridge's recipe keeps the first and last layer in bf16 (mixed_precision.py)
+    with pytest.raises(AutoparError, match="keeps 1,1 first,last layers in bf16, the plan 0,0"):
         mixed_precision(make_problem("llama3-8b", fp8_recipe="tensorwise", fp8_param_storage=True, **s))
+    assert mixed_precision(make_problem("llama3-8b", fp8_recipe="tensorwise", fp8_param_storage=True,
+                                        fp8_bf16_layers=(1, 1), **s)) == "bf16_with_fp8_current_scaling_mixed"
 
 
 @pytest.mark.parametrize("recipe, framework, fused", [

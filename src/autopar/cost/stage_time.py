@@ -38,6 +38,7 @@ from autopar.cost import (
     activation_offload,
     comm,
     cp_comm,
+    fp8_bf16_layers,
     framework,
     grad_accumulation,
     host,
@@ -88,7 +89,9 @@ def stage_time(p: Problem, batch: LayoutBatch, stages: Stages) -> StageTime:
     dense = C.layer_forward_times(p, batch, moe=False)
     moe = C.layer_forward_times(p, batch, moe=True) if p.model.is_moe else dense
     first, last = stages.is_first(), stages.is_last(batch)
-    layers_fwd = n_dense * dense.forward_s + n_moe * moe.forward_s
+    # fp8 training's bf16 first/last layers (autopar.cost.fp8_bf16_layers): their bf16-over-fp8 seconds
+    bf16_fwd, bf16_bwd = fp8_bf16_layers.layer_time_deltas(p, batch, stages, dense, moe)
+    layers_fwd = n_dense * dense.forward_s + n_moe * moe.forward_s + bf16_fwd
     extra_fwd = np.where(first, C.embedding_forward_time_s(p, batch), 0.0) + np.where(
         last, C.output_forward_time_s(p, batch), 0.0) + np.where(
         stages.holds_mtp(batch), mtp.forward_s(p, batch, dense.forward_s, moe.forward_s), 0.0)
@@ -156,7 +159,7 @@ def stage_time(p: Problem, batch: LayoutBatch, stages: Stages) -> StageTime:
         ep = ep + np.where(stages.holds_mtp(batch), mtp.ep_comm_s(p, batch), 0.0)
     else:
         ep = np.zeros(len(batch))
-    backward = 2 * (forward - layers_fwd) + n_dense * dense.backward() + n_moe * moe.backward()
+    backward = 2 * (forward - layers_fwd) + n_dense * dense.backward() + n_moe * moe.backward() + bf16_bwd
     if p.train.activation_offload_layers:  # host-link copies beyond the layers they hide under
         layers = np.maximum(stages.layers, 1)
         backward = backward + activation_offload.exposed_s(

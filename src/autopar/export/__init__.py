@@ -14,6 +14,7 @@ from typing import Callable
 from autopar.errors import AutoparError
 from autopar.export import galvatron, megatron, megatron_bridge, megatron_deepspeed, mindspeed, sapp, torchtitan
 from autopar.export.galvatron_only import refusing_galvatron_knobs
+from autopar.export.v_schedules import refusing_v_schedules
 from autopar.problem import Problem
 from autopar.strategy import Strategy
 
@@ -25,7 +26,8 @@ def megatron_only_features(fmt: str, write: Callable[[Problem, Strategy], str],
     dtypes, optimizer offload or bf16 main gradients (``--use-precision-aware-optimizer``,
     ``--optimizer-cpu-offload``, ``--grad-reduce-in-bf16``), CUDA graphs (``--cuda-graph-impl``;
     Megatron-Bridge writes them as ``model.cuda_graph_impl``/``cuda_graph_scope``), activation CPU
-    offloading (Megatron-Bridge: ``model.cpu_offloading``),
+    offloading (Megatron-Bridge: ``model.cpu_offloading``), fp8 bf16 first/last layers
+    (Megatron-Bridge: its current-scaling recipe),
     and with ``model_features`` sliding-window layers and attention sinks (``--window-size``,
     ``--softmax-type learnable``), which this format's writer would drop. Megatron-Bridge builds
     the model from its recipe (window layers included) but sets fp32 optimizer state itself
@@ -42,6 +44,10 @@ def megatron_only_features(fmt: str, write: Callable[[Problem, Strategy], str],
         if t.activation_offload_layers and fmt != "megatron-bridge":
             raise AutoparError(f"export --format {fmt}: activation CPU offloading is Megatron-Core's "
                                "(TransformerConfig.cpu_offloading); use --format megatron-bridge, or plan without it")
+        if t.bf16_end_layers != (0, 0) and fmt != "megatron-bridge":
+            raise AutoparError(f"export --format {fmt}: fp8 training with bf16 first/last layers is Megatron's "
+                               "(--first-last-layers-bf16); use --format megatron or megatron-bridge, or plan without "
+                               "--fp8-bf16-layers")
         if t.cuda_graph_impl != "none" and fmt != "megatron-bridge":
             raise AutoparError(f"export --format {fmt}: CUDA graph capture (--cuda-graph-impl {t.cuda_graph_impl}) is "
                                "Megatron-LM's; use --format megatron or megatron-bridge, or plan without it")
@@ -60,9 +66,19 @@ _WRITERS: dict[str, Callable[[Problem, Strategy], str]] = {
         ("torchtitan", torchtitan.write), ("deepspeed", megatron_deepspeed.write), ("galvatron", galvatron.write),
         ("sapp", sapp.write))},
 }
-# Galvatron's own knobs (GPipe, vtp/vsp, non-consecutive TP) are refused by every other writer.
-WRITERS: dict[str, Callable[[Problem, Strategy], str]] = {
-    fmt: write if fmt == "galvatron" else refusing_galvatron_knobs(fmt, write) for fmt, write in _WRITERS.items()}
+
+
+def _refusing_others(fmt: str, write: Callable[[Problem, Strategy], str]) -> Callable[[Problem, Strategy], str]:
+    """``write`` refusing the knobs of the other frameworks: Galvatron's own (GPipe, vtp/vsp,
+    non-consecutive TP; :mod:`autopar.export.galvatron_only`) and torchtitan's V schedules (ZB-V,
+    DualPipeV; :mod:`autopar.export.v_schedules`)."""
+    if fmt != "galvatron":
+        write = refusing_galvatron_knobs(fmt, write)
+    return write if fmt == "torchtitan" else refusing_v_schedules(fmt, write)
+
+
+WRITERS: dict[str, Callable[[Problem, Strategy], str]] = {fmt: _refusing_others(fmt, write)
+                                                          for fmt, write in _WRITERS.items()}
 # Format -> write(problem, strategy, out) for ``--out``, returning the paths written.
 FILE_WRITERS: dict[str, Callable[[Problem, Strategy, Path], list[Path]]] = {
     "deepspeed": megatron_deepspeed.write_files,
