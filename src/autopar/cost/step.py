@@ -132,7 +132,8 @@ def step_lower_bound_s(num_microbatches: np.ndarray, first_stage: T.StageTime) -
 
     Proof (every term of :func:`combine` is a sum of non-negative times): with ``t_max >= t_0``,
     the 1F1B makespan ``sum_j c_j t_j + (M - 1) t_max >= t_0 + (M - 1) t_0`` (view 0 counts
-    ``c_0 = 1``), the interleaved one ``(M + (pp - 1)/vpp) t_max >= M t_0``; the hand-offs, the
+    ``c_0 = 1``), the interleaved one ``(M + (pp - 1)/vpp) t_max >= M t_0``, a V schedule's
+    ``(M + bubble) t_max`` with a simulated bubble ``>= 0`` too; the hand-offs, the
     exposed data-parallel time and the optimizer step add ``>= 0``. Checked against
     :func:`evaluate` on random layouts by ``tests/cost/test_step_lower_bound.py``."""
     return num_microbatches.astype(np.float64) * first_stage.total_s

@@ -1,6 +1,6 @@
 """Grid search: count the space, reject by rule, cost the valid layouts chunk by chunk, drop what
-does not fit, rank (:mod:`autopar.search.stream`; Galvatron's variants and ``--explain`` go
-through the whole batch at once, :func:`costed_grid`).
+does not fit, rank (:mod:`autopar.search.stream`; Galvatron's variants, torchtitan's V schedules
+and ``--explain`` go through the whole batch at once, :func:`costed_grid`).
 
 Ranking: layouts that fit comfortably first, then marginal ones (within the memory margin of
 the device limit), each group by predicted step time (equivalently tokens/s/device, since the
@@ -322,14 +322,14 @@ class _MoreNeeded(Exception):
 def _ranked(p: Problem, memory_margin: float, options: SpaceOptions, constraints: list[Constraint] | None,
             keep: int) -> tuple[Ranking, int, dict[str, int], dict[str, int], int, int]:
     """The first ``keep`` fitting layouts, best first, and the counts of the search: (ranking,
-    enumerated, rejected, removed, out of memory, marginal). Galvatron's variants go through
-    the whole batch (:func:`costed_grid`); the other targets' spaces are counted, then costed
+    enumerated, rejected, removed, out of memory, marginal). Galvatron's variants and the V
+    schedules go through the whole batch (:func:`costed_grid`); the other spaces are counted, then costed
     and ranked chunk by chunk (:mod:`autopar.search.stream`).
 
     Raises:
         AutoparError: as :func:`costed_grid`, or no layout fits (with the lightest one).
     """
-    if options.galvatron_choices:
+    if options.galvatron_choices or options.v_schedules:  # variants added after the blocks: every row
         grid = costed_grid(p, memory_margin, options, constraints)
         if not np.any(grid.fits):
             raise _nothing_fits(p, grid.valid, grid.costs.peak_memory_bytes)
