@@ -107,7 +107,7 @@ def search(
                                                         "(--top N writes OUT.sh, OUT.2.sh, ...)")] = None,
     min_gain_pct: Annotated[Optional[float], typer.Option(help="--write-script: least predicted gain over the "
                                                           "script's own layout, % [default: autopar's step-time "
-                                                          "MAPE on similar validation rows: 4.8 dense, 5.8 fp8, "
+                                                          "MAPE on similar validation rows: 4.5 dense, 5.7 fp8, "
                                                           "19.5 MoE]")] = None,
     report: Annotated[Optional[str], typer.Option(help="write result.json, PNG charts and report.html here")] = None,
     profile_db: ProfileDb = None, profile_device: ProfileDevice = None, profile_stands_for: ProfileStandsFor = None,
