@@ -1,7 +1,7 @@
 """The streamed search (:mod:`autopar.search.stream`) ranks and counts as the whole batch did.
 
 Costed chunk by chunk with a running top, the search must give the numbers ``main`` gave before
-streaming (copied from ``search`` on main at 2753c63 and fce0c05), including the walk past layouts the
+streaming (copied from ``search`` on main at 2753c63 and ea3bff8), including the walk past layouts the
 target cannot write, and its merge of chunks must equal one sort of the whole batch.
 """
 
@@ -36,19 +36,27 @@ def test_qwen3_moe_on_16_h100_as_before():
 
 
 def test_walk_past_refused_layouts_as_before(monkeypatch):
-    """torchtitan refuses 63 fitting layouts on the way to the top 4; with a running top of only
-    16 kept in the first pass the search must make a second and still find the same 4 and the same 63
-    (numbers from main at fce0c05, whose MoE model changed after 2753c63)."""
+    """DeepSpeed refuses 5 fitting layouts on the way to the top 4 of Llama-3-70B on 32 H100; with
+    a first pass that keeps only 2 layouts the walk runs out, and the second pass (every fitting
+    layout kept) finds the same 4 and the same 5 refusals as main (ea3bff8)."""
+    import autopar.search.grid as grid
+
+    passes = []
+
+    def first_pass_keeps_two(p, count, memory_margin, keep):
+        passes.append(keep)
+        return stream.stream_costs(p, count, memory_margin, 2 if len(passes) == 1 else keep)
+
     monkeypatch.setattr(stream, "CHUNK_ROWS", 4096)  # many chunks to merge
-    monkeypatch.setattr("autopar.search.grid.KEEP", 8)
-    r = search(make_problem("qwen3-30b-a3b", nodes=2, gbs=256, seq=4096), top_k=1, target="torchtitan")
-    assert (r.enumerated, r.out_of_memory, r.marginal) == (424448, 36079, 6219)
-    r = search(make_problem("qwen3-30b-a3b", nodes=2, gbs=256, seq=4096), top_k=4, target="torchtitan")
-    assert r.not_writable == 63
-    assert _summary(r) == [(4, 1, 8, 4, 2, "none", "alltoall"), (1, 1, 1, 4, 3, "full", "alltoall"),
-                           (1, 1, 1, 2, 3, "full", "alltoall"), (2, 1, 1, 8, 3, "full", "alltoall")]
+    monkeypatch.setattr(grid, "stream_costs", first_pass_keeps_two)
+    r = search(make_problem("llama3-70b", nodes=4, gbs=512, seq=8192), top_k=4, target="deepspeed")
+    assert len(passes) == 2
+    assert (r.enumerated, r.out_of_memory, r.marginal, r.not_writable) == (56800, 23442, 212, 5)
+    assert [(e.strategy.tp, e.strategy.cp, e.strategy.mbs, e.strategy.zero, e.strategy.recompute)
+            for e in r.layouts] == [(2, 1, 2, 3, "full"), (1, 1, 1, 3, "full"), (1, 2, 2, 3, "full"),
+                                    (1, 4, 4, 3, "full")]
     assert [e.step_time_s for e in r.layouts] == pytest.approx(
-        [6.927080898661339, 6.9583784907256145, 7.05613611689915, 7.222064848076359], rel=1e-12)
+        [155.2730930854453, 157.87298716418852, 159.54503990018853, 160.4117862681885], rel=1e-12)
 
 
 def test_streamed_top_is_the_whole_batch_sorted(monkeypatch):
