@@ -20,9 +20,6 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
-import yaml
-
-from autopar.specs.long_numbers import yaml_load
 
 
 def _key(name: str) -> str:
@@ -83,6 +80,10 @@ def load_config(ctx: typer.Context, param: Any, path: str | None) -> str | None:
     """
     if path is None or ctx.resilient_parsing:
         return path
+    import yaml  # only where a --config file is given
+
+    from autopar.specs.long_numbers import yaml_load
+
     try:
         text = Path(path).read_text()
     except OSError as err:
