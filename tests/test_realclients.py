@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 from conftest import make_problem
 
-from autopar.export import FILE_WRITERS, WRITERS
+from autopar.export import FILE_WRITERS, WRITERS, torchtitan
 from autopar.search import search
 from autopar.search.grid import for_target
 from autopar.strategy import Strategy
@@ -129,14 +129,30 @@ def test_torchtitan_runs_the_plan(tmp_path):
         assert got == want, path
         if s.pp > 1:
             assert e["pp_layers_per_stage"] == _rank0_chunks(p, s), path
-            assert e["grad_accum_steps"] == 1 and e["pp_schedule"] == ("Interleaved1F1B" if s.vpp > 1 else "1F1B")
+            assert e["grad_accum_steps"] == 1 and e["pp_schedule"] == torchtitan.V_SCHEDULES.get(
+                s.schedule, "Interleaved1F1B" if s.vpp > 1 else "1F1B")
+
+
+@pytest.mark.parametrize("schedule,name", [("zbv", "ZBVZeroBubble"), ("dualpipev", "DualPipeV")])
+def test_torchtitan_runs_the_v_schedules(tmp_path, schedule, name):
+    """Llama-3-70B on 64 H100 with tp 8, pp 4 x 2 chunks: torchtitan builds the V schedule's class
+    with 10 layers per stage on each of a rank's two stages and every micro-batch."""
+    python = _python("torchtitan", "torchtitan")
+    p = for_target(make_problem("llama3-70b", **PROBLEMS["llama3-70b"]), "torchtitan")
+    s = Strategy(dp=2, tp=8, sp=True, pp=4, vpp=2, zero=3, schedule=schedule)
+    path = tmp_path / f"{schedule}.toml"
+    path.write_text(WRITERS["torchtitan"](p, s))
+    (ok, msg, e), = _effective(python, "torchtitan_check.py", [[str(path), str(p.world_size)]], tmp_path,
+                               {"TT_CONFIGS": str(TT_CONFIGS)}).values()
+    assert ok, msg
+    assert (e["pp_schedule"], e["pp_schedule_class"]) == (name, "Schedule" + name)
+    assert e["pp_layers_per_stage"] == [10, 10] and e["pp_n_microbatches"] == 512 // 2
 
 
 def test_torchtitan_refusals_are_what_torchtitan_raises(tmp_path):
     """The layouts autopar refuses for Qwen3 (pp) and DeepSeek-V3 (cp), written anyway by hand,
     make torchtitan raise the reason the refusal quotes."""
     python = _python("torchtitan", "torchtitan")
-    from autopar.export import torchtitan
     cases = {"qwen3-30b-a3b": (make_problem("qwen3-30b-a3b", nodes=2, gbs=256), Strategy(dp=4, pp=2, tp=2, sp=True,
                                                                                         zero=3, ep=2, etp=1)),
              "deepseek-v3": (make_problem("deepseek-v3", nodes=128, gbs=2048), Strategy(dp=512, cp=2, zero=3, ep=8))}

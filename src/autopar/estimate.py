@@ -78,6 +78,14 @@ class Estimate:
     time_breakdown_s: dict[str, float] = field(default_factory=dict)
     time_per_stage: list[StageTiming] = field(default_factory=list)
 
+    def layers_per_stage(self) -> list[int]:
+        """Decoder layers per pipeline rank as the JSON gives them: the layout's own
+        ``layers_per_stage``, else (a flexible ``pipeline_layout``, e.g. DeepSeek-V3's
+        ``Et|(tt|)*30mL``) each stage's sum over its chunks; empty without pipelining."""
+        if self.strategy.layers_per_stage:
+            return list(self.strategy.layers_per_stage)
+        return [m.layers for m in self.memory_per_stage] if self.strategy.pp > 1 else []
+
     def to_dict(self, global_batch_size: int, detail: bool = False) -> dict[str, Any]:
         """The stable JSON form documented in the README; ``detail`` adds ``time_per_stage``
         (:class:`StageTiming` per stage, ``estimate --detail``)."""
@@ -86,7 +94,7 @@ class Estimate:
             "dp": s.dp, "tp": s.tp, "pp": s.pp, "vpp": s.vpp, "cp": s.cp, "ep": s.ep, "etp": s.expert_tp,
             "mbs": s.mbs, "gbs": global_batch_size, "num_microbatches": self.num_microbatches,
             "zero": s.zero, "sp": s.sp, "recompute": s.recompute, "recompute_layers": s.recompute_layers,
-            "schedule": s.schedule, "layers_per_stage": list(s.layers_per_stage or ()),
+            "schedule": s.schedule, "layers_per_stage": self.layers_per_stage(),
             "recompute_per_stage": list(s.recompute_per_stage) if s.recompute_per_stage else None,
             "recompute_modules": list(s.recompute_modules),
             "account_for_embedding": s.account_for_embedding, "account_for_loss": s.account_for_loss,

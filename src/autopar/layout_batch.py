@@ -11,8 +11,8 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from autopar.strategy import (CP_COMM_TYPES, DEFAULT_MODULE_MASK, DEFAULT_RECOMPUTE_MODULES, MOE_DISPATCHERS,
-                              RECOMPUTE_CODES, RECOMPUTE_MODULES, RECOMPUTE_NAMES, Strategy, default_layers_per_stage,
-                              module_mask, module_names)
+                              RECOMPUTE_CODES, RECOMPUTE_MODULES, RECOMPUTE_NAMES, V_SCHEDULE_NAMES, Strategy,
+                              default_layers_per_stage, module_mask, module_names)
 
 
 @dataclass
@@ -28,7 +28,9 @@ class LayoutBatch:
     all-to-all group size, :attr:`Strategy.cp_a2a_size`); omitted: off, p2p, 1. ``moe_dispatcher``
     (index into :data:`MOE_DISPATCHERS`) and ``moe_ep_overlap`` (bool); omitted: alltoall, off. Galvatron's knobs
     (:class:`Strategy`): ``gpipe`` (bool, the GPipe schedule), ``vocab_tp`` (int, resolved),
-    ``vocab_sp`` (bool), ``tp_consecutive`` (bool); omitted: 1F1B, tp, off, on.
+    ``vocab_sp`` (bool), ``tp_consecutive`` (bool); omitted: 1F1B, tp, off, on. ``v_schedule``
+    (int): 0, or 1 + the index into :data:`V_SCHEDULE_NAMES` (torchtitan's ZB-V / DualPipeV on
+    vpp 2); omitted: 0.
     """
 
     dp: np.ndarray
@@ -56,6 +58,7 @@ class LayoutBatch:
     vocab_tp: np.ndarray | None = None
     vocab_sp: np.ndarray | None = None
     tp_consecutive: np.ndarray | None = None
+    v_schedule: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = self.dp.shape[0]
@@ -74,6 +77,8 @@ class LayoutBatch:
             self.cp_a2a = np.ones(n, dtype=np.int64)
         if self.moe_dispatcher is None:
             self.moe_dispatcher = np.zeros(n, dtype=np.int64)
+        if self.v_schedule is None:
+            self.v_schedule = np.zeros(n, dtype=np.int64)
 
     def dispatcher_is(self, name: str) -> np.ndarray:
         """Where the MoE token dispatcher is ``name`` (one of :data:`MOE_DISPATCHERS`; bool ``(n,)``)."""
@@ -98,12 +103,30 @@ class LayoutBatch:
 
     @property
     def interleaved(self) -> np.ndarray:
-        return self.vpp > 1
+        """Where the row runs Megatron's interleaved 1F1B (vpp > 1 and no V schedule)."""
+        return (self.vpp > 1) & (self.v_schedule == 0)
+
+    @property
+    def v_shaped(self) -> np.ndarray:
+        """Where the row runs a V schedule (ZB-V or DualPipeV; bool ``(n,)``)."""
+        return self.v_schedule > 0
+
+    def v_schedule_is(self, name: str) -> np.ndarray:
+        """Where the row runs V schedule ``name`` (one of :data:`V_SCHEDULE_NAMES`; bool ``(n,)``)."""
+        return self.v_schedule == 1 + V_SCHEDULE_NAMES.index(name)
 
     @property
     def schedule_code(self) -> np.ndarray:
-        """The schedule of each row as a code: 0 1F1B, 1 interleaved, 2 GPipe (``--schedule``)."""
-        return np.where(self.vpp > 1, 1, np.where(self.gpipe, 2, 0))
+        """The schedule of each row as a code: 0 1F1B, 1 interleaved, 2 GPipe, 3 ZB-V, 4 DualPipeV
+        (``--schedule``)."""
+        return np.where(self.v_schedule > 0, 2 + self.v_schedule,
+                        np.where(self.vpp > 1, 1, np.where(self.gpipe, 2, 0)))
+
+    def schedule_name(self, i: int) -> str:
+        """Row ``i``'s :attr:`Strategy.schedule`."""
+        if self.v_schedule[i] > 0:
+            return V_SCHEDULE_NAMES[int(self.v_schedule[i]) - 1]
+        return "interleaved" if self.vpp[i] > 1 else "gpipe" if self.gpipe[i] else "1f1b"
 
     def take(self, index: np.ndarray) -> "LayoutBatch":
         """The sub-batch at ``index`` (boolean mask or integer indices)."""
@@ -132,6 +155,7 @@ class LayoutBatch:
             cp_a2a=col(s.cp_a2a_size), moe_dispatcher=col(MOE_DISPATCHERS.index(s.moe_dispatcher)),
             moe_ep_overlap=col(s.moe_ep_overlap, bool), gpipe=col(s.schedule == "gpipe", bool), vocab_tp=col(s.vocab_tp_size),
             vocab_sp=col(s.vocab_sp, bool), tp_consecutive=col(s.tp_consecutive, bool),
+            v_schedule=col(1 + V_SCHEDULE_NAMES.index(s.schedule) if s.schedule in V_SCHEDULE_NAMES else 0),
         )
 
     def strategy(self, i: int, num_layers: int, mtp_num_layers: int = 0) -> Strategy:
@@ -150,7 +174,7 @@ class LayoutBatch:
             ep=int(self.ep[i]), etp=int(self.etp[i]), mbs=int(self.mbs[i]), sp=bool(self.sp[i]),
             zero=int(self.zero[i]), recompute=recompute,
             recompute_layers=int(self.recompute_layers[i]) or None,
-            schedule="interleaved" if self.vpp[i] > 1 else "gpipe" if self.gpipe[i] else "1f1b",
+            schedule=self.schedule_name(i),
             **split,
             recompute_modules=module_names(int(self.recompute_modules[i])) if recompute == "selective"
             else DEFAULT_RECOMPUTE_MODULES,

@@ -22,6 +22,7 @@ from autopar.pipeline.layout import PipelineLayout, layout_of, needs_flexible
 from autopar.problem import Problem
 from autopar.strategy import (
     DEFAULT_MODULE_MASK,
+    V_SCHEDULE_NAMES,
     Strategy,
     default_layers_per_stage,
     module_mask,
@@ -232,7 +233,7 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "interleaved_microbatches",
-        lambda p, b: (b.vpp == 1) | (b.num_microbatches % b.pp == 0),
+        lambda p, b: ~b.interleaved | (b.num_microbatches % b.pp == 0),
         lambda p, s: f"the interleaved schedule needs num_microbatches={s.num_microbatches(_gbs(p))} "
         f"to be a multiple of pp={s.pp} (autopar's interleaved schedule runs whole groups of pp micro-batches; "
         "Megatron-LM main runs a final partial group, megatron/core/pipeline_parallel/schedules.py)",
@@ -335,6 +336,25 @@ RULES: tuple[Rule, ...] = (
         lambda p, s: f"tp_consecutive=False with cp={s.cp}: Galvatron's non-consecutive TP groups stride over the "
         "data-parallel ranks of a stage, which has no context parallelism in Galvatron 2.4.0; use cp=1",
     ),
+    # torchtitan's V schedules (torch.distributed.pipelining ScheduleZBVZeroBubble / ScheduleDualPipeV).
+    Rule(
+        "v_schedule_two_chunks",
+        lambda p, b: ~b.v_shaped | ((b.vpp == 2) & (b.pp > 1)),
+        lambda p, s: f"schedule {s.schedule} with pp={s.pp}, vpp={s.vpp}: the V schedules run exactly 2 model chunks "
+        "per pipeline rank over pp > 1 ranks (PyTorch ScheduleZBVZeroBubble: 'requires exactly 2 stages per rank')",
+    ),
+    Rule(
+        "v_schedule_even_chunks",
+        lambda p, b: ~b.v_shaped | ((_layers(p) % (2 * b.pp) == 0) & ~b.accounted),
+        lambda p, s: f"schedule {s.schedule}: num_layers={_layers(p)} must split into 2 * pp = {2 * s.pp} equal "
+        "chunks with no embedding/loss accounting (autopar writes flexible layouts in the interleaved order only)",
+    ),
+    Rule(
+        "dualpipev_microbatches",
+        lambda p, b: ~b.v_schedule_is("dualpipev") | (b.num_microbatches >= 2 * b.pp),
+        lambda p, s: f"schedule dualpipev needs num_microbatches={s.num_microbatches(_gbs(p))} >= 2 * pp = {2 * s.pp} "
+        "(PyTorch ScheduleDualPipeV: 'requires at least as many microbatches as stages')",
+    ),
     Rule(
         "gpipe_one_chunk",
         lambda p, b: ~b.gpipe | (b.vpp == 1),
@@ -428,8 +448,13 @@ def check_strategy(p: Problem, s: Strategy) -> None:
     split = _explicit_split_reasons(p, s)
     field = "pipeline_layout" if s.pipeline_layout is not None else "layers_per_stage"
     messages += [f"{field}: {m}" for m in split]
-    if (s.schedule == "interleaved") != (s.vpp > 1):
+    if s.schedule not in V_SCHEDULE_NAMES and (s.schedule == "interleaved") != (s.vpp > 1):
         messages.append(f"schedule: '{s.schedule}' with vpp={s.vpp}; interleaved 1F1B is exactly vpp > 1")
+    if s.schedule in V_SCHEDULE_NAMES and explicit and not split:
+        chunks = layout_of(p, s).decoder
+        if np.ptp(chunks) or chunks.size != 2 * s.pp:
+            messages.append(f"{field}: schedule {s.schedule} needs {2 * s.pp} equal chunks, got "
+                            f"{chunks.T.ravel().tolist()} (autopar writes unequal chunks in the interleaved order only)")
     if messages:
         names = tuple(r.name for r in failing) + ((field,) if split else ())
         raise LayoutError("invalid layout: " + "; ".join(messages), names)

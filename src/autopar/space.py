@@ -63,7 +63,9 @@ class SpaceOptions:
     token dispatchers offered (:data:`autopar.strategy.MOE_DISPATCHERS`), ``moe_ep_overlap``: also
     offer the EP all-to-all overlap with ep > 1. The search sets them by target
     (:mod:`autopar.export.comm_knobs`). ``galvatron_choices``: also Galvatron's vocabulary TP, GPipe
-    and non-consecutive TP groups (:mod:`autopar.galvatron_space`; ``--target galvatron``)."""
+    and non-consecutive TP groups (:mod:`autopar.galvatron_space`; ``--target galvatron``).
+    ``v_schedules``: also torchtitan's ZB-V and DualPipeV on vpp-2 rows (:mod:`autopar.v_space`;
+    ``--target torchtitan``)."""
 
     mbs: tuple[int, ...] = (1, 2, 4, 8)
     zero: tuple[int, ...] = (0, 1, 2, 3)
@@ -78,6 +80,7 @@ class SpaceOptions:
     moe_dispatchers: tuple[str, ...] = ("alltoall",)
     moe_ep_overlap: bool = False
     galvatron_choices: bool = False
+    v_schedules: bool = False
 
 
 def _grid(p: Problem, opt: SpaceOptions) -> list[tuple[int, int, int, int, int]]:
@@ -313,7 +316,8 @@ def enumerate_layouts(p: Problem, opt: SpaceOptions | None = None) -> LayoutBatc
     Built with numpy per (tp, cp, pp, vpp) block (:func:`blocks`); the row order is that of
     ``itertools.product`` over (ep/etp/dispatcher/EP overlap, recompute, mbs, zero, sp/overlap, CP
     algorithm), followed
-    with ``galvatron_choices`` by Galvatron's variants (:func:`autopar.galvatron_space.add_variants`).
+    with ``galvatron_choices`` by Galvatron's variants (:func:`autopar.galvatron_space.add_variants`)
+    and with ``v_schedules`` by the V-schedule copies (:func:`autopar.v_space.add_v_variants`).
     Without them the search enumerates only the valid layouts (:mod:`autopar.search.valid_space`);
     this full batch serves ``--explain``, ``--target galvatron`` and the tests.
 
@@ -329,4 +333,8 @@ def enumerate_layouts(p: Problem, opt: SpaceOptions | None = None) -> LayoutBatc
         from autopar.galvatron_space import add_variants
 
         batch = add_variants(p, batch)
+    if opt.v_schedules:
+        from autopar.v_space import add_v_variants
+
+        batch = add_v_variants(batch)
     return batch

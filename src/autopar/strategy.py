@@ -26,7 +26,11 @@ from autopar.errors import AutoparError
 from autopar.specs.model import MAX_SIZE
 
 Recompute = Literal["none", "selective", "full"]
-Schedule = Literal["1f1b", "interleaved", "gpipe"]
+Schedule = Literal["1f1b", "interleaved", "gpipe", "zbv", "dualpipev"]
+# The V-shape schedules torchtitan runs (``pipeline_parallel_schedule`` ZBVZeroBubble / DualPipeV):
+# two chunks per rank on the V placement (:mod:`autopar.pipeline.placement`). A LayoutBatch holds
+# 0 (none) or 1 + the index into this tuple.
+V_SCHEDULE_NAMES: tuple[str, ...] = ("zbv", "dualpipev")
 # Context-parallel attention algorithms, Megatron-LM's ``--cp-comm-type`` choices (TransformerEngine
 # ``DotProductAttention`` ``cp_comm_type``): costs in :mod:`autopar.cost.cp_comm`. A LayoutBatch holds
 # the index into this tuple.
@@ -109,6 +113,11 @@ class Strategy(BaseModel):
     ``--overlap-moe-expert-parallel-comm``); costs in :mod:`autopar.cost.moe_dispatch`, validity in
     :mod:`autopar.rules` (overlap needs ep > 1, alltoall or flex, no full recompute, vpp with pp > 1).
 
+    ``schedule``: ``1f1b`` (vpp 1), ``interleaved`` (vpp > 1), Galvatron's ``gpipe`` (below), or
+    torchtitan's V-shape zero-bubble schedules ``zbv`` (``ZBVZeroBubble``) and ``dualpipev``
+    (``DualPipeV``), two chunks per rank with chunk 1 of rank ``r`` holding virtual stage
+    ``2 pp - 1 - r`` (:mod:`autopar.pipeline.placement`; the other writers refuse them).
+
     ``pipeline_layout``: Megatron-LM's ``--pipeline-model-parallel-layout`` string (embedding,
     decoder, MTP layers and loss of every virtual stage; :mod:`autopar.pipeline.layout`), any
     split including unequal and empty chunks; it sets vpp and excludes ``layers_per_stage`` and
@@ -178,6 +187,19 @@ class Strategy(BaseModel):
         if self.schedule == "gpipe" and self.vpp > 1:
             raise ValueError(f"schedule gpipe with vpp={self.vpp}: GPipe runs one model chunk per pipeline rank "
                              "(use vpp 1, or the interleaved schedule)")
+        return self
+
+    @model_validator(mode="after")
+    def _v_schedules_two_chunks(self) -> "Strategy":
+        """ZB-V and DualPipeV run exactly two chunks per rank.
+
+        Raises:
+            ValueError: ``schedule`` zbv or dualpipev with vpp other than 2 (PyTorch
+                ``ScheduleZBVZeroBubble``: "ZBV requires exactly 2 stages per rank").
+        """
+        if self.schedule in V_SCHEDULE_NAMES and self.vpp != 2:
+            raise ValueError(f"schedule {self.schedule} with vpp={self.vpp}: the V schedules run exactly 2 model chunks "
+                             "per pipeline rank (PyTorch: 'requires exactly 2 stages per rank'); use vpp 2")
         return self
 
     @model_validator(mode="after")

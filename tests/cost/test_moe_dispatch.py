@@ -134,3 +134,23 @@ def test_fusions_cut_kernels_and_permute_traffic():
     assert D.extra_kernels(unfused) == 16 > D.extra_kernels(fused) == 12 > D.extra_kernels(both) == 6
     assert D.permute_passes(unfused, b)[0] == 2 and D.permute_passes(fused, b)[0] == 1
     assert D.permute_passes(unfused, _batch(dp=8, ep=8, moe_dispatcher="deepep"))[0] == 1
+
+
+def test_alltoall_sorts_the_copies_by_local_expert():
+    """token_dispatcher.py "Permutation 2": Qwen3-30B-A3B, seq 4096, mbs 2, top-8, ep 8 (16 local
+    experts): rows = 8192 x 8 = 65536, h = 2048: 2 x 2 x 2 B x 65536 x 2048 = 1,073,741,824 B with
+    the alltoall dispatcher; nothing with DeepEP or with one local expert (ep = 128)."""
+    from autopar.cost.moe_dispatch import sort_chunks_bytes
+    from autopar.layout_batch import LayoutBatch
+    from autopar.strategy import Strategy
+    from conftest import make_problem
+
+    p = make_problem("qwen3-30b-a3b", nodes=16, gbs=512, seq=4096)
+
+    def bytes_of(ep, dispatcher):
+        s = Strategy(dp=128, tp=1, pp=1, ep=ep, mbs=2, moe_dispatcher=dispatcher)
+        return sort_chunks_bytes(p, LayoutBatch.from_strategy(s, 512))[0]
+
+    assert bytes_of(8, "alltoall") == 2 * 2 * 2 * 65536 * 2048
+    assert bytes_of(8, "deepep") == 0.0
+    assert bytes_of(128, "alltoall") == 0.0

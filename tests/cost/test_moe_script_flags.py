@@ -83,8 +83,11 @@ def test_ep_overlap_hides_all_to_all(tmp_path, base):
 
 
 def test_delay_wgrad_hides_more_under_the_overlap(tmp_path):
-    overlap, _ = _estimate(tmp_path, "--overlap-moe-expert-parallel-comm")
-    delayed, p = _estimate(tmp_path, "--overlap-moe-expert-parallel-comm --delay-wgrad-compute")
+    """With the fused permutation (``--moe-permute-fusion``) a pass's all-to-all outlasts the MoE layer's
+    forward (unfused, the extra passes over the copies and the alltoall dispatcher's sort by local expert
+    make the forward long enough to hide it all): the delayed weight gradients hide part of the rest."""
+    overlap, _ = _estimate(tmp_path, "--overlap-moe-expert-parallel-comm --moe-permute-fusion")
+    delayed, p = _estimate(tmp_path, "--overlap-moe-expert-parallel-comm --moe-permute-fusion --delay-wgrad-compute")
     assert p.train.moe.delay_wgrad and _ep_s(delayed) < _ep_s(overlap)
 
 
@@ -107,6 +110,17 @@ def test_capacity_factor_drops_the_skew_above_it(tmp_path):
     assert padded.step_time_s == pytest.approx(capped.step_time_s)
 
 
+def test_router_padding_for_fp8_spares_the_padding_copies(tmp_path):
+    """With ``--moe-router-padding-for-fp8`` the router pads each expert's count, so Transformer Engine's
+    Fp8Padding copies nothing (autopar.cost.moe_fp8_padding): the fp8 step is exactly the copies faster."""
+    from autopar.cost import moe_fp8_padding
+
+    copied, p = _estimate(tmp_path, "--fp8-format hybrid")
+    padded, q = _estimate(tmp_path, "--fp8-format hybrid --moe-router-padding-for-fp8")
+    assert moe_fp8_padding.applies(p) and not moe_fp8_padding.applies(q)
+    assert q.train.moe.router_padding_for_fp8 and padded.step_time_s < copied.step_time_s
+
+
 def test_bad_values_are_one_error_line(tmp_path):
     from autopar.errors import AutoparError
 
@@ -115,6 +129,7 @@ def test_bad_values_are_one_error_line(tmp_path):
                             "--moe-flex-dispatcher-backend='nccl'"),
                            ("--moe-flex-dispatcher-backend hybridep", "applies to the flex dispatcher only"),
                            ("--moe-token-drop-policy random", "--moe-token-drop-policy='random'"),
-                           ("--moe-pad-expert-input-to-capacity", "without a --moe-expert-capacity-factor")):
+                           ("--moe-pad-expert-input-to-capacity", "without a --moe-expert-capacity-factor"),
+                           ("--moe-router-padding-for-fp8", "without --fp8-format")):
         with pytest.raises(AutoparError, match=message):
             _estimate(tmp_path, extra)

@@ -108,6 +108,8 @@ CHANGES = {
     "--delay-wgrad-compute": (MOE + "--overlap-moe-expert-parallel-comm",
                               MOE + "--overlap-moe-expert-parallel-comm --delay-wgrad-compute"),
     "--moe-router-force-load-balancing": (MOE, MOE + "--moe-router-force-load-balancing"),
+    "--moe-router-padding-for-fp8": (MOE + "--bf16 --fp8-format hybrid",
+                                     MOE + "--bf16 --fp8-format hybrid --moe-router-padding-for-fp8"),
     "--mtp-num-layers": ("", "--mtp-num-layers 1"),
     "--noop-layers": ("", "--noop-layers 7"),
     "--norm-epsilon": ("", "--norm-epsilon 1e-6"),

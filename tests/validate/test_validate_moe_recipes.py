@@ -35,10 +35,30 @@ def test_each_megatron_bridge_moe_row_has_a_recipe_entry():
 
 
 def test_recipe_knobs_per_gpu():
+    """Megatron-Bridge v0.2.0 (25.11): QWEN3_30B_A3B_H100_FP8_CS sets no flex backend (the provider's
+    alltoall) and moe_a2a_overlap=True; GPT-OSS H100 recomputes layernorm and moe_act."""
     assert to_case(ROWS["MBR-2511-GB200-3"]).strategy.moe_dispatcher == "hybridep"
-    assert to_case(ROWS["MBR-2511-H100-5"]).strategy.moe_dispatcher == "deepep"
+    qwen = to_case(ROWS["MBR-2511-H100-5"]).strategy
+    assert qwen.moe_dispatcher == "alltoall" and qwen.moe_ep_overlap
     gpt = to_case(ROWS["MBR-2511-H100-4"]).strategy
     assert gpt.recompute == "selective" and gpt.recompute_modules == ("layernorm", "moe_act")
+
+
+def test_gpt_oss_gb200_runs_without_a2a_overlap():
+    """The a2a overlap entered the GPT-OSS configs after the 25.11 release (module docstring)."""
+    assert not to_case(ROWS["MBR-2511-GB200-2"]).strategy.moe_ep_overlap
+
+
+def test_cuda_graph_scopes_of_the_release_configs():
+    """DEEPSEEK_V3_GB300: cuda_graph_impl transformer_engine, scope attn + moe_router + moe_preprocess;
+    DEEPSEEK_V3_GB200: moe_router + moe_preprocess; GPT-OSS on H100: no graphs."""
+    gb300 = to_case(ROWS["MBR-2511-GB300-1"])
+    train = gb300.problem.train
+    assert train.cuda_graph_impl == "transformer_engine"
+    assert train.cuda_graph_scope == ("attn", "moe_router", "moe_preprocess")
+    assert any("cuda_graph_scope=('attn', 'moe_router', 'moe_preprocess')" in a for a in gb300.assumed)
+    assert to_case(ROWS["MBR-2511-GB200-1"]).problem.train.cuda_graph_scope == ("moe_router", "moe_preprocess")
+    assert to_case(ROWS["MBR-2511-H100-4"]).problem.train.cuda_graph_impl == "none"
 
 
 def test_other_sources():

@@ -92,7 +92,8 @@ CpA2a = Annotated[Optional[int], typer.Option(
 RecomputeOpt = Annotated[Optional[str], typer.Option("--recompute", help="none | selective | full [default: none]")]
 RecomputeLayers = Annotated[Optional[int], typer.Option("--recompute-layers", help="full recompute: layers per chunk")]
 ScheduleOpt = Annotated[Optional[str], typer.Option("--schedule", help="1f1b | interleaved | gpipe (Galvatron's "
-                                                    "pipeline_type gpipe) (default from vpp)")]
+                                                    "pipeline_type gpipe) | zbv | dualpipev (torchtitan's ZB-V / "
+                                                    "DualPipeV, vpp 2) (default from vpp)")]
 VocabTp = Annotated[Optional[int], typer.Option(
     "--vocab-tp", help="tensor-parallel degree of the embedding and output layer, Galvatron's vtp [default: tp]")]
 VocabSp = Annotated[Optional[bool], typer.Option(

@@ -22,7 +22,7 @@ import numpy as np
 
 from autopar.cost import attention as attn
 from autopar.cost import flops as F
-from autopar.cost import fp8, grouped_gemm, moe_dispatch, window
+from autopar.cost import fp8, grouped_gemm, moe_dispatch, moe_expert_bias, moe_fp8_padding, sink_attention, window
 from autopar.cost.hooks import installed
 from autopar.layout_batch import LayoutBatch
 from autopar.problem import Problem
@@ -82,7 +82,8 @@ def core_attention_times_s(p: Problem, batch: LayoutBatch) -> tuple[np.ndarray, 
     """
     if p.train.flash_attention:
         efficiency = window.mixed_block_efficiency(p.model, p.train.seq_len, attn.block_efficiency(p, batch))
-        return attention_time_s(p, F.attention_core_flops(p, batch), efficiency), 0.0
+        # With attention sinks the kernel is cuDNN at the model's head dimension (autopar.cost.sink_attention).
+        return sink_attention.times_s(p, attention_time_s(p, F.attention_core_flops(p, batch), efficiency))
     fwd_bytes, bwd_bytes = F.unfused_softmax_bytes(p, batch)
     kernels = 2 if p.model.dropout else 1
     bmm_s = sum(gemm_time_s(p, g) for g in F.unfused_attention_gemms(p, batch))
@@ -127,11 +128,14 @@ def layer_forward_times(p: Problem, batch: LayoutBatch, moe: bool) -> LayerTimes
     gemm_s = sum(gemm_time_s(p, g) for g in gemms)
     router_s = moe_dispatch.extra_kernels(p) * KERNEL_OVERHEAD_S if moe else 0.0  # routing, permutation
     attention_s, backward_extra_s = core_attention_times_s(p, batch)
+    # Megatron-Core's expert-side copies: the per-expert fc2 bias and the fp8 row padding.
+    bias_s, bias_backward_extra_s = moe_expert_bias.times_s(p, batch) if moe else (0.0, 0.0)
+    pad_s, pad_backward_extra_s = moe_fp8_padding.times_s(p, batch) if moe else (0.0, 0.0)
     times = LayerTimes(
         gemm_s=gemm_s,
         attention_s=attention_s,
-        elementwise_s=memory_time_s(p, F.elementwise_bytes(p, batch, moe)) + router_s,
-        backward_extra_s=backward_extra_s,
+        elementwise_s=memory_time_s(p, F.elementwise_bytes(p, batch, moe)) + router_s + bias_s + pad_s,
+        backward_extra_s=backward_extra_s + bias_backward_extra_s + pad_backward_extra_s,
     )
     provider = _OP_TIMES.get()
     return times if provider is None else provider.layer(p, batch, moe, times)

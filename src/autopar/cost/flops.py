@@ -205,14 +205,15 @@ def mlp_elementwise_bytes(p: Problem, batch: LayoutBatch, moe: bool) -> np.ndarr
 def dispatch_bytes(p: Problem, batch: LayoutBatch) -> np.ndarray:
     """Forward HBM traffic of MoE routing on the SP shard (bytes): permute and unpermute (read +
     write of ``k`` copies of the shard each, twice when unfused:
-    :func:`autopar.cost.moe_dispatch.permute_passes`) and the router scores (about 3 fp32 passes
-    over ``num_experts`` scores per token = 6 bf16 units)."""
-    from autopar.cost.moe_dispatch import permute_passes
+    :func:`autopar.cost.moe_dispatch.permute_passes`), the router scores (about 3 fp32 passes
+    over ``num_experts`` scores per token = 6 bf16 units) and the alltoall dispatcher's sort by
+    local expert (:func:`autopar.cost.moe_dispatch.sort_chunks_bytes`)."""
+    from autopar.cost.moe_dispatch import permute_passes, sort_chunks_bytes
 
     m = p.model
     n_shard = tokens(p, batch) / np.where(batch.sp, batch.tp, 1)
     permute = 2 * 2 * n_shard * m.num_experts_per_tok * m.hidden_size * permute_passes(p, batch)
-    return BF16 * (permute + 6 * n_shard * m.num_experts)
+    return BF16 * (permute + 6 * n_shard * m.num_experts) + sort_chunks_bytes(p, batch)
 
 
 def logits_gemm(p: Problem, batch: LayoutBatch) -> Gemm:

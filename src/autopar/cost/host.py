@@ -140,7 +140,7 @@ def layer_forward_ops(p: Problem, batch: LayoutBatch, moe: bool) -> np.ndarray:
 def moe_mlp_ops(p: Problem, batch: LayoutBatch) -> np.ndarray:
     """Host ops of a MoE block's forward between its norm and its residual add: router,
     dispatcher, grouped experts and shared experts (module docstring)."""
-    from autopar.cost import moe_dispatch
+    from autopar.cost import moe_dispatch, moe_expert_bias
 
     m = p.model
     router = ROUTER_OPS_DEEPSEEK if m.router_bias else ROUTER_OPS_TOPK
@@ -148,7 +148,7 @@ def moe_mlp_ops(p: Problem, batch: LayoutBatch) -> np.ndarray:
         router = moe_dispatch.ROUTER_FUSED_HOST_OPS
     unfused = np.where(moe_dispatch.permute_passes(p, batch) > 1, moe_dispatch.PERMUTE_UNFUSED_EXTRA_HOST_OPS, 0)
     dispatch = DISPATCH_OPS + unfused + np.where(batch.etp > 1, ETP_DISPATCH_OPS, 0)
-    experts = GROUPED_GEMM_SPLITS + GROUPED_GEMM_CALLS + ACTIVATION_OPS
+    experts = GROUPED_GEMM_SPLITS + GROUPED_GEMM_CALLS + ACTIVATION_OPS + moe_expert_bias.forward_host_ops(p, batch)
     return router + dispatch + experts + _shared_expert_ops(p, batch)
 
 

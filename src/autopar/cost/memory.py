@@ -48,6 +48,7 @@ from autopar.cost import moe as moe_cost
 from autopar.cost.params import StageParams, layer_kinds, stage_params
 from autopar.cost.stage import Stages
 from autopar.layout_batch import LayoutBatch
+from autopar.pipeline.v_cost import v_in_flight_microbatches
 from autopar.problem import Problem
 
 OPTIMIZER_BYTES_PER_PARAM = 12  # fp32 master weights + Adam m + v
@@ -97,7 +98,11 @@ def in_flight_microbatches(batch: LayoutBatch, stages: Stages) -> np.ndarray:
     chunks = 2 * (batch.pp - stages.index - 1) + (batch.vpp - 1) * batch.pp + 1
     chunks = np.minimum(chunks, batch.num_microbatches * batch.vpp)
     one_f_one_b = np.where(batch.gpipe, batch.num_microbatches, one_f_one_b)  # GPipe: every micro-batch
-    return np.where(batch.vpp > 1, chunks / batch.vpp, one_f_one_b).astype(np.float64)
+    count = np.where(batch.vpp > 1, chunks / batch.vpp, one_f_one_b).astype(np.float64)
+    if np.any(batch.v_shaped):  # ZB-V / DualPipeV: counted along their op orders
+        v_count = v_in_flight_microbatches(batch.v_schedule, batch.pp, batch.num_microbatches, stages.index)
+        count = np.where(batch.v_shaped, v_count, count)
+    return count
 
 
 def stored_layer_bytes(p: Problem, batch: LayoutBatch, stages: Stages) -> np.ndarray:

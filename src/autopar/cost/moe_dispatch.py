@@ -86,6 +86,23 @@ def permute_passes(p: Problem, batch: LayoutBatch) -> np.ndarray:
     return np.where(flex | p.train.moe.permute_fusion, 1.0, 2.0)
 
 
+def sort_chunks_bytes(p: Problem, batch: LayoutBatch) -> np.ndarray:
+    """Forward HBM bytes of the ``alltoall`` dispatcher's second permutation per MoE layer and
+    micro-batch: with more than one local expert, the received copies arrive grouped by source
+    rank and are regrouped by local expert (``token_dispatcher.py`` ``dispatch_postprocess``,
+    "Permutation 2: Sort tokens by local expert", ``sort_chunks_by_idxs``; TE's fused
+    ``moe_sort_chunks_by_index`` with ``MoeRuntime.permute_fusion``), and back before the combine
+    (``combine_preprocess``): a read and a write of the busiest rank's ``rows x h`` bf16 copies
+    each way, ``2 x 2 x 2 B x rows x h`` (the kernels are in :data:`PERMUTE_KERNELS`). Zero for the
+    other dispatchers (the flex dispatchers permute once, after the dispatch; ``allgather``
+    masks) and with one local expert. Qwen3-30B-A3B, 8192 tokens, top-8, ep 8 (16 local
+    experts): 8 x 65536 x 2048 B = 1.07 GB."""
+    local = p.model.num_experts / batch.ep
+    rows = moe_cost.expert_rows(p, batch)
+    sorted_copies = F.BF16 * 2 * 2 * rows * p.model.hidden_size
+    return np.where(batch.dispatcher_is("alltoall") & (local > 1), sorted_copies, 0.0)
+
+
 def _copy_bytes(p: Problem, batch: LayoutBatch) -> np.ndarray:
     """Bytes of the token copies one rank sends in a dispatch (bf16, ``n*k/shard`` rows of h), times
     the routing factor of the busiest rank (:func:`autopar.cost.moe.token_factor`)."""

@@ -15,6 +15,7 @@ import numpy as np
 
 from autopar.layout_batch import LayoutBatch
 from autopar.pipeline.layout import chunk_in_flight, layout_of
+from autopar.pipeline.v_cost import v_in_flight_microbatches
 from autopar.problem import Problem
 from autopar.strategy import RECOMPUTE_CODES, Strategy, split_first_middle_last
 
@@ -52,7 +53,9 @@ class Stages:
         return self.index == 0
 
     def is_last(self, batch: LayoutBatch) -> np.ndarray:
-        return self.index == batch.pp - 1
+        """Where the stage computes the loss (bool, ``(n,)``): rank pp-1, or rank 0 under a V
+        schedule (its chunk 1 is the last virtual stage, :mod:`autopar.pipeline.placement`)."""
+        return np.where(batch.v_shaped, self.index == 0, self.index == batch.pp - 1)
 
 
 def bounding_stages(p: Problem, batch: LayoutBatch) -> list[Stages]:
@@ -100,4 +103,7 @@ def all_stages(p: Problem, s: Strategy) -> tuple[LayoutBatch, Stages]:
     if s.schedule == "gpipe":  # every forward before the first backward (autopar.cost.memory)
         in_flight = np.full(s.pp, float(m))
     mtp = np.arange(s.pp) == layout.mtp_rank
+    if batch.v_shaped[0]:  # equal chunks (autopar.rules); the loss and MTP sit on rank 0's chunk 1
+        in_flight = v_in_flight_microbatches(batch.v_schedule, batch.pp, batch.num_microbatches, np.arange(s.pp))
+        mtp = np.arange(s.pp) == 0
     return batch, Stages(index=np.arange(s.pp), start=start, layers=layers, mtp=mtp, in_flight=in_flight)

@@ -8,6 +8,8 @@ Pipeline schedule (Narayanan et al., SC'21, sec. 2.2; Megatron ``schedules.py``)
   each of the ``M + pp - 2`` forward and backward hand-offs on the critical path is exposed.
 * interleaved 1F1B: ``(M + (pp - 1)/vpp) * max_i t_i`` (bubble shrinks by ``vpp``); p2p
   overlaps with compute except the ``pp*vpp - 1`` hand-offs of the fill and drain.
+* ZB-V / DualPipeV (torchtitan): ``M * max_i t_i`` plus the schedule's simulated bubble
+  (:mod:`autopar.pipeline.v_cost`); ``2 pp - 2`` exposed hand-offs (the V's turn stays on its rank).
 
 Data-parallel traffic and the optimizer step follow the pipeline flush; the slowest stage
 decides. ``MFU = model FLOPs per step / (step time * world * peak)`` (PaLM, appendix B).
@@ -26,6 +28,7 @@ from autopar.cost.memory import MemoryBreakdown, stage_memory
 from autopar.cost.params import stage_params
 from autopar.cost.stage import Stages
 from autopar.layout_batch import LayoutBatch
+from autopar.pipeline.v_cost import v_makespans_s
 from autopar.problem import Problem
 
 TIME_KEYS = ("compute", "tp_comm", "cp_comm", "ep_comm", "pp_bubble", "pp_comm", "dp_comm", "optimizer")
@@ -126,9 +129,16 @@ def combine(p: Problem, batch: LayoutBatch, counts: list[np.ndarray], times: lis
     one_f_one_b = sum(c * tot for c, tot in zip(counts, totals)) + (m - 1) * t_max
     interleaved = (m + (batch.pp - 1) / batch.vpp) * t_max
     makespan = np.where(batch.vpp > 1, interleaved, one_f_one_b)
+    if np.any(batch.v_shaped):
+        at = lambda field: np.stack([getattr(t, field) for t in times])[bottleneck, rows]  # noqa: E731
+        compute, backward = np.maximum(at("compute_s"), 1e-30), at("backward_s")
+        v_shaped = v_makespans_s(batch.v_schedule, batch.pp, batch.num_microbatches, t_max, at("forward_s") / compute,
+                                 0.5 * backward / np.maximum(backward + at("recompute_s"), 1e-30))
+        makespan = np.where(batch.v_shaped, v_shaped, makespan)
 
     p2p = T.p2p_time_s(p, batch)
     handoffs = np.where(batch.vpp > 1, batch.pp * batch.vpp - 1, m + batch.pp - 2)
+    handoffs = np.where(batch.v_shaped, 2 * batch.pp - 2, handoffs)
     # Activation/gradient hand-offs on the critical path, plus the once-per-step all-reduce of a
     # tied embedding between the first and the last stage.
     pp_comm = np.where(batch.pp > 1, 2 * handoffs * p2p, 0.0) + T.tied_embedding_grad_s(p, batch)

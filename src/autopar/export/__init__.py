@@ -14,6 +14,7 @@ from typing import Callable
 from autopar.errors import AutoparError
 from autopar.export import galvatron, megatron, megatron_bridge, megatron_deepspeed, mindspeed, sapp, torchtitan
 from autopar.export.galvatron_only import refusing_galvatron_knobs
+from autopar.export.v_schedules import refusing_v_schedules
 from autopar.problem import Problem
 from autopar.strategy import Strategy
 
@@ -60,9 +61,19 @@ _WRITERS: dict[str, Callable[[Problem, Strategy], str]] = {
         ("torchtitan", torchtitan.write), ("deepspeed", megatron_deepspeed.write), ("galvatron", galvatron.write),
         ("sapp", sapp.write))},
 }
-# Galvatron's own knobs (GPipe, vtp/vsp, non-consecutive TP) are refused by every other writer.
-WRITERS: dict[str, Callable[[Problem, Strategy], str]] = {
-    fmt: write if fmt == "galvatron" else refusing_galvatron_knobs(fmt, write) for fmt, write in _WRITERS.items()}
+
+
+def _refusing_others(fmt: str, write: Callable[[Problem, Strategy], str]) -> Callable[[Problem, Strategy], str]:
+    """``write`` refusing the knobs of the other frameworks: Galvatron's own (GPipe, vtp/vsp,
+    non-consecutive TP; :mod:`autopar.export.galvatron_only`) and torchtitan's V schedules (ZB-V,
+    DualPipeV; :mod:`autopar.export.v_schedules`)."""
+    if fmt != "galvatron":
+        write = refusing_galvatron_knobs(fmt, write)
+    return write if fmt == "torchtitan" else refusing_v_schedules(fmt, write)
+
+
+WRITERS: dict[str, Callable[[Problem, Strategy], str]] = {fmt: _refusing_others(fmt, write)
+                                                          for fmt, write in _WRITERS.items()}
 # Format -> write(problem, strategy, out) for ``--out``, returning the paths written.
 FILE_WRITERS: dict[str, Callable[[Problem, Strategy, Path], list[Path]]] = {
     "deepspeed": megatron_deepspeed.write_files,

@@ -124,6 +124,7 @@ def runtime_args(p: Problem, dialect: Dialect = "megatron") -> list[str]:
     """The plan's ``TrainSpec.moe`` switches as Megatron-LM flags: ``--moe-permute-fusion``
     (:data:`autopar.cost.host.DISPATCH_OPS` counts one fused permute), ``--moe-router-fusion``,
     ``--moe-shared-expert-overlap``, ``--delay-wgrad-compute``, ``--moe-router-force-load-balancing``,
+    ``--moe-router-padding-for-fp8``,
     ``--moe-expert-capacity-factor`` with ``--moe-pad-expert-input-to-capacity``, and
     ``--moe-router-dtype fp32`` (:func:`autopar.cost.moe.moe_block_bytes` keeps fp32 router logits).
     Megatron-Core >= 0.13 flags: in the MindSpeed dialect only the defaults are written.
@@ -133,7 +134,8 @@ def runtime_args(p: Problem, dialect: Dialect = "megatron") -> list[str]:
     """
     moe = p.train.moe
     if dialect != "megatron":
-        changed = [name for name in ("router_fusion", "shared_expert_overlap", "delay_wgrad", "force_balance")
+        changed = [name for name in ("router_fusion", "shared_expert_overlap", "delay_wgrad", "force_balance",
+                                     "router_padding_for_fp8")
                    if getattr(moe, name)] + (["capacity_factor"] if moe.capacity_factor is not None else [])
         if changed:
             raise AutoparError(f"MindSpeed-LLM: the MoE switches {', '.join(changed)} are Megatron-Core's, not modelled "
@@ -141,7 +143,8 @@ def runtime_args(p: Problem, dialect: Dialect = "megatron") -> list[str]:
         return []
     flags = {"--moe-permute-fusion": moe.permute_fusion, "--moe-router-fusion": moe.router_fusion,
              "--moe-shared-expert-overlap": moe.shared_expert_overlap, "--delay-wgrad-compute": moe.delay_wgrad,
-             "--moe-router-force-load-balancing": moe.force_balance}
+             "--moe-router-force-load-balancing": moe.force_balance,
+             "--moe-router-padding-for-fp8": moe.router_padding_for_fp8}
     args = [" ".join(name for name, on in flags.items() if on) + " --moe-router-dtype fp32"]
     if moe.capacity_factor is not None:
         args.append(f"--moe-expert-capacity-factor {moe.capacity_factor:g}"

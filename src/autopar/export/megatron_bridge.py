@@ -262,6 +262,7 @@ def overrides(p: Problem, s: Strategy) -> dict[str, Any]:
                     "model.moe_router_fusion": moe.router_fusion,
                     "model.moe_shared_expert_overlap": moe.shared_expert_overlap,
                     "model.moe_router_force_load_balancing": moe.force_balance,
+                    "model.moe_router_padding_for_fp8": moe.router_padding_for_fp8,
                     "model.moe_expert_capacity_factor": moe.capacity_factor,
                     "model.moe_pad_expert_input_to_capacity": moe.pad_to_capacity,
                     "model.moe_router_dtype": "fp32"})

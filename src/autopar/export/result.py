@@ -76,6 +76,8 @@ def strategy_from_result(path: str, rank: int, p: Problem) -> Strategy:
     if not isinstance(raw, dict):
         raise AutoparError(f"--from={path!r}: layouts[{rank - 1}] has no 'strategy' object")
     fields = {k: raw[k] for k in FIELDS if k in raw}
+    if fields.get("pipeline_layout") is not None:  # the layout's stage sums, written for reading (Estimate.to_dict)
+        fields.pop("layers_per_stage", None)
     for key in ("gbs", *fields):
         why = too_large(key, raw.get(key), f"sizes are at most {MAX_SIZE}")
         if why:

@@ -7,7 +7,8 @@ run as planned is refused, never approximated: ZeRO-1 (FSDP2 shards parameters t
 replicates everything), Megatron TP without sequence-parallel sharding (torchtitan's TP always
 shards norms/activations), DDP combined with any other parallelism (rule 8), expert TP other
 than 1 or tp (rule 3), ``recompute_layers`` N (torchtitan's integer option checkpoints every
-N-th layer, a different policy), an uneven split with virtual stages, ``seq % (2*tp*cp)`` (rule 4),
+N-th layer, a different policy), an uneven split with virtual stages, ``seq % (2*tp*cp)`` (rule 4), a V schedule (ZB-V, DualPipeV)
+with async TP (PyTorch's V schedules refuse compiled stage modules),
 and what torchtitan's model for the architecture cannot run (:func:`model_refusal`: Qwen3 has no
 pipelining, DeepSeek-V3's flex attention no context parallelism, Mixtral-style MoE no model).
 
@@ -33,6 +34,8 @@ from autopar.export.per_stage import require_default_modules, require_uniform_re
 from autopar.problem import Problem
 from autopar.strategy import Strategy
 
+# autopar's V schedules -> torchtitan pipeline_parallel_schedule (torch.distributed.pipelining get_schedule_class).
+V_SCHEDULES = {"zbv": "ZBVZeroBubble", "dualpipev": "DualPipeV"}
 # Our precision -> torchtitan mixed_precision_param.
 _DTYPE = {"bf16": "bfloat16", "fp16": "float16", "fp8": "bfloat16"}
 FLOAT8_SECTION = "quantize.linear.float8"
@@ -102,6 +105,11 @@ def _pipeline(p: Problem, s: Strategy) -> dict[str, Any]:
     otherwise weights 0 for an even split, or explicit module names of every model part for any
     other layout (:class:`~autopar.pipeline.layout.PipelineLayout`, virtual stage ``v * pp + r`` on
     rank ``r`` as torchtitan's interleaved schedules place parts; ``module_fqns_per_model_part``).
+    ``pipeline_parallel_schedule``: ``1F1B``, ``Interleaved1F1B``, or the layout's V schedule
+    (``ZBVZeroBubble``, ``DualPipeV``: torchtitan places stage ``j`` of ``2 pp`` on rank ``j`` or
+    ``2 pp - 1 - j``, ``distributed/pipeline_parallel.py`` ``_get_stage_indices`` style "v"; DualPipeV
+    with EP writes ``pipeline_parallel_expert_parallel_overlap = false``: its default overlap
+    raises with activation checkpointing, ``distributed/dual_pipe_v.py``, and is not costed).
 
     Raises:
         AutoparError: MTP layers off the last stage (torchtitan's models build no MTP block there).
@@ -110,8 +118,10 @@ def _pipeline(p: Problem, s: Strategy) -> dict[str, Any]:
         return {}
     layout = layout_of(p, s)
     split = layout.layers_per_stage
-    section: dict[str, Any] = {"pipeline_parallel_schedule": "Interleaved1F1B" if s.vpp > 1 else "1F1B",
-                               "pipeline_parallel_microbatch_size": s.mbs}
+    name = V_SCHEDULES.get(s.schedule) or ("Interleaved1F1B" if s.vpp > 1 else "1F1B")
+    section: dict[str, Any] = {"pipeline_parallel_schedule": name, "pipeline_parallel_microbatch_size": s.mbs}
+    if s.schedule == "dualpipev" and s.ep > 1:  # its default true overlaps EP a2a (not costed) and refuses recompute
+        section["pipeline_parallel_expert_parallel_overlap"] = False
     e, l = int(s.account_for_embedding), int(s.account_for_loss)
     if e or l:  # Megatron's embedding/loss-aware split is torchtitan's weighted one (ecosystem.md 3.3 rule 7)
         section.update(pipeline_parallel_layers_per_stage=(p.model.num_layers + e + l) // (s.pp * s.vpp),
@@ -157,6 +167,10 @@ def config(p: Problem, s: Strategy) -> dict[str, Any]:
                       "every N-th layer)")
     if p.train.seq_len % (2 * s.tp * s.cp):
         raise _refuse(f"seq_len {p.train.seq_len} is not a multiple of 2*tp*cp = {2 * s.tp * s.cp}")
+    if s.schedule in V_SCHEDULES and s.tp_comm_overlap:
+        raise _refuse(f"schedule {V_SCHEDULES[s.schedule]} with async TP: async TP needs the model compiled and "
+                      "PyTorch's V schedules refuse compiled stage modules (schedules.py "
+                      "_check_torch_compile_compatibility)")
     replicate, shard, reshard = _dp_degrees(s, s.tp * s.pp * s.cp)
     m = s.num_microbatches(p.train.global_batch_size)
     local = s.mbs * m if s.pp > 1 else s.mbs

@@ -31,7 +31,7 @@ import numpy as np
 
 from autopar.errors import AutoparError
 from autopar.pipeline import chunk_ilp, ilp
-from autopar.pipeline.chunk_costs import ChunkCosts, chunk_costs, kind_counts
+from autopar.pipeline.chunk_costs import ChunkCosts, chunk_costs, kind_alone, kind_counts
 from autopar.pipeline.folded import fold, surrogate_s
 from autopar.pipeline.layers import LayerTable
 from autopar.pipeline.layout import PipelineLayout, default_layout
@@ -323,8 +323,11 @@ def balance(table: LayerTable, vpp: int, num_microbatches: int, schedule: str,
         warm = min(starts, key=lambda c: chunk_ilp.objective_s(costs, c, num_microbatches)) if starts else None
         counts, solver, optimal = warm, "greedy", False
         if pp > 1:
-            floor = None if ranks is None else rank_time_floor_s(ranks, table.num_layers)
-            found = chunk_ilp.solve(costs, indices, num_microbatches, warm, time_limit_s, floor)
+            # several kinds: the floors of the most numerous kind alone, the others at their fastest
+            kind = None if one_kind else int(np.argmax(costs.kind_layers))
+            alone = ranks if one_kind else all_rank_candidates(kind_alone(costs, kind), indices, bound, False)
+            floor = None if alone is None else rank_time_floor_s(alone, int(costs.kind_layers[kind or 0]))
+            found = chunk_ilp.solve(costs, indices, num_microbatches, warm, time_limit_s, floor, kind)
             solver, optimal, gap, hit = found.solver, found.optimal, found.gap, found.time_limit_hit
             bound = found.bound_s
             if found.counts is not None and (warm is None or found.objective_s <= chunk_ilp.objective_s(

@@ -17,7 +17,7 @@ uses (the layer rebuilt under full recompute, embedding and loss).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -119,6 +119,16 @@ class ChunkCosts:
     def chunk_activation_bytes(self, counts: np.ndarray) -> np.ndarray:
         """``(pp, vpp)`` activation bytes one micro-batch keeps on each chunk."""
         return (counts * self.activation_bytes[None, None]).sum(axis=(2, 3))
+
+
+def kind_alone(costs: ChunkCosts, kind: int) -> ChunkCosts:
+    """``costs`` with the layers of ``kind`` only (one kind, ``kind_layers[kind]`` layers), for
+    per-rank time floors of that kind (:func:`autopar.pipeline.warm_start.rank_time_floor_s`)."""
+    pick = slice(kind, kind + 1)
+    return replace(costs, starts=np.array([0, costs.kind_layers[kind]], dtype=np.int64),
+                   forward_s=costs.forward_s[pick], backward_s=costs.backward_s[pick],
+                   recompute_s=costs.recompute_s[pick], activation_bytes=costs.activation_bytes[pick],
+                   static_bytes=costs.static_bytes[pick])
 
 
 def _kind_starts(table: LayerTable) -> np.ndarray:

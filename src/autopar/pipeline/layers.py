@@ -26,7 +26,7 @@ from autopar.errors import AutoparError
 from autopar.layout_batch import LayoutBatch
 from autopar.pipeline.layout import layout_of
 from autopar.problem import Problem
-from autopar.strategy import RECOMPUTE_NAMES, Strategy, module_mask
+from autopar.strategy import RECOMPUTE_NAMES, V_SCHEDULE_NAMES, Strategy, module_mask
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,9 @@ def chunk_op_times_s(p: Problem, s: Strategy, batch: LayoutBatch, stages: Stages
     the chunks in proportion to their decoder layers (:func:`autopar.pipeline.layout.layout_of`:
     equal, accounted, or any flexible layout); the fixed part to the chunk that holds it: chunk 0
     of each rank, chunk vpp-1 of the last rank (output layer and loss) and of the rank holding
-    the MTP layers, as in :mod:`autopar.pipeline.balance`.
+    the MTP layers, as in :mod:`autopar.pipeline.balance`. Under a V schedule (ZB-V, DualPipeV)
+    rank 0 holds the first and the last virtual stage, and its fixed part (embedding, output
+    layer, loss) goes to its chunk 1 (:mod:`autopar.pipeline.placement`).
     """
     op = op_times_s(p, batch, stages)
     fixed = op_times_s(p, batch, Stages(index=stages.index, start=stages.start, layers=np.zeros_like(stages.layers),
@@ -119,6 +121,9 @@ def chunk_op_times_s(p: Problem, s: Strategy, batch: LayoutBatch, stages: Stages
     holder = np.zeros(s.pp, dtype=np.int64)
     holder[-1] = s.vpp - 1 if s.pp > 1 else 0
     holder[layout.mtp_rank] = s.vpp - 1 if s.pp > 1 else 0
+    if s.schedule in V_SCHEDULE_NAMES:  # V placement: the last virtual stage is rank 0's chunk 1
+        holder[:] = 0
+        holder[0] = 1
     out[:, np.arange(s.pp), holder] += fixed
     return out
 

@@ -20,14 +20,14 @@ from autopar.pipeline.layers import chunk_op_times_s
 from autopar.pipeline.simulate import PipelineTimes, SimulationResult
 from autopar.pipeline.steady import simulate_bounded
 from autopar.problem import Problem
-from autopar.strategy import Strategy
+from autopar.strategy import V_SCHEDULE_NAMES, Strategy
 
 
 def layout_simulation(p: Problem, s: Strategy) -> tuple[SimulationResult, float]:
     """The simulated pipeline step of layout ``s`` (``pp > 1``) and its p2p seconds per transfer.
 
-    The schedule is the one Megatron-LM runs for the layout: interleaved 1F1B when ``vpp > 1``,
-    else 1F1B.
+    The schedule is the layout's V schedule (ZB-V, DualPipeV) where it has one, else the one
+    Megatron-LM runs for it: interleaved 1F1B when ``vpp > 1``, else 1F1B.
 
     Raises:
         AutoparError: what :func:`autopar.pipeline.steady.simulate_bounded` raises (sizes the
@@ -37,5 +37,5 @@ def layout_simulation(p: Problem, s: Strategy) -> tuple[SimulationResult, float]
     forward_s, backward_s, recompute_s = chunk_op_times_s(p, s, batch, stages)
     p2p_s = float(p2p_time_s(p, batch.take(np.zeros(1, dtype=np.int64)))[0])
     times = PipelineTimes(forward_s, backward_s, recompute_s, p2p_s)
-    schedule = "interleaved" if s.vpp > 1 else "1f1b"
+    schedule = s.schedule if s.schedule in V_SCHEDULE_NAMES else "interleaved" if s.vpp > 1 else "1f1b"
     return simulate_bounded(times, s.num_microbatches(p.train.global_batch_size), schedule), p2p_s

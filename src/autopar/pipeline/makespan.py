@@ -23,9 +23,9 @@ from autopar.layout_batch import LayoutBatch
 from autopar.pipeline.layers import chunk_op_times_s
 from autopar.pipeline.schedules import check_schedule
 from autopar.pipeline.simulate import PipelineTimes
-from autopar.pipeline.steady import RECURRENCE_REL_TOL, recurrence
+from autopar.pipeline.steady import RECURRENCE_REL_TOL, recurrence, simulate_bounded
 from autopar.problem import Problem
-from autopar.strategy import Strategy
+from autopar.strategy import V_SCHEDULE_NAMES, Strategy
 
 # Ops (one forward, or one recompute + backward, of a micro-batch on a chunk) one static simulation
 # may run: ~150 bytes and ~0.5 us each, so ~300 MB and ~1 s (pp 63 and 100,000 micro-batches
@@ -87,7 +87,7 @@ def _rank_graph(schedule: str, pp: int, vpp: int, m: int) -> tuple[np.ndarray, .
     per rank): ``backward`` (bool; a backward runs its recompute first), ``chunk``, ``rank``,
     ``after`` (the previous op on the rank) and ``needs`` (the op whose output it waits for),
     both flat indices with ``pp * W`` = none, ``hop`` (1.0 where that input comes from another
-    stage and pays one p2p transfer), ``microbatch``.
+    rank and pays one p2p transfer: never with pp 1, as in the event simulation), ``microbatch``.
     """
     backward, mb, chunk = _orders(schedule, pp, vpp, m)
     rank = np.broadcast_to(np.arange(pp)[:, None], backward.shape)
@@ -100,11 +100,11 @@ def _rank_graph(schedule: str, pp: int, vpp: int, m: int) -> tuple[np.ndarray, .
     b_at[j[backward], mb[backward]] = flat[backward]
     needs, hop = np.full((pp, width), n), np.zeros((pp, width))
     fwd = ~backward & (j > 0)
-    needs[fwd], hop[fwd] = f_at[j[fwd] - 1, mb[fwd]], 1.0
+    needs[fwd], hop[fwd] = f_at[j[fwd] - 1, mb[fwd]], float(pp > 1)
     turn = backward & (j == last)  # the last virtual stage's backward needs its own forward
     needs[turn] = f_at[last, mb[turn]]
     bwd = backward & (j < last)
-    needs[bwd], hop[bwd] = b_at[j[bwd] + 1, mb[bwd]], 1.0
+    needs[bwd], hop[bwd] = b_at[j[bwd] + 1, mb[bwd]], float(pp > 1)
     after = np.where(flat % width > 0, flat - 1, n)
     return backward.ravel(), chunk.ravel(), rank.ravel(), after.ravel(), needs.ravel(), hop.ravel(), mb.ravel()
 
@@ -195,11 +195,12 @@ def static_makespans_s(times: PipelineTimes, p2p_s: np.ndarray, num_microbatches
     :data:`MAX_STATIC_OPS` are simulated in full, up to :data:`MAX_STATIC_OPS` ops.
 
     Raises:
-        AutoparError: ``zb-h1`` (its W placement is dynamic: use ``simulate``), sizes the
+        AutoparError: ``zb-h1`` and the two-chunk schedules (use ``simulate``), sizes the
             schedule cannot run, or a full simulation beyond :data:`MAX_STATIC_OPS` ops.
     """
-    if schedule == "zb-h1":
-        raise AutoparError("schedule='zb-h1': use autopar.pipeline.simulate.simulate (dynamic W placement)")
+    if schedule not in ("gpipe", "1f1b", "interleaved"):
+        raise AutoparError(f"schedule={schedule!r}: use autopar.pipeline.simulate.simulate (the static makespan "
+                           "covers the interleaved placement's gpipe, 1f1b and interleaved)")
     fwd, bwd, rec = (np.asarray(x, dtype=float) for x in (times.forward_s, times.backward_s, times.recompute_s))
     (pp, vpp), m = fwd.shape, num_microbatches
     check_schedule(schedule, pp, vpp, m)
@@ -267,7 +268,11 @@ def simulated_costs(p: Problem, s: Strategy, batch: LayoutBatch, stages: Stages,
     schedule = "interleaved" if s.vpp > 1 else "gpipe" if gpipe else "1f1b"
     one = batch.take(np.zeros(1, dtype=np.int64))
     p2p = float(p2p_time_s(p, one)[0])
-    without, with_p2p = static_makespans_s(PipelineTimes(*chunks), np.array([0.0, p2p]), m, schedule)
+    if s.schedule in V_SCHEDULE_NAMES:  # ZB-V / DualPipeV: the event simulation of their op orders
+        without, with_p2p = (simulate_bounded(PipelineTimes(*chunks, p2p_s=delay), m, s.schedule).makespan_s
+                             for delay in (0.0, p2p))
+    else:
+        without, with_p2p = static_makespans_s(PipelineTimes(*chunks), np.array([0.0, p2p]), m, schedule)
     b = costs.time_breakdown_s
     busy = b["compute"] + b["tp_comm"] + b["cp_comm"] + b["ep_comm"]
     breakdown = dict(b, pp_bubble=np.maximum(without - busy, 0.0), pp_comm=with_p2p - without + tied_embedding_grad_s(p, one))

@@ -18,8 +18,18 @@ has not arrived yet, or when it holds more W passes than allowed (``i`` on rank 
 no rank holds more than ``pp`` micro-batches, 1F1B's peak on rank 0). With ``t_f = t_b = t_w``
 this gives the paper's makespan ``m * (t_f + t_b + t_w) + (pp - 1) * (t_f + t_b - t_w)``.
 
+Placement and the two-chunk schedules: virtual stage of each (rank, chunk) is the schedule's
+placement (:mod:`autopar.pipeline.placement`; the V turn and a chain's own rank pay no p2p).
+ZB-V, DualPipeV and DualPipe list their ``I`` (input gradient, ``1 - weight_grad_fraction`` of
+the backward) and ``W`` passes in the order itself (:mod:`autopar.pipeline.schedules_v`); an
+overlapped forward ``O`` starts once the backward after it can start too (DualPipe's ``F&B``,
+costed as ``F + B``: the overlap of one micro-batch's communication with the other's compute is
+not modelled). With per-chunk ``F = 1, B = 2, W = 1`` the simulated idle time per rank is the
+DualPipe README's ``(PP/2 - 1)(F&B + B - 3W)`` for DualPipe and DualPipeV, and ZB-V runs every
+rank without a gap (``tests/pipeline/test_pipeline_schedules_v.py``).
+
 Memory: a micro-batch's activations on a chunk are allocated when its forward starts and freed
-when its backward ends (ZB-H1: when its W ends, since W still reads the layer inputs).
+when its backward ends (split backwards: when its W ends, since W still reads the layer inputs).
 """
 
 from __future__ import annotations
@@ -32,9 +42,11 @@ from typing import NamedTuple
 import numpy as np
 
 from autopar.errors import AutoparError
-from autopar.pipeline.schedules import deferred_weight_grads, rank_order
+from autopar.pipeline.placement import placement
+from autopar.pipeline.schedules import TWO_CHUNK_SCHEDULES, deferred_weight_grads, rank_order
 
-KIND_NAMES = {"F": "forward", "B": "backward", "R": "recompute", "W": "weight_grad"}
+KIND_NAMES = {"F": "forward", "O": "forward", "B": "backward", "I": "backward", "R": "recompute", "W": "weight_grad"}
+SPLIT_BACKWARD = ("zb-h1",) + TWO_CHUNK_SCHEDULES  # schedules with weight-gradient (W) passes
 
 
 @dataclass(frozen=True)
@@ -86,6 +98,7 @@ class SimulationResult:
         timeline_microbatches: None when ``timeline`` is this step's; else the step was
             extrapolated from its periodic steady state (:mod:`autopar.pipeline.steady`) and
             ``timeline`` is that of the same schedule with this many micro-batches.
+        schedule: the schedule simulated (its placement maps chunks to virtual stages).
     """
 
     makespan_s: float
@@ -94,6 +107,7 @@ class SimulationResult:
     peak_activation_bytes: np.ndarray
     timeline: list[TimelineOp]
     timeline_microbatches: int | None = None
+    schedule: str = "1f1b"
 
 
 def _check_times(times: PipelineTimes, schedule: str) -> tuple[int, int]:
@@ -107,7 +121,7 @@ def _check_times(times: PipelineTimes, schedule: str) -> tuple[int, int]:
             raise AutoparError(f"pipeline times: {name} must be finite and >= 0")
     if not (math.isfinite(times.p2p_s) and times.p2p_s >= 0):
         raise AutoparError(f"pipeline times: p2p_s={times.p2p_s} must be finite and >= 0")
-    if schedule == "zb-h1" and not 0 <= times.weight_grad_fraction < 1:
+    if schedule in SPLIT_BACKWARD and not 0 <= times.weight_grad_fraction < 1:
         raise AutoparError(f"weight_grad_fraction={times.weight_grad_fraction}: must be in [0, 1)")
     return shape
 
@@ -118,8 +132,8 @@ def simulate(times: PipelineTimes, num_microbatches: int, schedule: str,
 
     Args:
         times: per-micro-batch times, shape ``(pp, vpp)``.
-        num_microbatches: micro-batches per step per pipeline (``m``).
-        schedule: ``gpipe``, ``1f1b``, ``interleaved`` (needs ``vpp > 1``) or ``zb-h1``.
+        num_microbatches: micro-batches per step per pipeline (``m``; DualPipe: both directions).
+        schedule: one of :data:`autopar.pipeline.schedules.SCHEDULES`.
         activation_bytes: optional ``(pp, vpp)`` bytes one micro-batch keeps on a chunk.
 
     Raises:
@@ -132,23 +146,30 @@ def simulate(times: PipelineTimes, num_microbatches: int, schedule: str,
     act = np.zeros((pp, vpp)) if activation_bytes is None else np.asarray(activation_bytes, dtype=float)
     if act.shape != (pp, vpp):
         raise AutoparError(f"activation_bytes: shape {act.shape}, expected (pp, vpp) = ({pp}, {vpp})")
-    zero_bubble = schedule == "zb-h1"
-    w_frac = times.weight_grad_fraction if zero_bubble else 0.0
+    table = placement(schedule, pp, vpp)
+    stage_of = table.stage.tolist()
+    rank_of, _ = table.owner()
+    before = [table.previous(j) for j in range(num_virtual)]
+    after = [table.next(j) for j in range(num_virtual)]
+    zero_bubble = schedule == "zb-h1"  # W passes placed at run time; the two-chunk schedules list theirs
+    w_frac = times.weight_grad_fraction if schedule in SPLIT_BACKWARD else 0.0
     # Python floats (the same doubles as numpy's) per [rank][chunk]: scalar numpy indexing is slow.
     fwd, rec = np.asarray(times.forward_s, float).tolist(), np.asarray(times.recompute_s, float).tolist()
-    bwd = (np.asarray(times.backward_s, float) * (1 - w_frac)).tolist()
-    wgt = (np.asarray(times.backward_s, float) * w_frac).tolist()
+    full = np.asarray(times.backward_s, float)
+    bwd_input, wgt = (full * (1 - w_frac)).tolist(), (full * w_frac).tolist()
     size = act.tolist()
-    duration = {"F": fwd, "B": bwd, "R": rec}
+    duration = {"F": fwd, "O": fwd, "B": bwd_input if zero_bubble else full.tolist(), "I": bwd_input, "R": rec,
+                "W": wgt}
     deferred = [deferred_weight_grads(schedule, r, pp) for r in range(pp)]
     p2p_s = times.p2p_s
-    # Expand each backward into (recompute,) backward; R (or B) waits for the gradient.
+    # Expand each backward into (recompute,) backward; R (or B) waits for the gradient. An
+    # overlapped forward (O) starts with the backward after it, so its R goes before the O.
     expanded = []
     for r, order in enumerate(orders):
         ops = []
         for kind, mb, c in order:
-            if kind == "B" and rec[r][c] > 0:
-                ops.append(("R", mb, c))
+            if kind in ("B", "I") and rec[r][c] > 0:
+                ops.insert(len(ops) - 1 if ops and ops[-1][0] == "O" else len(ops), ("R", mb, c))
             ops.append((kind, mb, c))
         expanded.append(ops)
 
@@ -173,13 +194,21 @@ def simulate(times: PipelineTimes, num_microbatches: int, schedule: str,
         free_s[r] = end
         return end
 
-    def dependency(r: int, kind: str, mb: int, c: int) -> tuple[tuple[str, int, int] | None, float]:
-        j = c * pp + r
-        if kind == "F":
-            return (None, 0.0) if j == 0 else (("F", j - 1, mb), f_end[j - 1][mb] + p2p_s)
-        if kind in ("R", "B") and not (kind == "B" and rec[r][c] > 0):
-            return (None, f_end[j][mb]) if j == num_virtual - 1 else (("B", j + 1, mb), b_end[j + 1][mb] + p2p_s)
-        return None, 0.0  # B after its own R
+    def dependency(r: int, kind: str, mb: int, c: int, index: int) -> tuple[tuple[str, int, int] | None, float]:
+        j = stage_of[r][c]
+        if kind in ("F", "O"):
+            i = before[j]
+            key, ready = (None, 0.0) if i is None else (("F", i, mb), f_end[i][mb] + (p2p_s if rank_of[i] != r else 0.0))
+            if kind == "O":  # starts with the backward after it: both inputs
+                nkey, nready = dependency(r, *expanded[r][index + 1], index + 1)
+                if math.isnan(ready) or math.isnan(nready):
+                    return (key, ready) if math.isnan(ready) else (nkey, nready)
+                ready = max(ready, nready)
+            return key, ready
+        if kind == "R" or (kind in ("B", "I") and not rec[r][c] > 0):
+            i = after[j]
+            return (None, f_end[j][mb]) if i is None else (("B", i, mb), b_end[i][mb] + (p2p_s if rank_of[i] != r else 0.0))
+        return None, 0.0  # B after its own R; W after its own I
 
     while heap:
         now, r = heapq.heappop(heap)
@@ -192,7 +221,7 @@ def simulate(times: PipelineTimes, num_microbatches: int, schedule: str,
                 heapq.heappush(heap, (free_s[r], r))
             continue
         kind, mb, c = ops[pointer[r]]
-        key, ready = dependency(r, kind, mb, c)
+        key, ready = dependency(r, kind, mb, c, pointer[r])
         unknown = math.isnan(ready)
         too_many = len(pending_w[r]) > deferred[r]
         if pending_w[r] and (too_many or unknown or ready > now):
@@ -204,18 +233,20 @@ def simulate(times: PipelineTimes, num_microbatches: int, schedule: str,
             waiting.setdefault(key, []).append(r)
             continue
         start = max(now, ready)
-        j = c * pp + r
+        j = stage_of[r][c]
         end = run(r, kind, mb, c, start, duration[kind][r][c])
         pointer[r] += 1
-        if kind == "F":
+        if kind in ("F", "O"):
             f_end[j][mb] = end
             events[r].append((start, 1, c, size[r][c]))
-        elif kind == "B":
+            kind = "F"
+        elif kind in ("B", "I"):
             b_end[j][mb] = end
             if zero_bubble:
                 pending_w[r].append((mb, c))
-            else:
+            elif kind == "B":
                 events[r].append((end, -1, c, size[r][c]))
+            kind = "B"
         for waiter in waiting.pop((kind, j, mb), []):
             heapq.heappush(heap, (free_s[waiter], waiter))
         heapq.heappush(heap, (free_s[r], r))
@@ -232,4 +263,4 @@ def simulate(times: PipelineTimes, num_microbatches: int, schedule: str,
             most, most_bytes = max(most, count), max(most_bytes, held)
         peak_count[r], peak_bytes[r] = most, most_bytes
     bubble = 1 - float(np.array(busy_s).sum()) / (pp * makespan) if makespan > 0 else 0.0
-    return SimulationResult(makespan, bubble, peak_count, peak_bytes, timeline)
+    return SimulationResult(makespan, bubble, peak_count, peak_bytes, timeline, schedule=schedule)

@@ -45,7 +45,9 @@ MAX_SIMULATED_OPS = 500_000
 # holds for every later op. ZB-H1 runs a W pass when the next input "has not arrived yet", a
 # comparison a float tie can flip one group and not the next, so a recurring window does not
 # prove a recurring drain (hypothesis found one 0.2% off); it is simulated in full, as GPipe.
-EXTRAPOLATED = ("1f1b", "interleaved")
+# ZB-V and DualPipeV list every op (W included) in a fixed order, so they recur; DualPipe counts
+# micro-batches per direction, which this window does not, and is simulated in full.
+EXTRAPOLATED = ("1f1b", "interleaved", "zbv", "dualpipev")
 RECURRENCE_REL_TOL = 1e-9  # float rounding of sums over the makespan, far below any time autopar prints
 
 
@@ -94,7 +96,8 @@ def simulate_bounded(times: PipelineTimes, num_microbatches: int, schedule: str,
         warmup *= 2  # a longer transient: look further on
     if _ops(pp, vpp, m) > MAX_SIMULATED_OPS:
         what = {"gpipe": "GPipe's backwards wait for every forward",
-                "zb-h1": "ZB-H1 places its W passes by comparing times"}.get(schedule, "no periodic steady state found")
+                "zb-h1": "ZB-H1 places its W passes by comparing times",
+                "dualpipe": "DualPipe counts micro-batches per direction"}.get(schedule, "no periodic steady state found")
         raise AutoparError(f"num_microbatches={m}: the {schedule} pipeline (pp={pp}, vpp={vpp}) is simulated op by op "
                            f"({what}) up to pp * vpp * num_microbatches = {MAX_SIMULATED_OPS // 3:,}; lower --gbs or "
                            "raise --mbs/--dp")

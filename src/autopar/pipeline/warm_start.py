@@ -208,12 +208,14 @@ def _placed(costs: ChunkCosts, options: np.ndarray, rank: int, mix: np.ndarray, 
     return out
 
 
-def all_rank_candidates(costs: ChunkCosts, options: np.ndarray, bottleneck_s: float = np.inf) -> list[RankCandidates]:
-    """:func:`rank_candidates` of every rank, each up to ``L - pp + 1`` layers and no more than
-    fit within ``bottleneck_s`` at the fastest option (a known answer's slowest rank: a better
-    answer has none slower)."""
+def all_rank_candidates(costs: ChunkCosts, options: np.ndarray, bottleneck_s: float = np.inf,
+                        others_hold_layers: bool = True) -> list[RankCandidates]:
+    """:func:`rank_candidates` of every rank, each up to ``L - pp + 1`` layers (``L`` without
+    ``others_hold_layers``: the layers of one kind among several, which one rank may hold
+    alone) and no more than fit within ``bottleneck_s`` at the fastest option (a known answer's
+    slowest rank: a better answer has none slower)."""
     options = np.asarray(options, dtype=np.int64)
-    most = costs.num_layers - (costs.pp - 1)
+    most = costs.num_layers - (costs.pp - 1 if others_hold_layers else 0)
     fastest = float(costs.time_s[0, options].min())
     out = []
     for r in range(costs.pp):

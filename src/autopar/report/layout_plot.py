@@ -34,10 +34,14 @@ def stage_labels(p: Problem, e: Estimate) -> list[str]:
             for m in e.memory_per_stage]
 
 
+SCHEDULE_TITLES = {"zbv": "ZB-V (chunk 1 of rank r is stage 2pp-1-r)", "dualpipev": "DualPipeV (V placement)",
+                   "gpipe": "GPipe"}
+
+
 def timeline_title(name: str, e: Estimate, sim: SimulationResult) -> str:
     """``NAME: interleaved 1F1B, 256 micro-batches; pipeline part 116.36 s of the 116.37 s step,
     idle 4.2%`` (the simulated makespan next to the estimate's whole step)."""
-    schedule = "interleaved 1F1B" if e.strategy.vpp > 1 else "1F1B"
+    schedule = SCHEDULE_TITLES.get(e.strategy.schedule) or ("interleaved 1F1B" if e.strategy.vpp > 1 else "1F1B")
     return (f"{name}: {schedule}, {e.num_microbatches:,} micro-batches; pipeline part {sim.makespan_s:,.2f} s of "
             f"the {e.step_time_s:,.2f} s step, idle {sim.bubble_fraction:.1%}")
 

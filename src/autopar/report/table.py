@@ -87,13 +87,14 @@ def layout_label(e: Estimate) -> str:
     if s.ep > 1:
         parts.append(f"ep{s.ep}/etp{s.expert_tp}" + ("" if s.moe_dispatcher == "alltoall" else f":{s.moe_dispatcher}")
                      + ("+a2a" if s.moe_ep_overlap else ""))
-    return " ".join(parts + galvatron_marks(s))
+    return " ".join(parts + galvatron_marks(s) + ([s.schedule] if s.schedule in ("zbv", "dualpipev") else []))
 
 
 def galvatron_marks(s) -> list[str]:
     """Label parts of Galvatron's own knobs (:class:`~autopar.strategy.Strategy`): ``vtp4`` (vocabulary
     TP 4), ``vsp4`` (vocabulary layers sequence-split over 4), ``gpipe``, ``tp-nc`` (non-consecutive
-    TP groups); none for a Megatron-style layout."""
+    TP groups); none for a Megatron-style layout. (torchtitan's V schedules add ``zbv`` /
+    ``dualpipev`` after them.)"""
     marks = [f"vsp{s.vocab_tp_size}"] if s.vocab_sp else [f"vtp{s.vocab_tp_size}"] if s.vocab_tp_size != s.tp else []
     return marks + (["gpipe"] if s.schedule == "gpipe" else []) + ([] if s.tp_consecutive else ["tp-nc"])
 

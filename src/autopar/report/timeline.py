@@ -17,6 +17,7 @@ import numpy as np
 from matplotlib.colors import to_rgb
 from matplotlib.patches import Patch
 
+from autopar.pipeline.placement import placement
 from autopar.pipeline.simulate import SimulationResult, TimelineOp
 from autopar.pipeline.window import TimelineWindow
 
@@ -56,22 +57,24 @@ def inferred_p2p_s(timeline: list[TimelineOp]) -> float:
     return max(0.0, first[1].start_s - first[0].end_s)
 
 
-def p2p_transfers(timeline: list[TimelineOp], p2p_s: float) -> list[tuple[int, float, float]]:
+def p2p_transfers(timeline: list[TimelineOp], p2p_s: float, schedule: str = "1f1b") -> list[tuple[int, float, float]]:
     """``(receiving stage, start_s, end_s)`` of every p2p transfer of the step: the output of
-    the forward of virtual stage ``j`` goes to ``j + 1``, the input gradient of the backward of
-    ``j`` to ``j - 1`` (virtual stage ``j = chunk * pp + stage``), each ``p2p_s`` long from the
-    end of the op that produced it. Empty when ``p2p_s`` is 0."""
+    the forward of virtual stage ``j`` goes to the next stage of its chain, the input gradient of
+    the backward of ``j`` to the previous one (virtual stages from ``schedule``'s placement,
+    :mod:`autopar.pipeline.placement`; ``j = chunk * pp + stage`` but for the V and
+    bidirectional schedules), each ``p2p_s`` long from the end of the op that produced it; none
+    where both stages sit on one rank (the V's turn). Empty when ``p2p_s`` is 0."""
     if p2p_s <= 0 or not timeline:
         return []
-    pp = 1 + max(op.stage for op in timeline)
-    last = pp * (1 + max(op.chunk for op in timeline)) - 1
+    pp, vpp = 1 + max(op.stage for op in timeline), 1 + max(op.chunk for op in timeline)
+    table = placement(schedule, pp, vpp)
+    rank_of, _ = table.owner()
     out = []
     for op in timeline:
-        j = op.chunk * pp + op.stage
-        if op.kind == "forward" and j < last:
-            out.append(((j + 1) % pp, op.end_s, op.end_s + p2p_s))
-        elif op.kind == "backward" and j > 0:
-            out.append(((j - 1) % pp, op.end_s, op.end_s + p2p_s))
+        j = int(table.stage[op.stage, op.chunk])
+        to = table.next(j) if op.kind == "forward" else table.previous(j) if op.kind == "backward" else None
+        if to is not None and rank_of[to] != op.stage:
+            out.append((rank_of[to], op.end_s, op.end_s + p2p_s))
     return out
 
 
@@ -112,7 +115,7 @@ def draw_timeline(fig, spec, sim: SimulationResult, window: TimelineWindow, stag
     bars: dict[tuple[str, int, int], list[tuple[float, float]]] = {}
     for op in timeline:
         bars.setdefault((op.kind, op.stage, op.chunk), []).append((op.start_s, op.end_s - op.start_s))
-    transfers = p2p_transfers(timeline, p2p_s)
+    transfers = p2p_transfers(timeline, p2p_s, sim.schedule)
     for ax, seg, share in zip(axes, segments, ratios):
         px_per_s = share * width_in * 0.8 * 110 / max(seg.end_s - seg.start_s, 1e-30)
         for (kind, stage, chunk), spans in bars.items():

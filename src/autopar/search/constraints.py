@@ -42,7 +42,7 @@ FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec("--vpp", "vpp"), FieldSpec("--ep", "ep"), FieldSpec("--etp", "etp"), FieldSpec("--mbs", "mbs"),
     FieldSpec("--num-microbatches", "num_microbatches"), FieldSpec("--zero", "zero", lowest=0, highest=3),
     FieldSpec("--recompute", "recompute", names=RECOMPUTE_CODES),
-    FieldSpec("--schedule", "schedule_code", names={"1f1b": 0, "interleaved": 1, "gpipe": 2}),
+    FieldSpec("--schedule", "schedule_code", names={"1f1b": 0, "interleaved": 1, "gpipe": 2, "zbv": 3, "dualpipev": 4}),
     FieldSpec("--sp", "sp", names={"off": 0, "on": 1}),
     FieldSpec("--tp-comm-overlap", "tp_comm_overlap", names={"off": 0, "on": 1}),
     FieldSpec("--cp-comm-type", "cp_comm", names={name: i for i, name in enumerate(CP_COMM_TYPES)}),

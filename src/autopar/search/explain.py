@@ -33,7 +33,7 @@ MAX_RANK = 2000  # the rank walk checks the target's writer per layout; deeper r
 _LABEL = re.compile(r"^(?:tp(?P<tp>\d+)(?P<sp>\+sp)?(?P<ov>\+ov)?|pp(?P<pp>\d+)(?:x(?P<vpp>\d+))?(?:\+e?l?)?~?"
                     r"|cp(?P<cp>\d+)(?::(?P<cp_algo>a2a|allgather|a2a\d+\+p2p))?"
                     r"|dp(?P<dp>\d+)|ep(?P<ep>\d+)(?:/etp(?P<etp>\d+))?|mbs(?P<mbs>\d+)"
-                    r"|vtp(?P<vocab_tp>\d+)|vsp(?P<vsp>\d+)|(?P<gpipe>gpipe)|(?P<nc>tp-nc))$")
+                    r"|vtp(?P<vocab_tp>\d+)|vsp(?P<vsp>\d+)|(?P<gpipe>gpipe)|(?P<nc>tp-nc)|(?P<v>zbv|dualpipev))$")
 
 
 def parse_layout(text: str) -> dict[str, int]:
@@ -65,11 +65,11 @@ def parse_layout(text: str) -> dict[str, int]:
                 raise AutoparError(f"--explain={text!r}: cannot read {part!r}; give key=value pairs "
                                    "(tp=4,pp=4,vpp=5) or a table label such as 'tp4+sp pp4x5 cp2 dp2'")
             wanted.update({k: int(v) for k, v in m.groupdict().items()
-                           if v and k not in ("sp", "ov", "cp_algo", "vsp", "gpipe", "nc")})
+                           if v and k not in ("sp", "ov", "cp_algo", "vsp", "gpipe", "nc", "v")})
             if m.group("vsp"):  # Galvatron's marks (autopar.report.table.galvatron_marks)
                 wanted.update(vocab_tp=int(m.group("vsp")), vocab_sp=1)
-            if m.group("gpipe"):
-                wanted["schedule"] = KEYS["schedule"].names["gpipe"]
+            if m.group("gpipe") or m.group("v"):  # schedule marks: gpipe, torchtitan's zbv / dualpipev
+                wanted["schedule"] = KEYS["schedule"].names[m.group("gpipe") or m.group("v")]
             if m.group("nc"):
                 wanted["tp_consecutive"] = 0
             if part.startswith("tp"):

@@ -125,7 +125,7 @@ def for_search(p: Problem, target: str, options: SpaceOptions | None) -> tuple[P
                       cp_comm_types=CP_ALGORITHMS.get(target, ("p2p",)),  # what the target can write
                       moe_dispatchers=("alltoall", flex_backend(p)) if moe_choices else ("alltoall",),
                       moe_ep_overlap=moe_choices,
-                      galvatron_choices=target == "galvatron")
+                      galvatron_choices=target == "galvatron", v_schedules=target == "torchtitan")
     return p, options
 
 
@@ -227,7 +227,7 @@ def costed_grid(p: Problem, memory_margin: float, options: SpaceOptions | None =
     constraints = constraints or []
     options = widen_space(options or SpaceOptions(), constraints)
     with phase("enumerate", description="enumerating the valid layouts"):
-        if full or options.galvatron_choices:  # Galvatron's variants follow the blocks: every row, checked
+        if full or options.galvatron_choices or options.v_schedules:  # variants follow the blocks: every row, checked
             space, extra = _full_space(p, options, constraints)
         else:
             space, extra = valid_layouts(p, options, constraints), {}

@@ -40,6 +40,10 @@ class MoeRuntime(BaseModel):
     force_balance: bool = Field(
         default=False, description="routing forced to balance, as NVIDIA's benchmarks run "
         "(Megatron --moe-router-force-load-balancing): the routing skew is 1")
+    router_padding_for_fp8: bool = Field(
+        default=False, description="the router pads each expert's token count to fp8's alignment "
+        "(Megatron --moe-router-padding-for-fp8), so Transformer Engine's Fp8Padding finds the counts aligned "
+        "and copies nothing (autopar.cost.moe_fp8_padding)")
     capacity_factor: float | None = Field(
         default=None, gt=0, le=1e3, description="expert capacity over the balanced share "
         "(Megatron --moe-expert-capacity-factor); None = dropless")

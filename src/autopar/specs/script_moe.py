@@ -50,14 +50,19 @@ def runtime_fields(a: Args, dispatcher: str) -> dict[str, Any]:
     """``TrainSpec.moe`` (a :class:`~autopar.specs.moe_runtime.MoeRuntime` field dict) of a script.
 
     Raises:
-        AutoparError: padding without a capacity factor, a capacity factor with the flex
+        AutoparError: router padding for fp8 without fp8 (Megatron-LM's TransformerConfig raises),
+            padding without a capacity factor, a capacity factor with the flex
             dispatcher (Megatron-Core's ``MoEFlexTokenDispatcher`` is dropless), or a drop policy
             outside ``probs``/``position``.
     """
     fields: dict[str, Any] = dict(
         router_fusion=a.has("--moe-router-fusion"), permute_fusion=a.has("--moe-permute-fusion"),
         shared_expert_overlap=a.has("--moe-shared-expert-overlap"), delay_wgrad=a.has("--delay-wgrad-compute"),
-        force_balance=a.has("--moe-router-force-load-balancing"))
+        force_balance=a.has("--moe-router-force-load-balancing"),
+        router_padding_for_fp8=a.has("--moe-router-padding-for-fp8"))
+    if fields["router_padding_for_fp8"] and not a.has("--fp8-format"):
+        raise AutoparError(f"{a.source}: --moe-router-padding-for-fp8 without --fp8-format: Megatron-LM raises "
+                           "'fp8 must be specified when moe_router_padding_for_fp8 is True'")
     policy = a.text("--moe-token-drop-policy", "probs")
     if policy not in DROP_POLICIES:
         raise AutoparError(f"{a.source}: --moe-token-drop-policy={policy!r}: allowed {', '.join(DROP_POLICIES)}")

@@ -13,9 +13,14 @@ row's ``assumed`` list. Facts of a recipe, never a fitted factor.
   ``grad_reduce_in_fp32 = False`` (bf16 gradient reduction); the model providers run grouped GEMM
   with the fused permutation. Per model and GPU (:data:`MBR_KNOBS`): the dispatcher (``flex`` with
   ``moe_flex_dispatcher_backend`` deepep/hybridep, else ``alltoall``), ``moe_a2a_overlap``
-  (``--overlap-moe-expert-parallel-comm``), ``recompute_modules`` and, for Qwen3-235B on H100,
-  ``CommOverlapConfig(tp_comm_overlap=False)``. The files were read at a commit newer than 25.11
-  (the ``hybridep`` backend there was DeepEP on H100 in 25.09/25.11): an assumption per row.
+  (``--overlap-moe-expert-parallel-comm``), ``recompute_modules``, the CUDA graph scope
+  (``cuda_graph_impl="transformer_engine"``, ``cuda_graph_scope``) and, for Qwen3-235B on H100,
+  ``CommOverlapConfig(tp_comm_overlap=False)``, as the 25.11 release branch has them (tag v0.2.0,
+  2025-11-26). Where a row's layout differs from that release's config (GPT-OSS on B200: the
+  table says EP 8, the config ``expert_model_parallel_size=64``), the row's own cells win. The
+  DeepSeek-V3 H100 entry serves the 25.09 row only; it leaves out the ``moe_a2a_overlap=True``
+  of v0.2.0, because the configs that state it begin on 2025-11-06 (commit bf75c65, "dataclass
+  cfgs - perf"), after 25.09, so whether that run overlapped is not known.
 * dgxc-benchmarking / NeMo 25.04 (``DGXC2505-*`` MoE rows): NeMo's MoE recipes fuse the
   permutation (``moe_permute_fusion=True``); dispatcher alltoall; router unfused (TE's fused router
   came later).
@@ -35,21 +40,27 @@ from autopar.validate.measurements import Row
 MBR_SOURCE = "Megatron-Bridge scripts/performance/configs"
 MBR_RUNTIME = dict(router_fusion=True, permute_fusion=True, force_balance=True)
 
-#: (model, GPU family) -> recipe knobs of Megatron-Bridge's MoE performance configs (module docstring).
+#: (model, GPU family) -> recipe knobs of Megatron-Bridge's MoE performance configs at the 25.11 release
+#: (tag v0.2.0, ``scripts/performance/configs/*/workload_base_configs.py``; module docstring). A config
+#: without ``moe_flex_dispatcher_backend`` keeps its model provider's ``moe_token_dispatcher_type =
+#: "alltoall"``; ``cuda_graph_scope`` goes with ``cuda_graph_impl="transformer_engine"``.
 MBR_KNOBS: dict[tuple[str, str], dict[str, Any]] = {
     ("gpt-oss-120b", "H100"): dict(dispatcher="alltoall", recompute_modules=("layernorm", "moe_act")),
     ("gpt-oss-120b", "B200"): dict(dispatcher="alltoall", recompute_modules=("layernorm", "moe_act")),
-    ("gpt-oss-120b", "GB200"): dict(dispatcher="alltoall", recompute_modules=("layernorm", "moe_act"),
-                                    ep_overlap=True),  # V2 (gbs 1280): moe_a2a_overlap=True
-    ("gpt-oss-120b", "GB300"): dict(dispatcher="alltoall"),
-    ("qwen3-30b-a3b", "H100"): dict(dispatcher="deepep"),
+    # No moe_a2a_overlap: Megatron-Bridge added it to the GPT-OSS configs on 2026-03-23 (commit 7260d62,
+    # "perf optimizations- GPT-OSS 120B"), after the 25.11 release.
+    ("gpt-oss-120b", "GB200"): dict(dispatcher="alltoall", recompute_modules=("layernorm", "moe_act")),
+    ("gpt-oss-120b", "GB300"): dict(dispatcher="alltoall", cuda_graph_scope=("attn", "moe_router", "moe_preprocess")),
+    ("qwen3-30b-a3b", "H100"): dict(dispatcher="alltoall", ep_overlap=True),
     ("qwen3-235b-a22b", "H100"): dict(dispatcher="alltoall", ep_overlap=True, tp_overlap=False),
-    ("qwen3-235b-a22b", "GB200"): dict(dispatcher="hybridep"),
-    ("qwen3-235b-a22b", "GB300"): dict(dispatcher="hybridep"),
+    ("qwen3-235b-a22b", "GB200"): dict(dispatcher="hybridep", cuda_graph_scope=("attn", "moe_router", "moe_preprocess")),
+    ("qwen3-235b-a22b", "GB300"): dict(dispatcher="hybridep", cuda_graph_scope=("moe_router", "moe_preprocess")),
     ("deepseek-v3", "H100"): dict(dispatcher="deepep", recompute_modules=("mla_up_proj", "mlp")),
-    ("deepseek-v3", "B200"): dict(dispatcher="hybridep", recompute_modules=("mla_up_proj",)),
-    ("deepseek-v3", "GB200"): dict(dispatcher="hybridep", recompute_modules=("mla_up_proj",)),
-    ("deepseek-v3", "GB300"): dict(dispatcher="hybridep", recompute_modules=("moe_act",)),
+    ("deepseek-v3", "B200"): dict(dispatcher="alltoall", recompute_modules=("mla_up_proj",)),
+    ("deepseek-v3", "GB200"): dict(dispatcher="hybridep", recompute_modules=("mla_up_proj",),
+                                   cuda_graph_scope=("moe_router", "moe_preprocess")),
+    ("deepseek-v3", "GB300"): dict(dispatcher="hybridep", recompute_modules=("moe_act",),
+                                   cuda_graph_scope=("attn", "moe_router", "moe_preprocess")),
 }
 
 
@@ -98,8 +109,9 @@ def apply_moe_recipe(row: Row, strategy: Strategy, train: TrainSpec, assumed: li
     fields: dict[str, Any] = {"moe": MoeRuntime(**knobs.get("runtime", {}))}
     if "grad_dtype" in knobs:
         fields["grad_dtype"] = knobs["grad_dtype"]
+    if "cuda_graph_scope" in knobs:
+        fields.update(cuda_graph_impl="transformer_engine", cuda_graph_scope=knobs["cuda_graph_scope"])
     said = [f"{k}={v}" for k, v in layout.items()] + [f"{k}={v}" for k, v in knobs.get("runtime", {}).items()]
-    if "grad_dtype" in knobs:
-        said.append(f"grad_dtype={knobs['grad_dtype']}")
+    said += [f"{k}={v}" for k, v in fields.items() if k in ("grad_dtype", "cuda_graph_impl", "cuda_graph_scope")]
     assumed.append(f"MoE recipe ({source}): " + ", ".join(said))
     return strategy.model_copy(update=layout), train.model_copy(update=fields)

@@ -160,6 +160,8 @@ def stored_rows(db, device: str, framework: str) -> list[tuple[Problem, Strategy
         if run["framework"] == framework and not run["failure"] and run["step_time_s"]:
             layout = json.loads(run["layout"])
             fields = {k: layout[k] for k in FIELDS if k in layout}
+            if fields.get("pipeline_layout") is not None:  # layers_per_stage holds its stage sums
+                fields.pop("layers_per_stage", None)
             for key in ("layers_per_stage", "recompute_per_stage", "recompute_modules"):
                 if key in fields:
                     fields[key] = tuple(fields[key] or ()) or None
