@@ -31,7 +31,8 @@ def _estimate(*extra: str) -> dict:
 def test_sp_default_by_target():
     assert [sequence_parallel_default(1, t) for t in SP_WITH_TP] == [False] * len(SP_WITH_TP)  # Megatron: off at tp 1
     on = {t for t in SP_WITH_TP if sequence_parallel_default(4, t)}
-    assert on == {"megatron", "mindspeed", "torchtitan", "sapp", "galvatron"}  # Megatron-DeepSpeed's recipes: off
+    # Megatron-DeepSpeed's recipes: off
+    assert on == {"megatron", "megatron-bridge", "mindspeed", "torchtitan", "sapp", "galvatron"}
     with pytest.raises(AutoparError, match="--target='nemo'"):
         sequence_parallel_default(4, "nemo")
 

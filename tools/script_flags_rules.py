@@ -136,9 +136,8 @@ REFUSED_FLAGS: dict[str, tuple[str, ...]] = {
         "--fsdp-double-buffer", "--suggested-communication-unit-size", "--enable-full-sharding-in-hsdp",
         "--num-distributed-optimizer-instances", "--torch-fsdp2-no-reshard-after-forward", "--fsdp2-config-path",
         "--layerzero", "--layerzero-config", "--enable-zero3", "--distributed-optimizer-no-replica"),
-    "fp8 weight-transpose caching, fp8 wgrad off and bf16 layers inside fp8 training are not modelled": (
-        "--keep-fp8-transpose-cache", "--no-fp8-wgrad", "--first-last-layers-bf16", "--num-layers-at-start-in-bf16",
-        "--num-layers-at-end-in-bf16", "--reuse-grad-buf-for-mxfp8-param-ag", "--fp8-reuse-quantized-weight",
+    "fp8 weight-transpose caching, fp8 wgrad off and fp8 weight-buffer reuse are not modelled": (
+        "--keep-fp8-transpose-cache", "--no-fp8-wgrad", "--reuse-grad-buf-for-mxfp8-param-ag", "--fp8-reuse-quantized-weight",
         "--no-use-gmm-fp8", "--te-gmm-mode", "--te-comparison-with-cpu", "--te-comparison-with-bf16"),
     "FP4 parameter storage (weights kept only in NVFP4) is not modelled": ("--fp4-param-gather",),
     "context-parallel variants beyond --cp-comm-type / --context-parallel-algo are not modelled": (

@@ -306,6 +306,13 @@ RULES: tuple[Rule, ...] = (
         "(shared/reference/ecosystem.md rule 27; autopar.cost.activation_offload); use pp 1 and recompute none",
     ),
     Rule(
+        "fp8_bf16_layers_per_stage",
+        lambda p, b: max(p.train.bf16_end_layers) <= _layers(p) // b.pp,
+        lambda p, s: f"fp8 bf16 layers {p.train.bf16_end_layers[0]},{p.train.bf16_end_layers[1]} with pp={s.pp}: "
+        f"Megatron-Core allows at most num_layers // pp = {_layers(p) // s.pp} bf16 layers at each end "
+        "(transformer_config.py __post_init__; autopar.cost.fp8_bf16_layers)",
+    ),
+    Rule(
         "window_attention_cp",
         lambda p, b: (b.cp == 1) | (not p.model.window_layers),
         lambda p, s: f"cp={s.cp} with model {p.model.name}'s sliding-window layers: autopar costs context "

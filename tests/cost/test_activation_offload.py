@@ -70,7 +70,9 @@ def test_exports_write_megatron_bridge_fields_or_refuse():
     p = _problem(8)
     ov = overrides(p, S)
     assert (ov["model.cpu_offloading"], ov["model.cpu_offloading_num_layers"]) == (True, 8)
-    with pytest.raises(AutoparError, match="core_v0.15's arguments have no flag"):
-        WRITERS["megatron"](p, S)
+    script = WRITERS["megatron"](p, S)  # Megatron-LM main's flag, with a comment on the version it needs
+    assert "--cpu-offloading-num-layers 8" in script and "needs Megatron-LM main" in script
+    with pytest.raises(AutoparError, match="MindSpeed-LLM has no --cpu-offloading-num-layers"):
+        WRITERS["mindspeed"](p, S)
     with pytest.raises(AutoparError, match="export --format torchtitan: activation CPU offloading"):
         WRITERS["torchtitan"](p, Strategy(dp=4, zero=3))

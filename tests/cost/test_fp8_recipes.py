@@ -84,9 +84,12 @@ def test_tensorwise_pays_one_more_read_and_cannot_quantise_in_the_norm():
     # inputs, 4 B each: the norm writes the QKV and fc1 inputs in fp8. Current scaling needs each
     # tensor's amax first: all four inputs (4096, 4096, 4096, 11008) are cast, 6 B each.
     per_token = 6 * (3 * 4096 + 11008) - 4 * (4096 + 11008)
-    # 4096 tokens per micro-batch, 32 layers, forward + 2x backward, 8 micro-batches.
+    # Backward (autopar.cost.fp8_backward): every output gradient is cast, 6 B instead of 4 B: QKV
+    # 3 x 4096, fc1 2 x 11008, the two 4096-wide row-parallel outputs.
+    backward_per_token = (6 - 4) * (3 * 4096 + 2 * 11008 + 2 * 4096)
+    # 4096 tokens per micro-batch, 32 layers, 8 micro-batches.
     dev = load_device("h100-80gb")
-    extra_bytes = per_token * 4096 * 32 * 3 * 8
+    extra_bytes = (per_token + backward_per_token) * 4096 * 32 * 8
     expected = extra_bytes / (dev.hbm_bandwidth_bytes_per_s * dev.memory_efficiency)
     assert compute_s("tensorwise") - compute_s("delayed") == pytest.approx(expected, rel=1e-6)
 
@@ -154,8 +157,11 @@ def test_megatron_bridge_names_the_recipe_or_refuses():
         "bf16_with_fp8_subchannel_scaling_mixed"
     with pytest.raises(AutoparError, match="bf16_with_fp8_subchannel_scaling_mixed .* sets fp8_param_gather=False"):
         mixed_precision(make_problem("llama3-8b", fp8_recipe="blockwise", fp8_param_storage=True, **s))
-    with pytest.raises(AutoparError, match="current-scaling recipe keeps the first and last layers in bf16"):
+    # current scaling: Megatron-Bridge's recipe keeps the first and last layer in bf16 (mixed_precision.py)
+    with pytest.raises(AutoparError, match="keeps 1,1 first,last layers in bf16, the plan 0,0"):
         mixed_precision(make_problem("llama3-8b", fp8_recipe="tensorwise", fp8_param_storage=True, **s))
+    assert mixed_precision(make_problem("llama3-8b", fp8_recipe="tensorwise", fp8_param_storage=True,
+                                        fp8_bf16_layers=(1, 1), **s)) == "bf16_with_fp8_current_scaling_mixed"
 
 
 @pytest.mark.parametrize("recipe, framework, fused", [

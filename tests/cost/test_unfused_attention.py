@@ -8,6 +8,7 @@ import pytest
 from autopar.cost import attention as attn
 from autopar.cost import compute as C
 from autopar.cost import flops as F
+from autopar.cost import elementwise_backward
 from autopar.cost.recompute import layer_recompute_s
 from autopar.layout_batch import LayoutBatch
 from autopar.strategy import Strategy
@@ -58,8 +59,10 @@ def test_flash_attention_times_unchanged():
     t = C.layer_forward_times(p, b, moe=False)
     expected = C.attention_time_s(p, F.attention_core_flops(p, b), attn.block_efficiency(p, b))
     assert np.array_equal(t.attention_s, expected)
-    assert t.backward_extra_s == 0.0
-    assert np.array_equal(t.backward(), 2 * t.forward_s)
+    # backward: twice the forward but for the element-wise kernels' own bytes (autopar.cost.elementwise_backward)
+    elementwise = C.memory_time_s(p, elementwise_backward.dense_backward_bytes(p, b) - 2 * F.elementwise_bytes(p, b, False))
+    assert np.allclose(t.backward_extra_s, elementwise, rtol=1e-12)
+    assert np.allclose(t.backward(), 2 * t.forward_s + elementwise, rtol=1e-12)
 
 
 def _gpt22b():
@@ -82,7 +85,8 @@ def test_unfused_attention_time_by_hand():
     scores = count * s * s
     t = C.layer_forward_times(p, b, moe=False)
     assert float(t.attention_s[0]) == pytest.approx(2 * bmm + 9 * scores / bw + 2 * C.KERNEL_OVERHEAD_S, rel=1e-12)
-    assert float(t.backward_extra_s[0]) == pytest.approx((11 - 2 * 9) * scores / bw, rel=1e-12)
+    elementwise = C.memory_time_s(p, elementwise_backward.dense_backward_bytes(p, b) - 2 * F.elementwise_bytes(p, b, False))
+    assert float(t.backward_extra_s[0]) == pytest.approx((11 - 2 * 9) * scores / bw + float(elementwise[0]), rel=1e-12)
     # Megatron's selective recompute reruns the whole core attention forward (bmm, softmax, dropout).
     assert np.array_equal(layer_recompute_s(p, b, t, moe=False), t.attention_s)
 

@@ -44,6 +44,14 @@ CHANGES = {
     "--fp16": ("--bf16", "--fp16"),
     "--fp8-format": ("--bf16", "--bf16 --fp8-format e4m3"),
     "--fp8-param-gather": ("--bf16 --fp8-format hybrid", "--bf16 --fp8-format hybrid --fp8-param-gather"),
+    "--first-last-layers-bf16": ("--bf16 --fp8-format hybrid --fp8-recipe tensorwise",
+                                 "--bf16 --fp8-format hybrid --fp8-recipe tensorwise --first-last-layers-bf16"),
+    "--num-layers-at-start-in-bf16": ("--bf16 --fp8-format hybrid --fp8-recipe tensorwise --first-last-layers-bf16",
+                                      "--bf16 --fp8-format hybrid --fp8-recipe tensorwise --first-last-layers-bf16 "
+                                      "--num-layers-at-start-in-bf16 2"),
+    "--num-layers-at-end-in-bf16": ("--bf16 --fp8-format hybrid --fp8-recipe tensorwise --first-last-layers-bf16",
+                                    "--bf16 --fp8-format hybrid --fp8-recipe tensorwise --first-last-layers-bf16 "
+                                    "--num-layers-at-end-in-bf16 2"),
     "--fp8-recipe": ("--bf16 --fp8-format hybrid", "--bf16 --fp8-format hybrid --fp8-recipe tensorwise"),
     "--fp4-format": ("--bf16", "--bf16 --fp4-format e2m1"),
     "--cuda-graph-impl": ("", "--cuda-graph-impl transformer_engine"),

@@ -122,3 +122,15 @@ def test_layer_count_is_bounded_before_the_moe_layers_are_listed(model, experts)
                "topk": "2"})
     with pytest.raises(Unscorable, match=f"layers={2**31}: expected at most 10000"):
         model_of(row, False, [])
+
+
+def test_nemo_gpt3_rows_train_with_dropout_and_others_do_not():
+    # dgxc gpt3_175b_hydra.yaml and NeMo-Framework-Launcher gpt3 configs: hidden/attention dropout 0.1;
+    # the Llama/Nemotron configs of the same sources: 0.0.
+    rows = {r.id: r for r in read_rows(MEASUREMENTS)}
+    gpt3 = to_case(rows["DGXC2411-G175B-BF16-128"])
+    assert gpt3.problem.model.dropout
+    assert any(a.startswith("dropout=on (NeMo GPT-3") for a in gpt3.assumed)
+    assert to_case(rows["NEMO2407-03"]).problem.model.dropout
+    assert not to_case(rows["DGXC2411-N340B-BF16-128"]).problem.model.dropout
+    assert not to_case(rows["NEMO2407-11"]).problem.model.dropout

@@ -11,7 +11,12 @@ from autopar.cli.app import app, console, err_console, user_errors
 from autopar.cli.config import Config
 from autopar.cli.inputs import layout_options, problem_from_options, strategy_from_options
 from autopar.cli.json_output import print_json
+from autopar.cli.knob_options import given_knobs
 from autopar.cli.options import (
+    ActivationOffload,
+    CudaGraphImpl,
+    CudaGraphScope,
+    Fp8Bf16Layers,
     Cp,
     CpA2a,
     CpCommType,
@@ -85,6 +90,8 @@ def estimate(
     profile_db: ProfileDb = None, profile_device: ProfileDevice = None, profile_stands_for: ProfileStandsFor = None,
     moe_token_imbalance: MoeImbalance = None, fp8_param_storage: Fp8ParamStorage = None,
     fp8_recipe: Fp8Recipe = None,
+    cuda_graph_impl: CudaGraphImpl = None, cuda_graph_scope: CudaGraphScope = None,
+    activation_offload_layers: ActivationOffload = None, fp8_bf16_layers: Fp8Bf16Layers = None,
     recompute_modules: RecomputeModules = None, config: Config = None, plot: EstimatePlot = None,
     detail: Annotated[bool, typer.Option("--detail", help="also each pipeline stage's forward, backward, recompute "
                                          "and communication time and its memory (Tinker's --detail); with --json: "
@@ -99,7 +106,8 @@ def estimate(
     refuse_unwritable_figure("--plot", plot)
     p = problem_from_options(model, device, nodes, devices_per_node, gbs, seq_len, precision, device_file, device_set,
                  flash_attention, vocab_pad, script, vocab_size, moe_token_imbalance, fp8_param_storage,
-                                 fp8_recipe=fp8_recipe)
+                                 fp8_recipe=fp8_recipe, knobs=given_knobs(
+                                     cuda_graph_impl, cuda_graph_scope, activation_offload_layers, fp8_bf16_layers))
     layout = layout_options(p, locals())
     from autopar.cli.profile import print_coverage, profiled
 

@@ -11,7 +11,12 @@ from autopar.cli.app import app, err_console, user_errors
 from autopar.cli.config import Config
 from autopar.cli.inputs import layout_options, problem_from_options, strategy_from_options
 from autopar.cli.json_output import print_json
+from autopar.cli.knob_options import given_knobs
 from autopar.cli.options import (
+    ActivationOffload,
+    CudaGraphImpl,
+    CudaGraphScope,
+    Fp8Bf16Layers,
     Cp,
     CpA2a,
     CpCommType,
@@ -84,6 +89,8 @@ def export(
     script: Script = None, vocab_size: VocabSize = None,
     moe_token_imbalance: MoeImbalance = None, fp8_param_storage: Fp8ParamStorage = None,
     fp8_recipe: Fp8Recipe = None,
+    cuda_graph_impl: CudaGraphImpl = None, cuda_graph_scope: CudaGraphScope = None,
+    activation_offload_layers: ActivationOffload = None, fp8_bf16_layers: Fp8Bf16Layers = None,
     recompute_modules: RecomputeModules = None, config: Config = None, as_json: Json = False,
 ) -> None:
     """Write one layout as a framework config: a search result's (--from, --rank) or an explicit one."""
@@ -104,6 +111,7 @@ def export(
             {"--out": (out, FILE_PATHS[fmt](Path(out)) if fmt in FILE_PATHS else [Path(out)])})
     from autopar.search.grid import for_target
 
+    knobs = given_knobs(cuda_graph_impl, cuda_graph_scope, activation_offload_layers, fp8_bf16_layers)
     if from_result:  # the result's own problem; options given must agree with it
         from autopar.export.result import result_problem
 
@@ -111,12 +119,12 @@ def export(
                                       nodes=nodes, devices_per_node=devices_per_node, gbs=gbs, seq_len=seq_len,
                                       precision=precision, flash=flash_attention, vocab_pad=vocab_pad,
                                       moe_token_imbalance=moe_token_imbalance,
-                                      fp8_param_storage=fp8_param_storage, fp8_recipe=fp8_recipe), fmt)
+                                      fp8_param_storage=fp8_param_storage, fp8_recipe=fp8_recipe, **knobs), fmt)
     else:
         p = for_target(problem_from_options(model, device, nodes, devices_per_node, gbs, seq_len, precision,
                                             device_file, device_set, flash_attention, vocab_pad, script, vocab_size,
                                             moe_token_imbalance, fp8_param_storage,
-                                 fp8_recipe=fp8_recipe), fmt)
+                                 fp8_recipe=fp8_recipe, knobs=knobs), fmt)
     from autopar.specs.targets import check_target
 
     check_target(p.cluster.device, fmt, "--format")

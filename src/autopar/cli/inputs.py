@@ -62,7 +62,7 @@ def recompute_modules_option(p: Problem, text: str | None) -> tuple[str, ...] | 
 # also an option), CUDA graphs and activation offloading (autopar.specs.script_precision).
 SCRIPT_STATE_FIELDS = ("moe", "grad_dtype", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype",
                        "optimizer_offload_fraction", "optimizer_offload_overlap", "fp8_param_storage", "fp8_recipe",
-                       "cuda_graph_impl", "cuda_graph_scope", "activation_offload_layers")
+                       "cuda_graph_impl", "cuda_graph_scope", "activation_offload_layers", "fp8_bf16_layers")
 
 
 def script_state_fields(plan, precision: str) -> dict[str, Any]:
@@ -72,6 +72,7 @@ def script_state_fields(plan, precision: str) -> dict[str, Any]:
     if precision != "fp8":
         fields.pop("fp8_param_storage", None)
         fields.pop("fp8_recipe", None)
+        fields.pop("fp8_bf16_layers", None)
     return fields
 
 
@@ -98,9 +99,11 @@ def problem_from_options(model: str | None, device: str | None, nodes: int | Non
                          device_set: list[str] | None, flash: bool | None, vocab_pad: int | None,
                          script: str | None = None, vocab_size: int | None = None,
                          moe_token_imbalance: float | None = None, fp8_param_storage: bool | None = None,
-                         fp8_recipe: str | None = None) -> Problem:
+                         fp8_recipe: str | None = None, knobs: dict[str, Any] | None = None) -> Problem:
     """The problem the options describe: explicit options, else the ``--script``'s values, else
-    the documented defaults (:data:`autopar.specs.script_cli.CLI_FALLBACKS`).
+    the documented defaults (:data:`autopar.specs.script_cli.CLI_FALLBACKS`). ``knobs``: the
+    ``TrainSpec`` fields of the CUDA-graph, activation-offload and bf16-layer options
+    (:func:`autopar.cli.knob_options.given_knobs`), replacing the script's.
 
     Raises:
         AutoparError: an option outside what it allows (named, with the allowed values), an
@@ -150,6 +153,13 @@ def problem_from_options(model: str | None, device: str | None, nodes: int | Non
         state["fp8_param_storage"] = bool(fp8_param_storage)
     if fp8_recipe is not None:
         state["fp8_recipe"] = fp8_recipe_option(fp8_recipe, precision, dev)
+    if knobs:
+        from autopar.cli.knob_options import check_knobs
+
+        state.update(knobs)
+        if "cuda_graph_impl" in knobs and knobs["cuda_graph_impl"] == "none" and "cuda_graph_scope" not in knobs:
+            state.pop("cuda_graph_scope", None)  # --cuda-graph-impl none drops the script's scope with its graphs
+        check_knobs(knobs, state, precision, spec.num_layers)
     train = TrainSpec(global_batch_size=gbs, seq_len=seq_len, precision=precision, flash_attention=flash,
                       make_vocab_size_divisible_by=vocab_pad, moe_token_imbalance=imbalance, **state)
     if train.optimizer_offload_fraction:
@@ -198,7 +208,15 @@ def strategy_from_options(p: Problem, script: str | None, layout: dict[str, Any]
         # without these options take the defaults
         layout.setdefault(name, None)
     overlap_given = layout["tp_comm_overlap"] is not None or (plan is not None and plan.layout.get("tp_comm_overlap"))
-    lay = layout_defaults(plan, layout, target)
+    recipe = {}
+    if target == "megatron-bridge":  # the model's recipe defaults (dispatcher with ep > 1, recompute)
+        from autopar.export.bridge_moe_recipes import layout_fallbacks
+
+        recipe = layout_fallbacks(p)
+        ep = layout["ep"] if layout["ep"] is not None else (plan.layout.get("ep") if plan is not None else None)
+        if (ep or 1) == 1:
+            recipe.pop("moe_dispatcher", None)
+    lay = layout_defaults(plan, layout, target, recipe)
     if p.model.num_experts == 0 and layout["etp"] is None:  # a target's expert TP default is for MoE models
         lay["etp"] = None
     if not overlap_given and lay["tp"] > p.cluster.fast_domain_size:  # the default stays within one NVLink domain

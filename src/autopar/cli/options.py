@@ -114,3 +114,22 @@ EmbeddingLoss = Annotated[Optional[bool], typer.Option(
     help="count the embedding and the loss as one layer each in the pipeline split (Megatron "
     "--account-for-embedding/loss-in-pipeline-split; e.g. 126 layers pp 8 vpp 8; needs --pp 2 or more) "
     "[default: off]")]
+# Recipe knobs that are TrainSpec fields (autopar.cli.knob_options); None = the script's, else the default shown.
+CudaGraphImpl = Annotated[Optional[str], typer.Option(
+    "--cuda-graph-impl", help="CUDA graph capture of training (Megatron-LM --cuda-graph-impl): none | local (Megatron's "
+    "CudaGraphManager: whole layers, or the whole step with --cuda-graph-scope full_iteration) | transformer_engine "
+    "(TE make_graphed_callables per layer or --cuda-graph-scope part); host launch time removed, static buffers "
+    "added; Megatron-LM and Megatron-Bridge only [default: the script's, else none]")]
+CudaGraphScope = Annotated[Optional[str], typer.Option(
+    "--cuda-graph-scope", help="what the graphs capture (Megatron-LM --cuda-graph-scope), comma-separated: attn, mlp, "
+    "moe, moe_router, moe_preprocess (with transformer_engine) or full_iteration (with local) [default: the "
+    "script's, else each whole decoder layer]")]
+ActivationOffload = Annotated[Optional[int], typer.Option(
+    "--activation-offload-layers", help="decoder layers whose saved activations go to host memory in forward and come "
+    "back for backward (Megatron-Core cpu_offloading_num_layers: Megatron-LM main --cpu-offloading-num-layers, "
+    "Megatron-Bridge model.cpu_offloading); needs pp 1 and no recompute [default: 0, none]")]
+Fp8Bf16Layers = Annotated[Optional[str], typer.Option(
+    "--fp8-bf16-layers", help="FIRST,LAST: decoder layers at the start and end that fp8 training keeps in bf16 "
+    "(Megatron --first-last-layers-bf16 --num-layers-at-start/end-in-bf16; not with the delayed recipe; 1,1 for "
+    "--target/--format megatron-bridge with tensorwise, as its current-scaling recipe) [default: the script's, else "
+    "0,0]")]

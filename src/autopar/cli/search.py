@@ -14,11 +14,16 @@ from autopar.cli.config import Config
 from autopar.cli.layerwise import Layerwise
 from autopar.cli.inputs import positive, problem_from_options, recompute_modules_option
 from autopar.cli.json_output import print_json
+from autopar.cli.knob_options import given_knobs
 from autopar.cli.options import (
     Device,
     DeviceFile,
     DeviceSet,
     Flash,
+    ActivationOffload,
+    CudaGraphImpl,
+    CudaGraphScope,
+    Fp8Bf16Layers,
     Fp8ParamStorage, Fp8Recipe,
     Gbs,
     Json,
@@ -104,12 +109,14 @@ def search(
                                                         "(--top N writes OUT.sh, OUT.2.sh, ...)")] = None,
     min_gain_pct: Annotated[Optional[float], typer.Option(help="--write-script: least predicted gain over the "
                                                           "script's own layout, % [default: autopar's step-time "
-                                                          "MAPE on similar validation rows: 4.8 dense, 5.8 fp8, "
+                                                          "MAPE on similar validation rows: 4.5 dense, 5.7 fp8, "
                                                           "19.5 MoE]")] = None,
     report: Annotated[Optional[str], typer.Option(help="write result.json, PNG charts and report.html here")] = None,
     profile_db: ProfileDb = None, profile_device: ProfileDevice = None, profile_stands_for: ProfileStandsFor = None,
     moe_token_imbalance: MoeImbalance = None, fp8_param_storage: Fp8ParamStorage = None,
     fp8_recipe: Fp8Recipe = None,
+    cuda_graph_impl: CudaGraphImpl = None, cuda_graph_scope: CudaGraphScope = None,
+    activation_offload_layers: ActivationOffload = None, fp8_bf16_layers: Fp8Bf16Layers = None,
     recompute_modules: RecomputeModules = None,
     target: Annotated[Optional[str], typer.Option(help="export format the layouts must run on unchanged: megatron | "
                                                   "megatron-bridge | mindspeed | torchtitan | deepspeed (one recompute "
@@ -128,6 +135,11 @@ def search(
                                                   "with --script (autopar verify's defaults: local torchrun, 10 "
                                                   "iterations, jobs in out/verify)")] = None,
     layerwise: Layerwise = False,
+    search_knobs: Annotated[bool, typer.Option(
+        "--search-knobs", help="also search CUDA graphs (--cuda-graph-impl transformer_engine) and activation CPU "
+        "offloading (--activation-offload-layers L/2 and L-1) where the options and the script leave them off: one "
+        "search per setting, the setting whose #1 is fastest kept and said; --target megatron or megatron-bridge "
+        "[default: off: the plan's own settings only]")] = False,
     quiet: Quiet = False,
 ) -> None:
     """Search every valid layout, drop those that do not fit, rank the rest by step time."""
@@ -138,6 +150,10 @@ def search(
     from autopar.space import SpaceOptions
 
     S.check_modes(gbs_range, plot, explain, write_script, report)
+    if search_knobs and (gbs_range or layerwise or write_script or verify is not None):
+        raise AutoparError("--search-knobs may change the plan's CUDA graphs and offloading, which --write-script and "
+                           "--verify (the script's layout flags only), --gbs-range and --layerwise do not carry; drop "
+                           "them or --search-knobs")
     if layerwise:
         from autopar.cli.layerwise import refuse_modes
 
@@ -153,7 +169,8 @@ def search(
         (vocab_tp, vocab_sp, tp_consecutive))
     p = problem_from_options(model, device, nodes, devices_per_node, gbs, seq_len, precision, device_file, device_set,
                  flash_attention, vocab_pad, script, vocab_size, moe_token_imbalance, fp8_param_storage,
-                                 fp8_recipe=fp8_recipe)
+                                 fp8_recipe=fp8_recipe, knobs=given_knobs(
+                                     cuda_graph_impl, cuda_graph_scope, activation_offload_layers, fp8_bf16_layers))
     from autopar.search.grid import for_target
     from autopar.specs.targets import check_target, default_target
 
@@ -183,7 +200,15 @@ def search(
             from autopar.report.batch import run_batch_search
 
             return run_batch_search(console, p, gbs_range, plot, memory_margin, options, target, constraints, as_json)
-        result = run_search(p, top, memory_margin, options=options, target=target, constraints=constraints)
+        knobs_line = None
+        if search_knobs:  # one search per CUDA-graph / offload setting; the fastest #1 kept (autopar.search.knob_variants)
+            from autopar.search.knob_variants import choose, summary
+
+            chosen, result, tried = choose(p, target, lambda q: run_search(
+                q, top, memory_margin, options=options, target=target, constraints=constraints))
+            p, knobs_line = chosen.problem, summary(chosen, tried)
+        else:
+            result = run_search(p, top, memory_margin, options=options, target=target, constraints=constraints)
         explained = explain and explain_layout(p, explain, result, memory_margin, options, target, constraints)
         measured = coverage and coverage([e.strategy for e in result.layouts])
     best = result.layouts[0]
@@ -221,6 +246,13 @@ def search(
             doc["calibration"] = calibration
         if explained:
             doc["explain"] = explained.to_dict()
+        if knobs_line:
+            doc["search_knobs"] = knobs_line
+        if target == "megatron-bridge":
+            from autopar.export.bridge_moe_recipes import note
+
+            if (assumed := note(p)) is not None:
+                doc["target_assumes"] = assumed
         doc["command_s"] = time.perf_counter() - STARTED_S  # wall time of the whole command, imports included
         print_json("search", doc)
         return
@@ -229,12 +261,19 @@ def search(
                   f"seq {p.train.seq_len}, {p.train.precision}")
     console.print(search_table(result, problem_certainty(p)))
     console.print(search_summary(result), highlight=False, soft_wrap=True)
+    if knobs_line:
+        console.print(escape(knobs_line), highlight=False, soft_wrap=True)
     if best_args is None:
         console.print(f"\nMegatron-LM cannot run #1 ({escape(best_args_refused)}): write it with autopar export "
                       f"--format {target}", highlight=False, soft_wrap=True)
     else:
         console.print("\n[bold]Megatron-LM arguments for #1:[/]")
         console.print(best_args, highlight=False, soft_wrap=True)
+        if target == "megatron-bridge":
+            from autopar.export.bridge_moe_recipes import note
+
+            if (assumed := note(p)) is not None:
+                console.print(f"\n--target megatron-bridge: {escape(assumed)}", highlight=False, soft_wrap=True)
         if target != "megatron":  # the Megatron flags above are not the target's config
             console.print(f"\n--target {target}: write #1's own config with autopar export --format {target} "
                           "--from RESULT.json (this search's --json output) and the same model/cluster options",

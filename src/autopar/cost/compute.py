@@ -22,7 +22,8 @@ import numpy as np
 
 from autopar.cost import attention as attn
 from autopar.cost import flops as F
-from autopar.cost import fp8, grouped_gemm, moe_dispatch, moe_expert_bias, moe_fp8_padding, sink_attention, window
+from autopar.cost import (dropout, elementwise_backward, fp8, fp8_backward, grouped_gemm, moe_dispatch, moe_expert_bias,
+                          moe_fp8_padding, sink_attention, window)
 from autopar.cost.hooks import installed
 from autopar.layout_batch import LayoutBatch
 from autopar.problem import Problem
@@ -72,7 +73,8 @@ def attention_time_s(p: Problem, flops: np.ndarray, block_efficiency: np.ndarray
 def core_attention_times_s(p: Problem, batch: LayoutBatch) -> tuple[np.ndarray, np.ndarray | float]:
     """(forward seconds, backward seconds beyond 2x forward) of one layer's core attention.
 
-    Flash attention: :func:`attention_time_s` of the causal FLOPs; its backward is 2x forward.
+    Flash attention: :func:`attention_time_s` of the causal FLOPs; its backward is 2x forward
+    (slower forward and backward with attention dropout, :func:`autopar.cost.dropout.fused_attention_times_s`).
     Unfused attention (Megatron ``dot_product_attention.py``): the two batched GEMMs over the full
     score matrix on the GEMM roofline (:func:`autopar.cost.flops.unfused_attention_gemms`; with a
     ``head_dim`` inner dimension they are near the memory ridge), plus the softmax and dropout
@@ -82,8 +84,10 @@ def core_attention_times_s(p: Problem, batch: LayoutBatch) -> tuple[np.ndarray, 
     """
     if p.train.flash_attention:
         efficiency = window.mixed_block_efficiency(p.model, p.train.seq_len, attn.block_efficiency(p, batch))
-        # With attention sinks the kernel is cuDNN at the model's head dimension (autopar.cost.sink_attention).
-        return sink_attention.times_s(p, attention_time_s(p, F.attention_core_flops(p, batch), efficiency))
+        # With attention sinks the kernel is cuDNN at the model's head dimension (autopar.cost.sink_attention);
+        # attention dropout slows both passes (autopar.cost.dropout).
+        return dropout.fused_attention_times_s(
+            p, *sink_attention.times_s(p, attention_time_s(p, F.attention_core_flops(p, batch), efficiency)))
     fwd_bytes, bwd_bytes = F.unfused_softmax_bytes(p, batch)
     kernels = 2 if p.model.dropout else 1
     bmm_s = sum(gemm_time_s(p, g) for g in F.unfused_attention_gemms(p, batch))
@@ -123,18 +127,25 @@ class LayerTimes:
 
 
 def layer_forward_times(p: Problem, batch: LayoutBatch, moe: bool) -> LayerTimes:
-    """Forward compute of one decoder layer (dense or MoE) on one device, one micro-batch."""
+    """Forward compute of one decoder layer (dense or MoE) on one device, one micro-batch; a dense
+    layer's element-wise backward as :func:`autopar.cost.elementwise_backward.dense_backward_bytes`
+    (in ``backward_extra_s``)."""
     gemms = F.attention_gemms(p, batch) + F.mlp_gemms(p, batch, moe)
     gemm_s = sum(gemm_time_s(p, g) for g in gemms)
     router_s = moe_dispatch.extra_kernels(p) * KERNEL_OVERHEAD_S if moe else 0.0  # routing, permutation
     attention_s, backward_extra_s = core_attention_times_s(p, batch)
+    elementwise_fwd_bytes = F.elementwise_bytes(p, batch, moe)
+    if not moe:  # element-wise and fp8-cast backward kernels: their own bytes, not twice the forward's
+        backward_extra_s = backward_extra_s + memory_time_s(
+            p, elementwise_backward.dense_backward_bytes(p, batch) - 2 * elementwise_fwd_bytes
+            + fp8_backward.dense_backward_cast_bytes(p, batch) - 2 * fp8_backward.forward_cast_bytes(p, batch, gemms))
     # Megatron-Core's expert-side copies: the per-expert fc2 bias and the fp8 row padding.
     bias_s, bias_backward_extra_s = moe_expert_bias.times_s(p, batch) if moe else (0.0, 0.0)
     pad_s, pad_backward_extra_s = moe_fp8_padding.times_s(p, batch) if moe else (0.0, 0.0)
     times = LayerTimes(
         gemm_s=gemm_s,
         attention_s=attention_s,
-        elementwise_s=memory_time_s(p, F.elementwise_bytes(p, batch, moe)) + router_s + bias_s + pad_s,
+        elementwise_s=memory_time_s(p, elementwise_fwd_bytes) + router_s + bias_s + pad_s,
         backward_extra_s=backward_extra_s + bias_backward_extra_s + pad_backward_extra_s,
     )
     provider = _OP_TIMES.get()

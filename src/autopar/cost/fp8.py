@@ -126,12 +126,17 @@ def linear_params(p: Problem, batch: LayoutBatch, stages: Stages) -> np.ndarray:
 def extra_memory_bytes(p: Problem, batch: LayoutBatch, stages: Stages) -> np.ndarray:
     """Bytes fp8 training adds on one device of each stage (module docstring): the recipe's cached
     weight copies (:attr:`~autopar.cost.fp8_recipe.Fp8Recipe.weight_copy_bytes` per linear
-    parameter, none with ``fp8_param_storage``) and scaling state per GEMM operand; 0 for bf16/fp16."""
+    parameter, none with ``fp8_param_storage``) and scaling state per GEMM operand, neither for the layers
+    kept in bf16 (:mod:`autopar.cost.fp8_bf16_layers`); 0 for bf16/fp16."""
     if p.train.precision != "fp8":
         return np.zeros(len(batch))
+    from autopar.cost import fp8_bf16_layers
+
     r = fp8_recipe.recipe(p.train.effective_fp8_recipe)
-    copies = 0.0 if p.train.fp8_param_storage else r.weight_copy_bytes * linear_params(p, batch, stages)
+    fp8_params = linear_params(p, batch, stages) - fp8_bf16_layers.linear_params(p, batch, stages)
+    copies = 0.0 if p.train.fp8_param_storage else r.weight_copy_bytes * fp8_params
     m = p.model
     attention = (5 if m.q_lora_rank else 4) if m.mla else 2  # linear modules (qkv/proj; MLA down/up/proj)
     mlp = 2 * (m.num_experts / batch.ep + (1 if m.shared_expert_ffn_hidden_size else 0) if m.is_moe else 1)
-    return copies + OPERANDS_PER_GEMM * r.scaling_state_bytes * (attention + mlp) * stages.layers
+    fp8_layers = stages.layers - sum(fp8_bf16_layers.layer_counts(p, batch, stages))  # bf16 layers have no state
+    return copies + OPERANDS_PER_GEMM * r.scaling_state_bytes * (attention + mlp) * fp8_layers

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autopar.cost import activation_offload, cuda_graph, fp8, grad_accumulation, mtp, tp_overlap, vocab
+from autopar.cost import activation_offload, cuda_graph, fp8, fp8_bf16_layers, grad_accumulation, mtp, tp_overlap, vocab
 from autopar.cost import activations as act
 from autopar.cost import framework_memory as fw_mem
 from autopar.cost import moe as moe_cost
@@ -105,16 +105,28 @@ def in_flight_microbatches(batch: LayoutBatch, stages: Stages) -> np.ndarray:
     return count
 
 
-def stored_layer_bytes(p: Problem, batch: LayoutBatch, stages: Stages) -> np.ndarray:
-    """Activation bytes the stage's decoder layers save per micro-batch without full recompute."""
-    n_dense, n_moe = layer_kinds(p.model, stages)
+def _layer_bytes(p: Problem, batch: LayoutBatch) -> tuple[np.ndarray, np.ndarray]:
+    """(dense, MoE) activation bytes one decoder layer saves per micro-batch without full recompute."""
     selective = batch.recompute == 1
     attn = act.attention_bytes(p, batch, selective)
     dense_layer = attn + act.mlp_bytes(p, batch, moe=False, selective=selective)
     if fw_mem.op_sac(p):  # torchtitan: "selective" is per-op SAC on dense layers
         dense_layer = np.where(selective, fw_mem.op_sac_layer_bytes(p, batch), dense_layer)
     moe_layer = attn + act.mlp_bytes(p, batch, moe=True, selective=selective) if p.model.is_moe else dense_layer
-    return n_dense * dense_layer + n_moe * moe_layer
+    return dense_layer, moe_layer
+
+
+def stored_layer_bytes(p: Problem, batch: LayoutBatch, stages: Stages) -> np.ndarray:
+    """Activation bytes the stage's decoder layers save per micro-batch without full recompute; fp8
+    training's bf16 first/last layers save their linear inputs in bf16 (:mod:`autopar.cost.fp8_bf16_layers`)."""
+    n_dense, n_moe = layer_kinds(p.model, stages)
+    dense_layer, moe_layer = _layer_bytes(p, batch)
+    out = n_dense * dense_layer + n_moe * moe_layer
+    b_dense, b_moe = fp8_bf16_layers.layer_counts(p, batch, stages)
+    if b_dense.any() or b_moe.any():
+        dense16, moe16 = _layer_bytes(fp8_bf16_layers.bf16_problem(p), batch)
+        out = out + b_dense * (dense16 - dense_layer) + b_moe * (moe16 - moe_layer)
+    return out
 
 
 def stage_activation_bytes(p: Problem, batch: LayoutBatch, stages: Stages) -> np.ndarray:

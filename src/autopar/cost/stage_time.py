@@ -38,6 +38,8 @@ from autopar.cost import (
     activation_offload,
     comm,
     cp_comm,
+    float8_tp,
+    fp8_bf16_layers,
     framework,
     grad_accumulation,
     host,
@@ -88,7 +90,9 @@ def stage_time(p: Problem, batch: LayoutBatch, stages: Stages) -> StageTime:
     dense = C.layer_forward_times(p, batch, moe=False)
     moe = C.layer_forward_times(p, batch, moe=True) if p.model.is_moe else dense
     first, last = stages.is_first(), stages.is_last(batch)
-    layers_fwd = n_dense * dense.forward_s + n_moe * moe.forward_s
+    # fp8 training's bf16 first/last layers (autopar.cost.fp8_bf16_layers): their bf16-over-fp8 seconds
+    bf16_fwd, bf16_bwd = fp8_bf16_layers.layer_time_deltas(p, batch, stages, dense, moe)
+    layers_fwd = n_dense * dense.forward_s + n_moe * moe.forward_s + bf16_fwd
     extra_fwd = np.where(first, C.embedding_forward_time_s(p, batch), 0.0) + np.where(
         last, C.output_forward_time_s(p, batch), 0.0) + np.where(
         stages.holds_mtp(batch), mtp.forward_s(p, batch, dense.forward_s, moe.forward_s), 0.0)
@@ -108,26 +112,30 @@ def stage_time(p: Problem, batch: LayoutBatch, stages: Stages) -> StageTime:
     n_tokens = F.tokens(p, batch)
     act_bytes = F.BF16 * n_tokens * p.model.hidden_size
     one_collective = comm.all_reduce_s(p, act_bytes, batch.tp, placement.tp_stride(batch))
+    # A decoder layer's pair (torchtitan float8 TP: all-gathers in fp8, autopar.cost.float8_tp).
+    layer_pair = float8_tp.layer_pair_s(p, batch, act_bytes, one_collective)
     moe_mlp_pairs = moe_cost.mlp_tp_collective_pairs(p)
     fwd_pairs = 2 * n_dense + (1 + moe_mlp_pairs) * n_moe
     recomputed_pairs = recomputed * fwd_pairs / np.maximum(stages.layers, 1)
     selective_pairs = np.where(selective, recompute_cost.extra_tp_collectives(p, batch, n_dense, n_moe), 0.0)
-    tp_collectives = 2 * fwd_pairs + recomputed_pairs + selective_pairs + first + last
+    selective_pair = float8_tp.recompute_gathers_s(p, batch, act_bytes, one_collective)
+    ends = first.astype(np.float64) + last  # the embedding's and the output layer's collectives (bf16)
+    tp_total = (2 * fwd_pairs + recomputed_pairs) * layer_pair + selective_pairs * selective_pair + ends * one_collective
     # Without TP overlap: the backward collectives of the column-parallel linears under their own
     # GEMMs (autopar.cost.tp_overlap); the forward ones exposed.
-    bwd_dense = tp_overlap.layer_backward_tp_s(p, batch, one_collective, tp_overlap.overlap_gemms_s(p, batch, moe=False))
-    bwd_moe = tp_overlap.layer_backward_tp_s(p, batch, one_collective,
+    bwd_dense = tp_overlap.layer_backward_tp_s(p, batch, layer_pair, tp_overlap.overlap_gemms_s(p, batch, moe=False))
+    bwd_moe = tp_overlap.layer_backward_tp_s(p, batch, layer_pair,
                                              tp_overlap.overlap_gemms_s(p, batch, moe=True)[:1 + moe_mlp_pairs])
     # Galvatron's vtp/vsp: the embedding's and output layer's collectives on their own group (autopar.cost.vocab).
     vocab_extra = (first + last) * np.where(vocab.own_layout(batch), vocab.layer_collective_s(p, batch) - one_collective,
                                             0.0)
-    tp = (fwd_pairs + recomputed_pairs + selective_pairs + first + last) * one_collective \
-        + n_dense * bwd_dense + n_moe * bwd_moe + vocab_extra
+    tp = (fwd_pairs + recomputed_pairs) * layer_pair + selective_pairs * selective_pair \
+        + ends * one_collective + n_dense * bwd_dense + n_moe * bwd_moe + vocab_extra
     # Strategy.tp_comm_overlap (TE userbuffers, torchtitan async TP, MindSpeed MC2): every collective
     # pipelined with its GEMM's chunks (autopar.cost.tp_overlap.comm_overlap_tp_s).
     if batch.tp_comm_overlap.any():
         unfused = tp_overlap.unfused_backward_s(p, fwd_pairs, one_collective)
-        tp_blocks, gemm_blocks = tp_overlap.overlap_blocks(p, batch, tp_collectives * one_collective - unfused,
+        tp_blocks, gemm_blocks = tp_overlap.overlap_blocks(p, batch, tp_total - unfused,
                                                            n_dense, n_moe, recomputed, moe.gemm_s)
         tp = np.where(batch.tp_comm_overlap,
                       tp_overlap.comm_overlap_tp_s(batch, tp_blocks, gemm_blocks, unfused) + vocab_extra, tp)
@@ -156,7 +164,7 @@ def stage_time(p: Problem, batch: LayoutBatch, stages: Stages) -> StageTime:
         ep = ep + np.where(stages.holds_mtp(batch), mtp.ep_comm_s(p, batch), 0.0)
     else:
         ep = np.zeros(len(batch))
-    backward = 2 * (forward - layers_fwd) + n_dense * dense.backward() + n_moe * moe.backward()
+    backward = 2 * (forward - layers_fwd) + n_dense * dense.backward() + n_moe * moe.backward() + bf16_bwd
     if p.train.activation_offload_layers:  # host-link copies beyond the layers they hide under
         layers = np.maximum(stages.layers, 1)
         backward = backward + activation_offload.exposed_s(

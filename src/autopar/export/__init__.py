@@ -26,7 +26,8 @@ def megatron_only_features(fmt: str, write: Callable[[Problem, Strategy], str],
     dtypes, optimizer offload or bf16 main gradients (``--use-precision-aware-optimizer``,
     ``--optimizer-cpu-offload``, ``--grad-reduce-in-bf16``), CUDA graphs (``--cuda-graph-impl``;
     Megatron-Bridge writes them as ``model.cuda_graph_impl``/``cuda_graph_scope``), activation CPU
-    offloading (Megatron-Bridge: ``model.cpu_offloading``),
+    offloading (Megatron-Bridge: ``model.cpu_offloading``), fp8 bf16 first/last layers
+    (Megatron-Bridge: its current-scaling recipe),
     and with ``model_features`` sliding-window layers and attention sinks (``--window-size``,
     ``--softmax-type learnable``), which this format's writer would drop. Megatron-Bridge builds
     the model from its recipe (window layers included) but sets fp32 optimizer state itself
@@ -43,6 +44,10 @@ def megatron_only_features(fmt: str, write: Callable[[Problem, Strategy], str],
         if t.activation_offload_layers and fmt != "megatron-bridge":
             raise AutoparError(f"export --format {fmt}: activation CPU offloading is Megatron-Core's "
                                "(TransformerConfig.cpu_offloading); use --format megatron-bridge, or plan without it")
+        if t.bf16_end_layers != (0, 0) and fmt != "megatron-bridge":
+            raise AutoparError(f"export --format {fmt}: fp8 training with bf16 first/last layers is Megatron's "
+                               "(--first-last-layers-bf16); use --format megatron or megatron-bridge, or plan without "
+                               "--fp8-bf16-layers")
         if t.cuda_graph_impl != "none" and fmt != "megatron-bridge":
             raise AutoparError(f"export --format {fmt}: CUDA graph capture (--cuda-graph-impl {t.cuda_graph_impl}) is "
                                "Megatron-LM's; use --format megatron or megatron-bridge, or plan without it")

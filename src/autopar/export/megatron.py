@@ -165,16 +165,54 @@ def parallel_args(p: Problem, s: Strategy, dialect: Dialect = "megatron") -> lis
     if p.train.fp8_param_storage:
         args.append(fp8_param_gather_flag(s))
     if p.train.activation_offload_layers:
-        raise AutoparError(f"activation CPU offloading ({p.train.activation_offload_layers} layers): Megatron-LM "
-                           "core_v0.15's arguments have no flag for it (--cpu-offloading-num-layers came after); "
-                           "export --format megatron-bridge (model.cpu_offloading)")
+        args.append(activation_offload_flag(p, dialect))
+    if p.train.bf16_end_layers != (0, 0):  # autopar.cost.fp8_bf16_layers; Megatron-LM _add_transformer_engine_args
+        first, last = p.train.bf16_end_layers
+        args.append(f"--first-last-layers-bf16 --num-layers-at-start-in-bf16 {first} --num-layers-at-end-in-bf16 {last}")
     if p.train.cuda_graph_impl != "none":  # autopar.cost.cuda_graph; MindSpeed refuses it (layout_flags)
-        scope = " ".join(p.train.cuda_graph_scope)
-        args.append(f"--cuda-graph-impl {p.train.cuda_graph_impl}" + (f" --cuda-graph-scope {scope}" if scope else ""))
+        args.append(cuda_graph_flags(p))
     args.extend(optimizer_state_args(p, dialect))
     if p.train.flash_attention:
         args.append("--attention-backend auto" if dialect == "megatron" else "--use-flash-attn")
     return args
+
+
+#: ``--cuda-graph-scope`` values Megatron-LM core_v0.15 takes (one of them: ``full`` is the whole layer).
+V015_GRAPH_SCOPES = ((), ("attn",), ("full_iteration",))
+
+
+def cuda_graph_flags(p: Problem) -> str:
+    """``--cuda-graph-impl`` (and ``--cuda-graph-scope``) of ``TrainSpec.cuda_graph_impl`` /
+    ``cuda_graph_scope``, in the form both Megatron-LM core_v0.15 and main read: main keeps
+    ``--cuda-graph-scope`` as the deprecated alias of ``--cuda-graph-modules`` (several names) and
+    migrates ``local`` + ``full_iteration`` to ``--cuda-graph-impl full_iteration``. The whole-step
+    graph adds ``--no-check-for-nan-in-loss-and-grad``, which both assert ("should be set with
+    full_iteration CUDA graph", ``arguments.py``). A scope core_v0.15 does not take (it has one value
+    of ``full``, ``attn``, ``full_iteration``) needs main: :func:`launch_script` says so. Checked with
+    ``megatron_check.py`` (Megatron-LM d98e8a6)."""
+    scope = p.train.cuda_graph_scope
+    out = f"--cuda-graph-impl {p.train.cuda_graph_impl}" + (f" --cuda-graph-scope {' '.join(scope)}" if scope else "")
+    if "full_iteration" in scope:
+        out += " --no-check-for-nan-in-loss-and-grad"
+    return out
+
+
+def activation_offload_flag(p: Problem, dialect: Dialect) -> str:
+    """``--cpu-offloading-num-layers N`` for ``TrainSpec.activation_offload_layers``
+    (:mod:`autopar.cost.activation_offload`). The flag is Megatron-LM main's: its
+    ``_add_network_size_args`` makes flags of the ``ModelParallelConfig`` fields, and
+    ``validate_args`` sets ``cpu_offloading`` when the count is above 0 (checked with
+    ``megatron_check.py`` of the real-client drivers at d98e8a6). Megatron-LM core_v0.15 has no
+    ``--cpu-offloading-*`` flag: the script then needs a newer Megatron-LM (or
+    ``--format megatron-bridge``, ``model.cpu_offloading``), as a comment in :func:`launch_script` says.
+
+    Raises:
+        AutoparError: the MindSpeed-LLM dialect (its Megatron base has no such flag)."""
+    if dialect != "megatron":
+        raise AutoparError(f"activation CPU offloading ({p.train.activation_offload_layers} layers): MindSpeed-LLM "
+                           "has no --cpu-offloading-num-layers (its own --swap-attention is another mechanism); plan "
+                           "without --activation-offload-layers")
+    return f"--cpu-offloading-num-layers {p.train.activation_offload_layers}"
 
 
 def precision_flags(p: Problem) -> str:
@@ -260,6 +298,10 @@ def launch_script(p: Problem, s: Strategy, dialect: Dialect = "megatron", extra:
     args = megatron_args(p, s, dialect, extra)
     env, _, body = args.partition("\n") if args.startswith("export") else ("", "", args)
     head = "#!/bin/bash\n" + (env + "\n" if env else "")
+    if p.train.activation_offload_layers and dialect == "megatron":
+        head += "# --cpu-offloading-num-layers needs Megatron-LM main (after core_v0.15, which has no such flag)\n"
+    if p.train.cuda_graph_impl != "none" and p.train.cuda_graph_scope not in V015_GRAPH_SCOPES:
+        head += "# --cuda-graph-scope with these names needs Megatron-LM main (core_v0.15 takes full, attn or full_iteration)\n"
     return (f"{head}torchrun --nnodes {p.cluster.num_nodes} --nproc_per_node {p.cluster.devices_per_node} "
             f"pretrain_gpt.py \\\n{body}\n")
 

@@ -38,8 +38,9 @@ from autopar.strategy import Strategy
 
 RUNNER = "scripts/training/run_recipe.py"
 
-#: autopar preset -> Megatron-Bridge recipe function (``megatron.bridge.recipes``). Mixtral,
-#: Llama-2-13B/70B and Qwen3-30B's bigger siblings have no Megatron-Bridge pretrain recipe.
+#: autopar preset -> Megatron-Bridge recipe function (``megatron.bridge.recipes``). Mixtral and
+#: Llama-2-13B/70B have no Megatron-Bridge pretrain recipe. The MoE recipes' dispatcher and recompute
+#: defaults: :mod:`autopar.export.bridge_moe_recipes`.
 RECIPES: dict[str, str] = {
     "llama2-7b": "llama2_7b_pretrain_config",
     "llama3-8b": "llama3_8b_pretrain_config",
@@ -49,6 +50,9 @@ RECIPES: dict[str, str] = {
     "qwen2.5-72b": "qwen25_72b_pretrain_config",
     "qwen3-8b": "qwen3_8b_pretrain_config",
     "qwen3-30b-a3b": "qwen3_30b_a3b_pretrain_config",
+    "qwen3-235b-a22b": "qwen3_235b_a22b_pretrain_config",
+    "gpt-oss-120b": "gpt_oss_120b_pretrain_config",
+    "gpt-oss-20b": "gpt_oss_20b_pretrain_config",
     "deepseek-v3": "deepseek_v3_pretrain_config",
     "gpt3-175b": "gpt3_175b_pretrain_config",
     "gemma2-9b": "gemma2_9b_pretrain_config",
@@ -60,29 +64,38 @@ RECIPES: dict[str, str] = {
 MIXED_PRECISION = {"bf16": "bf16_mixed", "fp16": "fp16_mixed"}
 #: fp8 recipe (``TrainSpec.fp8_recipe``) -> (Megatron-Bridge recipe, its ``fp8_param_gather``). The
 #: current-scaling recipe ``bf16_with_fp8_current_scaling_mixed`` also keeps the first and last decoder
-#: layers in bf16 (``first_last_layers_bf16``), which autopar does not cost: not listed.
+#: layers in bf16 (``first_last_layers_bf16``, :data:`RECIPE_BF16_LAYERS`; autopar.cost.fp8_bf16_layers).
 FP8_MIXED_PRECISION = {
     "delayed": ("bf16_with_fp8_delayed_scaling_mixed", True),
+    "tensorwise": ("bf16_with_fp8_current_scaling_mixed", True),
     "mxfp8": ("bf16_with_mxfp8_mixed", True),
     "blockwise": ("bf16_with_fp8_subchannel_scaling_mixed", False),
     "nvfp4": ("bf16_with_nvfp4_mixed", False),
 }
 
 
+#: Megatron-Bridge mixed-precision recipe -> (first, last) layers it keeps in bf16
+#: (``src/megatron/bridge/training/mixed_precision.py`` at 067f987: ``bf16_with_fp8_current_scaling_mixed``
+#: sets ``first_last_layers_bf16=True``, ``num_layers_at_start_in_bf16=1``, ``num_layers_at_end_in_bf16=1``).
+RECIPE_BF16_LAYERS = {"bf16_with_fp8_current_scaling_mixed": (1, 1)}
+
+
 def mixed_precision(p: Problem) -> str:
     """The Megatron-Bridge mixed-precision recipe of the plan's precision and fp8 recipe.
 
     Raises:
-        AutoparError: an fp8 recipe Megatron-Bridge has no recipe for as planned (tensorwise: its
-            recipe adds bf16 first/last layers), or fp8 parameter storage other than the recipe's.
+        AutoparError: bf16 first/last layers other than the recipe's (tensorwise: 1,1,
+            :data:`RECIPE_BF16_LAYERS`; the others none), or fp8 parameter storage other than the recipe's.
     """
     if p.train.precision != "fp8":
         return MIXED_PRECISION[p.train.precision]
-    if p.train.effective_fp8_recipe not in FP8_MIXED_PRECISION:
-        raise AutoparError(f"Megatron-Bridge: fp8 recipe {p.train.effective_fp8_recipe}: its current-scaling recipe keeps the first "
-                           "and last layers in bf16 (first_last_layers_bf16), which the plan does not cost; export "
-                           "--format megatron")
     name, gathers = FP8_MIXED_PRECISION[p.train.effective_fp8_recipe]
+    want = RECIPE_BF16_LAYERS.get(name, (0, 0))
+    if p.train.bf16_end_layers != want:
+        have = "{},{}".format(*p.train.bf16_end_layers)
+        raise AutoparError(f"Megatron-Bridge: {name} (mixed_precision.py) keeps {want[0]},{want[1]} first,last layers in "
+                           f"bf16, the plan {have}; plan with --fp8-bf16-layers {want[0]},{want[1]}, or export "
+                           "--format megatron")
     if p.train.fp8_param_storage != gathers:
         raise AutoparError(f"Megatron-Bridge: {name} (mixed_precision.py) sets fp8_param_gather={gathers}; plan "
                            f"with {'--fp8-param-storage' if gathers else '--no-fp8-param-storage'}, or export --format "
@@ -245,6 +258,8 @@ def overrides(p: Problem, s: Strategy) -> dict[str, Any]:
     if p.train.cuda_graph_impl != "none":  # autopar.cost.cuda_graph; TransformerConfig fields
         out["model.cuda_graph_impl"] = p.train.cuda_graph_impl
         out["model.cuda_graph_scope"] = list(p.train.cuda_graph_scope)
+        if "full_iteration" in p.train.cuda_graph_scope:  # ConfigContainer.validate asserts it is off then
+            out["rerun_state_machine.check_for_nan_in_loss"] = False
     if s.cp > 1:  # the layout's CP algorithm (autopar.cost.cp_comm), Megatron-Core TransformerConfig fields
         out["model.cp_comm_type"] = s.cp_comm_type
         if s.cp_comm_type == "a2a+p2p":
@@ -292,8 +307,12 @@ def write(p: Problem, s: Strategy) -> str:
     lines = [f"torchrun --nnodes {p.cluster.num_nodes} --nproc_per_node {p.cluster.devices_per_node} {RUNNER}",
              f"--recipe {recipe}"]
     lines += [shlex.quote(f"{key}={hydra_value(value)}") for key, value in table.items()]
+    from autopar.export.bridge_moe_recipes import note
+
+    assumed = note(p)
     return ("#!/bin/bash\n"
-            f"# Megatron-Bridge recipe {recipe} with autopar's layout (dp {s.dp} = world / (tp*pp*cp)) as\n"
+            + (f"# {assumed}\n" if assumed else "")
+            + f"# Megatron-Bridge recipe {recipe} with autopar's layout (dp {s.dp} = world / (tp*pp*cp)) as\n"
             "# ConfigContainer overrides; run from a Megatron-Bridge checkout. Data, tokenizer, checkpoint\n"
             "# paths and run length are the recipe's (mock data): override them too (dataset.*, checkpoint.*).\n"
             + " \\\n    ".join(lines) + "\n")

@@ -116,6 +116,10 @@ _SCALAR_OPTIONS: dict[str, tuple[str, Callable[[Problem], object]]] = {
     "moe_token_imbalance": ("--moe-token-imbalance", lambda p: p.train.moe_token_imbalance),
     "fp8_param_storage": ("--fp8-param-storage", lambda p: p.train.fp8_param_storage),
     "fp8_recipe": ("--fp8-recipe", lambda p: p.train.fp8_recipe),
+    "cuda_graph_impl": ("--cuda-graph-impl", lambda p: p.train.cuda_graph_impl),
+    "cuda_graph_scope": ("--cuda-graph-scope", lambda p: p.train.cuda_graph_scope),
+    "activation_offload_layers": ("--activation-offload-layers", lambda p: p.train.activation_offload_layers),
+    "fp8_bf16_layers": ("--fp8-bf16-layers", lambda p: p.train.fp8_bf16_layers),
 }
 
 

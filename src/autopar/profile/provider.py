@@ -219,9 +219,16 @@ class ProfileTimes:
         n = len(batch)
         pick = {k: np.broadcast_to(getattr(analytic, k), (n,))[first]
                 for k in ("gemm_s", "attention_s", "elementwise_s")}
-        t = self.layer_result(p, batch.take(first), moe, C.LayerTimes(**pick)).times
+        result = self.layer_result(p, batch.take(first), moe, C.LayerTimes(**pick))
+        t = result.times
+        # A row nothing measures keeps the analytic backward (with its own element-wise and fp8-cast
+        # bytes, autopar.cost.elementwise_backward / fp8_backward), not twice the forward.
+        measured = (result.layer_option != "") | np.any(
+            [np.broadcast_to(op.measured, (len(first),)) for op in result.ops], axis=0)
+        analytic_bwd = np.broadcast_to(analytic.backward(), (n,))[first]
+        backward = np.where(measured, t.backward_s, analytic_bwd)
         return C.LayerTimes(gemm_s=t.gemm_s[inverse], attention_s=t.attention_s[inverse],
-                            elementwise_s=t.elementwise_s[inverse], backward_s=t.backward_s[inverse])
+                            elementwise_s=t.elementwise_s[inverse], backward_s=backward[inverse])
 
     def output_parts(self, p: Problem, batch: LayoutBatch) -> tuple[np.ndarray, np.ndarray]:
         """(forward seconds of the output GEMM + cross entropy where both are measured, else NaN;

@@ -91,13 +91,37 @@ def for_target(p: Problem, target: str) -> Problem:
     ``tp_backward_overlap=False`` (Megatron-DeepSpeed keeps the async TP all-reduce off: its issue
     #447, as ``validate.rows`` family ``megatron-deepspeed``); ``galvatron`` sets ``grad_reduce_once``
     (FSDP's no_sync accumulation, :mod:`autopar.cost.grad_accumulation`); other targets leave ``p``
-    unchanged."""
+    unchanged; ``megatron-bridge`` with fp8 current scaling and no ``fp8_bf16_layers`` given keeps the
+    first and last layer in bf16, as its ``bf16_with_fp8_current_scaling_mixed`` recipe does
+    (:data:`autopar.export.megatron_bridge.RECIPE_BF16_LAYERS`)."""
     update = {"torchtitan": {"framework": "torchtitan"},
               "deepspeed": {"framework": "deepspeed", "tp_backward_overlap": False},
               "galvatron": {"grad_reduce_once": True}}.get(target)
+    t = p.train
+    if target == "megatron-bridge" and t.precision == "fp8" and t.fp8_bf16_layers is None \
+            and t.effective_fp8_recipe == "tensorwise":
+        update = {"fp8_bf16_layers": (1, 1)}
     if update is None:
         return p
     return Problem(p.model, p.cluster, p.train.model_copy(update=update))
+
+
+def _refuse_megatron_knobs(p: Problem, target: str) -> None:
+    """Refuse, once, the recipe knobs only Megatron-LM and Megatron-Bridge run (every layout's export
+    would refuse them): CUDA graphs (torchtitan compiles, it has no CUDA-graph capture of training),
+    activation CPU offloading, bf16 first/last layers of fp8 training.
+
+    Raises:
+        AutoparError: one line naming the option and the target."""
+    if target in ("megatron", "megatron-bridge"):
+        return
+    t = p.train
+    given = [f"--cuda-graph-impl {t.cuda_graph_impl}"] if t.cuda_graph_impl != "none" else []
+    given += [f"--activation-offload-layers {t.activation_offload_layers}"] if t.activation_offload_layers else []
+    given += ["--fp8-bf16-layers {},{}".format(*t.bf16_end_layers)] if t.bf16_end_layers != (0, 0) else []
+    if given:
+        raise AutoparError(f"{' '.join(given)} with --target {target}: only Megatron-LM and Megatron-Bridge run it "
+                           f"({target} has no such switch); use --target megatron or megatron-bridge, or drop it")
 
 
 def for_search(p: Problem, target: str, options: SpaceOptions | None) -> tuple[Problem, SpaceOptions | None]:
@@ -107,9 +131,11 @@ def for_search(p: Problem, target: str, options: SpaceOptions | None) -> tuple[P
 
     Raises:
         AutoparError: a ``megatron-bridge`` model without a library recipe (once, not per layout),
-            or ``options`` pinning recompute modules the target cannot write.
+            ``options`` pinning recompute modules the target cannot write, or a Megatron-only
+            recipe knob for another target (:func:`_refuse_megatron_knobs`).
     """
     p = for_target(p, target)
+    _refuse_megatron_knobs(p, target)
     if target == "megatron-bridge":
         from autopar.export.megatron_bridge import recipe_for
 
@@ -121,9 +147,15 @@ def for_search(p: Problem, target: str, options: SpaceOptions | None) -> tuple[P
                                f"{', '.join(MODULE_TARGETS)} writes recompute modules other than core_attn")
         options = replace(options or SpaceOptions(), recompute_modules=DEFAULT_RECOMPUTE_MODULES)
     moe_choices = target in MOE_CHOICE_TARGETS and p.model.is_moe
+    dispatchers = ("alltoall", flex_backend(p))
+    if moe_choices and target == "megatron-bridge":  # also the model's recipe's (autopar.export.bridge_moe_recipes)
+        from autopar.export.bridge_moe_recipes import layout_fallbacks
+
+        recipe = layout_fallbacks(p).get("moe_dispatcher", flex_backend(p))  # last: kept if the space is too big
+        dispatchers = tuple(d for d in dispatchers if d != recipe) + (recipe,)
     options = replace(options or SpaceOptions(), tp_comm_overlap=target in TP_OVERLAP_TARGETS,
                       cp_comm_types=CP_ALGORITHMS.get(target, ("p2p",)),  # what the target can write
-                      moe_dispatchers=("alltoall", flex_backend(p)) if moe_choices else ("alltoall",),
+                      moe_dispatchers=dispatchers if moe_choices else ("alltoall",),
                       moe_ep_overlap=moe_choices,
                       galvatron_choices=target == "galvatron", v_schedules=target == "torchtitan")
     return p, options

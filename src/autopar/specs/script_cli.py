@@ -30,6 +30,7 @@ SP_WITH_TP: dict[str, bool] = {
     # Megatron-Bridge recipes set sequence_parallel=True with tp > 1 (recipes/llama/llama3_70b.py:
     # tp 4, pp 4, vpp 5, cp 2, sequence_parallelism=True); Megatron-Core MoE with tp > 1 requires it.
     "megatron": True,
+    "megatron-bridge": True,
     # MindSpeed-LLM example scripts pass --sequence-parallel with TP (examples/mcore/deepseek3/
     # pretrain_deepseek3_671b_4k_ptd.sh: TP=4 ... --sequence-parallel).
     "mindspeed": True,
@@ -131,15 +132,18 @@ def cli_defaults(plan: ScriptPlan | None, values: dict[str, Any]) -> dict[str, A
     return {k: v if v is not None else script.get(k, CLI_FALLBACKS.get(k)) for k, v in values.items()}
 
 
-def layout_defaults(plan: ScriptPlan | None, values: dict[str, Any], target: str = "megatron") -> dict[str, Any]:
+def layout_defaults(plan: ScriptPlan | None, values: dict[str, Any], target: str = "megatron",
+                    model_fallbacks: dict[str, Any] | None = None) -> dict[str, Any]:
     """Fill the layout options left None from the script's layout, else :data:`LAYOUT_FALLBACKS`
     with the ``target``'s :data:`TARGET_FALLBACKS` (``target``: the export format, or ``megatron``;
     ``sp``: :func:`sequence_parallel_default` of the filled tp and ``target``; ``tp_comm_overlap``:
     :func:`tp_comm_overlap_default` of the filled tp, sp and ``target``). The embedding/loss split switches come from the script too (also when
     ``values`` has no such option), except with an explicit ``layers_per_stage`` or ``pipeline_layout``,
-    which replaces every split form of the script (and sets vpp from the layout string)."""
+    which replaces every split form of the script (and sets vpp from the layout string).
+    ``model_fallbacks``: defaults of the target's recipe for this model, over the target's
+    (Megatron-Bridge's MoE recipes: :func:`autopar.export.bridge_moe_recipes.layout_fallbacks`)."""
     script = plan.layout if plan is not None else {}
-    fallbacks = {**LAYOUT_FALLBACKS, **TARGET_FALLBACKS.get(target, {})}
+    fallbacks = {**LAYOUT_FALLBACKS, **TARGET_FALLBACKS.get(target, {}), **(model_fallbacks or {})}
     filled = {k: v if v is not None else script.get(k, fallbacks.get(k)) for k, v in values.items()}
     if "sp" in filled and filled["sp"] is None:
         filled["sp"] = sequence_parallel_default(filled.get("tp") or 1, target)

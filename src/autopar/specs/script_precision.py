@@ -1,5 +1,6 @@
 """Precision and recipe flags of a Megatron-LM launch script: ``--bf16``/``--fp16``, fp8
-(``--fp8-format``, ``--fp8-recipe``, ``--fp8-param-gather``), NVFP4 (``--fp4-format``,
+(``--fp8-format``, ``--fp8-recipe``, ``--fp8-param-gather``, bf16 first/last layers
+``--first-last-layers-bf16``), NVFP4 (``--fp4-format``,
 ``--fp4-recipe``) and CUDA graphs (``--cuda-graph-impl``, ``--cuda-graph-scope`` and the deprecated
 ``--enable-cuda-graph`` / ``--external-cuda-graph``), as ``TrainSpec`` fields. Choices are
 Megatron-LM core_v0.15's (``megatron/training/arguments.py``); costs in
@@ -12,12 +13,11 @@ from typing import Any
 
 from autopar.errors import AutoparError
 from autopar.specs.script_launch import Args
-from autopar.specs.train import CUDA_GRAPH_SCOPES
+from autopar.specs.train import CUDA_GRAPH_IMPLS, CUDA_GRAPH_SCOPES
 
 #: Megatron-LM core_v0.15 ``--fp8-recipe`` choices autopar costs (``custom`` takes a user's Python
 #: recipe, which has no cost to read).
 SCRIPT_FP8_RECIPES = ("delayed", "tensorwise", "mxfp8", "blockwise")
-CUDA_GRAPH_IMPLS = ("none", "local", "transformer_engine")  # --cuda-graph-impl choices
 
 
 def precision(a: Args) -> str:
@@ -81,10 +81,37 @@ def recipe_fields(a: Args, precision_name: str) -> dict[str, Any]:
         fields["fp8_recipe"] = fp8_recipe(a)
         if a.has("--fp8-param-gather"):
             fields["fp8_param_storage"] = True
+        if (ends := bf16_end_layers(a, fields["fp8_recipe"])) is not None:
+            fields["fp8_bf16_layers"] = ends
     impl, scope = cuda_graph(a)
     if impl != "none":
         fields.update(cuda_graph_impl=impl, cuda_graph_scope=scope)
     return fields
+
+
+def bf16_end_layers(a: Args, recipe: str) -> tuple[int, int] | None:
+    """``TrainSpec.fp8_bf16_layers`` of an fp8 script: with ``--first-last-layers-bf16``, the
+    ``--num-layers-at-start-in-bf16`` and ``--num-layers-at-end-in-bf16`` counts (Megatron-Core's
+    defaults 1 and 1); None without it (the counts alone change nothing in Megatron).
+    Costs: :mod:`autopar.cost.fp8_bf16_layers`.
+
+    Raises:
+        AutoparError: a count that is not an integer >= 0, or the delayed recipe (Megatron-Core raises
+            "Delayed scaling does not support first / last layer in BF16").
+    """
+    if not a.has("--first-last-layers-bf16"):
+        return None
+    counts = []
+    for flag in ("--num-layers-at-start-in-bf16", "--num-layers-at-end-in-bf16"):
+        text = a.text(flag, "1")
+        if not text.isdigit():
+            raise AutoparError(f"{a.source}: {flag}={text!r}: must be an integer >= 0")
+        counts.append(int(text))
+    if recipe == "delayed":
+        raise AutoparError(f"{a.source}: --first-last-layers-bf16 with the delayed fp8 recipe: Megatron-Core raises "
+                           "'Delayed scaling does not support first / last layer in BF16'; add --fp8-recipe tensorwise "
+                           "(or blockwise, mxfp8)")
+    return counts[0], counts[1]
 
 
 def cuda_graph(a: Args) -> tuple[str, tuple[str, ...]]:
@@ -105,7 +132,8 @@ def cuda_graph(a: Args) -> tuple[str, tuple[str, ...]]:
                 raise AutoparError(f"{a.source}: {flag} means --cuda-graph-impl {implied}, but the script sets "
                                    f"--cuda-graph-impl {impl}; keep one")
             impl = implied
-    words = tuple(dict.fromkeys((a.text("--cuda-graph-scope") or "").split()))
+    # "full" (core_v0.15's default, deprecated on main) is the whole layer: no scope
+    words = tuple(w for w in dict.fromkeys((a.text("--cuda-graph-scope") or "").split()) if w != "full")
     if any(w not in CUDA_GRAPH_SCOPES for w in words):
         raise AutoparError(f"{a.source}: --cuda-graph-scope={' '.join(words)!r}: allowed {', '.join(CUDA_GRAPH_SCOPES)}")
     if words and impl == "none":

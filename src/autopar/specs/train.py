@@ -16,8 +16,27 @@ Fp8RecipeName = Literal["delayed", "tensorwise", "blockwise", "mxfp8", "nvfp4"]
 FP8_RECIPES: tuple[str, ...] = get_args(Fp8RecipeName)
 # Megatron-LM --cuda-graph-impl / --cuda-graph-scope (core_v0.15 arguments.py); costs: autopar.cost.cuda_graph.
 CudaGraphImpl = Literal["none", "local", "transformer_engine"]
+CUDA_GRAPH_IMPLS: tuple[str, ...] = get_args(CudaGraphImpl)
 CudaGraphScope = Literal["attn", "mlp", "moe", "moe_router", "moe_preprocess", "full_iteration"]
 CUDA_GRAPH_SCOPES: tuple[str, ...] = get_args(CudaGraphScope)
+
+
+def cuda_graph_scope_problem(impl: str, scope: tuple[str, ...]) -> str | None:
+    """Why Megatron-LM refuses CUDA-graph implementation ``impl`` with ``scope``, or None: a scope needs
+    an implementation; "full_iteration scope is only supported with --cuda-graph-impl=local, other
+    scopes are only supported with --cuda-graph-impl=transformer_engine" (core_v0.15 ``--cuda-graph-scope``
+    help); ``moe_preprocess`` "must be used together with moe_router" (main ``--cuda-graph-modules``)."""
+    names = set(scope)
+    if names and impl == "none":
+        return "a scope needs an implementation (transformer_engine, or local with full_iteration)"
+    if impl == "local" and names - {"full_iteration"}:
+        return "Megatron-LM runs per-module scopes only with transformer_engine; local takes full_iteration or no " \
+            "scope (whole layers)"
+    if impl == "transformer_engine" and "full_iteration" in names:
+        return "full_iteration needs the local implementation (Megatron-LM)"
+    if "moe_preprocess" in names and "moe_router" not in names:
+        return "moe_preprocess must be used together with moe_router (Megatron-LM)"
+    return None
 
 
 class TrainSpec(BaseModel):
@@ -84,6 +103,13 @@ class TrainSpec(BaseModel):
         "--fp4-recipe nvfp4; torchtitan float8 tensorwise, mx mxfp8): device support, scale and weight-copy "
         "memory, quantisation time (autopar.cost.fp8_recipe); only with precision fp8; None = the framework's own "
         "default (effective_fp8_recipe)")
+    fp8_bf16_layers: tuple[int, int] | None = Field(
+        default=None,
+        description="(first, last): decoder layers at the start and end of the model that fp8 training keeps in "
+        "bf16 (Megatron-Core first_last_layers_bf16 with num_layers_at_start_in_bf16 / num_layers_at_end_in_bf16; "
+        "Megatron-LM --first-last-layers-bf16); only with precision fp8 and a recipe other than delayed; None = "
+        "none, or what the target's recipe sets (autopar.search.grid.for_target); costs in "
+        "autopar.cost.fp8_bf16_layers")
     cuda_graph_impl: CudaGraphImpl = Field(
         default="none",
         description="CUDA graph capture (Megatron --cuda-graph-impl): 'local' (Megatron's CudaGraphManager; "
@@ -144,22 +170,38 @@ class TrainSpec(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _bf16_layers_need_fp8(self) -> "TrainSpec":
+        """bf16 first/last layers are a part of fp8 training, not of delayed scaling: Megatron-Core
+        ``TransformerConfig.__post_init__`` raises "Delayed scaling does not support first / last layer in
+        BF16"."""
+        if self.fp8_bf16_layers is None or self.fp8_bf16_layers == (0, 0):
+            return self
+        if min(self.fp8_bf16_layers) < 0:
+            raise ValueError(f"fp8_bf16_layers={self.fp8_bf16_layers}: layer counts must be >= 0")
+        if self.precision != "fp8":
+            raise ValueError(f"fp8_bf16_layers={self.fp8_bf16_layers} keeps layers of fp8 training in bf16; "
+                             f"precision is {self.precision}")
+        if self.effective_fp8_recipe == "delayed":
+            raise ValueError("fp8_bf16_layers with the delayed fp8 recipe: Megatron-Core raises 'Delayed scaling "
+                             "does not support first / last layer in BF16' (use tensorwise, blockwise, mxfp8 or nvfp4)")
+        return self
+
+    @property
+    def bf16_end_layers(self) -> tuple[int, int]:
+        """(first, last) decoder layers kept in bf16 under fp8 training; (0, 0) when unset or not fp8."""
+        if self.precision != "fp8" or self.fp8_bf16_layers is None:
+            return (0, 0)
+        return self.fp8_bf16_layers
+
+    @model_validator(mode="after")
     def _cuda_graph_scope_fits_impl(self) -> "TrainSpec":
         """Megatron-LM's rule (``--cuda-graph-scope`` help, core_v0.15): "full_iteration scope is only
         supported with --cuda-graph-impl=local, other scopes are only supported with
         --cuda-graph-impl=transformer_engine"; ``moe_preprocess`` needs ``moe_router``; CUDA graphs are
         Megatron-LM's."""
-        scope, impl = set(self.cuda_graph_scope), self.cuda_graph_impl
-        if scope and impl == "none":
-            raise ValueError(f"cuda_graph_scope={','.join(self.cuda_graph_scope)} needs a cuda_graph_impl (local or "
-                             "transformer_engine)")
-        if impl == "local" and scope - {"full_iteration"}:
-            raise ValueError(f"cuda_graph_scope={','.join(sorted(scope - {'full_iteration'}))} with cuda_graph_impl=local: "
-                             "Megatron-LM supports only full_iteration there (or no scope: whole layers)")
-        if impl == "transformer_engine" and "full_iteration" in scope:
-            raise ValueError("cuda_graph_scope=full_iteration needs cuda_graph_impl=local (Megatron-LM)")
-        if "moe_preprocess" in scope and "moe_router" not in scope:
-            raise ValueError("cuda_graph_scope=moe_preprocess must be used together with moe_router (Megatron-LM)")
+        impl = self.cuda_graph_impl
+        if (why := cuda_graph_scope_problem(impl, self.cuda_graph_scope)) is not None:
+            raise ValueError(f"cuda_graph_impl={impl} cuda_graph_scope={','.join(self.cuda_graph_scope)}: {why}")
         if self.activation_offload_layers and self.framework != "megatron":
             raise ValueError(f"framework={self.framework}: activation offloading is Megatron-Core's (cpu_offloading)")
         if impl != "none" and self.framework != "megatron":

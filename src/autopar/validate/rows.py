@@ -25,6 +25,7 @@ from autopar.specs.cluster import MAX_NODES, resolve_device_name
 from autopar.strategy import Strategy
 from autopar.validate.cells import (Unscorable, expert_tp_of, flag_of, fp8_recipe_of, precision_of, recompute_of, required,
                                     zero_of)
+from autopar.validate.data_parallel import data_parallel_of
 from autopar.validate.measurements import Row
 from autopar.validate.moe_recipes import apply_moe_recipe
 from autopar.validate.row_model import model_of
@@ -186,9 +187,18 @@ class Recipe:
     recompute: str | None = None
     flash: bool | None = None
     recompute_modules: tuple[str, ...] = ("core_attn",)
+    dropout: bool | None = None
 
 
 RECIPES: tuple[Recipe, ...] = (
+    # NeMo's GPT-3 configs train with dropout: dgxc-benchmarking v24.11.1
+    # nemo_megatron/gpt3_175b_hydra.yaml (hidden_dropout 0.1, attention_dropout 0.1) and
+    # NeMo-Framework-Launcher conf/training/gpt3/*.yaml (hidden_dropout 0.1; attention_dropout
+    # NeMo's default 0.1), which NeMo 24.07's performance summary runs; the Llama and Nemotron
+    # configs set both to 0.0.
+    Recipe("NeMo GPT-3 configs: hidden and attention dropout 0.1",
+           lambda row: row.id.startswith(("DGXC", "NEMO")) and row["model"].lower().startswith("gpt3"),
+           dropout=True),
     # dgxc-benchmarking deepseek_v3/pretraining/launch.sh (v25.05.04), NeMo 25.04 on GB200:
     # --recompute_modules core_attn (Megatron's selective recompute of the core attention), and
     # no fused attention for MLA: head_dim_qk 192 differs from head_dim_v 128, which
@@ -396,6 +406,16 @@ def recompute_modules_of(row: Row) -> tuple[str, ...]:
     return ("core_attn",) if recipe is None else recipe.recompute_modules
 
 
+def dropout_of(row: Row, family: Family, assumed: list[str]) -> bool:
+    """Dropout during training: the row's :class:`Recipe` value where one sets it (recorded in
+    ``assumed``), else the family's default."""
+    recipe = recipe_of(row)
+    if recipe is None or recipe.dropout is None:
+        return family.dropout
+    assumed.append(f"dropout={'on' if recipe.dropout else 'off'} ({recipe.name})")
+    return recipe.dropout
+
+
 def flash_of(row: Row, family: Family) -> bool:
     """Fused (flash) attention: the row's :class:`Recipe` value where one sets it, else the
     family's default."""
@@ -433,7 +453,7 @@ def to_case(row: Row) -> Case:
     if family is GENERIC:
         assumed.append("source unknown: generic defaults (Megatron-LM, fused attention, no dropout, overlapped grad "
                        "reduce, no TP comm overlap)")
-    model = model_of(row, family.dropout, assumed)
+    model = model_of(row, dropout_of(row, family, assumed), assumed)
     strategy = strategy_of(row, family, model.num_layers, assumed, model.mtp_num_layers)
     # TP overlap is a layout knob that needs SP with tp > 1 (rule tp_comm_overlap_needs_sp).
     overlap = tp_overlap_of(row, family) and strategy.sp and strategy.tp > 1
@@ -454,9 +474,10 @@ def to_case(row: Row) -> Case:
     if flash != family.flash:
         assumed.append(f"{'fused' if flash else 'unfused'} attention ({recipe_of(row).name})")
     precision = precision_of(row, assumed)
+    overlap_grad_reduce, grad_dtype = data_parallel_of(row, family, model.num_layers, model.hidden_size, assumed)
     train = TrainSpec(global_batch_size=row.int("gbs"), seq_len=required(row, "seq_len", "the batch is needed"),
                       precision=precision, fp8_recipe=fp8_recipe_of(row, precision), flash_attention=flash,
-                      overlap_grad_reduce=family.dp_overlap,
+                      overlap_grad_reduce=overlap_grad_reduce, grad_dtype=grad_dtype,
                       framework=framework_of(row, family), tp_backward_overlap=tp_backward_overlap_of(row, family),
                       launch_blocking=family.launch_blocking)
     if model.is_moe:
