@@ -11,10 +11,15 @@ model: hidden 4096, 32 layers, FFN 11008, vocabulary 32000) at sequence 4096, gl
 one node of 8 GPUs with 40 GB (Galvatron ``--memory_constraint 40``; autopar's ``a100-40gb``,
 the GPU of the shipped hardware profile's ~154 GB/s all-reduce), bf16, tp at most 4 (the test
 profile's pipelined 'other' memory has no tp 8, where Galvatron 2.4.0 raises KeyError), 1F1B
-(``pipedream_flush``), Megatron sequence parallelism off (Galvatron's default).
+(``pipedream_flush``), Megatron sequence parallelism off (Galvatron's default). ``--ulysses``: both
+searches may also run a layer as DeepSpeed-Ulysses (Galvatron ``--sp_space tp+sp``; autopar's
+Ulysses layers need Megatron sequence parallelism, so its search has it on).
 
-What it prints: the search time of each (Galvatron's search once, as it takes a minute; autopar's
-the best of 5 after one warm-up), each plan, and both plans costed under both cost models:
+What it prints: the CPU time of each search (``time.process_time``; Galvatron's search once, as it
+takes a minute; autopar's the best of 5 after one warm-up), each plan, and both plans costed under
+both cost models, with what the models disagree on: each plan's ZeRO-3 layers costed under both
+(the plan with them on the default type subtracted) and the plan with the other TP placement under
+Galvatron's (``tp_consecutive_flags`` flipped):
 autopar's (:func:`autopar.layerwise.evaluate_plan`; autopar searches within 90% of the device's memory, its
 ``search`` default ``--memory-margin 0.10``) and Galvatron's
 (``pipeline_costmodel`` and ``MemoryCostModel``, against its 40 GB less its 20% cache reserve).
@@ -30,6 +35,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from autopar.errors import AutoparError
 from autopar.export import galvatron_layerwise
 from autopar.layerwise import LayerwisePlan, evaluate_plan, search_layerwise
 from autopar.problem import Problem
@@ -62,60 +68,97 @@ def galvatron(python: str, mode: str, workdir: Path, *extra: str) -> str:
 def describe(plan: LayerwisePlan) -> str:
     """One line: pp, micro-batches, per-layer tp / ZeRO-3 / checkpoint counts, vocabulary."""
     tps = ",".join(f"tp{t}x{plan.tp.count(t)}" for t in sorted(set(plan.tp)))
+    tps += f" ulysses {sum(plan.ulysses)}/{plan.num_layers}" if any(plan.ulysses) else ""
     return (f"pp{plan.pp} chunks {plan.num_microbatches} {tps} zero3 {sum(plan.zero3)}/{plan.num_layers} "
             f"ckpt {sum(plan.recompute)}/{plan.num_layers} default {'ddp' if plan.default_zero == 0 else 'zero2'} "
             f"vtp {plan.vocab_tp}{' sdp' if plan.vocab_zero3 else ''}")
+
+
+def variants(doc: dict) -> dict[str, dict]:
+    """The plan's JSON with one choice changed, to say what the two cost models disagree on:
+    ``zero3_off`` (every ZeRO-3 layer on the default type; memory may then overflow) and
+    ``tp_consec_flipped`` (the other TP placement, ``tp_consecutive_flags`` 1 <-> 0)."""
+    flip = ",".join(str(1 - int(x)) for x in str(doc["tp_consecutive_flags"]).split(","))
+    zeros = ",".join("0" for _ in str(doc["dp_types_enc"]).split(","))
+    return {"zero3_off": {**doc, "dp_types_enc": zeros}, "tp_consec_flipped": {**doc, "tp_consecutive_flags": flip}}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--galvatron-python", default=os.environ.get("AUTOPAR_GALVATRON_PYTHON"))
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--ulysses", action="store_true",
+                        help="both searches with per-layer Ulysses: Galvatron --sp_space tp+sp, autopar with Megatron "
+                             "sequence parallelism (its Ulysses layers need it)")
     args = parser.parse_args()
+    if args.ulysses:
+        GALVATRON_ARGS.extend(["--sp_space", "tp+sp"])
+    sp = bool(args.ulysses)
     p = problem()
     limit = (1 - MARGIN) * p.cluster.device.memory_bytes
-    search_layerwise(p, max_tp=MAX_TP, memory_limit_bytes=limit)  # warm-up (imports, numpy first calls)
+    search_layerwise(p, max_tp=MAX_TP, memory_limit_bytes=limit, sp=sp)  # warm-up (imports, numpy first calls)
     times = []
     for _ in range(5):
-        start = time.perf_counter()
-        ours = search_layerwise(p, max_tp=MAX_TP, memory_limit_bytes=limit)
-        times.append(time.perf_counter() - start)
+        start = time.process_time()
+        ours = search_layerwise(p, max_tp=MAX_TP, memory_limit_bytes=limit, sp=sp)
+        times.append(time.process_time() - start)
     out = args.out or Path(os.environ.get("TMPDIR", "/tmp")) / "bench_layerwise"
     out.mkdir(parents=True, exist_ok=True)
     plans = {"autopar": ours.plan}
-    sources = {}  # plan name -> the JSON Galvatron's cost model reads (Galvatron's own file for its plan)
-    result = {"autopar_search_s": min(times), "autopar_cells": ours.cells, "autopar_cells_solved": ours.cells_solved}
-    print(f"autopar layer-wise search: best of 5 {min(times):.3f} s ({ours.cells} cells, {ours.cells_solved} solved "
-          f"by DP, {ours.plans_costed} plans costed)")
+    docs = {"autopar": galvatron_layerwise.config(p, ours.plan)}  # what Galvatron's cost model reads
+    result = {"autopar_search_cpu_s": min(times), "autopar_cells": ours.cells, "autopar_cells_solved": ours.cells_solved}
+    print(f"autopar layer-wise search: best of 5 {min(times):.3f} CPU s ({ours.cells} cells, {ours.cells_solved} "
+          f"solved by DP, {ours.plans_costed} plans costed)")
     if args.galvatron_python:
         stdout = galvatron(args.galvatron_python, "search", out / "galvatron")
         seconds = float(next(x for x in stdout.splitlines() if x.startswith("SEARCH_SECONDS")).split()[1])
         path = next(x for x in stdout.splitlines() if x.startswith("PLAN ")).split(" ", 1)[1]
-        plans["galvatron"] = galvatron_layerwise.read(json.loads(Path(path).read_text()), path)
-        sources["galvatron"] = Path(path)  # keeps its tp_consecutive_flags, which autopar's reader drops
-        result["galvatron_search_s"] = seconds
-        print(f"Galvatron 2.4.0 search (settle_bsz {GBS}, CPU): {seconds:.1f} s; autopar is "
+        docs["galvatron"] = json.loads(Path(path).read_text())  # keeps its tp_consecutive_flags
+        try:
+            plans["galvatron"] = galvatron_layerwise.read(docs["galvatron"], path)
+        except AutoparError as e:  # e.g. vsp 1 (its --ulysses plans): costed by Galvatron's model only
+            print(f"autopar cannot cost Galvatron's plan: {e}")
+            plans["galvatron"] = None
+        result["galvatron_search_cpu_s"] = seconds
+        print(f"Galvatron 2.4.0 search (settle_bsz {GBS}): {seconds:.1f} CPU s; autopar is "
               f"{seconds / min(times):.0f}x faster")
+    galvatron_cost = {}
+    if args.galvatron_python:
+        paths = {}
+        for name, doc in docs.items():
+            for key, d in {"plan": doc, **variants(doc)}.items():
+                paths[(name, key)] = out / f"{name}_{key}.json"
+                paths[(name, key)].write_text(json.dumps(d, indent=2) + "\n")
+        stdout = galvatron(args.galvatron_python, "cost", out / "cost", ",".join(str(x) for x in paths.values()))
+        by_path = {c["plan"]: c for c in (json.loads(x[5:]) for x in stdout.splitlines() if x.startswith("COST "))}
+        galvatron_cost = {k: by_path[str(v)] for k, v in paths.items()}
     for name, plan in plans.items():
-        path = out / f"{name}_plan.json"
-        path.write_text(galvatron_layerwise.write(p, plan))
-        path = sources.get(name, path)
-        ours_cost = evaluate_plan(p, plan)
-        row = {"plan": describe(plan), "autopar_step_s": ours_cost.step_time_s,
-               "autopar_peak_gib": ours_cost.peak_memory_bytes / 2 ** 30, "autopar_fits": ours_cost.fits}
-        if args.galvatron_python:
-            line = next(x for x in galvatron(args.galvatron_python, "cost", out / "cost", str(path)).splitlines()
-                        if x.startswith("COST "))
-            theirs = json.loads(line[5:])
+        (out / f"{name}_plan.json").write_text(json.dumps(docs[name], indent=2) + "\n")
+        row: dict = {"plan": describe(plan) if plan else json.dumps(docs[name])}
+        print(f"{name:9s} {row['plan']}")
+        if plan is not None:
+            ours_cost = evaluate_plan(p, plan, limit)
+            row.update(autopar_step_s=ours_cost.step_time_s, autopar_peak_gib=ours_cost.peak_memory_bytes / 2 ** 30,
+                       autopar_fits=ours_cost.fits)
+            print(f"          autopar model {row['autopar_step_s']:.3f} s/step, peak {row['autopar_peak_gib']:.1f} "
+                  f"GiB {'fits' if row['autopar_fits'] else 'OUT OF MEMORY'}")
+        if galvatron_cost:
+            theirs = galvatron_cost[(name, "plan")]
             row.update(galvatron_step_s=theirs["step_s"], galvatron_peak_mb=max(theirs["stage_memory_mb"]),
                        galvatron_fits=theirs["fits"])
+            print(f"          Galvatron model {row['galvatron_step_s']:.3f} s/step, peak {row['galvatron_peak_mb']:.0f} "
+                  f"MB of {theirs['memory_budget_mb']:.0f} {'fits' if row['galvatron_fits'] else 'OUT OF MEMORY'}")
+            if plan is not None and any(plan.zero3):  # what the ZeRO-3 layers cost under each model
+                off = plan.model_copy(update={"zero3": (False,) * plan.num_layers})
+                row["zero3_cost_autopar_s"] = row["autopar_step_s"] - evaluate_plan(p, off).step_time_s
+                row["zero3_cost_galvatron_s"] = row["galvatron_step_s"] - galvatron_cost[(name, "zero3_off")]["step_s"]
+                print(f"          its {sum(plan.zero3)} ZeRO-3 layers cost {row['zero3_cost_autopar_s']:.3f} s under "
+                      f"autopar's model (weight gathers overlapped with compute) and "
+                      f"{row['zero3_cost_galvatron_s']:.3f} s under Galvatron's (not overlapped)")
+            row["tp_consec_flipped_galvatron_s"] = galvatron_cost[(name, "tp_consec_flipped")]["step_s"]
+            print(f"          with the other TP placement (tp_consecutive_flags flipped): Galvatron model "
+                  f"{row['tp_consec_flipped_galvatron_s']:.3f} s/step (autopar's: the same, one NVSwitch node)")
         result[name] = row
-        print(f"{name:9s} {row['plan']}")
-        print(f"          autopar model {row['autopar_step_s']:.3f} s/step, peak {row['autopar_peak_gib']:.1f} GiB "
-              f"{'fits' if row['autopar_fits'] else 'OUT OF MEMORY'}" +
-              (f"; Galvatron model {row['galvatron_step_s']:.3f} s/step, peak {row['galvatron_peak_mb']:.0f} MB of "
-               f"{theirs['memory_budget_mb']:.0f} {'fits' if row['galvatron_fits'] else 'OUT OF MEMORY'}"
-               if args.galvatron_python else ""))
     (out / "results.json").write_text(json.dumps(result, indent=2) + "\n")
     print(f"plans and results.json in {out}")
 

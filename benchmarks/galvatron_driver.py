@@ -4,11 +4,12 @@
 Usage (a Python where ``pip install hetu-galvatron==2.4.0`` and a CPU torch are installed):
   PY galvatron_driver.py search OUTDIR --settle_bsz 64 [any galvatron_search_args option]
       writes the profile files into OUTDIR, runs GalvatronSearchEngine.parallelism_optimization()
-      and prints ``SEARCH_SECONDS <s>`` and ``PLAN <path of the JSON it wrote>``
-  PY galvatron_driver.py cost OUTDIR PLAN.json [same options]
-      Galvatron's cost model on one JSON plan (its own or autopar's): prints
-      ``COST {"step_s": ..., "stage_memory_mb": [...], "fits": bool}`` (seconds per step: Galvatron
-      prints throughput = global_bsz / this)
+      and prints ``SEARCH_SECONDS <s>`` (CPU seconds of the process, all threads:
+      ``time.process_time``), ``SEARCH_WALL_SECONDS <s>`` and ``PLAN <path of the JSON it wrote>``
+  PY galvatron_driver.py cost OUTDIR PLAN.json[,PLAN2.json,...] [same options]
+      Galvatron's cost model on each JSON plan (its own or autopar's): prints one line per plan,
+      ``COST {"plan": path, "step_s": ..., "stage_memory_mb": [...], "fits": bool}`` (seconds per
+      step: Galvatron prints throughput = global_bsz / this)
 
 The inputs are the ones Galvatron's own search tests build (hetu-galvatron 2.4.0,
 ``tests/utils/search_configs.py``: ``create_static_time_config``, ``create_static_memory_config``,
@@ -83,26 +84,34 @@ def engine(outdir, argv):
 
 def search(outdir, argv):
     eng, args = engine(outdir, argv)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     eng.initialize_search_engine()
     eng.parallelism_optimization()
-    seconds = time.perf_counter() - t0
+    seconds, wall = time.process_time() - c0, time.perf_counter() - t0
     plans = [f for f in os.listdir(outdir) if f.startswith("galvatron_config_")]
     print(f"SEARCH_SECONDS {seconds:.3f}")
+    print(f"SEARCH_WALL_SECONDS {wall:.3f}")
     for f in plans:
         print(f"PLAN {os.path.join(outdir, f)}")
 
 
-def cost(outdir, plan_path, argv):
-    """Galvatron's time and memory of one plan, as its DP computes them (see the module docstring)."""
+def cost(outdir, plan_paths, argv):
+    """Galvatron's time and memory of each plan (comma-separated paths), as its DP computes them
+    (see the module docstring)."""
     eng, args = engine(outdir, argv)  # stubs galvatron.core first
+    eng.initialize_search_engine()
+    for plan_path in plan_paths.split(","):
+        cost_one(eng, args, plan_path)
+
+
+def cost_one(eng, args, plan_path):
+    """One ``COST`` line: Galvatron's step time and per-stage memory of the plan at ``plan_path``."""
     from galvatron.core.search_engine.cost_model import (
         MemoryCostModel,
         OtherTimeCostModel,
         TimeCostModel,
         pipeline_costmodel,
     )
-    eng.initialize_search_engine()
     doc = json.load(open(plan_path))
     gpus = args.gpu_num
     pp = int(doc["pp_deg"])
@@ -110,12 +119,15 @@ def cost(outdir, plan_path, argv):
     fsdp = [int(x) for x in str(doc["dp_types_enc"]).split(",")]
     ckpt = [int(x) for x in str(doc["checkpoint"]).split(",")]
     consec = [int(x) for x in str(doc["tp_consecutive_flags"]).split(",")]
+    use_sp = [int(x) for x in str(doc.get("use_sp", ",".join("0" * len(tps)))).split(",")]
     division = [int(x) for x in str(doc["pp_division"]).split(",")]
     bsz, chunks, vtp = int(doc["global_bsz"]), int(doc["chunks"]), int(doc["vtp"])
     embed_sdp = int(doc.get("embed_sdp", doc.get("vocab_sdp", 0)))
     strategies = []
-    for t, f, c, k in zip(tps, fsdp, ckpt, consec):
+    for t, f, c, k, u in zip(tps, fsdp, ckpt, consec, use_sp):
         info = {"fsdp": f}
+        if t > 1 and u:  # Ulysses (Galvatron's strategy key 'sp'; needs --sp_space tp+sp to be costed as such)
+            info["sp"] = 1
         if t > 1 and gpus // pp // t > 1:
             info["tp"] = k
         if c:
@@ -146,7 +158,7 @@ def cost(outdir, plan_path, argv):
         total += float(np.ceil(c["other"][vtp][i]))
         stage_mb.append(total)
         start += n
-    print("COST " + json.dumps({"step_s": float(step_s), "stage_memory_mb": stage_mb,
+    print("COST " + json.dumps({"plan": plan_path, "step_s": float(step_s), "stage_memory_mb": stage_mb,
                                 "fits": bool(max(stage_mb) <= max_mem), "memory_budget_mb": max_mem,
                                 "chunks_costed": int(chunk)}))
 

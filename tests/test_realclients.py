@@ -242,13 +242,13 @@ def test_galvatron_runs_the_plan(tmp_path):
                     num_microbatches=s.num_microbatches(p.train.global_batch_size), split=split,
                     zero=({0: "ddp", 2: "zero2", 3: "zero2"}[s.zero], p.model.num_layers if s.zero == 3 else 0,
                           int(s.zero == 3)),
-                    checkpoint_layers=checkpointed, ulysses=0)
+                    checkpoint_layers=checkpointed, ulysses=0, layer_mbs=[float(s.mbs)] * p.model.num_layers)
         got = dict(pp=e["pp"], tp=e["tp"], dp=e["dp_per_layer"], gbs=e["global_bsz"], mbs=e["micro_batch"],
                    vocab=(e["vocab_tp"], e["vocab_sp"]), pipeline_type=e["pipeline_type"],
                    tp_consecutive=e["tp_consecutive"],
                    num_microbatches=e["real_chunks"], split=e["pp_division"],
                    zero=(e["default_dp_type"], e["zero3_layers"], e["embed_sdp"]),
-                   checkpoint_layers=e["checkpoint_layers"], ulysses=e["use_sp"])
+                   checkpoint_layers=e["checkpoint_layers"], ulysses=e["use_sp"], layer_mbs=e["micro_batch_per_layer"])
         assert got == want, path
         # keys 2.4.0 does not read carry only main's spelling of the same plan
         assert set(e["ignored_keys"]) <= {"cp_sizes_enc", "vcp", "vocab_sdp"}, path
@@ -268,7 +268,10 @@ def test_galvatron_runs_the_layerwise_plan(tmp_path):
                           tp=(1,) * 6 + (2,) * 10 + (4,) * 8 + (2,) * 8, zero3=tuple(i % 3 == 0 for i in range(32)),
                           recompute=tuple(i < 12 for i in range(32)), default_zero=2, vocab_tp=4, vocab_zero3=True)
     jobs, plans = [], {}
-    for name, plan in (("searched", searched), ("mixed", mixed)):
+    vtp1 = mixed.model_copy(update={"vocab_tp": 1, "vocab_zero3": False})  # the embedding's dp 4 > most layers'
+    ulysses = LayerwisePlan(**{**mixed.model_dump(), "ulysses": tuple(t > 1 and i % 2 == 0 for i, t in enumerate(mixed.tp)),
+                               "sp": True})  # Galvatron's use_sp on every other tp > 1 layer
+    for name, plan in (("searched", searched), ("mixed", mixed), ("vtp1", vtp1), ("ulysses", ulysses)):
         path = tmp_path / f"{name}.json"
         path.write_text(galvatron_layerwise.write(p, plan))
         jobs.append([str(path), str(p.world_size), str(p.model.num_layers)])
@@ -280,6 +283,9 @@ def test_galvatron_runs_the_layerwise_plan(tmp_path):
                     real_chunks=plan.num_microbatches, tp_per_layer=list(plan.tp),
                     zero3_per_layer=[int(z) for z in plan.zero3], checkpoint_per_layer=[int(c) for c in plan.recompute],
                     default_dp_type="ddp" if plan.default_zero == 0 else "zero2", vocab_tp=plan.vocab_tp,
-                    embed_sdp=int(plan.vocab_zero3), use_sp=0, pipeline_type="pipedream_flush",
-                    dp_per_layer=sorted({8 // (plan.pp * t) for t in plan.tp}))
+                    embed_sdp=int(plan.vocab_zero3), use_sp=sum(plan.ulysses), pipeline_type="pipedream_flush",
+                    dp_per_layer=sorted({8 // (plan.pp * t) for t in plan.tp}),
+                    # each layer runs gbs / (its dp x chunks) sequences, whatever the vocabulary tp: Galvatron's
+                    # loader batch is the embedding's (world/pp/vtp ranks), re-split and gathered between modules
+                    micro_batch_per_layer=[float(plan.candidate(p, t, plan.default_zero, False).mbs) for t in plan.tp])
         assert {k: e[k] for k in want} == want, path

@@ -55,7 +55,9 @@ def test_galvatron_refuses_moe_and_fp8_plans():
 
 @pytest.mark.parametrize("change, message", [
     (lambda d: d.pop("chunks"), "key 'chunks' is missing"),
-    (lambda d: d.update(use_sp="1," * 31 + "1"), "use_sp="),
+    (lambda d: d.update(use_sp="2," * 31 + "2"), "use_sp='2,"),
+    (lambda d: d.update(use_sp="1," * 31 + "1"), r"use_sp 1\) splits the sequence over its tp ranks: it needs tp > 1"),
+    (lambda d: d.update(use_sp="0,1"), "use_sp has 2 entries; tp_sizes_enc has 32"),
     (lambda d: d.update(tp_sizes_enc="2,x"), "tp_sizes_enc='2,x' is not a comma-separated list"),
     (lambda d: d.update(default_dp_type="zero3"), "default_dp_type='zero3': allowed ddp, zero2"),
     (lambda d: d.update(pp_division="10,10"), "pp_division='10,10' must be pp_deg=2 positive parts summing to the 32"),
@@ -76,8 +78,10 @@ def plans(draw):
     cut = sorted(draw(st.sets(st.integers(1, 31), min_size=pp - 1, max_size=pp - 1)))
     split = tuple(b - a for a, b in zip([0, *cut], [*cut, 32]))
     tps = [t for t in (1, 2, 4, 8) if t * pp <= 8]
+    tp = tuple(draw(st.lists(st.sampled_from(tps), min_size=32, max_size=32)))
+    ulysses = tuple(t > 1 and u for t, u in zip(tp, draw(st.lists(st.booleans(), min_size=32, max_size=32))))
     return LayerwisePlan(pp=pp, num_microbatches=draw(st.sampled_from([1, 2, 4, 8])), layers_per_stage=split,
-                         tp=tuple(draw(st.lists(st.sampled_from(tps), min_size=32, max_size=32))),
+                         tp=tp, ulysses=ulysses, sp=any(ulysses),
                          zero3=tuple(draw(st.lists(st.booleans(), min_size=32, max_size=32))),
                          recompute=tuple(draw(st.lists(st.booleans(), min_size=32, max_size=32))),
                          default_zero=draw(st.sampled_from([0, 2])), vocab_tp=draw(st.sampled_from(tps)),
@@ -88,7 +92,8 @@ def plans(draw):
 @given(plans())
 def test_any_plan_survives_the_json(plan):
     """Every field Galvatron reads carries the plan: read(config(plan)) is the plan (sp is a
-    runtime flag, not a JSON key, so plans here have it off)."""
+    runtime flag, not a JSON key: plans here have it exactly where a layer is Ulysses, which
+    Galvatron runs under --sequence-parallel)."""
     doc = G.config(P, plan)
     assert all(len(doc[k].split(",")) == 32 for k in ("tp_sizes_enc", "dp_types_enc", "checkpoint", "use_sp"))
     assert G.read(doc) == plan

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
@@ -68,6 +68,15 @@ from autopar.cli.options import (
 from autopar.cli.paths import refuse_overwriting_inputs, refuse_unwritable_figure
 from autopar.errors import AutoparError
 
+if TYPE_CHECKING:
+    from autopar.problem import Problem
+    from autopar.strategy import Strategy
+
+EstimateTarget = Annotated[Optional[str], typer.Option(
+    "--target", help="cost the layout as this export format runs it (search --target's mechanism): megatron | "
+    "megatron-bridge | mindspeed | torchtitan | deepspeed | sapp | galvatron (e.g. FSDP's gradient reduced once per "
+    "step); a layout the format's writer refuses, or a format that does not run on --device, is refused "
+    "[default: costed as megatron (mindspeed on Ascend) without refusing what its writer cannot write]")]
 EstimatePlot = Annotated[Optional[str], typer.Option(
     "--plot", help="also write this layout's simulated pipeline timeline and memory per stage (.png, .svg or .pdf)")]
 
@@ -93,6 +102,7 @@ def estimate(
     cuda_graph_impl: CudaGraphImpl = None, cuda_graph_scope: CudaGraphScope = None,
     activation_offload_layers: ActivationOffload = None, fp8_bf16_layers: Fp8Bf16Layers = None,
     recompute_modules: RecomputeModules = None, config: Config = None, plot: EstimatePlot = None,
+    target: EstimateTarget = None,
     detail: Annotated[bool, typer.Option("--detail", help="also each pipeline stage's forward, backward, recompute "
                                          "and communication time and its memory (Tinker's --detail); with --json: "
                                          "time_per_stage")] = False,
@@ -109,19 +119,24 @@ def estimate(
                                  fp8_recipe=fp8_recipe, knobs=given_knobs(
                                      cuda_graph_impl, cuda_graph_scope, activation_offload_layers, fp8_bf16_layers))
     layout = layout_options(p, locals())
+    given = target is not None
+    p, target = as_target(p, target)
     from autopar.cli.profile import print_coverage, profiled
 
     with profiled(p, profile_db, profile_device, profile_stands_for) as coverage:
         if not 0 <= memory_margin < 1:
             raise AutoparError(f"--memory-margin={memory_margin}: must be in [0, 1)")
-        result = run_estimate(p, strategy_from_options(p, script, layout, dp, schedule), memory_margin)
+        strategy = strategy_from_options(p, script, layout, dp, schedule, target)
+        if given:  # without --target: the layout as modelled, whatever format runs it
+            refuse_unrunnable(p, target, strategy)
+        result = run_estimate(p, strategy, memory_margin)
         measured = coverage and coverage([result.strategy])
     if as_json:
         from autopar.report.ties import problem_certainty, with_ranges
 
         bands = problem_certainty(p)
         doc = {**with_ranges(result.to_dict(p.train.global_batch_size, detail=detail), bands),
-               "certainty": bands.to_dict()}
+               "certainty": bands.to_dict(), "target": target}
         if measured:
             doc["profile"] = measured
         print_json("estimate", doc)
@@ -137,3 +152,35 @@ def estimate(
         from autopar.report.layout_plot import plot_layout
 
         err_console.print(f"wrote {plot_layout(p, result, plot)}", highlight=False)
+
+
+def as_target(p: Problem, target: str | None) -> tuple[Problem, str]:
+    """(``p`` costed as ``target`` runs it, the target's name): :func:`autopar.search.grid.for_target`,
+    the mechanism of ``search --target``; the device's default format where ``target`` is None.
+
+    Raises:
+        AutoparError: an unknown format, or one that does not run on the device (naming ``--target``).
+    """
+    from autopar.export import WRITERS
+    from autopar.search.grid import for_target
+    from autopar.specs.targets import check_target, default_target
+
+    target = target or default_target(p.cluster.device)
+    if target not in WRITERS:
+        raise AutoparError(f"--target={target}: not an export format; allowed: {', '.join(sorted(WRITERS))}")
+    check_target(p.cluster.device, target, "--target")
+    return for_target(p, target), target
+
+
+def refuse_unrunnable(p: Problem, target: str, strategy: Strategy) -> None:
+    """Refuse a layout ``target``'s writer cannot write unchanged (its cost would be of a run that
+    cannot happen).
+
+    Raises:
+        AutoparError: ``--target=NAME cannot run this layout: <the writer's reason>``.
+    """
+    from autopar.search.grid import refusal
+
+    why = refusal(p, target, strategy)
+    if why:
+        raise AutoparError(f"--target={target} cannot run this layout: {why}")

@@ -6,7 +6,8 @@ pipeline degrees), ``--tp`` (the tp degrees a layer may take), ``--num-microbatc
 ``chunks``), ``--zero`` (0 / 2: the default data-parallel type, 3: per-layer ZeRO-3; ``--no-fsdp``
 drops it), ``--recompute none`` / ``--no-recompute`` (no checkpointing), ``--sp`` / ``--no-sp``
 (Megatron sequence parallelism, Galvatron's runtime ``--sequence-parallel``; both are tried
-unless one is given). The others pin
+unless one is given; with it on, each tp > 1 layer may also be a Ulysses layer, Galvatron's
+``use_sp``). The others pin
 what a layer-wise plan does not have (cp, ep, vpp, mbs, ...) and are refused with it.
 """
 
@@ -134,17 +135,19 @@ def run_layerwise(console: Console, p: Problem, constraints: list[Constraint], a
 
 
 def _runs_table(p: Problem, plan, cost) -> Table:
-    """One row per run of consecutive layers with the same stage, tp, ZeRO-3 and checkpoint."""
+    """One row per run of consecutive layers with the same stage, tp (``u`` marks Ulysses), ZeRO-3
+    and checkpoint."""
     table = Table(title="Layers (runs of equal layers)")
     for name in ("stage", "layers", "tp", "dp", "ZeRO-3", "checkpoint", "stage GiB", "stage ms/µbatch"):
         table.add_column(name, justify="right")
     for i, sl in enumerate(plan.stage_slices()):
         start = sl.start
         for j in range(sl.start, sl.stop + 1):
-            if j == sl.stop or (plan.tp[j], plan.zero3[j], plan.recompute[j]) != (
-                    plan.tp[start], plan.zero3[start], plan.recompute[start]):
+            if j == sl.stop or (plan.tp[j], plan.ulysses[j], plan.zero3[j], plan.recompute[j]) != (
+                    plan.tp[start], plan.ulysses[start], plan.zero3[start], plan.recompute[start]):
                 first = start == sl.start
-                table.add_row(str(i) if first else "", f"{start}-{j - 1}", str(plan.tp[start]),
+                table.add_row(str(i) if first else "", f"{start}-{j - 1}",
+                              f"{plan.tp[start]}{' u' if plan.ulysses[start] else ''}",
                               str(p.world_size // (plan.pp * plan.tp[start])), "yes" if plan.zero3[start] else "",
                               "yes" if plan.recompute[start] else "",
                               f"{cost.stage_memory_bytes[i] / 2 ** 30:.1f}" if first else "",

@@ -10,7 +10,8 @@ same for every layer), ``global_bsz``, ``pipeline_type`` (``pipedream_flush`` = 
 schedule autopar costs), per layer ``tp_sizes_enc``, ``tp_consecutive_flags`` (1: a layer's tp
 group is consecutive ranks, the placement autopar's communication model assumes),
 ``dp_types_enc`` (1 = ZeRO-3 / sharded data parallel on that layer, 0 = ``default_dp_type``),
-``use_sp`` (0: Megatron TP, not Ulysses), ``checkpoint`` (the layer is recomputed whole),
+``use_sp`` (1: the layer's tp ranks run DeepSpeed-Ulysses, 0: Megatron TP), ``checkpoint`` (the
+layer is recomputed whole),
 ``cp_sizes_enc``; and ``default_dp_type`` (``ddp`` or ``zero2``), ``vtp`` / ``vsp`` / ``vcp``
 (the embedding and output layer's tp, Ulysses and cp) and ``embed_sdp`` / ``vocab_sdp`` (ZeRO-3
 on them). Megatron sequence parallelism is not a JSON key: it is Galvatron's runtime
@@ -33,7 +34,7 @@ from autopar.problem import Problem
 
 RELEASE = "2.4.0"
 LAYERWISE_FORMATS = ("galvatron",)
-_JSON_KEY = {"pp": "pp_deg", "num_microbatches": "chunks", "tp": "tp_sizes_enc", "vocab_tp": "vtp"}
+_JSON_KEY = {"pp": "pp_deg", "num_microbatches": "chunks", "tp": "tp_sizes_enc", "vocab_tp": "vtp", "ulysses": "use_sp"}
 _ONE_LAYOUT = {  # format -> where it sets one layout for all layers
     "megatron": "Megatron-LM sets one --tensor-model-parallel-size, data-parallel type and recompute for every layer",
     "megatron-bridge": "Megatron-Bridge's recipe sets one tensor_model_parallel_size for every layer",
@@ -82,7 +83,7 @@ def config(p: Problem, plan: LayerwisePlan) -> dict[str, Any]:
         "pp_deg": plan.pp, "pp_division": enc(plan.layers_per_stage), "chunks": plan.num_microbatches,
         "global_bsz": p.train.global_batch_size, "pipeline_type": "pipedream_flush",
         "tp_sizes_enc": enc(plan.tp), "tp_consecutive_flags": enc([1] * n), "cp_sizes_enc": enc([1] * n),
-        "dp_types_enc": enc(plan.zero3), "use_sp": enc([0] * n), "checkpoint": enc(plan.recompute),
+        "dp_types_enc": enc(plan.zero3), "use_sp": enc(plan.ulysses), "checkpoint": enc(plan.recompute),
         "default_dp_type": "ddp" if plan.default_zero == 0 else "zero2",
         "vtp": plan.vocab_tp, "vsp": 0, "vcp": 1, "embed_sdp": sdp, "vocab_sdp": sdp,
     }
@@ -96,7 +97,8 @@ def write(p: Problem, plan: LayerwisePlan) -> str:
 def read(doc: dict[str, Any], source: str = "the Galvatron JSON") -> LayerwisePlan:
     """A Galvatron strategy dict (as its search writes it) as a :class:`LayerwisePlan`, to cost it
     with autopar's model. ``tp_consecutive_flags`` are not kept (autopar places every tp group on
-    consecutive ranks); ``use_sp`` 1 (Ulysses), ``vsp`` 1 and cp sizes other than 1 are refused.
+    consecutive ranks); ``use_sp`` 1 marks a Ulysses layer, and a plan with one has ``sp`` (Galvatron
+    runs them under ``--sequence-parallel``); ``vsp`` 1 and cp sizes other than 1 are refused.
 
     Raises:
         AutoparError: a missing key or a value that is not what Galvatron writes, naming the key
@@ -110,14 +112,14 @@ def read(doc: dict[str, Any], source: str = "the Galvatron JSON") -> LayerwisePl
         except ValueError:
             raise AutoparError(f"{source}: {key}={doc[key]!r} is not a comma-separated list of integers") from None
 
-    for key, allowed in (("use_sp", {0}), ("cp_sizes_enc", {1})):
+    for key, allowed in (("use_sp", {0, 1}), ("cp_sizes_enc", {1})):
         if key in doc and set(ints(key)) - allowed:
-            raise AutoparError(f"{source}: {key}={doc[key]!r}: autopar costs Megatron TP layers without context "
-                               "parallelism only (use_sp 0, cp 1)")
+            raise AutoparError(f"{source}: {key}={doc[key]!r}: autopar costs Megatron TP or Ulysses layers without "
+                               "context parallelism only (use_sp 0 or 1, cp 1)")
     if int(doc.get("vsp", 0)):
         raise AutoparError(f"{source}: vsp={doc['vsp']!r}: autopar costs the vocabulary with Megatron TP only (vsp 0)")
     n = len(ints("tp_sizes_enc"))
-    for key in ("dp_types_enc", "checkpoint"):
+    for key in ("dp_types_enc", "checkpoint") + (("use_sp",) if "use_sp" in doc else ()):
         if len(ints(key)) != n:
             raise AutoparError(f"{source}: {key} has {len(ints(key))} entries; tp_sizes_enc has {n} (one per layer)")
     division, pp = ints("pp_division"), ints("pp_deg")[0]
@@ -127,13 +129,15 @@ def read(doc: dict[str, Any], source: str = "the Galvatron JSON") -> LayerwisePl
     dp_type = doc.get("default_dp_type", "ddp")
     if dp_type not in ("ddp", "zero2"):
         raise AutoparError(f"{source}: default_dp_type={dp_type!r}: allowed ddp, zero2")
+    ulysses = tuple(bool(x) for x in ints("use_sp")) if "use_sp" in doc else ()
     try:
         return LayerwisePlan(pp=ints("pp_deg")[0], num_microbatches=ints("chunks")[0],
                              layers_per_stage=tuple(ints("pp_division")), tp=tuple(ints("tp_sizes_enc")),
                              zero3=tuple(bool(x) for x in ints("dp_types_enc")),
                              recompute=tuple(bool(x) for x in ints("checkpoint")),
                              default_zero=0 if dp_type == "ddp" else 2, vocab_tp=ints("vtp")[0],
-                             vocab_zero3=bool(int(doc.get("embed_sdp", doc.get("vocab_sdp", 0)))))
+                             vocab_zero3=bool(int(doc.get("embed_sdp", doc.get("vocab_sdp", 0)))),
+                             ulysses=ulysses, sp=any(ulysses))
     except ValidationError as e:  # a bound of the plan's fields (e.g. chunks 0), named by its JSON key
         err = e.errors()[0]
         key = _JSON_KEY.get(str(err["loc"][0]) if err["loc"] else "", "the plan")

@@ -6,8 +6,9 @@ TPDS 2024, sec. 4).
 
 Modules: :mod:`.plan` (the plan and its checks), :mod:`.tables` (per-layer costs of every
 candidate, read off autopar's cost model), :mod:`.dp` (the dynamic programme of one stage),
-:mod:`.evaluate` (step time and memory of a plan), :mod:`.search` (the search over pp,
-micro-batches, default data-parallel type and vocabulary tp around the dynamic programme).
+:mod:`.evaluate` (step time and memory of a plan), :mod:`.splits` (balanced pipeline splits),
+:mod:`.search` (the search over pp, splits, micro-batches, default data-parallel type and
+vocabulary tp around the dynamic programme).
 """
 
 from autopar.layerwise.evaluate import PlanCost, evaluate_plan

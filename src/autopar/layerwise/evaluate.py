@@ -40,29 +40,35 @@ class PlanCost:
         return self.peak_memory_bytes <= self.memory_limit_bytes
 
 
-def plan_tables(p: Problem, plan: LayerwisePlan) -> dict[tuple[int, int], PairTable]:
-    """The :class:`PairTable` of every (tp, zero) the plan uses, its layers' and its vocabulary's.
+def plan_tables(p: Problem, plan: LayerwisePlan) -> dict[tuple[int, int, bool], PairTable]:
+    """The :class:`PairTable` of every (tp, zero, ulysses) the plan uses, its layers' and its
+    vocabulary's.
 
     Raises:
         AutoparError: a pair whose uniform layout breaks a rule (named) or does not divide.
     """
-    pairs = {(t, plan.layer_zero(i)) for i, t in enumerate(plan.tp)}
-    pairs.add((plan.vocab_tp, 3 if plan.vocab_zero3 else plan.default_zero))
+    pairs = {(t, plan.layer_zero(i), u) for i, (t, u) in enumerate(zip(plan.tp, plan.ulysses))}
+    pairs.add(vocab_key(plan))
     out = {}
-    for tp, zero in sorted(pairs):
-        table = pair_table(p, plan.pp, plan.num_microbatches, plan.layers_per_stage, tp, zero, plan.sp)
+    for tp, zero, ulysses in sorted(pairs):
+        table = pair_table(p, plan.pp, plan.num_microbatches, plan.layers_per_stage, tp, zero, plan.sp, ulysses)
         if table is None:
-            check_strategy(p, plan.candidate(p, tp, zero, False))  # raises the batch's or the rule's reason
-        out[(tp, zero)] = table
+            check_strategy(p, plan.candidate(p, tp, zero, False, ulysses))  # raises the batch's or the rule's reason
+        out[(tp, zero, ulysses)] = table
     return out
 
 
-def cost_from_tables(p: Problem, plan: LayerwisePlan, tables: dict[tuple[int, int], PairTable],
+def vocab_key(plan: LayerwisePlan) -> tuple[int, int, bool]:
+    """The (tp, zero, ulysses) of the plan's embedding and output layer (never Ulysses: vsp 0)."""
+    return plan.vocab_tp, 3 if plan.vocab_zero3 else plan.default_zero, False
+
+
+def cost_from_tables(p: Problem, plan: LayerwisePlan, tables: dict[tuple[int, int, bool], PairTable],
                      memory_limit_bytes: float) -> PlanCost:
     """The plan's cost from its tables (module docstring)."""
     m = plan.num_microbatches
-    vocab = tables[(plan.vocab_tp, 3 if plan.vocab_zero3 else plan.default_zero)]
-    per_layer = [tables[(t, plan.layer_zero(i))] for i, t in enumerate(plan.tp)]
+    vocab = tables[vocab_key(plan)]
+    per_layer = [tables[(t, plan.layer_zero(i), u)] for i, (t, u) in enumerate(zip(plan.tp, plan.ulysses))]
     col = [1 if r else 0 for r in plan.recompute]
     stage_t, stage_mem, stage_step, p2p = [], [], [], 0.0
     for i, sl in enumerate(plan.stage_slices()):

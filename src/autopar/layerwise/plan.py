@@ -11,6 +11,17 @@ with more tensor parallelism (fewer data-parallel replicas) has a larger micro-b
 ``mbs = global_batch / (dp * num_microbatches)``. The embedding and output layer have their own tp
 (``vocab_tp``, Galvatron's ``vtp``) and ZeRO-3 switch (``embed_sdp``). ``sp`` is Megatron
 sequence parallelism for every tp > 1 layer (Galvatron's runtime ``--sequence-parallel``).
+
+A layer may split its ``tp`` ranks' work by sequence instead (``ulysses``, Galvatron's ``use_sp``:
+DeepSpeed-Ulysses, Jacobs et al. 2023 sec. 3): the group of ``tp`` ranks holds whole weights and
+1/tp of the sequence, exchanging heads by all-to-all around attention; its costs are those of the
+uniform layout with tp 1, ``cp = tp`` and cp_comm_type ``a2a`` (:func:`candidate_strategy`; ZeRO
+then shards over all ``dp x tp`` ranks, Galvatron's sdp group of such a layer). Galvatron runs
+Ulysses layers with sequence-sharded activations between layers (its Llama layer offsets the rotary
+positions by the sp rank under ``--sequence-parallel``: ``models/llama_hf/LlamaModel_tensor_parallel.py``),
+so a plan with Ulysses layers needs ``sp``; a Ulysses layer and a Megatron-TP layer of the same size
+then hand over activations unchanged (``core/runtime/comm_groups.py``: no re-distribution between
+groups of equal size and placement).
 """
 
 from __future__ import annotations
@@ -43,14 +54,29 @@ class LayerwisePlan(BaseModel):
     vocab_tp: int = Field(default=1, gt=0)
     vocab_zero3: bool = False
     sp: bool = False
+    ulysses: tuple[bool, ...] = ()  # per layer; empty: no Ulysses layer
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_ulysses(cls, data):
+        """An empty or missing ``ulysses`` is every layer without it."""
+        if isinstance(data, dict) and not data.get("ulysses") and "tp" in data:
+            data = {**data, "ulysses": (False,) * len(data["tp"])}
+        return data
 
     @model_validator(mode="after")
     def _consistent(self) -> LayerwisePlan:
-        """Per-layer tuples agree in length; the split has pp positive parts summing to it."""
+        """Per-layer tuples agree in length; the split has pp positive parts summing to it;
+        Ulysses layers have tp > 1 and the plan has sp."""
         n = len(self.tp)
-        if len(self.zero3) != n or len(self.recompute) != n:
-            raise ValueError(f"per-layer tp, zero3 and recompute must have one entry per layer "
-                             f"(got {n}, {len(self.zero3)}, {len(self.recompute)})")
+        if len(self.zero3) != n or len(self.recompute) != n or len(self.ulysses) != n:
+            raise ValueError(f"per-layer tp, zero3, recompute and ulysses must have one entry per layer "
+                             f"(got {n}, {len(self.zero3)}, {len(self.recompute)}, {len(self.ulysses)})")
+        if any(u and t == 1 for u, t in zip(self.ulysses, self.tp)):
+            raise ValueError("a Ulysses layer (use_sp 1) splits the sequence over its tp ranks: it needs tp > 1")
+        if any(self.ulysses) and not self.sp:
+            raise ValueError("Ulysses layers (use_sp 1) run with sequence-sharded activations between layers, "
+                             "Galvatron's --sequence-parallel: the plan needs sp")
         if len(self.layers_per_stage) != self.pp or sum(self.layers_per_stage) != n or min(self.layers_per_stage) < 1:
             raise ValueError(f"layers_per_stage {list(self.layers_per_stage)} must be {self.pp} positive parts "
                              f"summing to the {n} layers")
@@ -71,17 +97,17 @@ class LayerwisePlan(BaseModel):
         """ZeRO stage of layer ``i``: 3 where sharded, else the default type."""
         return 3 if self.zero3[i] else self.default_zero
 
-    def candidate(self, p: Problem, tp: int, zero: int, recompute: bool) -> Strategy:
-        """The uniform layout whose per-layer costs a layer with (tp, zero, recompute) has in this
-        plan: the plan's pp, split and micro-batch count, ``dp = world / (pp * tp)`` and
-        ``mbs = gbs / (dp * num_microbatches)``.
+    def candidate(self, p: Problem, tp: int, zero: int, recompute: bool, ulysses: bool = False) -> Strategy:
+        """The uniform layout whose per-layer costs a layer with (tp, zero, recompute, ulysses)
+        has in this plan: the plan's pp, split and micro-batch count, ``dp = world / (pp * tp)`` and
+        ``mbs = gbs / (dp * num_microbatches)`` (Ulysses: :func:`candidate_strategy`).
 
         Raises:
             AutoparError: tp does not divide the stage's devices, or dp x num_microbatches does
                 not divide the global batch.
         """
         return candidate_strategy(p, self.pp, self.num_microbatches, self.layers_per_stage, tp, zero, recompute,
-                                  self.sp)
+                                  self.sp, ulysses)
 
     def check(self, p: Problem) -> None:
         """Raise unless ``p``'s model, world and batch fit the plan.
@@ -93,8 +119,8 @@ class LayerwisePlan(BaseModel):
         if self.num_layers != p.model.num_layers:
             raise AutoparError(f"layer-wise plan has {self.num_layers} layers; {p.model.name} has "
                                f"{p.model.num_layers}")
-        for t in sorted(set(self.tp) | {self.vocab_tp}):
-            self.candidate(p, t, self.default_zero, False)
+        for t, u in sorted(set(zip(self.tp, self.ulysses)) | {(self.vocab_tp, False)}):
+            self.candidate(p, t, self.default_zero, False, u)
 
     @classmethod
     def uniform(cls, p: Problem, s: Strategy) -> LayerwisePlan:
@@ -125,8 +151,10 @@ def stage_slices(layers_per_stage: tuple[int, ...]) -> list[slice]:
 
 
 def candidate_strategy(p: Problem, pp: int, num_microbatches: int, layers_per_stage: tuple[int, ...], tp: int,
-                       zero: int, recompute: bool, sp: bool) -> Strategy:
-    """The uniform layout of one per-layer choice (see :meth:`LayerwisePlan.candidate`).
+                       zero: int, recompute: bool, sp: bool, ulysses: bool = False) -> Strategy:
+    """The uniform layout of one per-layer choice (see :meth:`LayerwisePlan.candidate`); for a
+    Ulysses layer (``ulysses``, tp > 1) tp 1 with ``cp = tp`` and cp_comm_type ``a2a`` (module
+    docstring), the same dp and micro-batch.
 
     Raises:
         AutoparError: ``pp * tp`` does not divide the world, or ``dp * num_microbatches`` does
@@ -139,5 +167,14 @@ def candidate_strategy(p: Problem, pp: int, num_microbatches: int, layers_per_st
     if gbs % (dp * num_microbatches):
         raise AutoparError(f"tp={tp}: dp={dp} x num_microbatches={num_microbatches} does not divide the global "
                            f"batch {gbs}")
-    return Strategy(dp=dp, tp=tp, pp=pp, mbs=gbs // (dp * num_microbatches), zero=zero, sp=sp and tp > 1,
-                    recompute="full" if recompute else "none", layers_per_stage=layers_per_stage)
+    mbs, rec = gbs // (dp * num_microbatches), "full" if recompute else "none"
+    if ulysses and tp > 1:
+        return Strategy(dp=dp, tp=1, cp=tp, cp_comm_type="a2a", pp=pp, mbs=mbs, zero=zero, recompute=rec,
+                        layers_per_stage=layers_per_stage)
+    return Strategy(dp=dp, tp=tp, pp=pp, mbs=mbs, zero=zero, sp=sp and tp > 1, recompute=rec,
+                    layers_per_stage=layers_per_stage)
+
+
+def group_size(s: Strategy) -> int:
+    """The ranks a layer of uniform layout ``s`` splits its work over: tp, or cp for a Ulysses layer."""
+    return s.tp * s.cp

@@ -1,7 +1,8 @@
 """The layer-wise search: Galvatron's outer loops around the per-stage dynamic programme.
 
-For every pipeline degree ``pp`` (stages split as :func:`stage_split`),
-micro-batch count ``m`` (Galvatron's ``chunks``) and default data-parallel type (DDP = ZeRO-0 or
+For every pipeline degree ``pp`` (stages split as :func:`stage_split` and, for ``pp > 1``, as
+Galvatron-BMW's memory- and time-balanced splits and steps between them:
+:mod:`autopar.layerwise.splits`), micro-batch count ``m`` (Galvatron's ``chunks``) and default data-parallel type (DDP = ZeRO-0 or
 ZeRO-2, Galvatron's ``default_dp_type``), each stage's layers get their (tp, ZeRO-3 or the
 default, checkpoint) by :func:`autopar.layerwise.dp.solve_stage` within the stage's memory
 budget (the device memory less the stage's fixed part at the vocabulary tp); the vocabulary tp
@@ -25,7 +26,8 @@ import numpy as np
 from autopar.errors import AutoparError
 from autopar.layerwise.dp import solve_stages
 from autopar.layerwise.evaluate import PlanCost, cost_from_tables
-from autopar.layerwise.plan import LayerwisePlan, candidate_strategy, stage_slices
+from autopar.layerwise.plan import LayerwisePlan, candidate_strategy, group_size, stage_slices
+from autopar.layerwise.splits import balanced_splits
 from autopar.layerwise.tables import Choices, PairTable, pair_tables
 from autopar.problem import Problem
 from autopar.strategy import default_layers_per_stage
@@ -91,7 +93,7 @@ class _Cell:
     m: int
     split: tuple[int, ...]
     default_zero: int
-    tables: dict[tuple[int, int], PairTable]
+    tables: dict[tuple[int, int, bool], PairTable]
     pairs: list[PairTable]
     variants: list[Choices]
     sp: bool = False
@@ -99,10 +101,11 @@ class _Cell:
     def slices(self) -> list[slice]:
         return stage_slices(self.split)
 
-    def vocab_keys(self) -> list[tuple[int, int]]:
-        """The vocabulary (tp, zero) options: the default type, and 3 where ZeRO-3 is searched."""
+    def vocab_keys(self) -> list[tuple[int, int, bool]]:
+        """The vocabulary (tp, zero, False) options: the default type, and 3 where ZeRO-3 is
+        searched (never Ulysses: Galvatron's vsp is not searched)."""
         zeros = {s.strategy.zero for s in self.pairs}
-        return sorted(k for k in self.tables if k[1] in zeros)
+        return sorted(k for k in self.tables if k[1] in zeros and not k[2])
 
     def lower_bound_s(self, limit: float) -> float:
         """A step time no plan of the cell beats: every layer and stage part at its fastest choice,
@@ -142,9 +145,11 @@ class _Cell:
                 ks = np.array(layers)
                 chosen = [self.pairs[i].strategy for i in c.pair[ks]]
                 out.append(LayerwisePlan(pp=self.pp, num_microbatches=self.m, layers_per_stage=self.split,
-                                         tp=tuple(s.tp for s in chosen), zero3=tuple(s.zero == 3 for s in chosen),
+                                         tp=tuple(group_size(s) for s in chosen),
+                                         zero3=tuple(s.zero == 3 for s in chosen),
                                          recompute=tuple(bool(x) for x in c.col[ks]), default_zero=self.default_zero,
-                                         vocab_tp=key[0], vocab_zero3=key[1] == 3, sp=self.sp))
+                                         vocab_tp=key[0], vocab_zero3=key[1] == 3, sp=self.sp,
+                                         ulysses=tuple(s.cp > 1 for s in chosen)))
         return out
 
 
@@ -155,7 +160,7 @@ def _grouped(pick: np.ndarray, stage: tuple[np.ndarray, np.ndarray], c: Choices)
     t, mem = stage
     if not ((t == t[0]).all() and (mem == mem[0]).all()):
         return [int(k) for k in pick]
-    out, start, tp = [], 0, [c.pairs[i].strategy.tp for i in c.pair[pick]]
+    out, start, tp = [], 0, [group_size(c.pairs[i].strategy) for i in c.pair[pick]]
     for j in range(1, len(pick) + 1):
         if j == len(pick) or tp[j] != tp[start]:
             out += sorted(int(k) for k in pick[start:j])
@@ -178,34 +183,49 @@ def _solve_grouped(problems: list[tuple[np.ndarray, np.ndarray]], transition_s: 
     return out
 
 
-def _tables(p: Problem, pps: list[int], tp_ok, m_ok, zeros: list[int], sp: bool) -> dict[tuple[int, int], dict]:
-    """{(pp, m): {(tp, zero): PairTable}} for every cell (tp and m passing ``tp_ok`` / ``m_ok``),
-    from one vectorised pass."""
-    num_layers, world = p.model.num_layers, p.world_size
-    keys, strategies = [], []
+def _cell_keys(p: Problem, pps: list[int], tp_ok, m_ok) -> list[tuple[int, int, tuple[int, ...], list[int]]]:
+    """(pp, m, default split, tps) of every cell: tp and m passing ``tp_ok`` / ``m_ok``."""
+    out = []
     for pp in pps:
-        split = stage_split(num_layers, pp)
-        tps = [t for t in _divisors(world // pp) if tp_ok(t)]
-        for m in filter(m_ok, _microbatch_counts(p, pp, tps)):
-            for t in tps:
-                for z in zeros:
-                    try:
-                        strategies.append(candidate_strategy(p, pp, m, split, t, z, False, sp))
-                    except AutoparError:
-                        continue
-                    keys.append((pp, m, t, z))
-    out: dict[tuple[int, int], dict] = {}
-    for (pp, m, t, z), table in zip(keys, pair_tables(p, strategies)):
-        if table is not None:
-            out.setdefault((pp, m), {})[(t, z)] = table
+        tps = [t for t in _divisors(p.world_size // pp) if tp_ok(t)]
+        out += [(pp, m, stage_split(p.model.num_layers, pp), tps) for m in filter(m_ok, _microbatch_counts(p, pp, tps))]
     return out
+
+
+def _tables(p: Problem, keys: list[tuple[int, int, tuple[int, ...], list[int]]], zeros: list[int],
+            sp: bool, ulysses: bool = False) -> dict[tuple[int, int, tuple[int, ...]], dict]:
+    """{(pp, m, split): {(tp, zero, ulysses): PairTable}} for the cells ``keys``
+    (:func:`_cell_keys`), from one vectorised pass; Ulysses layers for tp > 1 where ``ulysses``."""
+    names, strategies = [], []
+    for pp, m, split, tps in keys:
+        for t, u in [(t, u) for t in tps for u in ((False, True) if ulysses and t > 1 else (False,))]:
+            for z in zeros:
+                try:
+                    strategies.append(candidate_strategy(p, pp, m, split, t, z, False, sp, u))
+                except AutoparError:
+                    continue
+                names.append(((pp, m, split), (t, z, u)))
+    out: dict[tuple[int, int, tuple[int, ...]], dict] = {}
+    for (cell, pair), table in zip(names, pair_tables(p, strategies)):
+        if table is not None:
+            out.setdefault(cell, {})[pair] = table
+    return out
+
+
+def _balanced_tables(p: Problem, keys: list, tables: dict, zeros: list[int], sp: bool, ulysses: bool) -> dict:
+    """The cells of Galvatron-BMW's balanced splits of every pipelined cell of ``tables`` (the
+    default split's; :func:`autopar.layerwise.splits.balanced_splits`) other than the default."""
+    tps = {(pp, m): t for pp, m, _, t in keys}
+    extra = [(pp, m, s, tps[(pp, m)]) for (pp, m, split), cell in tables.items() if pp > 1
+             for s in balanced_splits(cell, sorted(k for k in cell if not k[2]), m) if s != split]
+    return _tables(p, extra, zeros, sp, ulysses) if extra else {}
 
 
 def search_layerwise(p: Problem, *, pp_options: list[int] | None = None, max_tp: int | None = None,
                      tp_options: list[int] | None = None, microbatch_options: list[int] | None = None,
                      sp: bool | None = False, recompute: bool = True, zero3: bool = True,
                      default_zeros: tuple[int, ...] = (0, 2), memory_limit_bytes: float | None = None,
-                     bins: int = 512) -> LayerwiseResult:
+                     bins: int = 512, balance: bool = True, ulysses: bool = True) -> LayerwiseResult:
     """The fastest layer-wise plan of ``p`` under autopar's cost model (module docstring).
 
     Args:
@@ -221,6 +241,10 @@ def search_layerwise(p: Problem, *, pp_options: list[int] | None = None, max_tp:
         default_zeros: the default data-parallel types to try (0 = DDP, 2 = ZeRO-2).
         memory_limit_bytes: usable bytes per device (default: the device's memory).
         bins: memory discretisation of the DP.
+        balance: also try Galvatron-BMW's balanced pipeline splits
+            (:mod:`autopar.layerwise.splits`) besides :func:`stage_split`'s.
+        ulysses: with sp, also offer each tp > 1 layer as a Ulysses layer (Galvatron's
+            ``use_sp``: :class:`~autopar.layerwise.plan.LayerwisePlan`).
 
     Raises:
         AutoparError: a MoE model (per-layer expert layouts are not searched), a bad option.
@@ -241,25 +265,51 @@ def search_layerwise(p: Problem, *, pp_options: list[int] | None = None, max_tp:
         if world % pp or pp > num_layers:
             raise AutoparError(f"pp={pp}: must divide the {world} devices and be at most the {num_layers} layers")
     zeros = sorted(set(default_zeros) | ({3} if zero3 else set()))
-    cells = []
     tp_ok = lambda t: t <= max_tp and (tp_options is None or t in tp_options)
     m_ok = lambda m: microbatch_options is None or m in microbatch_options
+    keys = _cell_keys(p, pps, tp_ok, m_ok)
+    make = lambda by_cell, sp_on: [
+        _Cell(pp, m, split, dz, tables, pairs,
+              [Choices.of(p, pairs, recompute=False)] + ([Choices.of(p, pairs)] if recompute else []), sp_on)
+        for (pp, m, split), tables in by_cell.items() for dz in default_zeros
+        if (pairs := [tables[key] for key in sorted(tables) if key[1] in ((dz, 3) if zero3 else (dz,))])]
+    best, cells, solved, default_tables = _Best(), 0, 0, []
     for sp_on in ([False, True] if sp is None else [sp]):
-        for (pp, m), tables in _tables(p, pps, tp_ok, m_ok, zeros, sp_on).items():
-            split = stage_split(num_layers, pp)
-            for dz in default_zeros:
-                pairs = [tables[key] for key in sorted(tables) if key[1] in ((dz, 3) if zero3 else (dz,))]
-                if pairs:
-                    variants = [Choices.of(p, pairs, recompute=False)] + ([Choices.of(p, pairs)] if recompute else [])
-                    cells.append(_Cell(pp, m, split, dz, tables, pairs, variants, sp_on))
-    # Branch and bound: cells in order of their lower bound, stopping where it reaches the best plan.
-    best, solved = _Best(), 0
+        by_cell = _tables(p, keys, zeros, sp_on, ulysses and sp_on)
+        default_tables.append((sp_on, by_cell))
+        batch = make(by_cell, sp_on)
+        cells, solved = cells + len(batch), solved + _branch_and_bound(p, batch, best, limit, bins)
+    if balance:  # the balanced splits of the (pp, m) cells whose split-free bound can still beat the best
+        for sp_on, by_cell in default_tables:
+            hopeful = {k: v for k, v in by_cell.items()
+                       if best.cost is None or _split_free_bound_s(k[1], v) < best.cost.step_time_s}
+            batch = make(_balanced_tables(p, keys, hopeful, zeros, sp_on, ulysses and sp_on), sp_on)
+            cells, solved = cells + len(batch), solved + _branch_and_bound(p, batch, best, limit, bins)
+    return LayerwiseResult(plan=best.plan, cost=best.cost, plans_costed=best.costed,
+                           seconds=time.perf_counter() - t0, cells=cells, cells_solved=solved)
+
+
+def _branch_and_bound(p: Problem, cells: list[_Cell], best: _Best, limit: float, bins: int) -> int:
+    """Solve ``cells`` in order of their lower bound, stopping where it reaches ``best``'s step
+    (updated in place); the number of cells solved."""
+    solved = 0
     for bound, cell in sorted(((c.lower_bound_s(limit), c) for c in cells), key=lambda x: x[0]):
         if bound == float("inf") or (best.cost is not None and bound >= best.cost.step_time_s):
             break
         solved += 1
-        for plan in {(q.tp, q.zero3, q.recompute, q.vocab_tp, q.vocab_zero3): q
+        for plan in {(q.tp, q.zero3, q.recompute, q.vocab_tp, q.vocab_zero3, q.ulysses): q
                      for q in cell.plans(p, limit, bins)}.values():
             best.offer(plan, cost_from_tables(p, plan, cell.tables, limit))
-    return LayerwiseResult(plan=best.plan, cost=best.cost, plans_costed=best.costed,
-                           seconds=time.perf_counter() - t0, cells=len(cells), cells_solved=solved)
+    return solved
+
+
+def _split_free_bound_s(m: int, tables: dict[tuple[int, int, bool], PairTable]) -> float:
+    """A step no plan of this (pp, m) beats under any split: the stages' per-micro-batch times
+    ``t_i`` sum to the same ``T`` (each layer at its fastest choice, each stage's fixed part at the
+    fastest vocabulary) whatever the split, so the 1F1B makespan ``sum_i t_i + (m - 1) max_i t_i``
+    is at least ``T + (m - 1) T / pp``."""
+    pairs = list(tables.values())
+    pp = len(pairs[0].in_flight)
+    total = float(np.min([t.microbatch_s.min(axis=1) for t in pairs], axis=0).sum())
+    total += float(np.min([t.stage_microbatch_s.min(axis=1) for t in pairs], axis=0).sum())
+    return total + (m - 1) * total / pp

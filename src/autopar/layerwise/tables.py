@@ -13,6 +13,9 @@ uniform layout's step exactly, and a mixed stage is costed by interpolating betw
 ones (Galvatron's per-layer time model, Miao et al. VLDB 2023 sec. 4.2, likewise adds each
 layer's data-parallel time with its compute under one overlap coefficient).
 
+A Ulysses layer's group of ``tp`` ranks counts as its size here (its uniform layout has tp 1 and
+``cp = tp``: :func:`~autopar.layerwise.plan.candidate_strategy`).
+
 The re-sharding between two consecutive layers of different tp (VLDB 2023 sec. 4.1, the
 "transformation cost" of Eq. 2; Galvatron's ``dynamic_programming.py`` "inter-layer timecost
 model") is one all-gather per micro-batch: from tp ``a`` to tp ``b > a`` each new tp group of
@@ -35,7 +38,7 @@ from autopar.cost.params import stage_params
 from autopar.cost.stage import Stages
 from autopar.cost.stage_time import dp_exposed_s, optimizer_time_s, p2p_time_s, stage_time, tied_embedding_grad_s
 from autopar.errors import AutoparError
-from autopar.layerwise.plan import candidate_strategy
+from autopar.layerwise.plan import candidate_strategy, group_size
 from autopar.layout_batch import LayoutBatch
 from autopar.pipeline.layers import op_times_s
 from autopar.problem import Problem
@@ -154,11 +157,11 @@ def pair_tables(p: Problem, strategies: list[Strategy]) -> list[PairTable | None
 
 
 def pair_table(p: Problem, pp: int, num_microbatches: int, layers_per_stage: tuple[int, ...], tp: int, zero: int,
-               sp: bool) -> PairTable | None:
-    """The costs of (tp, zero) in this pp / split / micro-batch count, or None where the uniform
-    layout breaks a rule of :mod:`autopar.rules` or the batch does not divide."""
+               sp: bool, ulysses: bool = False) -> PairTable | None:
+    """The costs of (tp, zero, ulysses) in this pp / split / micro-batch count, or None where the
+    uniform layout breaks a rule of :mod:`autopar.rules` or the batch does not divide."""
     try:
-        s = candidate_strategy(p, pp, num_microbatches, layers_per_stage, tp, zero, False, sp)
+        s = candidate_strategy(p, pp, num_microbatches, layers_per_stage, tp, zero, False, sp, ulysses)
     except AutoparError:
         return None
     return pair_tables(p, [s])[0]
@@ -166,8 +169,9 @@ def pair_table(p: Problem, pp: int, num_microbatches: int, layers_per_stage: tup
 
 def reshard_s(p: Problem, a: PairTable, b: PairTable) -> float:
     """Seconds per micro-batch to move the activation from a layer of ``a`` to one of ``b``
-    (and its gradient back): 0 for equal tp, else one all-gather (module docstring)."""
-    ta, tb = a.strategy.tp, b.strategy.tp
+    (and its gradient back): 0 for equal group sizes (tp, or cp for a Ulysses layer:
+    :func:`~autopar.layerwise.plan.group_size`), else one all-gather (module docstring)."""
+    ta, tb = group_size(a.strategy), group_size(b.strategy)
     if ta == tb:
         return 0.0
     big = a if ta > tb else b
@@ -199,7 +203,7 @@ class Choices:
         col = np.tile(np.array(cols), len(pairs))
         pick = lambda name: np.stack([getattr(pairs[i], name)[:, c] for i, c in zip(pair, col)])
         memo: dict[tuple[int, int, int, int], float] = {}  # reshard depends on the two tp and micro-batches only
-        key = lambda a, b: (a.strategy.tp, b.strategy.tp, a.strategy.mbs, b.strategy.mbs)  # noqa: E731
+        key = lambda a, b: (group_size(a.strategy), group_size(b.strategy), a.strategy.mbs, b.strategy.mbs)  # noqa: E731
         moves = np.array([[memo[key(a, b)] if key(a, b) in memo else memo.setdefault(key(a, b), reshard_s(p, a, b))
                            for b in pairs] for a in pairs]).reshape(len(pairs), len(pairs))
         return cls(pairs=pairs, pair=pair, col=col, microbatch_s=pick("microbatch_s"),
