@@ -11,8 +11,10 @@ import errno
 import os
 import stat
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from pydantic import ValidationError
+if TYPE_CHECKING:  # pydantic is imported by the specs that raise it, not by every command (`autopar --help`)
+    from pydantic import ValidationError
 
 
 class AutoparError(ValueError):

@@ -47,6 +47,9 @@ def test_command_modules_do_not_import_the_cli_package():
 
 def test_every_command_module_registers_on_the_app():
     from autopar.cli import app
+    from autopar.cli.commands import import_all
+
+    import_all()
 
     names = {c.name or c.callback.__name__ for c in app.registered_commands}
     assert {"search", "estimate", "devices", "validate", "export", "balance", "verify", "calibrate"} <= names

@@ -149,7 +149,10 @@ def test_every_command_names_its_options_as_typed():
     """The empty-value check names the option the user typed, read from each command's typer
     declarations (``from_result`` is ``--from``), for every command and sub-command."""
     from autopar.cli.app import option_names
+    from autopar.cli.commands import import_all
     from autopar.cli.profile import profile_app
+
+    import_all()
 
     names = {c.callback.__name__: option_names(c.callback.__wrapped__)
              for a in (app, profile_app) for c in a.registered_commands}

@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+import atexit
+import gc
 import sys
 import typing
 from functools import wraps
@@ -15,12 +17,14 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from autopar.cli.commands import LazyGroup
 from autopar.cli.config import Config
 from autopar.cli.paths import refuse_empty
 from autopar.errors import AutoparError
 from autopar.notices import take_warnings
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
+app = typer.Typer(cls=LazyGroup, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  rich_markup_mode=None,
                   help="Plan the parallel layout of LLM training before spending GPU hours.")
 # Pipes and CI logs get a wide console so the tables are not squeezed to 80 columns.
 console = Console(width=None if sys.stdout.isatty() else 160)
@@ -86,6 +90,12 @@ def progress_shown(quiet: bool) -> ContextManager[None]:
     return display(err_console)
 
 
+def _is_validation_error(err: BaseException | None) -> bool:
+    """Whether ``err`` is a pydantic ``ValidationError`` (pydantic imported only if it is loaded)."""
+    pydantic = sys.modules.get("pydantic")
+    return pydantic is not None and isinstance(err, pydantic.ValidationError)
+
+
 def main(prog_name: str | None = None) -> None:
     """Console entry point (``autopar``; ``prog_name`` names it in usage lines): :data:`app`, with click's usage errors (unknown option,
     ``--gbs 1.5``, missing value) printed as one ``error:`` line naming the option, exit code 2.
@@ -93,8 +103,8 @@ def main(prog_name: str | None = None) -> None:
     Typer's standalone mode would print them in a multi-line box; a bare ``autopar`` (or a group
     without a command) still shows the help. Exit codes: 0 success, 1 abort, 2 user error.
     """
-    from pydantic import ValidationError
-
+    atexit.unregister(gc.freeze)
+    atexit.register(gc.freeze)  # the interpreter's last collections at exit then skip every object
     try:
         code = app(standalone_mode=False, prog_name=prog_name)
     except typer.TyperException as err:  # typer's vendored click errors
@@ -105,7 +115,7 @@ def main(prog_name: str | None = None) -> None:
             sys.exit(err.exit_code)
         where = f" (see '{err.ctx.command_path} --help')" if getattr(err, "ctx", None) else ""
         cause = err.__cause__  # typer's value coercion: a pydantic error that holds the input
-        got = f" (got {cause.errors()[0]['input']!r})" if isinstance(cause, ValidationError) else ""
+        got = f" (got {cause.errors()[0]['input']!r})" if _is_validation_error(cause) else ""
         err_console.print(f"[red]error:[/] {escape(err.format_message())}{escape(got + where)}", highlight=False,
                           soft_wrap=True)
         sys.exit(err.exit_code)

@@ -20,9 +20,6 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
-import yaml
-
-from autopar.specs.long_numbers import yaml_load
 
 
 def _key(name: str) -> str:
@@ -69,6 +66,8 @@ def default_map(group: Any, data: Any, path: str, section: str = "") -> dict[str
         param = accepted[_key(str(key))]
         if isinstance(value, list) and not param.multiple:
             value = ",".join(map(str, value))
+        elif param.multiple and not isinstance(value, list):  # one value of a repeatable option (device_set: K=V)
+            value = [value]
         out[param.name] = value
     return out
 
@@ -83,10 +82,16 @@ def load_config(ctx: typer.Context, param: Any, path: str | None) -> str | None:
     """
     if path is None or ctx.resilient_parsing:
         return path
+    import yaml  # only where a --config file is given
+
+    from autopar.specs.long_numbers import yaml_load
+
     try:
         text = Path(path).read_text()
     except OSError as err:
         raise typer.BadParameter(f"{path}: cannot read ({err.strerror})") from None
+    except UnicodeDecodeError:
+        raise typer.BadParameter(f"{path}: not a text file (expected YAML or JSON)") from None
     try:
         data = json.loads(text) if path.endswith(".json") else yaml_load(text)
     except (ValueError, yaml.YAMLError) as err:

@@ -72,7 +72,7 @@ def export(
                                                  "deepspeed | galvatron | sapp")],
     from_result: Annotated[Optional[str], typer.Option("--from", help="search result JSON (autopar search --json "
                                                        "or --report's result.json)")] = None,
-    rank: Annotated[int, typer.Option("--rank", help="which layout of --from, 1 = best")] = 1,
+    rank: Annotated[Optional[int], typer.Option("--rank", help="which layout of --from, 1 = best [default: 1]")] = None,
     out: Annotated[Optional[str], typer.Option("--out", help="write here instead of stdout (deepspeed: a directory or "
                                                "FILE.json; megatron_deepspeed_args.sh goes next to it)")] = None,
     model: Model = None, device: Device = None, nodes: Nodes = None, devices_per_node: PerNode = None,
@@ -102,6 +102,9 @@ def export(
 
     if fmt not in WRITERS:
         raise AutoparError(f"--format={fmt!r}: allowed {', '.join(WRITERS)}")
+    if rank is not None and not from_result:
+        raise AutoparError(f"--rank={rank} picks a layout of a search result; add --from RESULT.json or give the "
+                           "layout options (--tp, --pp, ...)")
     if out is not None:
         refuse_overwriting_inputs(
             {"--from": from_result, "--model": model, "--script": script, "--device-file": device_file},
@@ -131,7 +134,7 @@ def export(
         if given:
             raise AutoparError(f"--from with --{', --'.join(g.replace('_', '-') for g in given)}: the layout comes "
                                "from the search result; drop the layout options or --from")
-        strategy = strategy_from_result(from_result, rank, p)
+        strategy = strategy_from_result(from_result, 1 if rank is None else rank, p)
     else:
         strategy = strategy_from_options(p, script, layout, dp, schedule, target=fmt)
     check_strategy(p, strategy)

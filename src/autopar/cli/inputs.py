@@ -112,10 +112,13 @@ def problem_from_options(model: str | None, device: str | None, nodes: int | Non
             without fp8, a recipe the device cannot run).
     """
     from autopar.specs.cluster import MAX_DEVICES_PER_NODE, MAX_NODES
-    from autopar.specs.script import read_script
     from autopar.specs.script_cli import cli_defaults, model_for, option_name
 
-    plan = read_script(script) if script else None
+    plan = None
+    if script:  # the script reader (its flag tables) only where a script is given
+        from autopar.specs.script import read_script
+
+        plan = read_script(script)
     given = dict(nodes=nodes, devices_per_node=devices_per_node, gbs=gbs, seq_len=seq_len, precision=precision,
                  flash=flash, vocab_pad=vocab_pad)
     v = cli_defaults(plan, given)

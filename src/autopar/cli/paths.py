@@ -87,13 +87,14 @@ def refuse_overwriting_inputs(inputs: Mapping[str, str | Path | None],
 FIGURE_SUFFIXES = (".png", ".svg", ".pdf")  # figure formats a --plot file may have (matplotlib's savefig)
 
 
-def refuse_unwritable_figure(option: str, path: str | None) -> None:
+def refuse_unwritable_figure(option: str, path: str | None, suffixes: tuple[str, ...] = FIGURE_SUFFIXES) -> None:
     """Refuse a figure output before any work: its directory must exist and its name end in
-    one of :data:`FIGURE_SUFFIXES` (a directory given as the file made matplotlib append .png).
+    one of ``suffixes`` (a directory given as the file made matplotlib append .png).
 
     Args:
         option: the option as the user writes it (``--plot``).
         path: the value given, None when not given (nothing to check).
+        suffixes: the file name endings the figure can be written as (default :data:`FIGURE_SUFFIXES`).
     Raises:
         AutoparError: ``--plot='x': cannot write (no directory ...)`` or ``give a file name ending in ...``.
     """
@@ -103,5 +104,5 @@ def refuse_unwritable_figure(option: str, path: str | None) -> None:
         return
     if not Path(path).resolve().parent.is_dir():
         raise AutoparError(f"{option}={path!r}: cannot write (no directory {str(Path(path).resolve().parent)!r})")
-    if Path(path).suffix.lower() not in FIGURE_SUFFIXES:
-        raise AutoparError(f"{option}={path!r}: give a file name ending in {', '.join(FIGURE_SUFFIXES)}")
+    if Path(path).suffix.lower() not in suffixes:
+        raise AutoparError(f"{option}={path!r}: give a file name ending in {', '.join(suffixes)}")

@@ -96,8 +96,15 @@ def plan(
     from autopar.search.grid import for_target
     from autopar.specs.targets import check_target, default_target
 
+    from autopar.pipeline.rebalance import TARGETS
+
     positive("--top", top, upper=1000)
     positive("--repeats", repeats, upper=1000)
+    if target is not None and target not in TARGETS:
+        raise AutoparError(f"--target={target!r}: allowed {', '.join(TARGETS)}")
+    if Path(out).exists() and not Path(out).is_dir():
+        raise AutoparError(f"--out={out!r}: is a file; give a folder (plan writes result.json and one config per "
+                           "layout into it)")
     if not 0 <= memory_margin < 1:
         raise AutoparError(f"--memory-margin={memory_margin}: must be in [0, 1)")
     p = problem_from_options(model, device, nodes, devices_per_node, gbs, seq_len, precision, device_file, device_set,

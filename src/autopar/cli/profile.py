@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from autopar.cli.app import console, err_console, progress_shown, user_errors
+from autopar.cli.app import app, console, err_console, progress_shown, user_errors
 from autopar.cli.json_output import print_json
 from autopar.cli.options import (Device, DeviceFile, DeviceSet, Flash, Gbs, Json, Model, Nodes, PerNode, Precision, Quiet,
                                  SeqLen, VocabPad)
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from autopar.profile.opdb import OpDB  # sqlite3: imported by the commands that open a database
 
 profile_app = typer.Typer(no_args_is_help=True, help="Measure operators, layers and collectives into a profile DB.")
+app.add_typer(profile_app, name="profile")  # `autopar profile ops|layer|comm`
 Db = Annotated[str, typer.Option("--db", help="SQLite profile database (created if missing)")]
 COVERAGE_THRESHOLD = 0.8  # below this share of measured compute time the output lists what to profile
 

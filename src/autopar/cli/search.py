@@ -43,7 +43,7 @@ from autopar.cli.options import (
     VocabPad,
     VocabSize,
 )
-from autopar.cli.paths import refuse_overwriting_inputs
+from autopar.cli.paths import refuse_overwriting_inputs, refuse_unwritable_figure
 from autopar import STARTED_S
 from autopar.errors import AutoparError
 from autopar.problem import Problem
@@ -76,7 +76,8 @@ def target_warning(p: Problem, layouts: list, target: str) -> str | None:
 def _search_outputs(model: str | None, script: str | None, device_file: str | None, profile_db: str | None,
                     write_script: str | None, report: str | None, top: int, plot: str | None = None) -> None:
     """Refuse ``search`` outputs that would overwrite its inputs (``--write-script`` writes up to
-    ``top`` scripts, ``--report`` four files, ``--plot`` one; :func:`autopar.cli.paths.refuse_overwriting_inputs`)."""
+    ``top`` scripts, ``--report`` four files, ``--plot`` one; :func:`autopar.cli.paths.refuse_overwriting_inputs`)
+    and a ``--plot`` that is no ``.png`` file name in an existing folder."""
     from pathlib import Path
 
     written = []
@@ -84,6 +85,7 @@ def _search_outputs(model: str | None, script: str | None, device_file: str | No
         from autopar.export.rewrite import script_paths
 
         written = script_paths(Path(write_script), top)
+    refuse_unwritable_figure("--plot", plot, (".png",))  # the batch chart is PNG bytes
     reported = []
     if report:  # the report module loads matplotlib: only when a report is asked for
         from autopar.report.html import report_paths

@@ -158,8 +158,33 @@ def stage_activation_bytes(p: Problem, batch: LayoutBatch, stages: Stages) -> np
     return in_flight * kept + fw_mem.backward_transient_bytes(p, working, output) + embedding + dispatch
 
 
-def stage_memory(p: Problem, batch: LayoutBatch, stages: Stages) -> MemoryBreakdown:
-    """Memory breakdown of each (layout, stage) row. See the module docstring for formulas."""
+@dataclass
+class StageState:
+    """Model-state bytes on one device of one stage, per (layout, stage) row (``(n,)`` arrays):
+    the stage's parameters, its weights (with fp8 copies), the dense and expert gradients and
+    optimizer states, and the unsharded parameters gathered at once (ZeRO-3, per framework)."""
+
+    params: np.ndarray
+    weights_bytes: np.ndarray
+    dense_grads_bytes: np.ndarray
+    expert_grads_bytes: np.ndarray
+    dense_optimizer_bytes: np.ndarray
+    expert_optimizer_bytes: np.ndarray
+    gathered_bytes: np.ndarray
+
+
+@dataclass
+class StageBuffers:
+    """Buffers allocated once per device, per (layout, stage) row (``(n,)`` arrays): TE userbuffers
+    of ``--tp-comm-overlap`` (:func:`autopar.cost.tp_overlap.userbuffer_bytes`) and CUDA graphs'
+    static tensors (:func:`autopar.cost.cuda_graph.static_buffer_bytes`)."""
+
+    userbuffer_bytes: np.ndarray
+    graph_bytes: np.ndarray
+
+
+def stage_state(p: Problem, batch: LayoutBatch, stages: Stages) -> StageState:
+    """Model-state bytes of each (layout, stage) row (see the module docstring's ZeRO table)."""
     params: StageParams = stage_params(p, batch, stages)
     state = fw_mem.state_bytes_per_param(p, batch.zero)  # (weight, grad, unsharded grad, optimizer)
     dense_group = (batch.dp * batch.cp).astype(np.float64)
@@ -176,18 +201,40 @@ def stage_memory(p: Problem, batch: LayoutBatch, stages: Stages) -> MemoryBreakd
     gathered = fw_mem.unsharded_param_bytes(p, batch, params.layer_max, stages.is_first(), stages.is_last(batch),
                                             params.total)
     weights = dw + ew + fp8.extra_memory_bytes(p, batch, stages)
-    activations = stage_activation_bytes(p, batch, stages)
-    tensors = weights + dg + eg + do + eo + activations + gathered
-    # TE userbuffers of --tp-comm-overlap (autopar.cost.tp_overlap.userbuffer_bytes): allocated once at start-up;
-    # CUDA graphs' static tensors (autopar.cost.cuda_graph.static_buffer_bytes): in their own pool.
+    n = (len(batch),)
+    return StageState(*(np.broadcast_to(x, n) for x in (params.total, weights, dg, eg, do, eo, gathered)))
+
+
+def stage_buffers(p: Problem, batch: LayoutBatch, stages: Stages) -> StageBuffers:
+    """The once-allocated buffers of each (layout, stage) row (see :class:`StageBuffers`)."""
     graphs = cuda_graph.static_buffer_bytes(p, batch, *layer_kinds(p.model, stages), in_flight_microbatches(batch, stages))
-    other = (p.cluster.device.framework_overhead_bytes + gathered + tp_overlap.userbuffer_bytes(p, batch)
-             + fw_mem.allocator_reserve_bytes(p, tensors) + graphs)
+    n = (len(batch),)
+    return StageBuffers(np.broadcast_to(tp_overlap.userbuffer_bytes(p, batch), n), np.broadcast_to(graphs, n))
+
+
+def assemble_memory(p: Problem, state: StageState, activations: np.ndarray, buffers: StageBuffers) -> MemoryBreakdown:
+    """The memory breakdown from a stage's model state, activation bytes
+    (:func:`stage_activation_bytes`) and buffers: the live tensors, plus the device's framework
+    overhead, the gathered parameters, the buffers and the allocator's reserve on the tensors
+    (:func:`autopar.cost.framework_memory.allocator_reserve_bytes`) as ``other_bytes``."""
+    s = state
+    tensors = (s.weights_bytes + s.dense_grads_bytes + s.expert_grads_bytes + s.dense_optimizer_bytes
+               + s.expert_optimizer_bytes + activations + s.gathered_bytes)
+    other = (p.cluster.device.framework_overhead_bytes + s.gathered_bytes + buffers.userbuffer_bytes
+             + fw_mem.allocator_reserve_bytes(p, tensors) + buffers.graph_bytes)
     return MemoryBreakdown(
-        params=params.total,
-        weights_bytes=weights,
-        grads_bytes=dg + eg,
-        optimizer_bytes=do + eo,
+        params=s.params,
+        weights_bytes=s.weights_bytes,
+        grads_bytes=s.dense_grads_bytes + s.expert_grads_bytes,
+        optimizer_bytes=s.dense_optimizer_bytes + s.expert_optimizer_bytes,
         activations_bytes=activations,
-        other_bytes=np.broadcast_to(other, params.total.shape).astype(np.float64),
+        other_bytes=np.broadcast_to(other, s.params.shape).astype(np.float64),
     )
+
+
+def stage_memory(p: Problem, batch: LayoutBatch, stages: Stages) -> MemoryBreakdown:
+    """Memory breakdown of each (layout, stage) row. See the module docstring for formulas; the
+    parts (:func:`stage_state`, :func:`stage_activation_bytes`, :func:`stage_buffers`) read
+    different knobs, so the search costs each once per distinct value of what it reads."""
+    return assemble_memory(p, stage_state(p, batch, stages), stage_activation_bytes(p, batch, stages),
+                           stage_buffers(p, batch, stages))

@@ -58,16 +58,17 @@ def _split(x: np.ndarray, k: int, n: int) -> list[np.ndarray]:
     return [full[j * n:(j + 1) * n] for j in range(k)]
 
 
-def view_time(p: Problem, rows: LayoutBatch, stages: Stages,
-              run: Callable[[str, Callable], Any] | None = None) -> tuple[T.StageTime, np.ndarray, np.ndarray]:
+def view_time(p: Problem, rows: LayoutBatch, stages: Stages, run: Callable[[str, Callable], Any] | None = None,
+              t: T.StageTime | None = None) -> tuple[T.StageTime, np.ndarray, np.ndarray]:
     """Per-micro-batch stage times, exposed data-parallel time and optimizer time (s) of the
     ``(layout, stage)`` rows ``rows`` / ``stages`` (arrays of shape ``(n,)``).
 
     ``run(name, fn)`` evaluates the row-wise ``fn(rows, stages)`` (default: directly; the search
-    passes :meth:`autopar.search.distinct.Distinct.run`, which costs it once per distinct key)."""
+    passes :meth:`autopar.search.distinct.Distinct.run`, which costs it once per distinct key).
+    ``t``: the rows' :func:`autopar.cost.stage_time.stage_time`, where the caller has it already."""
     run = run or (lambda name, fn: fn(rows, stages))
     params = run("params", lambda b, s: stage_params(p, b, s))
-    t = run("stage_time", lambda b, s: T.stage_time(p, b, s))
+    t = run("stage_time", lambda b, s: T.stage_time(p, b, s)) if t is None else t
     slack = stages.index * (t.backward_s + t.recompute_s)
     optimizer = run("optimizer", lambda b, s: T.optimizer_time_s(p, b, stage_params(p, b, s)))
     return t, T.dp_exposed_s(p, rows, params, t, slack), optimizer
@@ -111,6 +112,31 @@ def evaluate(p: Problem, batch: LayoutBatch, views: list[Stages], counts: list[n
             out.extend(part)
     peak = np.max(np.stack([mem.total_bytes for mem in memories]), axis=0)
     return combine(p, batch, counts, times, dp, opt, peak, memories)
+
+
+_LAST_FLOPS: list = [None, 0.0]  # the last Problem combined and its model FLOPs per token
+
+
+def _flops_per_token(p: Problem) -> float:
+    """:func:`model_flops_per_token` of ``p``, kept for the last problem (a frozen dataclass of
+    frozen specs): a search re-costs its top layouts with many :func:`evaluate` calls on one
+    problem, and the count walks every layer in Python."""
+    if _LAST_FLOPS[0] is not p:
+        _LAST_FLOPS[:] = [p, model_flops_per_token(p)]
+    return _LAST_FLOPS[1]
+
+
+def step_lower_bound_s(num_microbatches: np.ndarray, first_stage: T.StageTime) -> np.ndarray:
+    """A lower bound of :func:`combine`'s step time (s, ``(n,)``) from the first stage's time
+    alone: ``num_microbatches * t_0`` with ``t_0`` stage 0's per-micro-batch total (``(n,)`` each).
+
+    Proof (every term of :func:`combine` is a sum of non-negative times): with ``t_max >= t_0``,
+    the 1F1B makespan ``sum_j c_j t_j + (M - 1) t_max >= t_0 + (M - 1) t_0`` (view 0 counts
+    ``c_0 = 1``), the interleaved one ``(M + (pp - 1)/vpp) t_max >= M t_0``, a V schedule's
+    ``(M + bubble) t_max`` with a simulated bubble ``>= 0`` too; the hand-offs, the
+    exposed data-parallel time and the optimizer step add ``>= 0``. Checked against
+    :func:`evaluate` on random layouts by ``tests/cost/test_step_lower_bound.py``."""
+    return num_microbatches.astype(np.float64) * first_stage.total_s
 
 
 def combine(p: Problem, batch: LayoutBatch, counts: list[np.ndarray], times: list[T.StageTime],
@@ -161,5 +187,5 @@ def combine(p: Problem, batch: LayoutBatch, counts: list[np.ndarray], times: lis
     step = makespan + pp_comm + dp_comm + optimizer
     tokens = p.train.tokens_per_step
     tps = tokens / step / p.world_size
-    mfu = model_flops_per_token(p) * tokens / (step * p.world_size * p.cluster.device.peak(p.train.precision))
+    mfu = _flops_per_token(p) * tokens / (step * p.world_size * p.cluster.device.peak(p.train.precision))
     return StepCosts(step, breakdown, peak, memories, tps, mfu, stage_times=times, stage_dp_s=dp)

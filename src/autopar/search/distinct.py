@@ -24,7 +24,7 @@ from autopar.space import FACTORS
 RowFn = Callable[[LayoutBatch, Stages], Any]
 WORTH = 0.7  # cost the distinct rows only where they are fewer than this share of the rows
 _SAMPLE = 8  # rows the column recorder runs a function on
-_DENSE_RANGE = 2**25  # key ranges up to this are made dense with a table, larger ones by sorting
+_DENSE_PER_ROW = 8  # key ranges up to this many per row are made dense with a table, larger ones by sorting
 
 
 def _scatter(value: Any, inverse: np.ndarray) -> Any:
@@ -49,12 +49,13 @@ def _first_of_each(code: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 class Distinct:
     """Row keys of a search's valid batch (``keys``: ``(n, 7)`` block and factor indices,
     :attr:`autopar.search.valid_space.ValidSpace.keys`) and the runner of functions once per
-    distinct key."""
+    distinct key. ``reads`` (function name -> the factors it reads) may be shared by the chunks
+    of one search (:mod:`autopar.search.stream`): what a cost term reads does not depend on the rows."""
 
-    def __init__(self, keys: np.ndarray) -> None:
+    def __init__(self, keys: np.ndarray, reads: dict[str, frozenset[str]] | None = None) -> None:
         self.keys = keys
         self._codes: dict[frozenset[str], np.ndarray] = {}
-        self._reads: dict[str, frozenset[str]] = {}
+        self._reads: dict[str, frozenset[str]] = {} if reads is None else reads  # shared across a search's chunks
 
     def _code(self, factors: frozenset[str]) -> np.ndarray:
         """Dense code ``0..m-1`` per valid row of (block, the indices of ``factors``)."""
@@ -64,9 +65,10 @@ class Distinct:
             if not len(key):
                 self._codes[factors] = np.zeros(0, dtype=np.int64)
                 return self._codes[factors]
+            key = key - key.min(axis=0)  # a chunk's blocks start anywhere (autopar.search.stream)
             dims = key.max(axis=0) + 1
             raw = np.ravel_multi_index(tuple(key.T), dims)
-            if int(np.prod(dims.astype(float))) <= _DENSE_RANGE:  # a table over the range, no sort
+            if int(np.prod(dims.astype(float))) <= max(_DENSE_PER_ROW * len(key), 1 << 16):  # a table, no sort
                 present = np.zeros(int(np.prod(dims)), dtype=bool)
                 present[raw] = True
                 self._codes[factors] = (np.cumsum(present) - 1)[raw]
@@ -85,6 +87,8 @@ class Distinct:
             self._reads[name] = _factors_read(lambda b: fn(b, stages.take(sample)), batch.take(sample))
         first, inverse = _first_of_each(self._code(self._reads[name])[rows])
         if len(first) > WORTH * len(rows):
+            if len(rows) == len(batch):  # rows: increasing indices, so every row in order
+                return fn(batch, stages)
             return fn(batch.take(rows), stages.take(rows))
         return _scatter(fn(batch.take(rows[first]), stages.take(rows[first])), inverse)
 

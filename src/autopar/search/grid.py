@@ -1,4 +1,6 @@
-"""Grid search: enumerate, reject by rule, cost the rest at once, drop what does not fit, rank.
+"""Grid search: count the space, reject by rule, cost the valid layouts chunk by chunk, drop what
+does not fit, rank (:mod:`autopar.search.stream`; Galvatron's variants, torchtitan's V schedules
+and ``--explain`` go through the whole batch at once, :func:`costed_grid`).
 
 Ranking: layouts that fit comfortably first, then marginal ones (within the memory margin of
 the device limit), each group by predicted step time (equivalently tokens/s/device, since the
@@ -32,8 +34,9 @@ from autopar.progress import advance, phase, timings
 from autopar.rules import RULES, first_failure
 from autopar.search.constraints import Constraint, apply_constraints, widen_space
 from autopar.search.costing import search_costs
-from autopar.search.valid_space import ValidSpace, valid_layouts
-from autopar.space import SpaceOptions, enumerate_layouts
+from autopar.search.stream import KEEP, stream_costs
+from autopar.search.valid_space import ValidSpace, count_space, valid_layouts
+from autopar.space import MAX_LAYOUTS, SpaceOptions, check_size, enumerate_layouts
 from autopar.strategy import DEFAULT_RECOMPUTE_MODULES, SIMPLICITY_ORDER, Strategy
 
 GIB = 2**30
@@ -198,12 +201,23 @@ def undominated(batch: LayoutBatch, step_s: np.ndarray, peak_bytes: np.ndarray, 
         yield i
 
 
-def _nothing_valid(p: Problem, rejected: dict[str, int]) -> AutoparError:
-    why = ", ".join(f"{name} ({count})" for name, count in sorted(rejected.items(), key=lambda kv: -kv[1]))
-    return AutoparError(
-        f"no valid layout for {p.model.name} on {p.world_size} devices with gbs="
-        f"{p.train.global_batch_size}, seq_len={p.train.seq_len}; rejected by: {why}"
-    )
+def _refuse_empty(p: Problem, enumerated: int, removed: dict[str, int], rejected: dict[str, int], valid: int) -> None:
+    """Refuse a space the constraints or the rules leave empty.
+
+    Raises:
+        AutoparError: the constraints leave nothing (with what each removed), or no layout passes
+            the rules (with the rules that rejected most).
+    """
+    if removed and enumerated == sum(removed.values()):
+        what = ", ".join(f"{text} ({count:,})" for text, count in removed.items())
+        raise AutoparError(f"the constraints leave none of the {enumerated:,} layouts of {p.model.name} on "
+                           f"{p.world_size} devices (gbs={p.train.global_batch_size}); removed by: {what}")
+    if valid == 0:
+        why = ", ".join(f"{name} ({count})" for name, count in sorted(rejected.items(), key=lambda kv: -kv[1]))
+        raise AutoparError(
+            f"no valid layout for {p.model.name} on {p.world_size} devices with gbs="
+            f"{p.train.global_batch_size}, seq_len={p.train.seq_len}; rejected by: {why}"
+        )
 
 
 @dataclass
@@ -263,13 +277,8 @@ def costed_grid(p: Problem, memory_margin: float, options: SpaceOptions | None =
             space, extra = _full_space(p, options, constraints)
         else:
             space, extra = valid_layouts(p, options, constraints), {}
-    if constraints and space.enumerated == sum(space.removed.values()):
-        what = ", ".join(f"{text} ({count:,})" for text, count in space.removed.items())
-        raise AutoparError(f"the constraints leave none of the {space.enumerated:,} layouts of {p.model.name} on "
-                           f"{p.world_size} devices (gbs={p.train.global_batch_size}); removed by: {what}")
     valid = space.valid
-    if len(valid) == 0:
-        raise _nothing_valid(p, space.rejected)
+    _refuse_empty(p, space.enumerated, space.removed, space.rejected, len(valid))
     capacity = p.cluster.device.memory_bytes
     with phase("cost", description=f"costing {len(valid):,} valid layouts"):
         costs = search_costs(p, valid, capacity, space.keys)
@@ -283,14 +292,63 @@ def costed_grid(p: Problem, memory_margin: float, options: SpaceOptions | None =
     return Grid(space.enumerated, space.removed, space.rejected, valid, costs, fits, marginal, order, **extra)
 
 
-def _nothing_fits(p: Problem, grid: Grid) -> AutoparError:
+def _nothing_fits(p: Problem, batch: LayoutBatch, peak_bytes: np.ndarray) -> AutoparError:
+    """The error when no layout fits: the lightest of ``batch`` (first of the lightest) against
+    the capacity."""
     capacity = p.cluster.device.memory_bytes
-    best = int(np.argmin(grid.costs.peak_memory_bytes))
-    layout = grid.valid.strategy(best, p.model.num_layers, p.model.mtp_num_layers)
+    best = int(np.argmin(peak_bytes))
+    layout = batch.strategy(best, p.model.num_layers, p.model.mtp_num_layers)
     return AutoparError(
         f"no layout fits in {capacity / GIB:.1f} GiB per device: the smallest predicted peak is "
-        f"{grid.costs.peak_memory_bytes[best] / GIB:.1f} GiB (tp={layout.tp} pp={layout.pp} cp={layout.cp} "
+        f"{peak_bytes[best] / GIB:.1f} GiB (tp={layout.tp} pp={layout.pp} cp={layout.cp} "
         f"dp={layout.dp} zero={layout.zero} recompute={layout.recompute}); add devices or memory")
+
+
+@dataclass
+class Ranking:
+    """Fitting layouts best first, as :func:`_top` walks them: their ``batch``, ``step_s`` and
+    ``peak_bytes``; ``complete``: False where they are only the first of the fitting layouts."""
+
+    batch: LayoutBatch
+    step_s: np.ndarray
+    peak_bytes: np.ndarray
+    complete: bool = True
+
+
+class _MoreNeeded(Exception):
+    """The walk of a truncated :class:`Ranking` ran out before it found ``top_k`` layouts."""
+
+
+def _ranked(p: Problem, memory_margin: float, options: SpaceOptions, constraints: list[Constraint] | None,
+            keep: int) -> tuple[Ranking, int, dict[str, int], dict[str, int], int, int]:
+    """The first ``keep`` fitting layouts, best first, and the counts of the search: (ranking,
+    enumerated, rejected, removed, out of memory, marginal). Galvatron's variants and the V
+    schedules go through the whole batch (:func:`costed_grid`); the other spaces are counted, then costed
+    and ranked chunk by chunk (:mod:`autopar.search.stream`).
+
+    Raises:
+        AutoparError: as :func:`costed_grid`, or no layout fits (with the lightest one).
+    """
+    if options.galvatron_choices or options.v_schedules:  # variants added after the blocks: every row
+        grid = costed_grid(p, memory_margin, options, constraints)
+        if not np.any(grid.fits):
+            raise _nothing_fits(p, grid.valid, grid.costs.peak_memory_bytes)
+        best = grid.order[grid.fits[grid.order]]
+        ranking = Ranking(grid.valid.take(best), grid.costs.step_time_s[best], grid.costs.peak_memory_bytes[best])
+        return (ranking, grid.enumerated, grid.rejected, grid.removed, int(np.sum(~grid.fits)),
+                int(np.sum(grid.marginal)))
+    constraints = constraints or []
+    with phase("enumerate", description="counting the layouts"):
+        count = count_space(p, widen_space(options, constraints), constraints)
+    _refuse_empty(p, count.enumerated, count.removed, count.rejected, count.valid)
+    check_size(p, count.valid, "valid")
+    streamed = stream_costs(p, count, memory_margin, keep)
+    if streamed.top is None:
+        raise _nothing_fits(p, streamed.lightest, np.asarray([streamed.lightest_peak_bytes]))
+    top = streamed.top
+    ranking = Ranking(top.batch, top.step_s, top.peak_bytes, not streamed.truncated)
+    return (ranking, count.enumerated, count.rejected, count.removed, count.valid - streamed.fitting,
+            streamed.marginal)
 
 
 def search(
@@ -320,35 +378,41 @@ def search(
         raise AutoparError(f"--target={target!r}: allowed {', '.join(TARGETS)}")
     with timings() as phases_s:
         p, options = for_search(p, target, options)
-        grid = costed_grid(p, memory_margin, options, constraints)
-        if not np.any(grid.fits):
-            raise _nothing_fits(p, grid)
-        layouts, refused = _top(p, grid, top_k, memory_margin, target)
+        keep = max(KEEP, 4 * top_k)
+        while True:  # a walk past the first `keep` (many layouts the target refuses): a second pass keeps all
+            ranking, enumerated, rejected, removed, out_of_memory, marginal = _ranked(
+                p, memory_margin, options, constraints, keep)
+            try:
+                layouts, refused = _top(p, ranking, top_k, memory_margin, target)
+                break
+            except _MoreNeeded:
+                keep = MAX_LAYOUTS
     return SearchResult(
         layouts=layouts,
-        enumerated=grid.enumerated,
-        rejected=grid.rejected,
-        out_of_memory=int(np.sum(~grid.fits)),
-        marginal=int(np.sum(grid.marginal)),
+        enumerated=enumerated,
+        rejected=rejected,
+        out_of_memory=out_of_memory,
+        marginal=marginal,
         search_time_s=time.perf_counter() - start,
         global_batch_size=p.train.global_batch_size,
         target=target,
         not_writable=len(refused),
         problem=problem_record(p),
-        constraints=grid.removed,
+        constraints=removed,
         phases_s=phases_s,
     )
 
 
-def _top(p: Problem, grid: Grid, top_k: int, memory_margin: float, target: str) -> tuple[list[Estimate], list[str]]:
-    """The ``top_k`` best undominated layouts ``target`` can write, re-costed stage by stage
-    (:func:`estimate`), re-balanced and re-ranked (see the module docstring), and the refusals of
-    the fitting layouts skipped on the way.
+def _top(p: Problem, ranking: Ranking, top_k: int, memory_margin: float, target: str) -> tuple[list[Estimate], list[str]]:
+    """The ``top_k`` best undominated layouts of ``ranking`` that ``target`` can write, re-costed
+    stage by stage (:func:`estimate`), re-balanced and re-ranked (see the module docstring), and
+    the refusals of the fitting layouts skipped on the way.
 
     Raises:
+        _MoreNeeded: ``ranking`` is incomplete and ran out before ``top_k`` layouts were found.
         AutoparError: the target's writer refuses every fitting layout.
     """
-    valid, costs, fits = grid.valid, grid.costs, grid.fits
+    valid = ranking.batch
     refused: list[str] = []
 
     def writable(i: int) -> bool:
@@ -358,8 +422,10 @@ def _top(p: Problem, grid: Grid, top_k: int, memory_margin: float, target: str) 
         return reason is None
 
     with phase("rank"):
-        order = list(islice(undominated(valid, costs.step_time_s, costs.peak_memory_bytes, grid.order[fits[grid.order]],
-                                        writable), top_k))
+        order = list(islice(undominated(valid, ranking.step_s, ranking.peak_bytes, np.arange(len(valid)), writable),
+                            top_k))
+    if len(order) < top_k and not ranking.complete:
+        raise _MoreNeeded
     if not order:
         raise AutoparError(f"no fitting layout can be written for --target {target}: "
                            f"{len(refused):,} refused, e.g. {refused[0]}")

@@ -123,21 +123,41 @@ def _group_rows(space: list[Block], group: tuple[str, ...]) -> tuple[np.ndarray,
     return assemble(scalars, values), owner, {factor: index}
 
 
-def valid_layouts(p: Problem, options: SpaceOptions | None, constraints: list[Constraint]) -> ValidSpace:
-    """The valid layouts of the space of ``p`` and the exact removal and rejection counts, as
-    :func:`autopar.space.enumerate_layouts`, :func:`autopar.search.constraints.apply_constraints`
-    and :func:`autopar.rules.first_failure` give them, without building the rejected rows.
+@dataclass
+class SpaceCount:
+    """What :func:`count_space` found: the space's ``blocks``, the counts of :class:`ValidSpace`
+    (``enumerated``, ``removed``, ``rejected``), ``valid_per_block`` (the valid layouts of each
+    block) and, per factor group (``groups``), the block and factor indices of each passing joint
+    value (``passing``) with each block's span into them (``bounds``): what
+    :func:`valid_block_rows` builds a block's valid rows from."""
+
+    blocks: list[Block]
+    enumerated: int
+    removed: dict[str, int]
+    rejected: dict[str, int]
+    valid_per_block: np.ndarray
+    groups: list[tuple[str, ...]]
+    passing: list[tuple[np.ndarray, dict[str, np.ndarray]]]
+    bounds: list[np.ndarray]
+
+    @property
+    def valid(self) -> int:
+        """How many layouts pass the constraints and the rules."""
+        return int(self.valid_per_block.sum())
+
+
+def count_space(p: Problem, options: SpaceOptions | None, constraints: list[Constraint]) -> SpaceCount:
+    """The blocks of the space of ``p`` and the exact removal and rejection counts (see the module
+    docstring), with what :func:`valid_block_rows` needs to build each block's valid rows.
 
     Raises:
-        AutoparError: more than :data:`autopar.space.MAX_LAYOUTS` valid layouts
-            (:func:`autopar.space.check_size`).
+        AutoparError: more than :data:`autopar.space.MAX_BLOCKS` blocks (:func:`autopar.space.blocks`).
     """
     space = blocks(p, options)
     checks: list[CheckFn] = [c.passes for c in constraints] + [(lambda b, r=r: r.check(p, b)) for r in RULES]
     k = len(checks)
     if not space:
-        return ValidSpace(batch_of(p, np.zeros((0, _COLUMNS), dtype=np.int64)), 0,
-                          {c.text: 0 for c in constraints}, {})
+        return SpaceCount([], 0, {c.text: 0 for c in constraints}, {}, np.zeros(0, dtype=np.int64), [], [], [])
     sample = batch_of(p, space[0].rows({f: np.zeros(1, dtype=np.int64) for f in FACTORS}))
     reads = [_factors_read(check, sample) for check in checks]
     groups = _groups(reads)
@@ -169,33 +189,48 @@ def valid_layouts(p: Problem, options: SpaceOptions | None, constraints: list[Co
         np.add.at(hist, (row_block[sel], first[sel]), 1)
         at_least *= np.cumsum(hist[:, ::-1], axis=1)[:, ::-1]
     per_check = (at_least[:, :-1] - at_least[:, 1:]).sum(axis=0)
-    enumerated = int(at_least[:, 0].sum())
     removed = {c.text: int(per_check[i]) for i, c in enumerate(constraints)}
     rejected = {r.name: int(per_check[len(constraints) + i]) for i, r in enumerate(RULES)
                 if per_check[len(constraints) + i] > 0}
-    check_size(p, int(at_least[:, k].sum()), "valid")
-
-    # The valid rows: per block, the product of each group's passing joint values.
-    contiguous = all(FACTORS.index(g[-1]) - FACTORS.index(g[0]) == len(g) - 1 for g in groups)
     passing = []  # per group: the block of each passing joint value, and its factor indices
     for j, (_, owner, index) in enumerate(per_group):
         ok = first[row_group == j] == k
         passing.append((owner[ok], {f: v[ok] for f, v in index.items()}))
-    bounds = [np.searchsorted(owner, np.arange(len(space) + 1)) for owner, _ in passing]
-    valid_parts, key_parts = [], []
-    for b in np.flatnonzero(at_least[:, k]):
-        block = space[b]
-        spans = [slice(bound[b], bound[b + 1]) for bound in bounds]
-        picks = [g.ravel() for g in np.meshgrid(*(np.arange(s.stop - s.start) for s in spans), indexing="ij")]
-        index = {}
-        for (_, group_index), span, pick in zip(passing, spans, picks):
-            index.update({f: v[span][pick] for f, v in group_index.items()})
-        if not contiguous:
-            dims = [len(block.values[f]) for f in FACTORS]
-            order = np.argsort(np.ravel_multi_index([index[f] for f in FACTORS], dims), kind="stable")
-            index = {f: v[order] for f, v in index.items()}
-        valid_parts.append(block.rows(index))
-        key_parts.append(np.column_stack([np.full(len(index["mbs"]), b)] + [index[f] for f in FACTORS]))
-    rows = np.concatenate(valid_parts) if valid_parts else np.zeros((0, _COLUMNS), dtype=np.int64)
-    keys = np.concatenate(key_parts) if key_parts else np.zeros((0, 1 + len(FACTORS)), dtype=np.int64)
-    return ValidSpace(batch_of(p, rows), enumerated, removed, rejected, keys)
+    bounds = [np.searchsorted(owner, np.arange(n_blocks + 1)) for owner, _ in passing]
+    return SpaceCount(space, int(at_least[:, 0].sum()), removed, rejected, at_least[:, k], groups, passing, bounds)
+
+
+def valid_block_rows(count: SpaceCount, b: int) -> tuple[np.ndarray, np.ndarray]:
+    """The valid layouts of block ``b`` of ``count.blocks`` in the full enumeration's row order:
+    the product of each factor group's passing joint values, as ``(n, 19)`` rows
+    (:meth:`autopar.space.Block.rows`) and their ``(n, 7)`` keys (:attr:`ValidSpace.keys`)."""
+    block = count.blocks[b]
+    spans = [slice(bound[b], bound[b + 1]) for bound in count.bounds]
+    picks = [g.ravel() for g in np.meshgrid(*(np.arange(s.stop - s.start) for s in spans), indexing="ij")]
+    index = {}
+    for (_, group_index), span, pick in zip(count.passing, spans, picks):
+        index.update({f: v[span][pick] for f, v in group_index.items()})
+    if not all(FACTORS.index(g[-1]) - FACTORS.index(g[0]) == len(g) - 1 for g in count.groups):
+        dims = [len(block.values[f]) for f in FACTORS]
+        order = np.argsort(np.ravel_multi_index([index[f] for f in FACTORS], dims), kind="stable")
+        index = {f: v[order] for f, v in index.items()}
+    keys = np.column_stack([np.full(len(index["mbs"]), b)] + [index[f] for f in FACTORS])
+    return block.rows(index), keys
+
+
+def valid_layouts(p: Problem, options: SpaceOptions | None, constraints: list[Constraint]) -> ValidSpace:
+    """The valid layouts of the space of ``p`` and the exact removal and rejection counts, as
+    :func:`autopar.space.enumerate_layouts`, :func:`autopar.search.constraints.apply_constraints`
+    and :func:`autopar.rules.first_failure` give them, without building the rejected rows
+    (:func:`count_space`, then :func:`valid_block_rows` for every block with valid layouts).
+
+    Raises:
+        AutoparError: more than :data:`autopar.space.MAX_LAYOUTS` valid layouts
+            (:func:`autopar.space.check_size`).
+    """
+    count = count_space(p, options, constraints)
+    check_size(p, count.valid, "valid")
+    parts = [valid_block_rows(count, int(b)) for b in np.flatnonzero(count.valid_per_block)]
+    rows = np.concatenate([r for r, _ in parts]) if parts else np.zeros((0, _COLUMNS), dtype=np.int64)
+    keys = np.concatenate([k for _, k in parts]) if parts else np.zeros((0, 1 + len(FACTORS)), dtype=np.int64)
+    return ValidSpace(batch_of(p, rows), count.enumerated, count.removed, count.rejected, keys)

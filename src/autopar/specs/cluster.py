@@ -42,7 +42,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from autopar.errors import AutoparError, from_validation_error, read_text
@@ -245,6 +244,8 @@ def _read_mapping(path: str) -> dict[str, Any]:
 
 
 def _parse_override(item: str) -> tuple[str, Any]:
+    import yaml  # only where --device-set is given
+
     key, sep, value = item.partition("=")
     if not sep or not key:
         raise AutoparError(f"--device-set={item!r}: expected KEY=VALUE, e.g. memory_bytes=80e9")

@@ -10,9 +10,8 @@ large``); keys nobody reads stay harmless.
 from __future__ import annotations
 
 import json
+from functools import cache
 from typing import Any
-
-import yaml
 
 # More digits than any input field can use: sizes stop at 2^31 (10 digits), float fields at 1e18.
 MAX_DIGITS = 30
@@ -39,18 +38,21 @@ def json_loads(text: str) -> Any:
     return json.loads(text, parse_int=parse_int)
 
 
-class _Loader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` whose long decimal integers become :class:`LongNumber`."""
+@cache
+def _loader() -> type:
+    """``yaml.SafeLoader`` whose long decimal integers become :class:`LongNumber` (built on first
+    use: yaml is imported only by the commands that read YAML)."""
+    import yaml
 
+    def construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int | LongNumber:
+        text = str(loader.construct_scalar(node)).replace("_", "")
+        if len(text.lstrip("+-")) > MAX_DIGITS and text.lstrip("+-").isdigit():
+            return LongNumber(text)
+        return yaml.SafeLoader.construct_yaml_int(loader, node)
 
-def _construct_int(loader: _Loader, node: yaml.ScalarNode) -> int | LongNumber:
-    text = str(loader.construct_scalar(node)).replace("_", "")
-    if len(text.lstrip("+-")) > MAX_DIGITS and text.lstrip("+-").isdigit():
-        return LongNumber(text)
-    return yaml.SafeLoader.construct_yaml_int(loader, node)
-
-
-_Loader.add_constructor("tag:yaml.org,2002:int", _construct_int)
+    loader = type("_Loader", (yaml.SafeLoader,), {})
+    loader.add_constructor("tag:yaml.org,2002:int", construct_int)
+    return loader
 
 
 def yaml_load(text: str) -> Any:
@@ -59,7 +61,9 @@ def yaml_load(text: str) -> Any:
     Raises:
         yaml.YAMLError, RecursionError: as ``yaml.safe_load``.
     """
-    return yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader subclass)
+    import yaml
+
+    return yaml.load(text, Loader=_loader())  # noqa: S506 (a SafeLoader subclass)
 
 
 def json_or_yaml(text: str) -> Any:
@@ -73,6 +77,8 @@ def json_or_yaml(text: str) -> Any:
     try:
         return json_loads(text)
     except ValueError:
+        import yaml
+
         try:
             return yaml_load(text)
         except yaml.YAMLError as err:

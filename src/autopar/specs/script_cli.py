@@ -5,11 +5,13 @@ which ``search``, ``estimate``, ``balance``, ``export`` and ``profile`` share.""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autopar.errors import AutoparError
 from autopar.specs.model import MAX_SIZE, ModelSpec
-from autopar.specs.script import ScriptPlan
+
+if TYPE_CHECKING:  # the script reader is imported only where a --script is given
+    from autopar.specs.script import ScriptPlan
 
 # autopar's own defaults for options neither the command line nor a script sets.
 CLI_FALLBACKS: dict[str, Any] = dict(nodes=1, devices_per_node=None, gbs=1024, seq_len=4096, precision="bf16",

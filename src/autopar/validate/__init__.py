@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from autopar.errors import AutoparError
-from autopar.validate.report import write_report
-from autopar.validate.measurements import read_rows, row_label
-from autopar.validate.score import Result, score_rows
+
+if TYPE_CHECKING:  # imported by run_validation: a search reads only autopar.validate.bands
+    from autopar.validate.score import Result
 
 #: The published measurements shipped with the package (sources and column meanings in the
 #: README beside it); ``autopar validate`` scores them when ``--csv`` is not given.
@@ -27,6 +29,10 @@ def run_validation(csv_path: str | Path, out_dir: str | Path) -> tuple[list[Resu
         AutoparError: the CSV does not exist or is malformed (see :func:`read_rows`), or no row
             of it can be scored (the message gives the first row's reason).
     """
+    from autopar.validate.measurements import read_rows, row_label
+    from autopar.validate.report import write_report
+    from autopar.validate.score import score_rows
+
     results = score_rows(read_rows(csv_path))
     if all(r.predicted is None for r in results):
         raise AutoparError(f"--csv={str(csv_path)!r}: none of the {len(results)} rows can be scored "
@@ -34,4 +40,4 @@ def run_validation(csv_path: str | Path, out_dir: str | Path) -> tuple[list[Resu
     return results, write_report(results, Path(out_dir))
 
 
-__all__ = ["DEFAULT_CSV", "Result", "run_validation"]
+__all__ = ["DEFAULT_CSV", "run_validation"]
