@@ -351,6 +351,21 @@ def _ranked(p: Problem, memory_margin: float, options: SpaceOptions, constraints
             streamed.marginal)
 
 
+def _refuse_target(p: Problem, target: str) -> None:
+    """Refuse ``target`` before any costing when its writer refuses ``p`` whatever the layout
+    (:data:`autopar.export.PROBLEM_CHECKS`: e.g. Megatron-Bridge has no recipe for the model).
+
+    Raises:
+        AutoparError: with the writer's reason.
+    """
+    from autopar.export import PROBLEM_CHECKS  # the writers import the search's result types
+
+    try:
+        PROBLEM_CHECKS[target](p)
+    except AutoparError as err:
+        raise AutoparError(f"no layout can be written for --target {target}: {err}") from None
+
+
 def search(
     p: Problem,
     top_k: int = 10,
@@ -372,12 +387,14 @@ def search(
         AutoparError: the constraints leave no layout (with what each removed).
         AutoparError: no layout passes the rules (with the rules that rejected most), or none
             fits in device memory (with the smallest peak found against the capacity).
+        AutoparError: ``target``'s writer refuses the problem whatever the layout (:func:`_refuse_target`).
     """
     start = time.perf_counter()
     if target not in TARGETS:
         raise AutoparError(f"--target={target!r}: allowed {', '.join(TARGETS)}")
     with timings() as phases_s:
         p, options = for_search(p, target, options)
+        _refuse_target(p, target)
         keep = max(KEEP, 4 * top_k)
         while True:  # a walk past the first `keep` (many layouts the target refuses): a second pass keeps all
             ranking, enumerated, rejected, removed, out_of_memory, marginal = _ranked(
