@@ -115,6 +115,7 @@ CHANGES = {
     "--overlap-moe-expert-parallel-comm": (MOE, MOE + "--overlap-moe-expert-parallel-comm"),
     "--delay-wgrad-compute": (MOE + "--overlap-moe-expert-parallel-comm",
                               MOE + "--overlap-moe-expert-parallel-comm --delay-wgrad-compute"),
+    "--overlap-grad-reduce": ("", "--overlap-grad-reduce"),
     "--moe-router-force-load-balancing": (MOE, MOE + "--moe-router-force-load-balancing"),
     "--moe-router-padding-for-fp8": (MOE + "--bf16 --fp8-format hybrid",
                                      MOE + "--bf16 --fp8-format hybrid --moe-router-padding-for-fp8"),

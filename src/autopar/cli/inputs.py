@@ -62,7 +62,8 @@ def recompute_modules_option(p: Problem, text: str | None) -> tuple[str, ...] | 
 # also an option), CUDA graphs and activation offloading (autopar.specs.script_precision).
 SCRIPT_STATE_FIELDS = ("moe", "grad_dtype", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype",
                        "optimizer_offload_fraction", "optimizer_offload_overlap", "fp8_param_storage", "fp8_recipe",
-                       "cuda_graph_impl", "cuda_graph_scope", "activation_offload_layers", "fp8_bf16_layers")
+                       "cuda_graph_impl", "cuda_graph_scope", "activation_offload_layers", "fp8_bf16_layers",
+                       "overlap_grad_reduce")
 
 
 def script_state_fields(plan, precision: str) -> dict[str, Any]:

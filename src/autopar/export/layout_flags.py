@@ -109,9 +109,12 @@ def _split_flags(p: Problem, s: Strategy, dialect: Dialect) -> dict[str, FlagVal
     return flags
 
 
-def _zero_flags(s: Strategy, dialect: Dialect) -> dict[str, FlagValue]:
+def _zero_flags(s: Strategy, dialect: Dialect, overlap: bool = True) -> dict[str, FlagValue]:
     """Optimizer sharding and DP overlap (ecosystem.md 1.2; rule 28: param-gather overlap needs
-    the distributed optimizer and grad-reduce overlap).
+    the distributed optimizer and grad-reduce overlap). ``overlap``: ``TrainSpec.overlap_grad_reduce``,
+    which the costs follow (:func:`autopar.cost.stage_time.dp_exposed_s`): the gradient reduce
+    overlap for any ZeRO stage (Megatron's DDP overlaps with or without the distributed optimizer),
+    the parameter-gather overlap with it where the optimizer is sharded.
 
     Raises:
         AutoparError: ZeRO-2/3 for MindSpeed-LLM (no Megatron FSDP there).
@@ -129,8 +132,8 @@ def _zero_flags(s: Strategy, dialect: Dialect) -> dict[str, FlagValue]:
         "--data-parallel-sharding-strategy": FSDP_STRATEGY.get(s.zero),
         "--no-gradient-accumulation-fusion": True if fsdp else KEEP,
         "--ckpt-format": "fsdp_dtensor" if fsdp else KEEP,
-        "--overlap-grad-reduce": sharded or None,
-        "--overlap-param-gather": sharded or None,
+        "--overlap-grad-reduce": overlap or None,
+        "--overlap-param-gather": (sharded and overlap) or None,
     }
 
 
@@ -229,7 +232,7 @@ def layout_flags(p: Problem, s: Strategy, dialect: Dialect = "megatron") -> dict
         flags["--hierarchical-context-parallel-sizes"] = f"{a2a} {s.cp // a2a}" if hierarchical else None
     flags.update(_moe_flags(p, s, dialect))
     flags.update(_split_flags(p, s, dialect))
-    flags.update(_zero_flags(s, dialect))
+    flags.update(_zero_flags(s, dialect, p.train.overlap_grad_reduce))
     flags.update(_recompute_flags(s, dialect))
     flags.update(dict.fromkeys(_ALWAYS_ABSENT))
     return flags

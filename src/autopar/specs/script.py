@@ -142,6 +142,8 @@ def read_script(path: str | Path, text: str | None = None) -> ScriptPlan:
     train = dict(global_batch_size=a.integer("--global-batch-size", mbs * dp), seq_len=a.require("--seq-length"),
                  precision=precision(a), flash_attention=flash_attention(a),
                  make_vocab_size_divisible_by=a.integer("--make-vocab-size-divisible-by", 128),
+                 # Megatron-LM reduces gradients after the last backward unless told to overlap
+                 overlap_grad_reduce=a.has("--overlap-grad-reduce"),
                  **optimizer_fields(a))
     train.update(recipe_fields(a, train["precision"]))  # fp8 recipe and weight storage, CUDA graphs
     if fields.get("num_experts"):
