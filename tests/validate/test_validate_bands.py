@@ -49,8 +49,11 @@ def test_small_groups_fall_back_to_wider_ones():
     # No dense row at all: every row of the kind, whatever its family.
     moe = _rows([4, 8], family="MoE", prefix="M")
     band = band_from(moe, "step_time", H100_DENSE)
-    assert band.band_pct == 6.0 and band.group == "step-time/throughput rows on any device"
+    assert band.band_pct == 6.0 and band.group == "step-time/throughput rows on any device, none of them dense"
     assert band_from(moe, "memory", H100_DENSE).band_pct is None
+    # A wide group that does hold rows of the problem's family says nothing more.
+    mixed = band_from(moe + _rows([2], prefix="D"), "step_time", H100_DENSE)
+    assert mixed.group == "step-time/throughput rows on any device"
 
 
 def test_cached_row_errors_are_a_fresh_scoring_of_the_shipped_csv():

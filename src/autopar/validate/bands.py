@@ -95,12 +95,16 @@ class Band:
     rows: tuple[str, ...]
 
 
-def _group_name(kind: str, keys: dict[str, str], level: tuple[str, ...]) -> str:
+def _group_name(kind: str, keys: dict[str, str], level: tuple[str, ...], rows: list[dict[str, Any]]) -> str:
+    """E.g. ``dense bf16/fp16 step-time/throughput rows on hopper devices``; a group widened past
+    the problem's family says when none of its rows is of that family (a MoE problem's memory band
+    from dense rows only)."""
     what = "step-time/throughput" if kind == "step_time" else "peak-memory"
     family = keys["family"] + " " if "family" in level else ""
     precision = keys["precision"] + " " if "precision" in level else ""
     device = f"on {keys['device_class']} devices" if "device_class" in level else "on any device"
-    return f"{family}{precision}{what} rows {device}"
+    unlike = "family" not in level and not any(r["family"] == keys["family"] for r in rows)
+    return f"{family}{precision}{what} rows {device}" + (f", none of them {keys['family']}" if unlike else "")
 
 
 def band_from(records: list[dict[str, Any]], kind: str, keys: dict[str, str], min_rows: int = MIN_ROWS) -> Band:
@@ -113,7 +117,7 @@ def band_from(records: list[dict[str, Any]], kind: str, keys: dict[str, str], mi
         rows = [r for r in of_kind if all(r[k] == keys[k] for k in level)]
         if len(rows) >= min_rows or (level == () and rows):
             mape = sum(abs(r["error_pct"]) for r in rows) / len(rows)
-            return Band(kind, round(mape, 1), _group_name(kind, keys, level), tuple(r["id"] for r in rows))
+            return Band(kind, round(mape, 1), _group_name(kind, keys, level, rows), tuple(r["id"] for r in rows))
     return Band(kind, None, "no validation rows", ())
 
 
