@@ -272,32 +272,53 @@ def _extrapolated_s(fwd: np.ndarray, bwd: np.ndarray, rec: np.ndarray, p2p_s: np
                             for i, (f, (cycle, delta)) in enumerate(zip(finals, kept))]).reshape(-1, c)
 
 
-def simulated_costs(p: Problem, s: Strategy, batch: LayoutBatch, stages: Stages, costs: StepCosts) -> StepCosts:
-    """``costs`` of one layout with the pipeline makespan simulated stage by stage.
+def simulated_costs_many(p: Problem, layouts: list[tuple[Strategy, LayoutBatch, Stages, StepCosts]]) -> list[StepCosts]:
+    """The ``costs`` of each layout with its pipeline makespan simulated stage by stage; the
+    static schedules of one shape (schedule, pp, vpp, num_microbatches) are simulated together
+    (:func:`batch_makespans_s`), each layout getting exactly what it gets alone.
 
-    ``batch``/``stages``: the layout repeated per stage and its stages
-    (:func:`autopar.cost.stage.all_stages`). A stage's per-micro-batch time (communication shared
-    out as in :mod:`autopar.pipeline.layers`) goes to its ``vpp`` chunks by their layers, the
-    embedding/output-layer part to the chunk holding it (:func:`chunk_op_times_s`). The time
-    breakdown keeps its compute/communication terms; ``pp_bubble`` becomes the simulated
-    makespan without p2p minus ``m`` times the slowest stage and ``pp_comm`` what p2p adds to
-    the makespan plus the tied-embedding gradient all-reduce
+    Each item: the layout ``s``, ``batch``/``stages`` the layout repeated per stage and its
+    stages (:func:`autopar.cost.stage.all_stages`) and its ``costs``. A stage's per-micro-batch
+    time (communication shared out as in :mod:`autopar.pipeline.layers`) goes to its ``vpp``
+    chunks by their layers, the embedding/output-layer part to the chunk holding it
+    (:func:`chunk_op_times_s`). The time breakdown keeps its compute/communication terms;
+    ``pp_bubble`` becomes the simulated makespan without p2p minus ``m`` times the slowest stage
+    and ``pp_comm`` what p2p adds to the makespan plus the tied-embedding gradient all-reduce
     (:func:`autopar.cost.stage_time.tied_embedding_grad_s`), so the breakdown still sums to the
     step time.
+
+    Raises:
+        AutoparError: as :func:`batch_makespans_s`.
     """
-    chunks = list(chunk_op_times_s(p, s, batch, stages))  # 3 x (pp, vpp)
-    m = s.num_microbatches(p.train.global_batch_size)
-    # GPipe (Galvatron's pipeline_type gpipe) is simulated op by op; beyond MAX_STATIC_OPS its 1F1B twin
-    # stands in (the same makespan for equal stages).
-    gpipe = s.schedule == "gpipe" and 2 * s.pp * m <= MAX_STATIC_OPS
-    schedule = "interleaved" if s.vpp > 1 else "gpipe" if gpipe else "1f1b"
-    one = batch.take(np.zeros(1, dtype=np.int64))
-    p2p = float(p2p_time_s(p, one)[0])
-    if s.schedule in V_SCHEDULE_NAMES:  # ZB-V / DualPipeV: the event simulation of their op orders
-        without, with_p2p = (simulate_bounded(PipelineTimes(*chunks, p2p_s=delay), m, s.schedule).makespan_s
+    inputs = []  # per layout: (op times (3, pp, vpp), m, schedule, p2p seconds, the layout's first row)
+    for s, batch, stages, _ in layouts:
+        m = s.num_microbatches(p.train.global_batch_size)
+        # GPipe (Galvatron's pipeline_type gpipe) is simulated op by op; beyond MAX_STATIC_OPS its 1F1B twin
+        # stands in (the same makespan for equal stages).
+        gpipe = s.schedule == "gpipe" and 2 * s.pp * m <= MAX_STATIC_OPS
+        schedule = "interleaved" if s.vpp > 1 else "gpipe" if gpipe else "1f1b"
+        one = batch.take(np.zeros(1, dtype=np.int64))
+        inputs.append((np.asarray(chunk_op_times_s(p, s, batch, stages), dtype=float), m, schedule,
+                       float(p2p_time_s(p, one)[0]), one))
+    spans: list = [None] * len(layouts)  # (makespan without p2p, with p2p) per layout
+    shapes: dict[tuple, list[int]] = {}
+    for i, ((s, *_), (chunks, m, schedule, p2p, _)) in enumerate(zip(layouts, inputs)):
+        if s.schedule in V_SCHEDULE_NAMES:  # ZB-V / DualPipeV: the event simulation of their op orders
+            spans[i] = tuple(simulate_bounded(PipelineTimes(*chunks, p2p_s=delay), m, s.schedule).makespan_s
                              for delay in (0.0, p2p))
-    else:
-        without, with_p2p = static_makespans_s(PipelineTimes(*chunks), np.array([0.0, p2p]), m, schedule)
+        else:
+            shapes.setdefault((schedule, chunks.shape, m), []).append(i)
+    for (schedule, _, m), group in shapes.items():
+        ops = np.stack([inputs[i][0] for i in group], axis=1)  # (3, n, pp, vpp)
+        p2p_s = np.array([[0.0, inputs[i][3]] for i in group])
+        for i, pair in zip(group, batch_makespans_s(*ops, p2p_s, m, schedule)):
+            spans[i] = tuple(pair)
+    return [_with_makespans(p, costs, inputs[i][4], *spans[i]) for i, (_, _, _, costs) in enumerate(layouts)]
+
+
+def _with_makespans(p: Problem, costs: StepCosts, one: LayoutBatch, without: float, with_p2p: float) -> StepCosts:
+    """``costs`` with the pipeline terms of the simulated makespans ``without`` and ``with_p2p``
+    (seconds; see :func:`simulated_costs_many`)."""
     b = costs.time_breakdown_s
     busy = b["compute"] + b["tp_comm"] + b["cp_comm"] + b["ep_comm"]
     breakdown = dict(b, pp_bubble=np.maximum(without - busy, 0.0), pp_comm=with_p2p - without + tied_embedding_grad_s(p, one))
