@@ -28,7 +28,7 @@ from autopar.layout_batch import LayoutBatch
 from autopar.problem import Problem
 from autopar.progress import advance, phase
 from autopar.search.costing import Bound, search_costs
-from autopar.search.valid_space import SpaceCount, valid_rows
+from autopar.search.valid_space import SpaceCount, valid_block_rows
 from autopar.space import batch_of
 from autopar.strategy import SIMPLICITY_ORDER
 
@@ -146,9 +146,9 @@ def stream_costs(p: Problem, count: SpaceCount, memory_margin: float, keep: int)
     lightest, lightest_peak = None, np.inf
     with phase("cost", total=count.valid, description=f"costing {count.valid:,} valid layouts"):
         for chunk in _chunks(count):
-            rows, keys = valid_rows(count, chunk)
-            batch = batch_of(p, rows)
-            costs: StepCosts = search_costs(p, batch, capacity, keys, reads,
+            parts = [valid_block_rows(count, b) for b in chunk]
+            batch = batch_of(p, np.concatenate([rows for rows, _ in parts]))
+            costs: StepCosts = search_costs(p, batch, capacity, np.concatenate([keys for _, keys in parts]), reads,
                                             _bound(top, keep, (1 - memory_margin) * capacity))
             peak = costs.peak_memory_bytes
             light = int(np.argmin(peak))

@@ -135,7 +135,7 @@ class SpaceCount:
     (``enumerated``, ``removed``, ``rejected``), ``valid_per_block`` (the valid layouts of each
     block) and, per factor group (``groups``), the block and factor indices of each passing joint
     value (``passing``) with each block's span into them (``bounds``): what
-    :func:`valid_rows` builds a block's valid rows from."""
+    :func:`valid_block_rows` builds a block's valid rows from."""
 
     blocks: list[Block]
     enumerated: int
@@ -154,7 +154,7 @@ class SpaceCount:
 
 def count_space(p: Problem, options: SpaceOptions | None, constraints: list[Constraint]) -> SpaceCount:
     """The blocks of the space of ``p`` and the exact removal and rejection counts (see the module
-    docstring), with what :func:`valid_rows` needs to build each block's valid rows.
+    docstring), with what :func:`valid_block_rows` needs to build each block's valid rows.
 
     Raises:
         AutoparError: more than :data:`autopar.space.MAX_BLOCKS` blocks (:func:`autopar.space.blocks`).
@@ -206,34 +206,29 @@ def count_space(p: Problem, options: SpaceOptions | None, constraints: list[Cons
     return SpaceCount(space, int(at_least[:, 0].sum()), removed, rejected, at_least[:, k], groups, passing, bounds)
 
 
-def valid_rows(count: SpaceCount, block_ids: list[int]) -> tuple[np.ndarray, np.ndarray]:
-    """The valid layouts of the blocks ``block_ids`` of ``count.blocks`` (in that order), each
-    block's in the full enumeration's row order: the product of each factor group's passing joint
-    values (first group slowest), as ``(n, 19)`` rows (:meth:`autopar.space.Block.rows`) and their
-    ``(n, 7)`` keys (:attr:`ValidSpace.keys`). Built for all the blocks at once (:func:`_mixed_radix`
-    over the groups' passing counts)."""
-    ids = np.asarray(block_ids, dtype=np.int64)
-    owner, digits = _mixed_radix(np.stack([bound[ids + 1] - bound[ids] for bound in count.bounds], axis=1))
+def valid_block_rows(count: SpaceCount, b: int) -> tuple[np.ndarray, np.ndarray]:
+    """The valid layouts of block ``b`` of ``count.blocks`` in the full enumeration's row order:
+    the product of each factor group's passing joint values, as ``(n, 19)`` rows
+    (:meth:`autopar.space.Block.rows`) and their ``(n, 7)`` keys (:attr:`ValidSpace.keys`)."""
+    block = count.blocks[b]
+    spans = [slice(bound[b], bound[b + 1]) for bound in count.bounds]
+    picks = [g.ravel() for g in np.meshgrid(*(np.arange(s.stop - s.start) for s in spans), indexing="ij")]
     index = {}
-    for g, ((_, group_index), bound) in enumerate(zip(count.passing, count.bounds)):
-        pick = bound[ids][owner] + digits[:, g]
-        index.update({f: v[pick] for f, v in group_index.items()})
-    chosen = [count.blocks[b] for b in block_ids]
+    for (_, group_index), span, pick in zip(count.passing, spans, picks):
+        index.update({f: v[span][pick] for f, v in group_index.items()})
     if not all(FACTORS.index(g[-1]) - FACTORS.index(g[0]) == len(g) - 1 for g in count.groups):
-        dims = np.array([[len(block.values[f]) for f in FACTORS] for block in chosen], dtype=np.int64)
-        place = np.concatenate([np.cumprod(dims[:, :0:-1], axis=1)[:, ::-1], np.ones((len(ids), 1), np.int64)], axis=1)
-        raveled = sum(index[f] * place[owner, k] for k, f in enumerate(FACTORS))
-        order = np.lexsort((raveled, owner))  # stable: by block, then the full enumeration's order
+        dims = [len(block.values[f]) for f in FACTORS]
+        order = np.argsort(np.ravel_multi_index([index[f] for f in FACTORS], dims), kind="stable")
         index = {f: v[order] for f, v in index.items()}
-    keys = np.column_stack([ids[owner]] + [index[f] for f in FACTORS])
-    return _block_rows(chosen, owner, index), keys
+    keys = np.column_stack([np.full(len(index["mbs"]), b)] + [index[f] for f in FACTORS])
+    return block.rows(index), keys
 
 
 def valid_layouts(p: Problem, options: SpaceOptions | None, constraints: list[Constraint]) -> ValidSpace:
     """The valid layouts of the space of ``p`` and the exact removal and rejection counts, as
     :func:`autopar.space.enumerate_layouts`, :func:`autopar.search.constraints.apply_constraints`
     and :func:`autopar.rules.first_failure` give them, without building the rejected rows
-    (:func:`count_space`, then :func:`valid_rows` for every block with valid layouts).
+    (:func:`count_space`, then :func:`valid_block_rows` for every block with valid layouts).
 
     Raises:
         AutoparError: more than :data:`autopar.space.MAX_LAYOUTS` valid layouts
@@ -241,7 +236,7 @@ def valid_layouts(p: Problem, options: SpaceOptions | None, constraints: list[Co
     """
     count = count_space(p, options, constraints)
     check_size(p, count.valid, "valid")
-    present = [int(b) for b in np.flatnonzero(count.valid_per_block)]
-    rows, keys = valid_rows(count, present) if present else (np.zeros((0, _COLUMNS), dtype=np.int64),
-                                                              np.zeros((0, 1 + len(FACTORS)), dtype=np.int64))
+    parts = [valid_block_rows(count, int(b)) for b in np.flatnonzero(count.valid_per_block)]
+    rows = np.concatenate([r for r, _ in parts]) if parts else np.zeros((0, _COLUMNS), dtype=np.int64)
+    keys = np.concatenate([k for _, k in parts]) if parts else np.zeros((0, 1 + len(FACTORS)), dtype=np.int64)
     return ValidSpace(batch_of(p, rows), count.enumerated, count.removed, count.rejected, keys)
