@@ -3,7 +3,7 @@ each recorded as assumed; Megatron-Bridge rows score on that source's family, no
 
 from __future__ import annotations
 
-from autopar.validate.measurements import read_rows
+from autopar.validate.measurements import Row, read_rows
 from autopar.validate.moe_recipes import MBR_KNOBS, gpu_family
 from autopar.validate.rows import family_of, to_case
 from autopar.validate.score import score_rows
@@ -72,3 +72,20 @@ def test_dense_rows_are_untouched():
     case = to_case(ROWS["MBR-2511-H100-1"])
     assert not any(a.startswith("MoE recipe") for a in case.assumed)
     assert case.problem.train.moe == type(case.problem.train.moe)()
+
+
+def test_gpt_oss_b200_takes_the_release_configs_expert_parallel_size():
+    """25.11 table: GPT-OSS B200 EP 8 with MBS 4; every config with MBS 4 sets EP 64 (MBR_LAYOUT_FIXES).
+    With 128 experts over ep 64 each rank holds 2 experts, and its dispatch crosses the 8 DGX-B200 nodes."""
+    case = to_case(ROWS["MBR-2511-B200-1"])
+    assert ROWS["MBR-2511-B200-1"].int("ep") == 8
+    assert case.strategy.ep == 64 and case.strategy.mbs == 4 and case.strategy.dp == 64
+    assert any(a.startswith("layout from the release config") and "ep': 64" in a for a in case.assumed)
+
+
+def test_layout_fixes_leave_other_rows_alone():
+    """Only the GPT-OSS B200 25.11 row: the H100 GPT-OSS row keeps its table EP 8, and so does any
+    other release's row of the same model and GPU."""
+    assert to_case(ROWS["MBR-2511-H100-4"]).strategy.ep == 8
+    cells = dict(ROWS["MBR-2511-B200-1"].cells, id="MBR-2509-B200-X")
+    assert to_case(Row(cells)).strategy.ep == 8

@@ -138,7 +138,14 @@ def export(
     else:
         strategy = strategy_from_options(p, script, layout, dp, schedule, target=fmt)
     check_strategy(p, strategy)
-    text = WRITERS[fmt](p, strategy)
+    try:
+        text = WRITERS[fmt](p, strategy)
+    except AutoparError as err:
+        if not from_result:
+            raise
+        # the layout options the writer names cannot be given with --from: say what can be done
+        raise AutoparError(f"{err}; the layout is --from {from_result}'s: search again with --target {fmt} to rank "
+                           f"the layouts {fmt} runs unchanged, then export that result") from None
     written: list = []
     if out and fmt in FILE_WRITERS:  # several files (deepspeed: the JSON and the script that reads it)
         written = FILE_WRITERS[fmt](p, strategy, Path(out))

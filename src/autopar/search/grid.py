@@ -8,7 +8,8 @@ batch is fixed). The top ``k`` are re-costed stage by stage with :func:`estimate
 numbers are exactly what ``autopar estimate`` prints for the same layout; pipelined ones are
 re-balanced first and the top ``k`` re-ranked (:mod:`autopar.pipeline.rebalance`: under the
 memory limit, the best split the ``target`` framework can run unchanged, kept if it ranks
-higher; for ``sapp`` and ``galvatron`` also any split with a recompute option per stage,
+higher; at least :data:`RECOST_AT_LEAST` are re-balanced whatever ``k``, so a smaller ``--top``
+never shows another #1; for ``sapp`` and ``galvatron`` also any split with a recompute option per stage,
 found by the min-max split DP, which the other formats cannot express; the integer program
 then refines #1). Two layouts that re-balance to the same one are listed once.
 """
@@ -420,13 +421,20 @@ def search(
     )
 
 
+#: Layouts re-costed and re-balanced before the top ``k`` are taken, whatever ``k``: re-balancing can
+#: lift a layout above those ranked before it, so re-balancing only ``k = 1`` could show a slower #1
+#: than ``--top 2`` does.
+RECOST_AT_LEAST = 10
+
+
 def _top(p: Problem, ranking: Ranking, top_k: int, memory_margin: float, target: str) -> tuple[list[Estimate], list[str]]:
     """The ``top_k`` best undominated layouts of ``ranking`` that ``target`` can write, re-costed
     stage by stage (:func:`estimate_many`), re-balanced and re-ranked (see the module docstring), and
-    the refusals of the fitting layouts skipped on the way.
+    the refusals of the fitting layouts skipped on the way. The first ``max(top_k,
+    RECOST_AT_LEAST)`` are re-balanced, so the top rows do not depend on ``top_k``.
 
     Raises:
-        _MoreNeeded: ``ranking`` is incomplete and ran out before ``top_k`` layouts were found.
+        _MoreNeeded: ``ranking`` is incomplete and ran out before that many layouts were found.
         AutoparError: the target's writer refuses every fitting layout.
     """
     valid = ranking.batch
@@ -438,10 +446,11 @@ def _top(p: Problem, ranking: Ranking, top_k: int, memory_margin: float, target:
             refused.append(reason)
         return reason is None
 
+    wanted = max(top_k, RECOST_AT_LEAST)
     with phase("rank"):
         order = list(islice(undominated(valid, ranking.step_s, ranking.peak_bytes, np.arange(len(valid)), writable),
-                            top_k))
-    if len(order) < top_k and not ranking.complete:
+                            wanted))
+    if len(order) < wanted and not ranking.complete:
         raise _MoreNeeded
     if not order:
         raise AutoparError(f"no fitting layout can be written for --target {target}: "
@@ -456,4 +465,4 @@ def _top(p: Problem, ranking: Ranking, top_k: int, memory_margin: float, target:
     if target in PER_STAGE_OPTIONS and layouts[0].strategy.pp > 1:  # the integer program polishes #1 only
         with phase("balance", description="balancing #1 (integer program)"):
             layouts = _unique(rank([rebalance_estimate(p, layouts[0], memory_margin, target, cache)] + layouts))
-    return layouts, refused
+    return layouts[:top_k], refused

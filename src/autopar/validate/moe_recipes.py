@@ -16,8 +16,8 @@ row's ``assumed`` list. Facts of a recipe, never a fitted factor.
   (``--overlap-moe-expert-parallel-comm``), ``recompute_modules``, the CUDA graph scope
   (``cuda_graph_impl="transformer_engine"``, ``cuda_graph_scope``) and, for Qwen3-235B on H100,
   ``CommOverlapConfig(tp_comm_overlap=False)``, as the 25.11 release branch has them (tag v0.2.0,
-  2025-11-26). Where a row's layout differs from that release's config (GPT-OSS on B200: the
-  table says EP 8, the config ``expert_model_parallel_size=64``), the row's own cells win. The
+  2025-11-26). Where a row's layout differs from that release's config, the row's own cells win,
+  except where every version of the config contradicts the table (:data:`MBR_LAYOUT_FIXES`). The
   DeepSeek-V3 H100 entry serves the 25.09 row only; it leaves out the ``moe_a2a_overlap=True``
   of v0.2.0, because the configs that state it begin on 2025-11-06 (commit bf75c65, "dataclass
   cfgs - perf"), after 25.09, so whether that run overlapped is not known.
@@ -64,6 +64,36 @@ MBR_KNOBS: dict[tuple[str, str], dict[str, Any]] = {
 }
 
 
+#: (release, model, GPU family) -> layout cells the release's own config states where the published
+#: table prints another value, with the evidence. Only where no version of the config has the table's
+#: combination: GPT-OSS-120B on DGX-B200 in 25.11 - the table prints EP 8 with MBS 4; the configs
+#: (``GPT_OSS_120B_B200_BF16_BASE_CONFIG``, unchanged from commit 34641780 "fix GPT-OSS perf scripts",
+#: 2025-11-20, through tags v0.2.0, v0.2.1 and v0.2.2) set ``expert_model_parallel_size=64`` together
+#: with ``micro_batch_size=4``; before that commit every GPT-OSS entry was the base config (EP 8, MBS 8,
+#: full-iteration CUDA graphs). The table's GB200 and GB300 GPT-OSS rows were first published with the
+#: same config values (EP 64, MBS 4, GBS 512, seq 4096) and corrected to their run's cells in commit
+#: 1804c076f; the B200 row was not. Its 8213 tokens/s/GPU is about half of the GB200 row first published
+#: for that same config (15754), as an EP-64 dispatch over the 8 DGX-B200 nodes' InfiniBand, against
+#: the NVL72 domain's NVLink, would have it.
+#: Left as the table has them, because a config version has the table's cells or neither reading is
+#: consistent: Qwen3-30B-A3B H100 FP8-CS (table VP 24, MBS 2; v0.2.0 config VP 12, MBS 1; the 25.09
+#: yaml VP 12, MBS 2) and GPT-OSS H100 (table MBS 4, GA 2; the config MBS 1, and dp 16 gives GA 8 or 32).
+MBR_LAYOUT_FIXES: dict[tuple[str, str, str], tuple[dict[str, int], str]] = {
+    ("2511", "gpt-oss-120b", "B200"): (
+        dict(ep=64), "Megatron-Bridge v0.2.0 GPT_OSS_120B_B200_BF16_BASE_CONFIG expert_model_parallel_size=64 "
+                     "with micro_batch_size=4 (the table's EP 8 appears in no config with MBS 4)"),
+}
+
+
+def layout_fix(row: Row) -> tuple[dict[str, int], str] | None:
+    """(layout cells, evidence) of :data:`MBR_LAYOUT_FIXES` for a Megatron-Bridge row
+    (``MBR-<release>-...``), else None."""
+    parts = row.id.split("-")
+    if parts[0] != "MBR" or len(parts) < 2:
+        return None
+    return MBR_LAYOUT_FIXES.get((parts[1], row["model"].lower(), gpu_family(row)))
+
+
 def gpu_family(row: Row) -> str:
     """The GPU family a recipe is keyed by: GB300, GB200, B200 or H100 (from the ``gpu`` cell), else ''."""
     gpu = row["gpu"].upper()
@@ -90,12 +120,16 @@ def apply_moe_recipe(row: Row, strategy: Strategy, train: TrainSpec, assumed: li
                      ) -> tuple[Strategy, TrainSpec]:
     """The row's layout and training settings with its recipe's MoE knobs (module docstring),
     each recorded in ``assumed``; unchanged for a dense model or a source without a recipe. A
-    knob the row states itself (``ETP=`` in the notes) is kept."""
+    knob the row states itself (``ETP=`` in the notes) is kept; a layout cell of
+    :data:`MBR_LAYOUT_FIXES` replaces the table's, recorded with its evidence."""
     found = _knobs(row)
     if found is None:
         return strategy, train
     source, knobs = found
     layout: dict[str, Any] = {}
+    fix = layout_fix(row)
+    if fix is not None:
+        assumed.append(f"layout from the release config, not the table: {fix[0]} ({fix[1]})")
     if "etp" in knobs and "ETP=" not in row["notes"]:
         layout["etp"] = knobs["etp"]
     if "dispatcher" in knobs:
@@ -114,4 +148,4 @@ def apply_moe_recipe(row: Row, strategy: Strategy, train: TrainSpec, assumed: li
     said = [f"{k}={v}" for k, v in layout.items()] + [f"{k}={v}" for k, v in knobs.get("runtime", {}).items()]
     said += [f"{k}={v}" for k, v in fields.items() if k in ("grad_dtype", "cuda_graph_impl", "cuda_graph_scope")]
     assumed.append(f"MoE recipe ({source}): " + ", ".join(said))
-    return strategy.model_copy(update=layout), train.model_copy(update=fields)
+    return strategy.model_copy(update={**layout, **(fix[0] if fix else {})}), train.model_copy(update=fields)
