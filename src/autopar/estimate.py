@@ -9,8 +9,9 @@ import numpy as np
 
 from autopar.cost.stage import Stages, all_stages
 from autopar.cost.stage_time import p2p_time_s
-from autopar.cost.step import TIME_KEYS, evaluate
-from autopar.pipeline.makespan import simulated_costs
+from autopar.cost.step import TIME_KEYS, StepCosts, evaluate
+from autopar.layout_batch import LayoutBatch
+from autopar.pipeline.makespan import simulated_costs_many
 from autopar.problem import Problem
 from autopar.rules import check_strategy
 from autopar.pipeline.layout import layout_of, split_fields
@@ -120,28 +121,50 @@ class Estimate:
 
 
 def estimate(p: Problem, s: Strategy, memory_margin: float = DEFAULT_MEMORY_MARGIN) -> Estimate:
-    """Cost one explicit layout on every pipeline stage.
-
-    Each stage is costed with its own layer count and recompute option
-    (:attr:`Strategy.stage_recompute`). When stages differ (uneven layer counts or per-stage
-    recompute) the closed-form makespan of :mod:`autopar.cost.step` no longer holds and the
-    pipeline is simulated stage by stage (:func:`autopar.pipeline.makespan.simulated_costs`).
+    """Cost one explicit layout on every pipeline stage (:func:`estimate_many` for one layout).
 
     Raises:
         LayoutError: the layout breaks a validity rule (every broken rule is named).
     """
-    check_strategy(p, s)
-    if s.layers_per_stage is None and s.pipeline_layout is None:  # write the split out
-        if s.account_for_embedding or s.account_for_loss:
-            s = s.model_copy(update={"layers_per_stage": layout_of(p, s).layers_per_stage})
-        else:
-            s = s.model_copy(update=split_fields(layout_of(p, s)))
-    batch, stages = all_stages(p, s)
-    rows = [batch.take(np.array([i])) for i in range(s.pp)]  # stage i with its own recompute option
-    views = [stages.take(np.array([i])) for i in range(s.pp)]
-    costs = evaluate(p, rows[0], views, [np.ones(1)] * s.pp, rows)
-    if s.pp > 1 and (len(set(stages.layers.tolist())) > 1 or s.recompute_per_stage):  # uneven: simulate
-        costs = simulated_costs(p, s, batch, stages, costs)
+    return estimate_many(p, [s], memory_margin)[0]
+
+
+def estimate_many(p: Problem, strategies: list[Strategy], memory_margin: float = DEFAULT_MEMORY_MARGIN) -> list[Estimate]:
+    """Cost explicit layouts on every pipeline stage, each exactly as alone.
+
+    Each stage is costed with its own layer count and recompute option
+    (:attr:`Strategy.stage_recompute`). When stages differ (uneven layer counts or per-stage
+    recompute) the closed-form makespan of :mod:`autopar.cost.step` no longer holds and the
+    pipeline is simulated stage by stage, the layouts of one pipeline shape together
+    (:func:`autopar.pipeline.makespan.simulated_costs_many`).
+
+    Raises:
+        LayoutError: a layout breaks a validity rule (every broken rule is named).
+    """
+    costed, uneven = [], []
+    for s in strategies:
+        check_strategy(p, s)
+        if s.layers_per_stage is None and s.pipeline_layout is None:  # write the split out
+            if s.account_for_embedding or s.account_for_loss:
+                s = s.model_copy(update={"layers_per_stage": layout_of(p, s).layers_per_stage})
+            else:
+                s = s.model_copy(update=split_fields(layout_of(p, s)))
+        batch, stages = all_stages(p, s)
+        rows = [batch.take(np.array([i])) for i in range(s.pp)]  # stage i with its own recompute option
+        views = [stages.take(np.array([i])) for i in range(s.pp)]
+        costs = evaluate(p, rows[0], views, [np.ones(1)] * s.pp, rows)
+        if s.pp > 1 and (len(set(stages.layers.tolist())) > 1 or s.recompute_per_stage):  # uneven: simulate
+            uneven.append(len(costed))
+        costed.append((s, batch, stages, costs))
+    for i, costs in zip(uneven, simulated_costs_many(p, [costed[i] for i in uneven])):
+        costed[i] = (*costed[i][:3], costs)
+    return [_estimate(p, *item, memory_margin) for item in costed]
+
+
+def _estimate(p: Problem, s: Strategy, batch: LayoutBatch, stages: Stages, costs: StepCosts,
+              memory_margin: float) -> Estimate:
+    """The :class:`Estimate` of layout ``s`` from its ``costs`` (``batch``/``stages``: the layout
+    repeated per stage and its stages, :func:`autopar.cost.stage.all_stages`)."""
     per_stage = [
         StageMemory(
             stage=i, layers=int(stages.layers[i]), recompute=s.stage_recompute[i], params=float(mem.params[0]),

@@ -146,29 +146,32 @@ def _graph(schedule: str, pp: int, vpp: int, ms: tuple[int, ...]) -> tuple:
 
 def _static_ends_s(fwd: np.ndarray, bwd: np.ndarray, rec: np.ndarray, p2p_s: np.ndarray, ms: tuple[int, ...],
                    schedule: str) -> tuple[np.ndarray, tuple]:
-    """End time of every op, ``(c, ops)`` for ``c`` p2p times, in the order of :func:`_graph`
-    (returned too): every op ends at ``max(previous op on its rank, its input + p2p) +
-    duration`` (recompute, then backward), computed one dependency depth at a time for all
-    ops of that depth, which is exactly list scheduling of each rank's order."""
-    pp, vpp = fwd.shape
+    """End time of every op, ``(n * c, ops)`` for ``n`` layouts' op times ``(n, pp, vpp)`` and
+    their ``(n, c)`` p2p times (layout-major rows), in the order of :func:`_graph` (returned
+    too): every op ends at ``max(previous op on its rank, its input + p2p) + duration``
+    (recompute, then backward), computed one dependency depth at a time for all ops of that
+    depth and every row, which is exactly list scheduling of each rank's order (rows never mix)."""
+    _, pp, vpp = fwd.shape
+    c = p2p_s.shape[1]
     graph = _graph(schedule, pp, vpp, ms)
     backward, chunk, rank, after, needs, hop, cuts = graph[:7]
-    first = np.where(backward, rec[rank, chunk], fwd[rank, chunk])
-    second = np.where(backward, bwd[rank, chunk], 0.0)
-    delay = np.asarray(p2p_s, dtype=float)[:, None] * hop
-    end = np.zeros((len(delay), len(first) + 1))
+    first = np.repeat(np.where(backward, rec[:, rank, chunk], fwd[:, rank, chunk]), c, axis=0)
+    second = np.repeat(np.where(backward, bwd[:, rank, chunk], 0.0), c, axis=0)
+    delay = p2p_s.reshape(-1, 1) * hop
+    end = np.zeros((len(delay), first.shape[1] + 1))
     for a, b in zip(cuts[:-1], cuts[1:]):
         start = np.maximum(end[:, after[a:b]], end[:, needs[a:b]] + delay[:, a:b])
-        end[:, a:b] = (start + first[a:b]) + second[a:b]
+        end[:, a:b] = (start + first[:, a:b]) + second[:, a:b]
     return end[:, :-1], graph
 
 
 def _simulate_static(fwd: np.ndarray, bwd: np.ndarray, rec: np.ndarray, p2p_s: np.ndarray, ms: tuple[int, ...],
                      schedule: str) -> np.ndarray:
-    """Makespans ``(c, len(ms))`` of a static schedule for ``c`` p2p times and each micro-batch
-    count in ``ms`` (:func:`_static_ends_s`)."""
+    """Makespans ``(n, c, len(ms))`` of a static schedule for ``n`` layouts' op times
+    ``(n, pp, vpp)``, their ``(n, c)`` p2p times and each micro-batch count in ``ms``
+    (:func:`_static_ends_s`)."""
     end, graph = _static_ends_s(fwd, bwd, rec, p2p_s, ms, schedule)
-    return np.stack([end[:, last].max(axis=1) for last in graph[7]], axis=1)
+    return np.stack([end[:, last].max(axis=1) for last in graph[7]], axis=1).reshape(*p2p_s.shape, len(ms))
 
 
 def static_makespan_s(times: PipelineTimes, num_microbatches: int, schedule: str) -> float:
@@ -183,16 +186,31 @@ def static_makespan_s(times: PipelineTimes, num_microbatches: int, schedule: str
 
 def static_makespans_s(times: PipelineTimes, p2p_s: np.ndarray, num_microbatches: int, schedule: str) -> np.ndarray:
     """Makespans ``(c,)`` of ``schedule`` with ``times`` and each of the ``c`` p2p times
-    ``p2p_s`` (``times.p2p_s`` is ignored).
+    ``p2p_s`` (``times.p2p_s`` is ignored): :func:`batch_makespans_s` for one layout.
+
+    Raises:
+        AutoparError: see :func:`batch_makespans_s`.
+    """
+    ops = [np.asarray(x, dtype=float)[None] for x in (times.forward_s, times.backward_s, times.recompute_s)]
+    return batch_makespans_s(*ops, np.asarray(p2p_s, dtype=float)[None], num_microbatches, schedule)[0]
+
+
+def batch_makespans_s(fwd: np.ndarray, bwd: np.ndarray, rec: np.ndarray, p2p_s: np.ndarray, num_microbatches: int,
+                      schedule: str) -> np.ndarray:
+    """Makespans ``(n, c)`` of ``schedule`` for ``n`` layouts of the same shape: per-(rank, chunk)
+    forward, backward and recompute times ``(n, pp, vpp)`` (seconds per micro-batch), each with
+    ``c`` p2p times ``p2p_s`` ``(n, c)``. The layouts share one op graph and one vector step per
+    dependency depth; each gets exactly the makespans it gets alone.
 
     With many micro-batches the schedule reaches a periodic steady state (a max-plus linear
     system; Baccelli et al., "Synchronization and Linearity", 1992, ch. 3): every op recurs
     ``delta`` seconds later every ``c`` micro-batches. As :mod:`autopar.pipeline.steady` does for
     the event simulation, ``10 * pp`` micro-batches are simulated, ``(c, delta)`` is read from
     the ops of a window past the warm-up (:func:`autopar.pipeline.steady.recurrence`) and the
-    makespan extrapolated from a step with ``m``'s remainder modulo ``c``; without a recurrence
-    the warm-up doubles. Fewer micro-batches, GPipe, and steps with no recurrence found within
-    :data:`MAX_STATIC_OPS` are simulated in full, up to :data:`MAX_STATIC_OPS` ops.
+    makespan extrapolated from a step with ``m``'s remainder modulo ``c``; a layout without a
+    recurrence (for some p2p time) doubles its warm-up. Fewer micro-batches, GPipe, and layouts
+    with no recurrence found within :data:`MAX_STATIC_OPS` are simulated in full, up to
+    :data:`MAX_STATIC_OPS` ops.
 
     Raises:
         AutoparError: ``zb-h1`` and the two-chunk schedules (use ``simulate``), sizes the
@@ -201,78 +219,106 @@ def static_makespans_s(times: PipelineTimes, p2p_s: np.ndarray, num_microbatches
     if schedule not in ("gpipe", "1f1b", "interleaved"):
         raise AutoparError(f"schedule={schedule!r}: use autopar.pipeline.simulate.simulate (the static makespan "
                            "covers the interleaved placement's gpipe, 1f1b and interleaved)")
-    fwd, bwd, rec = (np.asarray(x, dtype=float) for x in (times.forward_s, times.backward_s, times.recompute_s))
-    (pp, vpp), m = fwd.shape, num_microbatches
+    (_, pp, vpp), m = fwd.shape, num_microbatches
     check_schedule(schedule, pp, vpp, m)
-    p2p_s = np.asarray(p2p_s, dtype=float)
+    spans = np.full(p2p_s.shape, np.nan)
+    todo = np.arange(len(fwd))  # layouts without a makespan yet
     step = pp if schedule == "interleaved" else 1  # the schedule's own period in micro-batches
     warmup = 2 * pp
-    while schedule != "gpipe":
+    while schedule != "gpipe" and todo.size:
         size = warmup + 8 * pp  # warm-up, window 4pp, shift <= 2pp, drain 2pp
         size += (m - size) % step
         if size >= m or 2 * pp * vpp * size > MAX_STATIC_OPS:
             break
-        found = _extrapolated_s(fwd, bwd, rec, p2p_s, m, schedule, size, warmup, step)
-        if found is not None:
-            return found
+        found, extrapolated = _extrapolated_s(fwd[todo], bwd[todo], rec[todo], p2p_s[todo], m, schedule, size,
+                                              warmup, step)
+        spans[todo[found]] = extrapolated
+        todo = todo[~found]
         warmup *= 2
+    if not todo.size:
+        return spans
     if 2 * pp * vpp * m > MAX_STATIC_OPS:
         what = "GPipe's backwards wait for every forward" if schedule == "gpipe" else "no periodic steady state found"
         raise AutoparError(f"num_microbatches={m}: the {schedule} pipeline (pp={pp}, vpp={vpp}) is simulated op by op "
                            f"({what}) up to pp * vpp * num_microbatches = {MAX_STATIC_OPS // 2:,}; lower --gbs or "
                            "raise --mbs/--dp")
-    return _simulate_static(fwd, bwd, rec, p2p_s, (m,), schedule)[:, 0]
+    spans[todo] = _simulate_static(fwd[todo], bwd[todo], rec[todo], p2p_s[todo], (m,), schedule)[:, :, 0]
+    return spans
 
 
 def _extrapolated_s(fwd: np.ndarray, bwd: np.ndarray, rec: np.ndarray, p2p_s: np.ndarray, m: int, schedule: str,
-                    size: int, warmup: int, step: int) -> np.ndarray | None:
-    """Makespans ``(c,)`` of ``m`` micro-batches from the recurrence of a ``size`` step's ops past
-    ``warmup`` micro-batches, or None when some p2p time has none yet."""
-    pp, vpp = fwd.shape
+                    size: int, warmup: int, step: int) -> tuple[np.ndarray, np.ndarray]:
+    """Which of the ``n`` layouts have a recurrence for every p2p time in a ``size`` step's ops
+    past ``warmup`` micro-batches (``(n,)`` bool), and those layouts' makespans ``(found, c)`` of
+    ``m`` micro-batches extrapolated from it."""
+    n, pp, vpp = fwd.shape
     end, graph = _static_ends_s(fwd, bwd, rec, p2p_s, (size,), schedule)
     backward, chunk, rank, microbatch = graph[0], graph[1], graph[2], graph[8]
     row = (rank * 2 + backward) * vpp + chunk  # one row per (rank, kind, chunk)
-    found = []
+    cycles = []
     for ends in end:
         op_s = np.full((2 * pp * vpp, size), np.nan)
         op_s[row, microbatch] = ends
-        cycle = recurrence(op_s, warmup, 4 * pp, 2 * pp, step, RECURRENCE_REL_TOL * float(ends.max()))
-        if cycle is None:
-            return None
-        found.append(cycle)
-    finals = [size + (m - size) % c for c, _ in found]  # m's remainder modulo each cycle
+        cycles.append(recurrence(op_s, warmup, 4 * pp, 2 * pp, step, RECURRENCE_REL_TOL * float(ends.max())))
+    c = p2p_s.shape[1]
+    found = np.array([all(x is not None for x in cycles[i * c:(i + 1) * c]) for i in range(n)], dtype=bool)
+    kept = [cycle for i, cycle in enumerate(cycles) if found[i // c]]
+    if not kept:
+        return found, np.zeros((0, c))
+    finals = [size + (m - size) % cycle for cycle, _ in kept]  # m's remainder modulo each cycle
     sizes = tuple(sorted(set(finals)))
-    spans = _simulate_static(fwd, bwd, rec, p2p_s, sizes, schedule)
-    return np.array([spans[i, sizes.index(f)] + (m - f) // c * delta
-                     for i, (f, (c, delta)) in enumerate(zip(finals, found))])
+    spans = _simulate_static(fwd[found], bwd[found], rec[found], p2p_s[found], sizes, schedule).reshape(len(kept), -1)
+    return found, np.array([spans[i, sizes.index(f)] + (m - f) // cycle * delta
+                            for i, (f, (cycle, delta)) in enumerate(zip(finals, kept))]).reshape(-1, c)
 
 
-def simulated_costs(p: Problem, s: Strategy, batch: LayoutBatch, stages: Stages, costs: StepCosts) -> StepCosts:
-    """``costs`` of one layout with the pipeline makespan simulated stage by stage.
+def simulated_costs_many(p: Problem, layouts: list[tuple[Strategy, LayoutBatch, Stages, StepCosts]]) -> list[StepCosts]:
+    """The ``costs`` of each layout with its pipeline makespan simulated stage by stage; the
+    static schedules of one shape (schedule, pp, vpp, num_microbatches) are simulated together
+    (:func:`batch_makespans_s`), each layout getting exactly what it gets alone.
 
-    ``batch``/``stages``: the layout repeated per stage and its stages
-    (:func:`autopar.cost.stage.all_stages`). A stage's per-micro-batch time (communication shared
-    out as in :mod:`autopar.pipeline.layers`) goes to its ``vpp`` chunks by their layers, the
-    embedding/output-layer part to the chunk holding it (:func:`chunk_op_times_s`). The time
-    breakdown keeps its compute/communication terms; ``pp_bubble`` becomes the simulated
-    makespan without p2p minus ``m`` times the slowest stage and ``pp_comm`` what p2p adds to
-    the makespan plus the tied-embedding gradient all-reduce
+    Each item: the layout ``s``, ``batch``/``stages`` the layout repeated per stage and its
+    stages (:func:`autopar.cost.stage.all_stages`) and its ``costs``. A stage's per-micro-batch
+    time (communication shared out as in :mod:`autopar.pipeline.layers`) goes to its ``vpp``
+    chunks by their layers, the embedding/output-layer part to the chunk holding it
+    (:func:`chunk_op_times_s`). The time breakdown keeps its compute/communication terms;
+    ``pp_bubble`` becomes the simulated makespan without p2p minus ``m`` times the slowest stage
+    and ``pp_comm`` what p2p adds to the makespan plus the tied-embedding gradient all-reduce
     (:func:`autopar.cost.stage_time.tied_embedding_grad_s`), so the breakdown still sums to the
     step time.
+
+    Raises:
+        AutoparError: as :func:`batch_makespans_s`.
     """
-    chunks = list(chunk_op_times_s(p, s, batch, stages))  # 3 x (pp, vpp)
-    m = s.num_microbatches(p.train.global_batch_size)
-    # GPipe (Galvatron's pipeline_type gpipe) is simulated op by op; beyond MAX_STATIC_OPS its 1F1B twin
-    # stands in (the same makespan for equal stages).
-    gpipe = s.schedule == "gpipe" and 2 * s.pp * m <= MAX_STATIC_OPS
-    schedule = "interleaved" if s.vpp > 1 else "gpipe" if gpipe else "1f1b"
-    one = batch.take(np.zeros(1, dtype=np.int64))
-    p2p = float(p2p_time_s(p, one)[0])
-    if s.schedule in V_SCHEDULE_NAMES:  # ZB-V / DualPipeV: the event simulation of their op orders
-        without, with_p2p = (simulate_bounded(PipelineTimes(*chunks, p2p_s=delay), m, s.schedule).makespan_s
+    inputs = []  # per layout: (op times (3, pp, vpp), m, schedule, p2p seconds, the layout's first row)
+    for s, batch, stages, _ in layouts:
+        m = s.num_microbatches(p.train.global_batch_size)
+        # GPipe (Galvatron's pipeline_type gpipe) is simulated op by op; beyond MAX_STATIC_OPS its 1F1B twin
+        # stands in (the same makespan for equal stages).
+        gpipe = s.schedule == "gpipe" and 2 * s.pp * m <= MAX_STATIC_OPS
+        schedule = "interleaved" if s.vpp > 1 else "gpipe" if gpipe else "1f1b"
+        one = batch.take(np.zeros(1, dtype=np.int64))
+        inputs.append((np.asarray(chunk_op_times_s(p, s, batch, stages), dtype=float), m, schedule,
+                       float(p2p_time_s(p, one)[0]), one))
+    spans: list = [None] * len(layouts)  # (makespan without p2p, with p2p) per layout
+    shapes: dict[tuple, list[int]] = {}
+    for i, ((s, *_), (chunks, m, schedule, p2p, _)) in enumerate(zip(layouts, inputs)):
+        if s.schedule in V_SCHEDULE_NAMES:  # ZB-V / DualPipeV: the event simulation of their op orders
+            spans[i] = tuple(simulate_bounded(PipelineTimes(*chunks, p2p_s=delay), m, s.schedule).makespan_s
                              for delay in (0.0, p2p))
-    else:
-        without, with_p2p = static_makespans_s(PipelineTimes(*chunks), np.array([0.0, p2p]), m, schedule)
+        else:
+            shapes.setdefault((schedule, chunks.shape, m), []).append(i)
+    for (schedule, _, m), group in shapes.items():
+        ops = np.stack([inputs[i][0] for i in group], axis=1)  # (3, n, pp, vpp)
+        p2p_s = np.array([[0.0, inputs[i][3]] for i in group])
+        for i, pair in zip(group, batch_makespans_s(*ops, p2p_s, m, schedule)):
+            spans[i] = tuple(pair)
+    return [_with_makespans(p, costs, inputs[i][4], *spans[i]) for i, (_, _, _, costs) in enumerate(layouts)]
+
+
+def _with_makespans(p: Problem, costs: StepCosts, one: LayoutBatch, without: float, with_p2p: float) -> StepCosts:
+    """``costs`` with the pipeline terms of the simulated makespans ``without`` and ``with_p2p``
+    (seconds; see :func:`simulated_costs_many`)."""
     b = costs.time_breakdown_s
     busy = b["compute"] + b["tp_comm"] + b["cp_comm"] + b["ep_comm"]
     breakdown = dict(b, pp_bubble=np.maximum(without - busy, 0.0), pp_comm=with_p2p - without + tied_embedding_grad_s(p, one))

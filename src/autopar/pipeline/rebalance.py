@@ -32,7 +32,7 @@ from dataclasses import replace
 import numpy as np
 
 from autopar.errors import AutoparError
-from autopar.estimate import Estimate, estimate
+from autopar.estimate import Estimate, estimate_many
 from autopar.export.per_stage import PER_STAGE_OPTIONS
 from autopar.pipeline import ilp
 from autopar.pipeline.folded import FoldedTable, fold, surrogate_s
@@ -178,9 +178,22 @@ def _rank_key(e: Estimate) -> tuple:
 def rebalance_estimate(p: Problem, e: Estimate, memory_margin: float, target: str = "megatron",
                        cache: TableCache | None = None, use_ilp: bool = True) -> Estimate:
     """The best (fits, then not marginal, then faster) of ``e`` and its re-balanced layouts for
-    ``target`` (see the module docstring; ``use_ilp``: see :func:`per_stage_candidates`).
+    ``target``: :func:`rebalance_many` for one layout.
 
-    The memory limit is ``(1 - memory_margin)`` of the device unless ``e`` is already
+    Raises:
+        AutoparError: ``target`` is not one of :data:`TARGETS`.
+    """
+    return rebalance_many(p, [e], memory_margin, target, cache, use_ilp)[0]
+
+
+def rebalance_many(p: Problem, estimates: list[Estimate], memory_margin: float, target: str = "megatron",
+                   cache: TableCache | None = None, use_ilp: bool = True) -> list[Estimate]:
+    """For each of ``estimates``, the best (fits, then not marginal, then faster) of it and its
+    re-balanced layouts for ``target`` (see the module docstring; ``use_ilp``: see
+    :func:`per_stage_candidates`). The candidates of all layouts are costed together
+    (:func:`autopar.estimate.estimate_many`: one pipeline simulation per shape).
+
+    The memory limit is ``(1 - memory_margin)`` of the device unless a layout is already
     marginal, so re-balancing never turns a comfortable layout into a marginal one.
 
     Raises:
@@ -189,19 +202,22 @@ def rebalance_estimate(p: Problem, e: Estimate, memory_margin: float, target: st
     if target not in TARGETS:
         raise AutoparError(f"target={target!r}: allowed {', '.join(TARGETS)}")
     capacity = p.cluster.device.memory_bytes
-    limit = capacity if e.marginal else (1 - memory_margin) * capacity
     cache = cache or TableCache()
-    if target in EVEN_SPLIT_TARGETS:
-        candidates = []
-    elif target in PER_STAGE_OPTIONS:
-        candidates = per_stage_candidates(p, e.strategy, limit, PER_STAGE_OPTIONS[target], cache, use_ilp)
-    else:
-        candidates = [c for c in [balanced_strategy(p, e.strategy, limit, cache)] if c is not None]
-    best = e
-    for s in candidates:
-        if s != e.strategy:
-            other = estimate(p, s, memory_margin)
-            best = other if _rank_key(other) < _rank_key(best) else best
+    owners, candidates = [], []  # the index in ``estimates`` of each candidate layout
+    for k, e in enumerate(estimates):
+        limit = capacity if e.marginal else (1 - memory_margin) * capacity
+        if target in EVEN_SPLIT_TARGETS:
+            found = []
+        elif target in PER_STAGE_OPTIONS:
+            found = per_stage_candidates(p, e.strategy, limit, PER_STAGE_OPTIONS[target], cache, use_ilp)
+        else:
+            found = [c for c in [balanced_strategy(p, e.strategy, limit, cache)] if c is not None]
+        fresh = [s for s in found if s != e.strategy]
+        owners += [k] * len(fresh)
+        candidates += fresh
+    best = list(estimates)
+    for k, other in zip(owners, estimate_many(p, candidates, memory_margin) if candidates else []):
+        best[k] = other if _rank_key(other) < _rank_key(best[k]) else best[k]
     return best
 
 

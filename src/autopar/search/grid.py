@@ -4,7 +4,7 @@ and ``--explain`` go through the whole batch at once, :func:`costed_grid`).
 
 Ranking: layouts that fit comfortably first, then marginal ones (within the memory margin of
 the device limit), each group by predicted step time (equivalently tokens/s/device, since the
-batch is fixed). The top ``k`` are re-costed stage by stage with :func:`estimate` so their
+batch is fixed). The top ``k`` are re-costed stage by stage with :func:`estimate_many` so their
 numbers are exactly what ``autopar estimate`` prints for the same layout; pipelined ones are
 re-balanced first and the top ``k`` re-ranked (:mod:`autopar.pipeline.rebalance`: under the
 memory limit, the best split the ``target`` framework can run unchanged, kept if it ranks
@@ -24,11 +24,11 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from autopar.errors import AutoparError
-from autopar.estimate import DEFAULT_MEMORY_MARGIN, Estimate, estimate
+from autopar.estimate import DEFAULT_MEMORY_MARGIN, Estimate, estimate_many
 from autopar.export.comm_knobs import CP_ALGORITHMS, MOE_CHOICE_TARGETS, TP_OVERLAP_TARGETS, flex_backend
 from autopar.export.per_stage import MODULE_TARGETS, PER_STAGE_OPTIONS
 from autopar.layout_batch import LayoutBatch
-from autopar.pipeline.rebalance import TARGETS, TableCache, rank, rebalance_estimate
+from autopar.pipeline.rebalance import TARGETS, TableCache, rank, rebalance_estimate, rebalance_many
 from autopar.problem import Problem
 from autopar.problem_record import problem_record
 from autopar.progress import advance, phase, timings
@@ -429,7 +429,7 @@ RECOST_AT_LEAST = 10
 
 def _top(p: Problem, ranking: Ranking, top_k: int, memory_margin: float, target: str) -> tuple[list[Estimate], list[str]]:
     """The ``top_k`` best undominated layouts of ``ranking`` that ``target`` can write, re-costed
-    stage by stage (:func:`estimate`), re-balanced and re-ranked (see the module docstring), and
+    stage by stage (:func:`estimate_many`), re-balanced and re-ranked (see the module docstring), and
     the refusals of the fitting layouts skipped on the way. The first ``max(top_k,
     RECOST_AT_LEAST)`` are re-balanced, so the top rows do not depend on ``top_k``.
 
@@ -456,16 +456,12 @@ def _top(p: Problem, ranking: Ranking, top_k: int, memory_margin: float, target:
         raise AutoparError(f"no fitting layout can be written for --target {target}: "
                            f"{len(refused):,} refused, e.g. {refused[0]}")
     with phase("recost", total=2 * len(order), description=f"re-costing and re-balancing the top {len(order)}"):
-        layouts = []
-        for i in order:
-            layouts.append(estimate(p, valid.strategy(int(i), p.model.num_layers, p.model.mtp_num_layers), memory_margin))
-            advance()
+        layouts = estimate_many(p, [valid.strategy(int(i), p.model.num_layers, p.model.mtp_num_layers) for i in order],
+                                memory_margin)  # one pipeline simulation per shape across the top k
+        advance(len(order))
         cache = TableCache()  # one layer table per shard shape across the top k
-        balanced = []
-        for e in layouts:
-            balanced.append(rebalance_estimate(p, e, memory_margin, target, cache, use_ilp=False))
-            advance()
-        layouts = _unique(rank(balanced))
+        layouts = _unique(rank(rebalance_many(p, layouts, memory_margin, target, cache, use_ilp=False)))
+        advance(len(order))
     if target in PER_STAGE_OPTIONS and layouts[0].strategy.pp > 1:  # the integer program polishes #1 only
         with phase("balance", description="balancing #1 (integer program)"):
             layouts = _unique(rank([rebalance_estimate(p, layouts[0], memory_margin, target, cache)] + layouts))

@@ -98,29 +98,35 @@ class ValidSpace:
     keys: np.ndarray | None = None  # (n, 7): each valid row's block and index into each factor, or None
 
 
+def _mixed_radix(sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every combination of ``k`` digits per block, block after block, the first digit slowest
+    (``np.meshgrid(..., indexing="ij")`` order): ``sizes`` ``(blocks, k)`` the digits' ranges;
+    returns each combination's block (position in ``sizes``) and its ``(n, k)`` digits."""
+    per_block = np.prod(sizes, axis=1)
+    owner = np.repeat(np.arange(len(sizes)), per_block)
+    at = np.arange(len(owner)) - np.repeat(np.cumsum(per_block) - per_block, per_block)
+    strides = np.concatenate([np.cumprod(sizes[:, :0:-1], axis=1)[:, ::-1], np.ones((len(sizes), 1), np.int64)], axis=1)
+    return owner, (at[:, None] // strides[owner]) % sizes[owner]
+
+
+def _block_rows(chosen: list[Block], owner: np.ndarray, index: dict[str, np.ndarray]) -> np.ndarray:
+    """The ``(n, 19)`` rows (:meth:`autopar.space.Block.rows`) of the layouts of blocks
+    ``chosen[owner]`` at the factor indices ``index`` (name -> ``(n,)``, every factor)."""
+    values = {}
+    for f in FACTORS:
+        tables = [block.values[f] for block in chosen]
+        offsets = np.cumsum([0] + [len(t) for t in tables[:-1]])
+        values[f] = np.concatenate(tables)[offsets[owner] + index[f]]
+    return assemble(np.stack([block.scalars for block in chosen]).reshape(-1, 6)[owner], values)
+
+
 def _group_rows(space: list[Block], group: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
     """One row per (block, joint value of ``group``), the other factors at their first value:
     the ``(m, 19)`` rows, each row's block and its index into each factor of ``group``."""
-    if len(group) > 1:  # a check reads several factors: their product, block by block
-        parts, owner, index = [], [], {f: [] for f in group}
-        for b, block in enumerate(space):
-            grids = np.meshgrid(*(np.arange(len(block.values[f])) for f in group), indexing="ij")
-            n = grids[0].size
-            full = {f: np.zeros(n, dtype=np.int64) for f in FACTORS}
-            full.update({f: g.ravel() for f, g in zip(group, grids)})
-            parts.append(block.rows(full))
-            owner.append(np.full(n, b))
-            for f in group:
-                index[f].append(full[f])
-        return np.concatenate(parts), np.concatenate(owner), {f: np.concatenate(v) for f, v in index.items()}
-    (factor,) = group
-    sizes = np.asarray([len(block.values[factor]) for block in space])
-    owner = np.repeat(np.arange(len(space)), sizes)
-    index = np.arange(len(owner)) - np.repeat(np.cumsum(sizes) - sizes, sizes)
-    values = {f: np.stack([block.values[f][0] for block in space])[owner] for f in FACTORS if f != factor}
-    values[factor] = np.concatenate([block.values[factor] for block in space])
-    scalars = np.stack([block.scalars for block in space])[owner]
-    return assemble(scalars, values), owner, {factor: index}
+    owner, digits = _mixed_radix(np.array([[len(block.values[f]) for f in group] for block in space], dtype=np.int64))
+    index = {f: digits[:, k] for k, f in enumerate(group)}
+    full = {f: index.get(f, np.zeros(len(owner), dtype=np.int64)) for f in FACTORS}
+    return _block_rows(space, owner, full), owner, index
 
 
 @dataclass
