@@ -1,17 +1,28 @@
-"""The search's grid stage streamed block by block: peak memory tracks one chunk, not the space.
+"""The search's grid stage: every valid layout's memory, and step times best-first, only where needed.
 
-:func:`autopar.search.valid_space.count_space` counts the space exactly without building a row;
-the valid layouts are then built, costed (:func:`autopar.search.costing.search_costs`) and ranked
-a chunk of blocks at a time (:data:`CHUNK_ROWS` valid layouts or one block), and only a running
-top of the fitting layouts is kept, with the counts (fitting, marginal, out of memory) and the
-lightest layout (for the "nothing fits" error).
+:func:`autopar.search.valid_space.count_space` counts the space exactly without building a row.
+The costing then goes over cells (:mod:`autopar.search.cells`, :mod:`autopar.search.cell_costs`):
+
+1. memory: the peak of every valid layout, each memory term once per cell of what it reads; the
+   counts of fitting, marginal and out-of-memory layouts and the lightest layout (for the
+   "nothing fits" error) come from there, exactly;
+2. floors: per cell of what the stage time reads less the recompute option, a lower bound of the
+   step time of its fitting layouts (micro-batches times the first stage's time floor over every
+   recompute setting, :func:`autopar.cost.stage_time.stage_time` with ``floor``);
+3. times, best-first: the blocks in increasing order of their least floor, a chunk of
+   :data:`CHUNK_ROWS` valid layouts at a time (smaller first chunks); once the running top holds
+   ``keep`` layouts, a fitting layout whose floor or first-stage bound
+   (:func:`autopar.cost.step.step_lower_bound_s`) rules it out of the top (:func:`_bound`) is
+   not timed further, and once a block's least floor does, so are the remaining blocks'.
 
 Exactness: the full grid ranks the fitting rows by (marginal, step time rounded to the
 microsecond, :data:`autopar.strategy.SIMPLICITY_ORDER` from the last field, row index) with a
 stable lexicographic sort (:func:`autopar.search.grid.costed_grid`). The same key with the row's
-index in the whole valid batch (chunk offset + row in chunk) orders any subset as the whole
+position in the full enumeration (the valid rows keep its order) orders any subset as the whole
 does, so the first ``keep`` rows of the merge of each chunk's first ``keep`` rows are the first
-``keep`` of the whole order. The costs are row-wise, so a chunk's numbers are the whole batch's.
+``keep`` of the whole order, whatever order the chunks come in; a layout ruled out by a lower
+bound of its step time would rank after the top's last entry. The costs are row-wise, so a
+cell's numbers are those of each of its layouts.
 A walk that needs more than ``keep`` rows (many layouts the target cannot write) is redone with
 a larger ``keep`` by the caller (:func:`autopar.search.grid.search`).
 """
@@ -23,23 +34,36 @@ from typing import Iterator
 
 import numpy as np
 
-from autopar.cost.step import StepCosts
+from autopar.cost import stage_time as T
+from autopar.cost.step import step_lower_bound_s
 from autopar.layout_batch import LayoutBatch
 from autopar.problem import Problem
-from autopar.progress import advance, phase
-from autopar.search.costing import Bound, search_costs
-from autopar.search.valid_space import SpaceCount, valid_block_rows
-from autopar.space import batch_of
+from autopar.progress import phase
+from autopar.search.cell_costs import (
+    ALL,
+    MEMORY_TERMS,
+    Reads,
+    floor_pass,
+    memory_pass,
+    microbatches,
+    take_time,
+    time_rows,
+)
+from autopar.search.cells import SpaceCells
+from autopar.search.costing import Bound
+from autopar.search.valid_space import SpaceCount
 from autopar.strategy import SIMPLICITY_ORDER
 
-CHUNK_ROWS = 1 << 16  # valid layouts costed at once: ~64k rows keep a chunk's arrays in the CPU caches
+CHUNK_ROWS = 1 << 16  # valid layouts timed at once: ~64k rows keep a chunk's arrays in the CPU caches
+FIRST_CHUNK_ROWS = 1 << 12  # the first chunk's: the running top fills from the best blocks first
 KEEP = 1024  # fitting layouts kept in ranking order (the walk of `search._top` rarely goes past a few dozen)
 
 
 @dataclass
 class Ranked:
     """The best fitting layouts seen so far, best first: their ``batch``, ``step_s`` and
-    ``peak_bytes`` (``(k,)``), ``marginal`` mask and ``index`` into the whole valid batch."""
+    ``peak_bytes`` (``(k,)``), ``marginal`` mask and ``index`` (position in the full enumeration,
+    :meth:`autopar.search.cells.SpaceCells.full_index`)."""
 
     batch: LayoutBatch
     step_s: np.ndarray
@@ -109,19 +133,6 @@ def _bound(top: Ranked | None, keep: int, marginal_bytes: float) -> Bound | None
     return bound
 
 
-def _chunks(count: SpaceCount) -> Iterator[list[int]]:
-    """The blocks with valid layouts, in order, grouped into chunks of about :data:`CHUNK_ROWS` rows."""
-    chunk, rows = [], 0
-    for b in np.flatnonzero(count.valid_per_block):
-        chunk.append(int(b))
-        rows += int(count.valid_per_block[b])
-        if rows >= CHUNK_ROWS:
-            yield chunk
-            chunk, rows = [], 0
-    if chunk:
-        yield chunk
-
-
 @dataclass
 class Streamed:
     """The outcome of :func:`stream_costs`: the first ``keep`` fitting layouts (``top``, None if
@@ -136,41 +147,77 @@ class Streamed:
     lightest_peak_bytes: float
 
 
+def _time_chunks(order: np.ndarray, valid_per_block: np.ndarray) -> Iterator[np.ndarray]:
+    """The blocks of ``order`` in turn, grouped into chunks of about :data:`CHUNK_ROWS` valid
+    layouts; the first chunks are smaller, so the running top fills with the best blocks' layouts
+    before the bulk is visited."""
+    limit = FIRST_CHUNK_ROWS
+    chunk, rows = [], 0
+    for b in order:
+        chunk.append(int(b))
+        rows += int(valid_per_block[b])
+        if rows >= limit:
+            yield np.asarray(chunk, dtype=np.int64)
+            chunk, rows, limit = [], 0, min(2 * limit, CHUNK_ROWS)
+    if chunk:
+        yield np.asarray(chunk, dtype=np.int64)
+
+
 def stream_costs(p: Problem, count: SpaceCount, memory_margin: float, keep: int) -> Streamed:
-    """Cost the valid layouts of ``count`` chunk by chunk and keep the first ``keep`` fitting
-    ones in ranking order (see the module docstring)."""
+    """Cost the valid layouts of ``count`` and keep the first ``keep`` fitting ones in ranking
+    order (see the module docstring)."""
     capacity = p.cluster.device.memory_bytes
-    reads: dict = {}  # which factors each cost term reads, found once for every chunk
-    top, fitting, marginal_total, offset = None, 0, 0, 0
-    every: list[Ranked] = []
-    lightest, lightest_peak = None, np.inf
+    margin_bytes = (1 - memory_margin) * capacity
+    cells = SpaceCells(p, count)
+    reads = Reads(p, cells)
+    time_factors = reads("stage_time", lambda b, s: T.stage_time(p, b, s))
+    floor_factors = time_factors - {"recompute"}  # the floor overwrites the recompute columns
     with phase("cost", total=count.valid, description=f"costing {count.valid:,} valid layouts"):
-        for chunk in _chunks(count):
-            parts = [valid_block_rows(count, b) for b in chunk]
-            batch = batch_of(p, np.concatenate([rows for rows, _ in parts]))
-            costs: StepCosts = search_costs(p, batch, capacity, np.concatenate([keys for _, keys in parts]), reads,
-                                            _bound(top, keep, (1 - memory_margin) * capacity))
-            peak = costs.peak_memory_bytes
-            light = int(np.argmin(peak))
-            if peak[light] < lightest_peak:
-                lightest, lightest_peak = batch.take(np.asarray([light])), float(peak[light])
-            fits = peak <= capacity
-            marginal = fits & (peak > (1 - memory_margin) * capacity)
-            fit = np.flatnonzero(fits)
-            fitting += len(fit)
-            marginal_total += int(marginal.sum())
-            step = costs.step_time_s
-            timed = fit[np.isfinite(step[fit])]  # the others cannot enter the top (_bound)
-            if len(timed):
-                rows = _shortlist(timed, np.round(step, 6), marginal, keep)
-                found = Ranked(batch.take(rows), step[rows], peak[rows], marginal[rows], offset + rows)
-                if keep >= count.valid:  # everything kept: one sort at the end
-                    every.append(found)
-                else:
-                    top = Ranked.merge(top, found, keep)
-            offset += len(batch)
-            advance(len(batch))
+        memory_factors = frozenset().union(*(reads(name, lambda b, s, fn=fn: fn(p, b, s))
+                                             for name, fn in MEMORY_TERMS.items()))
+        memory = memory_pass(p, cells, reads, capacity, margin_bytes, [floor_factors & memory_factors])
+        everything = keep >= count.valid  # everything kept: no bound, one sort at the end
+        if not everything:
+            floor = floor_pass(p, cells, floor_factors, memory)
+            floor_starts = cells.starts(floor_factors)
+            block_floor = np.full(cells.n_blocks, np.inf)  # the least floor of each block's fitting layouts
+            sizes = cells.sizes(floor_factors)
+            owner = np.repeat(np.arange(cells.n_blocks), sizes)
+            np.minimum.at(block_floor, owner, floor)
+            order = np.flatnonzero(np.isfinite(block_floor))
+            order = order[np.argsort(block_floor[order], kind="stable")]
+        else:
+            order = np.flatnonzero(count.valid_per_block)
+        top, every = None, []
+        for chunk in _time_chunks(order, count.valid_per_block):
+            bound = None if everything else _bound(top, keep, margin_bytes)
+            if bound is not None and not top.marginal[-1] and \
+                    block_floor[chunk[0]] > float(top.step_s[-1]) + BOUND_SLACK_S:
+                break  # every later block's layouts are ruled out too (blocks in floor order)
+            rows = cells.cells(chunk, ALL)
+            peak = memory.peak_bytes[cells.index(rows, memory.factors, memory.starts)]
+            keep_rows = peak <= capacity
+            if bound is not None:
+                keep_rows &= bound(peak, floor[cells.index(rows, floor_factors, floor_starts)])
+            rows, peak = rows.take(keep_rows), peak[keep_rows]
+            if not len(rows):
+                continue
+            t0 = cells.evaluate(rows, time_factors, 0, lambda b, s: T.stage_time(p, b, s))
+            if bound is not None:
+                timed = np.flatnonzero(bound(peak, step_lower_bound_s(microbatches(p, cells, rows), t0)))
+                rows, peak, t0 = rows.take(timed), peak[timed], take_time(t0, timed)
+                if not len(rows):
+                    continue
+            step = time_rows(p, cells, reads, rows, peak, t0).step_time_s
+            marginal = peak > margin_bytes
+            short = _shortlist(np.arange(len(rows)), np.round(step, 6), marginal, keep)
+            chosen = rows.take(short)
+            found = Ranked(cells.rows(chosen), step[short], peak[short], marginal[short], cells.full_index(chosen))
+            if everything:
+                every.append(found)
+            else:
+                top = Ranked.merge(top, found, keep)
     if every:
         top = Ranked.merge(None, Ranked.concat(every), keep)
-    assert lightest is not None  # count.valid > 0: the caller refuses an empty space first
-    return Streamed(top, fitting > keep, fitting, marginal_total, lightest, lightest_peak)
+    return Streamed(top, memory.fitting > keep, memory.fitting, memory.marginal, cells.rows(memory.lightest),
+                    memory.lightest_peak_bytes)

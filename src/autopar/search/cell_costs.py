@@ -1,0 +1,213 @@
+"""The streamed search's costing passes over cells (:mod:`autopar.search.cells`).
+
+* :func:`memory_pass`: the peak memory of every valid layout, costed per cell of the memory terms
+  (:func:`autopar.cost.memory.stage_state`, :func:`~autopar.cost.memory.stage_activation_bytes`,
+  :func:`~autopar.cost.memory.stage_buffers`, each once per distinct value of what it reads) on the
+  bounding stage views that are stages of their own, summed by
+  :func:`autopar.cost.memory.assemble_memory` per *memory cell* (a distinct value of every factor
+  a memory term reads: the layouts of a cell differ only in factors no memory term reads, e.g. the
+  CP algorithm, and share its peak); the counts of fitting and marginal layouts are the cells'
+  counts times how many layouts each stands for.
+* :func:`floor_pass`: a lower bound of the step time of every layout, the number of micro-batches
+  times the first stage's time floor over every recompute setting
+  (:func:`autopar.cost.stage_time.stage_time` with ``floor``), costed once per cell of what the
+  stage time reads less the recompute option, for the cells holding a fitting layout.
+* :func:`time_rows`: the step costs of chosen fitting layouts, each term costed once per distinct
+  cell of what it reads, combined by :func:`autopar.cost.step.combine` as
+  :func:`autopar.search.costing.search_costs` combines them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from autopar.cost import stage_time as T
+from autopar.cost.memory import assemble_memory, stage_activation_bytes, stage_buffers, stage_state
+from autopar.cost.step import StepCosts, combine, step_lower_bound_s, view_time
+from autopar.problem import Problem
+from autopar.progress import advance
+from autopar.search.cells import Cells, SpaceCells
+from autopar.search.costing import _own_rows, _views_of, view_counts
+from autopar.search.valid_space import _factors_read
+from autopar.space import FACTORS
+
+CHUNK_CELLS = 1 << 17  # memory cells costed at once (about 1 MiB per array): RSS stays flat as the space grows
+FLOOR_CELLS = 1 << 15  # floor cells costed at once
+_SAMPLE_BLOCKS = 6  # blocks the column recorder samples layouts from (spread over the space)
+_SAMPLE_PER_BLOCK = 48  # layouts per sampled block
+ALL = frozenset(FACTORS)
+
+MEMORY_TERMS = {"state": stage_state, "activations": stage_activation_bytes, "buffers": stage_buffers}
+
+
+class Reads:
+    """Which factors each cost term reads (name -> frozenset), found once per search by running
+    the term on a sample of layouts spread over the space (every view, so branches taken on any
+    stage are seen) against the column recorder (:func:`autopar.search.valid_space._factors_read`)."""
+
+    def __init__(self, p: Problem, cells: SpaceCells) -> None:
+        self.p, self.cells = p, cells
+        self._known: dict[str, frozenset[str]] = {}
+        valid = np.flatnonzero(cells.count.valid_per_block)
+        picked = valid[np.unique(np.linspace(0, len(valid) - 1, _SAMPLE_BLOCKS).round().astype(np.int64))]
+        sample = cells.cells(picked, ALL)
+        spread = [np.flatnonzero(sample.block == b) for b in picked]
+        rows = np.concatenate([at[np.unique(np.linspace(0, len(at) - 1, _SAMPLE_PER_BLOCK).round().astype(np.int64))]
+                               for at in spread])
+        self.sample = sample.take(rows)
+        self._batch = cells.rows(self.sample)
+
+    def __call__(self, name: str, fn) -> frozenset[str]:
+        """The factors ``fn(rows, stages)`` (known as ``name``) reads."""
+        if name not in self._known:
+            read: frozenset[str] = frozenset()
+            for view in range(3):
+                stages = self.cells.stages(self.sample, view)
+                read |= _factors_read(lambda b, s=stages: fn(b, s), self._batch)
+            self._known[name] = read
+        return self._known[name]
+
+
+@dataclass
+class MemoryPass:
+    """What :func:`memory_pass` found: each memory cell's peak (``peak_bytes``, cells of
+    ``factors`` listed from ``starts``), the counts of fitting and marginal layouts, the lightest
+    layout (a :class:`Cells` of one) and its peak, and for each factor set asked for, which of its
+    cells hold a fitting layout (``fit_any``: set -> bool per cell, listed from :meth:`SpaceCells.starts`)."""
+
+    factors: frozenset[str]
+    starts: np.ndarray
+    peak_bytes: np.ndarray
+    fitting: int
+    marginal: int
+    lightest: Cells
+    lightest_peak_bytes: float
+    fit_any: dict[frozenset[str], np.ndarray]
+
+
+def _view_blocks(cells: SpaceCells, c: Cells, view: int) -> np.ndarray | None:
+    """Which entries of ``c`` have stage view ``view`` as a stage of their own (None: all): view
+    1 (stage 1) where pp >= 3, view 2 (stage pp-1) where pp >= 2 (see
+    :func:`autopar.search.costing._own_rows`)."""
+    if view == 0:
+        return None
+    pp = cells.scalars[c.block, 2]
+    return pp >= (3 if view == 1 else 2)
+
+
+def _chunks(sizes: np.ndarray, blocks: np.ndarray, limit: int) -> list[np.ndarray]:
+    """``blocks`` in order, grouped so each group holds about ``limit`` of ``sizes`` (per block)."""
+    out, chunk, total = [], [], 0
+    for b in blocks:
+        chunk.append(int(b))
+        total += int(sizes[b])
+        if total >= limit:
+            out.append(np.asarray(chunk, dtype=np.int64))
+            chunk, total = [], 0
+    if chunk:
+        out.append(np.asarray(chunk, dtype=np.int64))
+    return out
+
+
+def memory_pass(p: Problem, cells: SpaceCells, reads: Reads, capacity_bytes: float, marginal_bytes: float,
+                fit_sets: list[frozenset[str]]) -> MemoryPass:
+    """The peak of every memory cell and the counts (see the module docstring); ``fit_sets``:
+    factor sets whose cells holding a fitting layout the later passes need."""
+    terms = {name: (lambda b, s, fn=fn: fn(p, b, s)) for name, fn in MEMORY_TERMS.items()}
+    term_reads = {name: reads(name, fn) for name, fn in terms.items()}
+    factors = frozenset().union(*term_reads.values())
+    term_starts = {name: cells.starts(r) for name, r in term_reads.items()}
+    starts, sizes = cells.starts(factors), cells.sizes(factors)
+    peak_all = np.empty(int(sizes.sum()))
+    fit_starts = {s: cells.starts(s) for s in fit_sets}
+    fit_any = {s: np.zeros(int(cells.sizes(s).sum()), dtype=bool) for s in fit_sets}
+    fitting = marginal = 0
+    lightest, lightest_peak = None, np.inf
+    for chunk in _chunks(sizes, np.flatnonzero(sizes), CHUNK_CELLS):
+        c = cells.cells(chunk, factors)
+        peak = None
+        for view in range(3):
+            own = _view_blocks(cells, c, view)
+            sub = c if own is None else c.take(own)
+            if not len(sub):
+                continue
+            parts = [cells.evaluate(sub, term_reads[name], view, fn, term_starts[name]) for name, fn in terms.items()]
+            total = assemble_memory(p, *parts).total_bytes
+            if own is None:
+                peak = np.array(total, dtype=np.float64)
+            else:
+                peak[own] = np.maximum(peak[own], total)
+        at = starts[chunk[0]]
+        peak_all[at:at + len(c)] = peak
+        weight = cells.multiplicity(c, factors)
+        fits = peak <= capacity_bytes
+        fitting += int(weight[fits].sum())
+        marginal += int(weight[fits & (peak > marginal_bytes)].sum())
+        light = float(peak.min())
+        if light < lightest_peak:  # ties: the first in the full enumeration
+            ties = c.take(np.flatnonzero(peak == light))
+            lightest, lightest_peak = ties.take(np.asarray([int(np.argmin(cells.full_index(ties)))])), light
+        fit_cells = c.take(fits)
+        for s in fit_sets:
+            fit_any[s][cells.index(fit_cells, s, fit_starts[s])] = True
+        advance(int(weight.sum()))
+    assert lightest is not None  # the caller refuses an empty space first
+    return MemoryPass(factors, starts, peak_all, fitting, marginal, lightest, lightest_peak, fit_any)
+
+
+def microbatches(p: Problem, cells: SpaceCells, c: Cells) -> np.ndarray:
+    """Micro-batches per step of each layout of ``c``: ``gbs // (mbs * dp)`` as
+    :func:`autopar.space.batch_of` sets them."""
+    mbs = cells.tables["mbs"][cells.table_starts["mbs"][c.block] + cells.factor_index(c)["mbs"], 0]
+    return p.train.global_batch_size // (mbs * cells.scalars[c.block, 0])
+
+
+def floor_pass(p: Problem, cells: SpaceCells, factors: frozenset[str], memory: MemoryPass) -> np.ndarray:
+    """The step-time floor (s) of each cell of ``factors`` (what the stage time reads less the
+    recompute option, listed from :meth:`SpaceCells.starts`): ``inf`` where the cell holds no
+    fitting layout, else :func:`autopar.cost.step.step_lower_bound_s` of the first stage's
+    :func:`~autopar.cost.stage_time.stage_time` floor over every recompute setting."""
+    sizes = cells.sizes(factors)
+    floor = np.full(int(sizes.sum()), np.inf)
+    shared = factors & memory.factors
+    fit_any, fit_starts = memory.fit_any[shared], cells.starts(shared)
+    starts = cells.starts(factors)
+    for chunk in _chunks(sizes, np.flatnonzero(sizes), FLOOR_CELLS):
+        c = cells.cells(chunk, factors)
+        keep = np.flatnonzero(fit_any[cells.index(c, shared, fit_starts)])
+        if not len(keep):
+            continue
+        c = c.take(keep)
+        t = T.stage_time(p, cells.rows(c), cells.stages(c, 0), floor=True)
+        floor[starts[chunk[0]] + keep] = step_lower_bound_s(microbatches(p, cells, c), t)
+    return floor
+
+
+def take_time(t: T.StageTime, index: np.ndarray) -> T.StageTime:
+    """The rows of ``t`` at ``index``."""
+    return T.StageTime(**{f.name: getattr(t, f.name)[index] for f in fields(T.StageTime)})
+
+
+def time_rows(p: Problem, cells: SpaceCells, reads: Reads, c: Cells, peak_bytes: np.ndarray,
+              t0: T.StageTime) -> StepCosts:
+    """Step costs of the fitting layouts ``c`` (peaks ``peak_bytes``, first-stage times ``t0``):
+    each view timed on the layouts where it is a stage of its own (:func:`view_time`, every term
+    once per distinct cell of what it reads), combined as :func:`autopar.search.costing.search_costs`
+    combines them."""
+    batch = cells.rows(c)
+    parts = []
+    for view, rows in enumerate(_own_rows(batch)):
+        sub = c.take(rows)
+
+        def run(name, fn, sub=sub, view=view):
+            return cells.evaluate(sub, reads(name, fn), view, fn)
+
+        parts.append(view_time(p, batch.take(rows), cells.stages(sub, view), run, t0 if view == 0 else None))
+    names = [f.name for f in fields(T.StageTime)]
+    full = {name: _views_of(batch, [getattr(t, name) for t, _, _ in parts]) for name in names}
+    times = [T.StageTime(**{name: full[name][j] for name in names}) for j in range(3)]
+    dp = _views_of(batch, [d for _, d, _ in parts])
+    opt = _views_of(batch, [o for _, _, o in parts])
+    return combine(p, batch, view_counts(batch), times, dp, opt, peak_bytes, [])
