@@ -245,7 +245,7 @@ class Block:
 def assemble(scalars: np.ndarray, values: dict[str, np.ndarray]) -> np.ndarray:
     """``(n, 19)`` rows of :func:`batch_of` columns from the blocks' ``(n, 6)`` ``scalars``
     (:attr:`Block.scalars`) and each factor's ``(n, c)`` values (see :class:`Block`)."""
-    a = np.empty((len(scalars), _COLUMNS), dtype=np.int64)
+    a = np.empty((_COLUMNS, len(scalars)), dtype=np.int64).T  # column-major: each column contiguous, as the costs read them
     a[:, :5], a[:, 12] = scalars[:, :5], scalars[:, 5]
     a[:, 5:7], a[:, 17:19] = values["experts"][:, :2], values["experts"][:, 2:]
     a[:, 7], a[:, 9] = values["mbs"][:, 0], values["zero"][:, 0]
@@ -298,7 +298,10 @@ def check_size(p: Problem, rows: int, what: str = "candidate") -> None:
 
 
 def batch_of(p: Problem, a: np.ndarray) -> LayoutBatch:
-    """The :class:`LayoutBatch` of the ``(n, 19)`` rows ``a`` (:meth:`Block.rows`)."""
+    """The :class:`LayoutBatch` of the ``(n, 19)`` rows ``a`` (:meth:`Block.rows`); its columns
+    are contiguous (copied column-major where ``a`` is not): the costs read them column by
+    column, about twice as fast as through a row-major array's strides."""
+    a = np.asfortranarray(a)
     gbs = p.train.global_batch_size
     return LayoutBatch(
         dp=a[:, 0], tp=a[:, 1], pp=a[:, 2], vpp=a[:, 3], cp=a[:, 4], ep=a[:, 5], etp=a[:, 6],

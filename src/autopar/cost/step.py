@@ -126,17 +126,21 @@ def _flops_per_token(p: Problem) -> float:
     return _LAST_FLOPS[1]
 
 
-def step_lower_bound_s(num_microbatches: np.ndarray, first_stage: T.StageTime) -> np.ndarray:
-    """A lower bound of :func:`combine`'s step time (s, ``(n,)``) from the first stage's time
-    alone: ``num_microbatches * t_0`` with ``t_0`` stage 0's per-micro-batch total (``(n,)`` each).
+def step_lower_bound_s(num_microbatches: np.ndarray, first_stage: T.StageTime | np.ndarray) -> np.ndarray:
+    """A lower bound of :func:`combine`'s step time (s, ``(n,)``) from one stage's time:
+    ``num_microbatches * t`` with ``t`` the per-micro-batch total of any of the layout's stages
+    (a :class:`~autopar.cost.stage_time.StageTime`, or its ``total_s``; e.g. the largest over
+    the stages costed so far), ``(n,)`` each.
 
-    Proof (every term of :func:`combine` is a sum of non-negative times): with ``t_max >= t_0``,
-    the 1F1B makespan ``sum_j c_j t_j + (M - 1) t_max >= t_0 + (M - 1) t_0`` (view 0 counts
-    ``c_0 = 1``), the interleaved one ``(M + (pp - 1)/vpp) t_max >= M t_0``, a V schedule's
-    ``(M + bubble) t_max`` with a simulated bubble ``>= 0`` too; the hand-offs, the
-    exposed data-parallel time and the optimizer step add ``>= 0``. Checked against
-    :func:`evaluate` on random layouts by ``tests/cost/test_step_lower_bound.py``."""
-    return num_microbatches.astype(np.float64) * first_stage.total_s
+    Proof (every term of :func:`combine` is a sum of non-negative times), with ``t_max >= t`` the
+    slowest view, one that stands for a stage (a view counted 0 times repeats one that is counted):
+    the 1F1B makespan ``sum_j c_j t_j + (M - 1) t_max >= t_max + (M - 1) t_max``, the interleaved
+    one ``(M + (pp - 1)/vpp) t_max >= M t_max``, a V schedule's ``(M + bubble) t_max`` with a
+    simulated bubble ``>= 0`` too; the hand-offs, the exposed data-parallel time and the optimizer
+    step add ``>= 0``. Checked against :func:`evaluate` on random layouts by
+    ``tests/cost/test_step_lower_bound.py``."""
+    total = first_stage.total_s if isinstance(first_stage, T.StageTime) else first_stage
+    return num_microbatches.astype(np.float64) * total
 
 
 def combine(p: Problem, batch: LayoutBatch, counts: list[np.ndarray], times: list[T.StageTime],

@@ -164,11 +164,15 @@ def microbatches(p: Problem, cells: SpaceCells, c: Cells) -> np.ndarray:
     return p.train.global_batch_size // (mbs * cells.scalars[c.block, 0])
 
 
-def floor_pass(p: Problem, cells: SpaceCells, factors: frozenset[str], memory: MemoryPass) -> np.ndarray:
+def floor_pass(p: Problem, cells: SpaceCells, factors: frozenset[str],
+               memory: MemoryPass) -> tuple[np.ndarray, np.ndarray]:
     """The step-time floor (s) of each cell of ``factors`` (what the stage time reads less the
     recompute option, listed from :meth:`SpaceCells.starts`): ``inf`` where the cell holds no
     fitting layout, else :func:`autopar.cost.step.step_lower_bound_s` of the first stage's
-    :func:`~autopar.cost.stage_time.stage_time` floor over every recompute setting."""
+    :func:`~autopar.cost.stage_time.stage_time` floor over every recompute setting. And per block
+    a guess of its best step time, which orders the visit and bounds nothing: for the cell with
+    the least floor, the micro-batches times the largest floor of the three stage views, times
+    ``1 + (pp - 1) / (vpp M)`` for the pipeline's fill and drain (Narayanan et al., SC'21, sec. 2.2)."""
     sizes = cells.sizes(factors)
     floor = np.full(int(sizes.sum()), np.inf)
     shared = factors & memory.factors
@@ -182,7 +186,19 @@ def floor_pass(p: Problem, cells: SpaceCells, factors: frozenset[str], memory: M
         c = c.take(keep)
         t = T.stage_time(p, cells.rows(c), cells.stages(c, 0), floor=True)
         floor[starts[chunk[0]] + keep] = step_lower_bound_s(microbatches(p, cells, c), t)
-    return floor
+    guess = np.full(cells.n_blocks, np.inf)
+    owner = np.repeat(np.arange(cells.n_blocks), sizes)
+    order = np.lexsort((floor, owner))  # by block, then floor: each block's least first
+    least = order[np.concatenate([[True], owner[order][1:] != owner[order][:-1]])] if len(order) else order
+    least = least[np.isfinite(floor[least])]
+    best = cells.cells(np.flatnonzero(sizes), factors).take(least)
+    rows, m = cells.rows(best), microbatches(p, cells, best)
+    slowest = floor[least] / m
+    for view, own in enumerate(_own_rows(rows)[1:], start=1):
+        t = T.stage_time(p, rows.take(own), cells.stages(best.take(own), view), floor=True)
+        slowest[own] = np.maximum(slowest[own], t.total_s)
+    guess[best.block] = slowest * (m + (rows.pp - 1) / rows.vpp)
+    return floor, guess
 
 
 def take_time(t: T.StageTime, index: np.ndarray) -> T.StageTime:
@@ -190,11 +206,38 @@ def take_time(t: T.StageTime, index: np.ndarray) -> T.StageTime:
     return T.StageTime(**{f.name: getattr(t, f.name)[index] for f in fields(T.StageTime)})
 
 
+def own_views(cells: SpaceCells, c: Cells) -> list[np.ndarray]:
+    """For each bounding view, the entries of ``c`` on which it is a stage of its own (see
+    :func:`autopar.search.costing._own_rows`): view 0 everywhere, view 1 where pp >= 3, view 2
+    where pp >= 2."""
+    pp = cells.scalars[c.block, 2]
+    return [np.arange(len(c)), np.flatnonzero(pp >= 3), np.flatnonzero(pp >= 2)]
+
+
+def slowest_view(p: Problem, cells: SpaceCells, c: Cells, factors: frozenset[str], fn, known: np.ndarray | None = None,
+                 first: int = 0) -> tuple[list, np.ndarray]:
+    """``fn(rows, stages)`` (a :class:`~autopar.cost.stage_time.StageTime` or totals) for views
+    ``first``.. on the entries of ``c`` where each is a stage of its own, once per distinct cell
+    of ``factors``, and each entry's largest per-micro-batch total over them and ``known``."""
+    slowest = np.zeros(len(c)) if known is None else known.copy()
+    out = []
+    for view, own in enumerate(own_views(cells, c)):
+        if view < first:
+            continue
+        value = cells.evaluate(c.take(own), factors, view, fn) if len(own) else None
+        out.append(value)
+        if value is not None:
+            total = value.total_s if isinstance(value, T.StageTime) else value
+            slowest[own] = np.maximum(slowest[own], total)
+    return out, slowest
+
+
 def time_rows(p: Problem, cells: SpaceCells, reads: Reads, c: Cells, peak_bytes: np.ndarray,
-              t0: T.StageTime) -> StepCosts:
-    """Step costs of the fitting layouts ``c`` (peaks ``peak_bytes``, first-stage times ``t0``):
-    each view timed on the layouts where it is a stage of its own (:func:`view_time`, every term
-    once per distinct cell of what it reads), combined as :func:`autopar.search.costing.search_costs`
+              times: list[T.StageTime | None]) -> StepCosts:
+    """Step costs of the fitting layouts ``c`` (peaks ``peak_bytes``; ``times``: each view's
+    stage times on the layouts where it is a stage of its own, :func:`own_views`): the exposed
+    data-parallel and optimizer times of each view (:func:`view_time`, every term once per
+    distinct cell of what it reads), combined as :func:`autopar.search.costing.search_costs`
     combines them."""
     batch = cells.rows(c)
     parts = []
@@ -204,7 +247,7 @@ def time_rows(p: Problem, cells: SpaceCells, reads: Reads, c: Cells, peak_bytes:
         def run(name, fn, sub=sub, view=view):
             return cells.evaluate(sub, reads(name, fn), view, fn)
 
-        parts.append(view_time(p, batch.take(rows), cells.stages(sub, view), run, t0 if view == 0 else None))
+        parts.append(view_time(p, batch.take(rows), cells.stages(sub, view), run, times[view]))
     names = [f.name for f in fields(T.StageTime)]
     full = {name: _views_of(batch, [getattr(t, name) for t, _, _ in parts]) for name in names}
     times = [T.StageTime(**{name: full[name][j] for name in names}) for j in range(3)]

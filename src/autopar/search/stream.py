@@ -30,7 +30,6 @@ a larger ``keep`` by the caller (:func:`autopar.search.grid.search`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator
 
 import numpy as np
 
@@ -39,16 +38,8 @@ from autopar.cost.step import step_lower_bound_s
 from autopar.layout_batch import LayoutBatch
 from autopar.problem import Problem
 from autopar.progress import phase
-from autopar.search.cell_costs import (
-    ALL,
-    MEMORY_TERMS,
-    Reads,
-    floor_pass,
-    memory_pass,
-    microbatches,
-    take_time,
-    time_rows,
-)
+from autopar.search.cell_costs import (ALL, MEMORY_TERMS, Reads, floor_pass, memory_pass, microbatches, own_views,
+                                       slowest_view, take_time, time_rows)
 from autopar.search.cells import SpaceCells
 from autopar.search.costing import Bound
 from autopar.search.valid_space import SpaceCount
@@ -147,22 +138,6 @@ class Streamed:
     lightest_peak_bytes: float
 
 
-def _time_chunks(order: np.ndarray, valid_per_block: np.ndarray) -> Iterator[np.ndarray]:
-    """The blocks of ``order`` in turn, grouped into chunks of about :data:`CHUNK_ROWS` valid
-    layouts; the first chunks are smaller, so the running top fills with the best blocks' layouts
-    before the bulk is visited."""
-    limit = FIRST_CHUNK_ROWS
-    chunk, rows = [], 0
-    for b in order:
-        chunk.append(int(b))
-        rows += int(valid_per_block[b])
-        if rows >= limit:
-            yield np.asarray(chunk, dtype=np.int64)
-            chunk, rows, limit = [], 0, min(2 * limit, CHUNK_ROWS)
-    if chunk:
-        yield np.asarray(chunk, dtype=np.int64)
-
-
 def stream_costs(p: Problem, count: SpaceCount, memory_margin: float, keep: int) -> Streamed:
     """Cost the valid layouts of ``count`` and keep the first ``keep`` fitting ones in ranking
     order (see the module docstring)."""
@@ -170,7 +145,9 @@ def stream_costs(p: Problem, count: SpaceCount, memory_margin: float, keep: int)
     margin_bytes = (1 - memory_margin) * capacity
     cells = SpaceCells(p, count)
     reads = Reads(p, cells)
-    time_factors = reads("stage_time", lambda b, s: T.stage_time(p, b, s))
+    stage_time = lambda b, s: T.stage_time(p, b, s)  # noqa: E731
+    stage_floor = lambda b, s: T.stage_time(p, b, s, floor=True).total_s  # noqa: E731
+    time_factors = reads("stage_time", stage_time)
     floor_factors = time_factors - {"recompute"}  # the floor overwrites the recompute columns
     with phase("cost", total=count.valid, description=f"costing {count.valid:,} valid layouts"):
         memory_factors = frozenset().union(*(reads(name, lambda b, s, fn=fn: fn(p, b, s))
@@ -178,37 +155,54 @@ def stream_costs(p: Problem, count: SpaceCount, memory_margin: float, keep: int)
         memory = memory_pass(p, cells, reads, capacity, margin_bytes, [floor_factors & memory_factors])
         everything = keep >= count.valid  # everything kept: no bound, one sort at the end
         if not everything:
-            floor = floor_pass(p, cells, floor_factors, memory)
+            floor, guess = floor_pass(p, cells, floor_factors, memory)
             floor_starts = cells.starts(floor_factors)
+            owner = np.repeat(np.arange(cells.n_blocks), cells.sizes(floor_factors))
             block_floor = np.full(cells.n_blocks, np.inf)  # the least floor of each block's fitting layouts
-            sizes = cells.sizes(floor_factors)
-            owner = np.repeat(np.arange(cells.n_blocks), sizes)
             np.minimum.at(block_floor, owner, floor)
             order = np.flatnonzero(np.isfinite(block_floor))
-            order = order[np.argsort(block_floor[order], kind="stable")]
+            order = order[np.argsort(guess[order], kind="stable")]  # likely best first: the top fills early
         else:
-            order = np.flatnonzero(count.valid_per_block)
+            order, block_floor = np.flatnonzero(count.valid_per_block), np.zeros(cells.n_blocks)
         top, every = None, []
-        for chunk in _time_chunks(order, count.valid_per_block):
+        at, limit = 0, FIRST_CHUNK_ROWS
+        while at < len(order):
             bound = None if everything else _bound(top, keep, margin_bytes)
-            if bound is not None and not top.marginal[-1] and \
-                    block_floor[chunk[0]] > float(top.step_s[-1]) + BOUND_SLACK_S:
-                break  # every later block's layouts are ruled out too (blocks in floor order)
+            ruled_out = float(top.step_s[-1]) + BOUND_SLACK_S if bound is not None and not top.marginal[-1] else np.inf
+            chunk, size = [], 0
+            while at < len(order) and size < limit:  # the next blocks whose least floor can enter the top
+                b = int(order[at])
+                at += 1
+                if block_floor[b] <= ruled_out:
+                    chunk.append(b)
+                    size += int(count.valid_per_block[b])
+            if not chunk:
+                break
+            chunk, limit = np.asarray(chunk, dtype=np.int64), min(2 * limit, CHUNK_ROWS)
             rows = cells.cells(chunk, ALL)
             peak = memory.peak_bytes[cells.index(rows, memory.factors, memory.starts)]
             keep_rows = peak <= capacity
-            if bound is not None:
+            if bound is not None:  # the first stage's floor
                 keep_rows &= bound(peak, floor[cells.index(rows, floor_factors, floor_starts)])
             rows, peak = rows.take(keep_rows), peak[keep_rows]
+            m = microbatches(p, cells, rows)
+            if bound is not None and len(rows):  # the other stages' floors
+                _, slowest = slowest_view(p, cells, rows, floor_factors, stage_floor, first=1)
+                kept = np.flatnonzero(bound(peak, step_lower_bound_s(m, slowest)))
+                rows, peak, m = rows.take(kept), peak[kept], m[kept]
             if not len(rows):
                 continue
-            t0 = cells.evaluate(rows, time_factors, 0, lambda b, s: T.stage_time(p, b, s))
-            if bound is not None:
-                timed = np.flatnonzero(bound(peak, step_lower_bound_s(microbatches(p, cells, rows), t0)))
-                rows, peak, t0 = rows.take(timed), peak[timed], take_time(t0, timed)
+            times, slowest = slowest_view(p, cells, rows, time_factors, stage_time)
+            if bound is not None:  # the stages' times
+                kept = np.flatnonzero(bound(peak, step_lower_bound_s(m, slowest)))
+                if len(kept) < len(rows):
+                    owns = own_views(cells, rows)
+                    times = [None if t is None else take_time(t, np.flatnonzero(np.isin(own, kept)))
+                             for t, own in zip(times, owns)]
+                    rows, peak = rows.take(kept), peak[kept]
                 if not len(rows):
                     continue
-            step = time_rows(p, cells, reads, rows, peak, t0).step_time_s
+            step = time_rows(p, cells, reads, rows, peak, times).step_time_s
             marginal = peak > margin_bytes
             short = _shortlist(np.arange(len(rows)), np.round(step, 6), marginal, keep)
             chosen = rows.take(short)
