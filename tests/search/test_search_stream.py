@@ -40,7 +40,7 @@ def test_qwen3_moe_on_16_h100_as_before():
 def test_walk_past_refused_layouts_as_before(monkeypatch):
     """DeepSpeed refuses 5 fitting layouts on the way to the top 4 of Llama-3-70B on 32 H100 (16 on
     the way to the RECOST_AT_LEAST = 10 re-balanced first); with a first pass that keeps only 2
-    layouts the walk runs out, and the second pass (every fitting layout kept) finds the same 4 as
+    layouts the walk runs out, and the second pass (8 times more kept) finds the same 4 as
     main (ea3bff8)."""
     import autopar.search.grid as grid
 

@@ -28,7 +28,7 @@ from autopar.cost.memory import assemble_memory, stage_activation_bytes, stage_b
 from autopar.cost.step import StepCosts, combine, step_lower_bound_s, view_time
 from autopar.problem import Problem
 from autopar.progress import advance
-from autopar.search.cells import Cells, SpaceCells
+from autopar.search.cells import Cells, SpaceCells, _one_of_each, scatter
 from autopar.search.costing import _own_rows, _views_of, view_counts
 from autopar.search.valid_space import _factors_read
 from autopar.space import FACTORS
@@ -87,16 +87,6 @@ class MemoryPass:
     fit_any: dict[frozenset[str], np.ndarray]
 
 
-def _view_blocks(cells: SpaceCells, c: Cells, view: int) -> np.ndarray | None:
-    """Which entries of ``c`` have stage view ``view`` as a stage of their own (None: all): view
-    1 (stage 1) where pp >= 3, view 2 (stage pp-1) where pp >= 2 (see
-    :func:`autopar.search.costing._own_rows`)."""
-    if view == 0:
-        return None
-    pp = cells.scalars[c.block, 2]
-    return pp >= (3 if view == 1 else 2)
-
-
 def _chunks(sizes: np.ndarray, blocks: np.ndarray, limit: int) -> list[np.ndarray]:
     """``blocks`` in order, grouped so each group holds about ``limit`` of ``sizes`` (per block)."""
     out, chunk, total = [], [], 0
@@ -127,15 +117,29 @@ def memory_pass(p: Problem, cells: SpaceCells, reads: Reads, capacity_bytes: flo
     lightest, lightest_peak = None, np.inf
     for chunk in _chunks(sizes, np.flatnonzero(sizes), CHUNK_CELLS):
         c = cells.cells(chunk, factors)
+        owns = own_views(cells, c)
+        per_term = {}  # name -> (its cells, their rows, each memory cell's term cell, views' own term cells)
+        for name in terms:
+            first, inverse = _one_of_each(cells.index(c, term_reads[name], term_starts[name]))
+            tc = c.take(first)
+            per_term[name] = (tc, cells.rows(tc), inverse, own_views(cells, tc))
         peak = None
-        for view in range(3):
-            own = _view_blocks(cells, c, view)
-            sub = c if own is None else c.take(own)
-            if not len(sub):
+        for view, own in enumerate(owns):
+            if not len(own):
                 continue
-            parts = [cells.evaluate(sub, term_reads[name], view, fn, term_starts[name]) for name, fn in terms.items()]
+            parts = []
+            for name, fn in terms.items():
+                tc, rows, inverse, term_owns = per_term[name]
+                if view == 0:
+                    parts.append(scatter(fn(rows, cells.stages(tc, 0)), inverse))
+                    continue
+                at_term = term_owns[view]
+                renumber = np.full(len(tc), -1, dtype=np.int64)
+                renumber[at_term] = np.arange(len(at_term))
+                value = fn(rows.take(at_term), cells.stages(tc.take(at_term), view))
+                parts.append(scatter(value, renumber[inverse[own]]))
             total = assemble_memory(p, *parts).total_bytes
-            if own is None:
+            if view == 0:
                 peak = np.array(total, dtype=np.float64)
             else:
                 peak[own] = np.maximum(peak[own], total)
