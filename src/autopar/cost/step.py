@@ -143,6 +143,26 @@ def step_lower_bound_s(num_microbatches: np.ndarray, first_stage: T.StageTime | 
     return num_microbatches.astype(np.float64) * total
 
 
+def makespan_lower_bound_s(num_microbatches: np.ndarray, pp: np.ndarray, vpp: np.ndarray, counts: list[np.ndarray],
+                           totals: list[np.ndarray], v_shaped: np.ndarray | bool = False) -> np.ndarray:
+    """A lower bound of :func:`combine`'s step time (s, ``(n,)``) from per-micro-batch totals
+    ``totals`` (s, one ``(n,)`` per bounding view, each at most that view's stage time, e.g. a
+    floor; a view counted 0 times repeats one that is counted) and the views' ``counts``: the
+    pipeline makespan of :func:`combine`, ``sum_j c_j t_j + (M - 1) t_max`` for 1F1B and
+    ``(M + (pp - 1)/vpp) t_max`` interleaved, and ``M t_max`` under a V schedule.
+
+    Proof: both makespans are non-decreasing in every ``t_j`` (non-negative coefficients, and
+    ``t_max`` is non-decreasing), so totals at most the stage times give at most
+    :func:`combine`'s makespan, which it adds non-negative hand-off, data-parallel and optimizer
+    times to; a V schedule's ``(M + bubble) t_max`` with a simulated bubble ``>= 0``
+    (:func:`step_lower_bound_s`). With the stage times themselves, the bound is the makespan."""
+    t_max = np.max(np.stack(totals), axis=0)
+    m = num_microbatches.astype(np.float64)
+    one_f_one_b = sum(c * tot for c, tot in zip(counts, totals)) + (m - 1) * t_max
+    interleaved = (m + (pp - 1) / vpp) * t_max
+    return np.where(v_shaped, m * t_max, np.where(vpp > 1, interleaved, one_f_one_b))
+
+
 def combine(p: Problem, batch: LayoutBatch, counts: list[np.ndarray], times: list[T.StageTime],
             dp: list[np.ndarray], opt: list[np.ndarray], peak: np.ndarray,
             memories: list[MemoryBreakdown]) -> StepCosts:

@@ -25,7 +25,7 @@ import numpy as np
 
 from autopar.cost import stage_time as T
 from autopar.cost.memory import assemble_memory, stage_activation_bytes, stage_buffers, stage_state
-from autopar.cost.step import StepCosts, combine, step_lower_bound_s, view_time
+from autopar.cost.step import StepCosts, combine, makespan_lower_bound_s, step_lower_bound_s, view_time
 from autopar.problem import Problem
 from autopar.progress import advance
 from autopar.search.cells import Cells, SpaceCells, _one_of_each, scatter
@@ -168,17 +168,26 @@ def microbatches(p: Problem, cells: SpaceCells, c: Cells) -> np.ndarray:
     return p.train.global_batch_size // (mbs * cells.scalars[c.block, 0])
 
 
-def floor_pass(p: Problem, cells: SpaceCells, factors: frozenset[str],
-               memory: MemoryPass) -> tuple[np.ndarray, np.ndarray]:
+@dataclass
+class FloorPass:
+    """What :func:`floor_pass` found: each cell's step-time floor (``floor``, s, listed from
+    :meth:`SpaceCells.starts`; ``inf`` where the cell holds no fitting layout), each block's least
+    (``block_floor``, ``(blocks,)``) and the cell holding it (``least``, one per block that has one)."""
+
+    floor: np.ndarray
+    block_floor: np.ndarray
+    least: Cells
+    total: np.ndarray  # per cell: the first stage's floor per micro-batch (s)
+
+
+def floor_pass(p: Problem, cells: SpaceCells, factors: frozenset[str], memory: MemoryPass) -> FloorPass:
     """The step-time floor (s) of each cell of ``factors`` (what the stage time reads less the
-    recompute option, listed from :meth:`SpaceCells.starts`): ``inf`` where the cell holds no
-    fitting layout, else :func:`autopar.cost.step.step_lower_bound_s` of the first stage's
-    :func:`~autopar.cost.stage_time.stage_time` floor over every recompute setting. And per block
-    a guess of its best step time, which orders the visit and bounds nothing: for the cell with
-    the least floor, the micro-batches times the largest floor of the three stage views, times
-    ``1 + (pp - 1) / (vpp M)`` for the pipeline's fill and drain (Narayanan et al., SC'21, sec. 2.2)."""
+    recompute option) that holds a fitting layout: :func:`autopar.cost.step.step_lower_bound_s`
+    of the first stage's :func:`~autopar.cost.stage_time.stage_time` floor over every recompute
+    setting."""
     sizes = cells.sizes(factors)
     floor = np.full(int(sizes.sum()), np.inf)
+    total = floor.copy()
     shared = factors & memory.factors
     fit_any, fit_starts = memory.fit_any[shared], cells.starts(shared)
     starts = cells.starts(factors)
@@ -189,20 +198,15 @@ def floor_pass(p: Problem, cells: SpaceCells, factors: frozenset[str],
             continue
         c = c.take(keep)
         t = T.stage_time(p, cells.rows(c), cells.stages(c, 0), floor=True)
+        total[starts[chunk[0]] + keep] = t.total_s
         floor[starts[chunk[0]] + keep] = step_lower_bound_s(microbatches(p, cells, c), t)
-    guess = np.full(cells.n_blocks, np.inf)
     owner = np.repeat(np.arange(cells.n_blocks), sizes)
     order = np.lexsort((floor, owner))  # by block, then floor: each block's least first
     least = order[np.concatenate([[True], owner[order][1:] != owner[order][:-1]])] if len(order) else order
     least = least[np.isfinite(floor[least])]
-    best = cells.cells(np.flatnonzero(sizes), factors).take(least)
-    rows, m = cells.rows(best), microbatches(p, cells, best)
-    slowest = floor[least] / m
-    for view, own in enumerate(_own_rows(rows)[1:], start=1):
-        t = T.stage_time(p, rows.take(own), cells.stages(best.take(own), view), floor=True)
-        slowest[own] = np.maximum(slowest[own], t.total_s)
-    guess[best.block] = slowest * (m + (rows.pp - 1) / rows.vpp)
-    return floor, guess
+    block_floor = np.full(cells.n_blocks, np.inf)
+    block_floor[owner[least]] = floor[least]
+    return FloorPass(floor, block_floor, cells.cells(np.flatnonzero(sizes), factors).take(least), total)
 
 
 def take_time(t: T.StageTime, index: np.ndarray) -> T.StageTime:
@@ -218,22 +222,37 @@ def own_views(cells: SpaceCells, c: Cells) -> list[np.ndarray]:
     return [np.arange(len(c)), np.flatnonzero(pp >= 3), np.flatnonzero(pp >= 2)]
 
 
-def slowest_view(p: Problem, cells: SpaceCells, c: Cells, factors: frozenset[str], fn, known: np.ndarray | None = None,
-                 first: int = 0) -> tuple[list, np.ndarray]:
-    """``fn(rows, stages)`` (a :class:`~autopar.cost.stage_time.StageTime` or totals) for views
-    ``first``.. on the entries of ``c`` where each is a stage of its own, once per distinct cell
-    of ``factors``, and each entry's largest per-micro-batch total over them and ``known``."""
-    slowest = np.zeros(len(c)) if known is None else known.copy()
+def view_values(cells: SpaceCells, c: Cells, factors: frozenset[str], fn, first: int = 0) -> list:
+    """``fn(rows, stages)`` for each view from ``first`` on, on the entries of ``c`` where the
+    view is a stage of its own (:func:`own_views`), once per distinct cell of ``factors``; None
+    for the views before ``first`` or without such entries."""
     out = []
     for view, own in enumerate(own_views(cells, c)):
-        if view < first:
-            continue
-        value = cells.evaluate(c.take(own), factors, view, fn) if len(own) else None
-        out.append(value)
-        if value is not None:
-            total = value.total_s if isinstance(value, T.StageTime) else value
-            slowest[own] = np.maximum(slowest[own], total)
-    return out, slowest
+        out.append(cells.evaluate(c.take(own), factors, view, fn) if view >= first and len(own) else None)
+    return out
+
+
+def full_views(cells: SpaceCells, c: Cells, own_values: list[np.ndarray]) -> list[np.ndarray]:
+    """Full-length ``(n,)`` values of the three views from each view's values on its own entries
+    (:func:`own_views`; view 0's given for every entry): where pp = 1 views 1 and 2 are view 0,
+    where pp = 2 view 1 is view 2 (as :func:`autopar.search.costing._views_of`)."""
+    owns = own_views(cells, c)
+    v0 = own_values[0]
+    v2 = v0.copy()
+    v2[owns[2]] = own_values[2]
+    v1 = v2.copy()
+    v1[owns[1]] = own_values[1]
+    return [v0, v1, v2]
+
+
+def makespan_bound(p: Problem, cells: SpaceCells, c: Cells, totals: list[np.ndarray]) -> np.ndarray:
+    """:func:`autopar.cost.step.makespan_lower_bound_s` of the layouts ``c`` from their three
+    views' per-micro-batch ``totals`` (full length). The streamed layouts have the default
+    schedules (1F1B or interleaved): V schedules are added after the blocks
+    (:mod:`autopar.v_space`) and costed through the whole batch."""
+    pp, vpp = cells.scalars[c.block, 2], cells.scalars[c.block, 3]
+    counts = [np.ones(len(c)), np.where(pp >= 3, pp - 2, 0), np.where(pp >= 2, 1, 0)]  # as view_counts
+    return makespan_lower_bound_s(microbatches(p, cells, c), pp, vpp, counts, totals)
 
 
 def time_rows(p: Problem, cells: SpaceCells, reads: Reads, c: Cells, peak_bytes: np.ndarray,

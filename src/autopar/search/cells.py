@@ -109,6 +109,7 @@ class SpaceCells:
         blocks = count.blocks
         self.n_blocks = len(blocks)
         self._projections: dict[tuple[int, tuple[str, ...]], Projection] = {}
+        self._member_lists: dict[tuple[int, tuple[str, ...]], tuple[np.ndarray, np.ndarray]] = {}
         self.scalars = np.stack([b.scalars for b in blocks]).reshape(-1, 6)
         self.tables, self.table_starts = {}, {}
         for f in FACTORS:
@@ -195,6 +196,33 @@ class SpaceCells:
             size = pr.sizes[cells.block]
             stride = size if stride is None else stride * size
         return out
+
+    def _members(self, g: int, factors: frozenset[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Group ``g``'s passing joint values by projection through ``factors``: their positions,
+        projection after projection (increasing within one), and where each projection's start."""
+        key = (g, tuple(f for f in self.count.groups[g] if f in factors))
+        if key not in self._member_lists:
+            pr = self.projection(g, factors)
+            owner = self.count.passing[g][0]
+            self._member_lists[key] = (np.argsort(pr.starts[owner] + pr.code, kind="stable"),
+                                  np.concatenate([[0], np.cumsum(pr.count)]))
+        return self._member_lists[key]
+
+    def expand(self, cells: Cells, factors: frozenset[str]) -> tuple[np.ndarray, Cells]:
+        """The valid layouts in each of ``cells`` (cells of ``factors``): each layout's cell
+        (index into ``cells``) and the layouts, cell after cell, each group's joint values of
+        the cell's projection in mixed-radix order (the last group fastest)."""
+        groups = range(len(self.count.groups))
+        projs = self._projections_of(factors)
+        at = [pr.starts[cells.block] + pr.code[cells.pos[k]] for k, pr in enumerate(projs)]  # each group's projection
+        counts = np.stack([projs[k].count[at[k]] for k in groups], axis=1) if len(cells) else \
+            np.zeros((0, len(projs)), dtype=np.int64)
+        owner, digits = _mixed_radix(counts)
+        pos = []
+        for k in groups:
+            members, starts = self._members(k, factors)
+            pos.append(members[starts[at[k][owner]] + digits[:, k]])
+        return owner, Cells(cells.block[owner], pos)
 
     def multiplicity(self, cells: Cells, factors: frozenset[str]) -> np.ndarray:
         """How many valid layouts each cell of ``factors`` in ``cells`` stands for."""

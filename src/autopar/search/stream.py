@@ -34,13 +34,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from autopar.cost import stage_time as T
-from autopar.cost.step import step_lower_bound_s
 from autopar.layout_batch import LayoutBatch
 from autopar.problem import Problem
 from autopar.progress import phase
-from autopar.search.cell_costs import (ALL, MEMORY_TERMS, Reads, floor_pass, memory_pass, microbatches, own_views,
-                                       slowest_view, take_time, time_rows)
-from autopar.search.cells import SpaceCells
+from autopar.search.cell_costs import (ALL, MEMORY_TERMS, Reads, _chunks, floor_pass, full_views, makespan_bound,
+                                       memory_pass, own_views, take_time, time_rows, view_values)
+from autopar.search.cells import Cells, SpaceCells
 from autopar.search.costing import Bound
 from autopar.search.valid_space import SpaceCount
 from autopar.strategy import SIMPLICITY_ORDER
@@ -142,6 +141,57 @@ class Streamed:
     lightest_peak_bytes: float
 
 
+def _known(top: Ranked | None, seeds: Ranked | None, keep: int) -> Ranked | None:
+    """The first ``keep`` of the layouts in ``top`` and ``seeds`` (each once): fitting layouts
+    already costed, whose ``keep``-th bounds what can still enter the top."""
+    parts = [r for r in (top, seeds) if r is not None]
+    if len(parts) < 2:
+        return parts[0] if parts else None
+    both = Ranked.concat(parts)
+    return Ranked.merge(None, both.take(np.sort(np.unique(both.index, return_index=True)[1])), keep)
+
+
+class _Timer:
+    """Times fitting layouts (:class:`Cells`) and ranks them: their stage views' floors and
+    times in turn, each ruling out what cannot enter the running top (``bound``), then the
+    data-parallel and optimizer terms and the step (:func:`autopar.search.cell_costs.time_rows`)."""
+
+    def __init__(self, p: Problem, cells: SpaceCells, reads: Reads, floor_factors: frozenset[str],
+                 time_factors: frozenset[str], margin_bytes: float, keep: int) -> None:
+        self.p, self.cells, self.reads, self.keep, self.margin_bytes = p, cells, reads, keep, margin_bytes
+        self.floor_factors, self.time_factors = floor_factors, time_factors
+
+    def __call__(self, rows: Cells, peak: np.ndarray, bound: Bound | None,
+                 floor_total: np.ndarray | None = None) -> tuple[Ranked | None, Cells, np.ndarray]:
+        """The first ``keep`` of ``rows`` (peaks ``peak``; ``floor_total``: their first stage's
+        floor per micro-batch) in ranking order among those ``bound`` keeps, and the rows timed
+        in full with their step times."""
+        p, cells = self.p, self.cells
+        if bound is not None and len(rows):  # the makespan of the stages' floors
+            values = view_values(cells, rows, self.floor_factors,
+                                 lambda b, s: T.stage_time(p, b, s, floor=True).total_s, first=1)
+            floors = full_views(cells, rows, [floor_total] + values[1:])
+            kept = np.flatnonzero(bound(peak, makespan_bound(p, cells, rows, floors)))
+            rows, peak = rows.take(kept), peak[kept]
+        if not len(rows):
+            return None, rows, np.zeros(0)
+        times = view_values(cells, rows, self.time_factors, lambda b, s: T.stage_time(p, b, s))
+        if bound is not None:  # the makespan of the stages' times
+            totals = full_views(cells, rows, [None if t is None else t.total_s for t in times])
+            kept = np.flatnonzero(bound(peak, makespan_bound(p, cells, rows, totals)))
+            if len(kept) < len(rows):
+                times = [None if t is None else take_time(t, np.flatnonzero(np.isin(own, kept)))
+                         for t, own in zip(times, own_views(cells, rows))]
+                rows, peak = rows.take(kept), peak[kept]
+            if not len(rows):
+                return None, rows, np.zeros(0)
+        step = time_rows(p, cells, self.reads, rows, peak, times).step_time_s
+        marginal = peak > self.margin_bytes
+        short = _shortlist(np.arange(len(rows)), np.round(step, 6), marginal, self.keep)
+        chosen = rows.take(short)
+        return Ranked(cells.rows(chosen), step[short], peak[short], marginal[short], cells.full_index(chosen)), rows, step
+
+
 def stream_costs(p: Problem, count: SpaceCount, memory_margin: float, keep: int) -> Streamed:
     """Cost the valid layouts of ``count`` and keep the first ``keep`` fitting ones in ranking
     order (see the module docstring)."""
@@ -149,73 +199,64 @@ def stream_costs(p: Problem, count: SpaceCount, memory_margin: float, keep: int)
     margin_bytes = (1 - memory_margin) * capacity
     cells = SpaceCells(p, count)
     reads = Reads(p, cells)
-    stage_time = lambda b, s: T.stage_time(p, b, s)  # noqa: E731
-    stage_floor = lambda b, s: T.stage_time(p, b, s, floor=True).total_s  # noqa: E731
-    time_factors = reads("stage_time", stage_time)
+    time_factors = reads("stage_time", lambda b, s: T.stage_time(p, b, s))
     floor_factors = time_factors - {"recompute"}  # the floor overwrites the recompute columns
+    timer = _Timer(p, cells, reads, floor_factors, time_factors, margin_bytes, keep)
     with phase("cost", total=count.valid, description=f"costing {count.valid:,} valid layouts"):
         memory_factors = frozenset().union(*(reads(name, lambda b, s, fn=fn: fn(p, b, s))
                                              for name, fn in MEMORY_TERMS.items()))
         memory = memory_pass(p, cells, reads, capacity, margin_bytes, [floor_factors & memory_factors])
-        everything = keep >= count.valid  # everything kept: no bound, one sort at the end
-        if not everything:
-            floor, guess = floor_pass(p, cells, floor_factors, memory)
-            floor_starts = cells.starts(floor_factors)
-            owner = np.repeat(np.arange(cells.n_blocks), cells.sizes(floor_factors))
-            block_floor = np.full(cells.n_blocks, np.inf)  # the least floor of each block's fitting layouts
-            np.minimum.at(block_floor, owner, floor)
-            order = np.flatnonzero(np.isfinite(block_floor))
-            order = order[np.argsort(guess[order], kind="stable")]  # likely best first: the top fills early
-        else:
-            order, block_floor = np.flatnonzero(count.valid_per_block), np.zeros(cells.n_blocks)
-        top, every = None, []
-        at, limit = 0, FIRST_CHUNK_ROWS
+
+        def fitting(rows: Cells) -> tuple[Cells, np.ndarray]:
+            peak = memory.peak_bytes[cells.index(rows, memory.factors, memory.starts)]
+            fits = np.flatnonzero(peak <= capacity)
+            return rows.take(fits), peak[fits]
+
+        if not memory.fitting:
+            return Streamed(None, False, 0, 0, cells.rows(memory.lightest), memory.lightest_peak_bytes)
+        if keep >= count.valid:  # everything kept: no bound, one sort at the end
+            every = []
+            for chunk in _chunks(count.valid_per_block, np.flatnonzero(count.valid_per_block), CHUNK_ROWS):
+                found, _, _ = timer(*fitting(cells.cells(chunk, ALL)), None)
+                every += [found] if found is not None else []
+            top = Ranked.merge(None, Ranked.concat(every), keep) if every else None
+            return Streamed(top, memory.fitting > keep, memory.fitting, memory.marginal, cells.rows(memory.lightest),
+                            memory.lightest_peak_bytes)
+        floors = floor_pass(p, cells, floor_factors, memory)
+        floor, floor_starts = floors.floor, cells.starts(floor_factors)
+        # Seeds: every fitting layout of each block's least-floor cell, timed in full. Their steps
+        # order the blocks (likely best first), and their keep-th rules layouts out from the start.
+        seeds, seeded, seed_step = timer(*fitting(cells.expand(floors.least, floor_factors)[1]), None)
+        guess = np.full(cells.n_blocks, np.inf)
+        np.minimum.at(guess, seeded.block, seed_step)
+        order = np.flatnonzero(np.isfinite(floors.block_floor))
+        order = order[np.lexsort((floors.block_floor[order], guess[order]))]
+        top, at, limit = None, 0, FIRST_CHUNK_ROWS
         while at < len(order):
-            bound = None if everything else _bound(top, keep, margin_bytes)
-            ruled_out = float(top.step_s[-1]) + BOUND_SLACK_S if bound is not None and not top.marginal[-1] else np.inf
+            known = _known(top, seeds, keep)
+            bound = _bound(known, keep, margin_bytes)
+            ruled_out = float(known.step_s[-1]) + BOUND_SLACK_S if bound is not None and not known.marginal[-1] \
+                else np.inf
             chunk, size = [], 0
             while at < len(order) and size < limit:  # the next blocks whose least floor can enter the top
                 b = int(order[at])
                 at += 1
-                if block_floor[b] <= ruled_out:
+                if floors.block_floor[b] <= ruled_out:
                     chunk.append(b)
                     size += int(count.valid_per_block[b])
             if not chunk:
                 break
-            chunk, limit = np.asarray(chunk, dtype=np.int64), min(2 * limit, CHUNK_ROWS)
-            rows = cells.cells(chunk, ALL)
-            peak = memory.peak_bytes[cells.index(rows, memory.factors, memory.starts)]
-            keep_rows = peak <= capacity
+            limit = min(2 * limit, CHUNK_ROWS)
+            candidates = cells.cells(np.asarray(chunk, dtype=np.int64), floor_factors)
+            lower = floor[cells.index(candidates, floor_factors, floor_starts)]
+            candidates = candidates.take(np.flatnonzero(np.isfinite(lower) & (lower <= ruled_out)))
+            rows, peak = fitting(cells.expand(candidates, floor_factors)[1])
+            at_floor = cells.index(rows, floor_factors, floor_starts)
             if bound is not None:  # the first stage's floor
-                keep_rows &= bound(peak, floor[cells.index(rows, floor_factors, floor_starts)])
-            rows, peak = rows.take(keep_rows), peak[keep_rows]
-            m = microbatches(p, cells, rows)
-            if bound is not None and len(rows):  # the other stages' floors
-                _, slowest = slowest_view(p, cells, rows, floor_factors, stage_floor, first=1)
-                kept = np.flatnonzero(bound(peak, step_lower_bound_s(m, slowest)))
-                rows, peak, m = rows.take(kept), peak[kept], m[kept]
-            if not len(rows):
-                continue
-            times, slowest = slowest_view(p, cells, rows, time_factors, stage_time)
-            if bound is not None:  # the stages' times
-                kept = np.flatnonzero(bound(peak, step_lower_bound_s(m, slowest)))
-                if len(kept) < len(rows):
-                    owns = own_views(cells, rows)
-                    times = [None if t is None else take_time(t, np.flatnonzero(np.isin(own, kept)))
-                             for t, own in zip(times, owns)]
-                    rows, peak = rows.take(kept), peak[kept]
-                if not len(rows):
-                    continue
-            step = time_rows(p, cells, reads, rows, peak, times).step_time_s
-            marginal = peak > margin_bytes
-            short = _shortlist(np.arange(len(rows)), np.round(step, 6), marginal, keep)
-            chosen = rows.take(short)
-            found = Ranked(cells.rows(chosen), step[short], peak[short], marginal[short], cells.full_index(chosen))
-            if everything:
-                every.append(found)
-            else:
+                kept = np.flatnonzero(bound(peak, floor[at_floor]))
+                rows, peak, at_floor = rows.take(kept), peak[kept], at_floor[kept]
+            found, _, _ = timer(rows, peak, bound, floors.total[at_floor])
+            if found is not None:
                 top = Ranked.merge(top, found, keep)
-    if every:
-        top = Ranked.merge(None, Ranked.concat(every), keep)
     return Streamed(top, memory.fitting > keep, memory.fitting, memory.marginal, cells.rows(memory.lightest),
                     memory.lightest_peak_bytes)
