@@ -3,17 +3,21 @@
 :func:`autopar.search.valid_space.count_space` counts the space exactly without building a row.
 The costing then goes over cells (:mod:`autopar.search.cells`, :mod:`autopar.search.cell_costs`):
 
-1. memory: the peak of every valid layout, each memory term once per cell of what it reads; the
-   counts of fitting, marginal and out-of-memory layouts and the lightest layout (for the
-   "nothing fits" error) come from there, exactly;
-2. floors: per cell of what the stage time reads less the recompute option, a lower bound of the
-   step time of its fitting layouts (micro-batches times the first stage's time floor over every
-   recompute setting, :func:`autopar.cost.stage_time.stage_time` with ``floor``);
-3. times, best-first: the blocks in increasing order of their least floor, a chunk of
-   :data:`CHUNK_ROWS` valid layouts at a time (smaller first chunks); once the running top holds
-   ``keep`` layouts, a fitting layout whose floor or first-stage bound
-   (:func:`autopar.cost.step.step_lower_bound_s`) rules it out of the top (:func:`_bound`) is
-   not timed further, and once a block's least floor does, so are the remaining blocks'.
+1. memory (:func:`~autopar.search.cell_costs.memory_pass`): the peak of every valid layout, each
+   memory term once per cell of what it reads; the counts of fitting, marginal and out-of-memory
+   layouts and the lightest layout (for the "nothing fits" error) come from there, exactly;
+2. floors (:func:`~autopar.search.cell_costs.floor_pass`): per cell of what the stage time reads
+   less the recompute option, a lower bound of the step time of its fitting layouts (micro-batches
+   times the first stage's time floor over every recompute setting,
+   :func:`autopar.cost.stage_time.stage_time` with ``floor``);
+3. seeds: the fitting layouts of each block's least-floor cell, timed in full; their step times
+   order the blocks (likely best first) and the ``keep``-th of them bounds the top from the start;
+4. times, block after block in that order, a chunk of up to :data:`CHUNK_ROWS` valid layouts at a
+   time (smaller first chunks): only the floor cells, and then the layouts, that can still enter
+   the top (:func:`_bound` of the running top and the seeds) go on, through the pipeline makespan
+   (:func:`autopar.cost.step.makespan_lower_bound_s`) of their three stage views' floors, then of
+   their stage times, to the full step (:class:`_Timer`); a block whose least floor is ruled out
+   is skipped.
 
 Exactness: the full grid ranks the fitting rows by (marginal, step time rounded to the
 microsecond, :data:`autopar.strategy.SIMPLICITY_ORDER` from the last field, row index) with a
@@ -30,6 +34,7 @@ a larger ``keep`` by the caller (:func:`autopar.search.grid.search`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -37,10 +42,21 @@ from autopar.cost import stage_time as T
 from autopar.layout_batch import LayoutBatch
 from autopar.problem import Problem
 from autopar.progress import phase
-from autopar.search.cell_costs import (ALL, MEMORY_TERMS, Reads, _chunks, floor_pass, full_views, makespan_bound,
-                                       memory_pass, own_views, take_time, time_rows, view_values)
+from autopar.search.cell_costs import (
+    ALL,
+    MEMORY_TERMS,
+    Reads,
+    _chunks,
+    floor_pass,
+    full_views,
+    makespan_bound,
+    memory_pass,
+    own_views,
+    take_time,
+    time_rows,
+    view_values,
+)
 from autopar.search.cells import Cells, SpaceCells
-from autopar.search.costing import Bound
 from autopar.search.valid_space import SpaceCount
 from autopar.strategy import SIMPLICITY_ORDER
 
@@ -51,6 +67,7 @@ FIRST_CHUNK_ROWS = 1 << 12  # the first chunk's: the running top fills from the 
 # on the way), and 320 for a top 50 (DeepSpeed); a walk past it reruns with 8 times more. Fewer kept rows
 # make the running top's bound tighter: 1,024 -> 128 took Llama-3.1-405B on 16,384 H100 from 0.41 to 0.35 s.
 KEEP = 128
+Bound = Callable[[np.ndarray, np.ndarray], np.ndarray]  # (peak bytes, step lower bound s) -> which to cost further
 
 
 @dataclass
