@@ -48,6 +48,8 @@ class Projection:
     first: np.ndarray
     count: np.ndarray
 
+    identity: bool = False  # every joint value is a projection of its own (first = positions, count = 1)
+
     @property
     def trivial(self) -> bool:
         """Whether every block has one projection at most (the group adds no axis)."""
@@ -137,7 +139,7 @@ class SpaceCells:
             n = np.diff(bounds)
             if len(own) == len(group):  # every joint value is a projection of its own
                 self._projections[key] = Projection(n, bounds.astype(np.int64), np.arange(len(owner)) - bounds[owner],
-                                                    np.arange(len(owner)), np.ones(len(owner), dtype=np.int64))
+                                                    np.arange(len(owner)), np.ones(len(owner), dtype=np.int64), True)
             elif not own:  # one projection per block that has passing values
                 sizes = np.minimum(n, 1)
                 self._projections[key] = Projection(sizes, np.concatenate([[0], np.cumsum(sizes)]),
@@ -180,7 +182,8 @@ class SpaceCells:
         sizes = np.stack([pr.sizes[blocks] for pr in projs], axis=1) if len(blocks) else np.zeros((0, len(projs)))
         owner, digits = _mixed_radix(sizes.astype(np.int64))
         block = np.asarray(blocks, dtype=np.int64)[owner]
-        return Cells(block, [pr.first[pr.starts[block] + digits[:, k]] for k, pr in enumerate(projs)])
+        return Cells(block, [pr.starts[block] + digits[:, k] if pr.identity else pr.first[pr.starts[block] + digits[:, k]]
+                             for k, pr in enumerate(projs)])
 
     def index(self, cells: Cells, factors: frozenset[str], starts: np.ndarray) -> np.ndarray:
         """Each entry of ``cells``'s cell of ``factors``: its position among :meth:`cells` of the
@@ -228,7 +231,8 @@ class SpaceCells:
         """How many valid layouts each cell of ``factors`` in ``cells`` stands for."""
         out = np.ones(len(cells), dtype=np.int64)
         for k, pr in enumerate(self._projections_of(factors)):
-            out *= pr.count[pr.starts[cells.block] + pr.code[cells.pos[k]]]
+            if not pr.identity:
+                out *= pr.count[pr.starts[cells.block] + pr.code[cells.pos[k]]]
         return out
 
     # -- rows -------------------------------------------------------------------------------
