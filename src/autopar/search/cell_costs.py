@@ -28,7 +28,7 @@ from autopar.cost.memory import assemble_memory, stage_activation_bytes, stage_b
 from autopar.cost.step import StepCosts, combine, makespan_lower_bound_s, step_lower_bound_s, view_time
 from autopar.problem import Problem
 from autopar.progress import advance
-from autopar.search.cells import Cells, SpaceCells, _one_of_each, scatter
+from autopar.search.cells import Cells, SpaceCells, one_of_each, scatter
 from autopar.search.costing import _own_rows, _views_of, view_counts
 from autopar.search.valid_space import _factors_read
 from autopar.space import FACTORS
@@ -87,7 +87,7 @@ class MemoryPass:
     fit_any: dict[frozenset[str], np.ndarray]
 
 
-def _chunks(sizes: np.ndarray, blocks: np.ndarray, limit: int) -> list[np.ndarray]:
+def block_chunks(sizes: np.ndarray, blocks: np.ndarray, limit: int) -> list[np.ndarray]:
     """``blocks`` in order, grouped so each group holds about ``limit`` of ``sizes`` (per block)."""
     out, chunk, total = [], [], 0
     for b in blocks:
@@ -115,12 +115,12 @@ def memory_pass(p: Problem, cells: SpaceCells, reads: Reads, capacity_bytes: flo
     fit_any = {s: np.zeros(int(cells.sizes(s).sum()), dtype=bool) for s in fit_sets}
     fitting = marginal = 0
     lightest, lightest_peak = None, np.inf
-    for chunk in _chunks(sizes, np.flatnonzero(sizes), CHUNK_CELLS):
+    for chunk in block_chunks(sizes, np.flatnonzero(sizes), CHUNK_CELLS):
         c = cells.cells(chunk, factors)
         owns = own_views(cells, c)
         per_term = {}  # name -> (its cells, their rows, each memory cell's term cell, views' own term cells)
         for name in terms:
-            first, inverse = _one_of_each(cells.index(c, term_reads[name], term_starts[name]))
+            first, inverse = one_of_each(cells.index(c, term_reads[name], term_starts[name]))
             tc = c.take(first)
             per_term[name] = (tc, cells.rows(tc), inverse, own_views(cells, tc))
         peak = None
@@ -191,7 +191,7 @@ def floor_pass(p: Problem, cells: SpaceCells, factors: frozenset[str], memory: M
     shared = factors & memory.factors
     fit_any, fit_starts = memory.fit_any[shared], cells.starts(shared)
     starts = cells.starts(factors)
-    for chunk in _chunks(sizes, np.flatnonzero(sizes), FLOOR_CELLS):
+    for chunk in block_chunks(sizes, np.flatnonzero(sizes), FLOOR_CELLS):
         c = cells.cells(chunk, factors)
         keep = np.flatnonzero(fit_any[cells.index(c, shared, fit_starts)])
         if not len(keep):

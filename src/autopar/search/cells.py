@@ -73,7 +73,7 @@ class Cells:
         return Cells(self.block[index], [q[index] for q in self.pos])
 
 
-def _one_of_each(code: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def one_of_each(code: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """For integer codes: the position of one entry of each distinct code (in increasing code
     order) and each entry's index into those positions."""
     if not len(code):
@@ -273,6 +273,6 @@ class SpaceCells:
         distinct cell of ``factors`` (what ``fn`` reads) and gathered; ``starts``
         (:meth:`starts`) where the caller has them."""
         code = self.index(cells, factors, self.starts(factors) if starts is None else starts)
-        first, inverse = _one_of_each(code)
+        first, inverse = one_of_each(code)
         once = cells.take(first)
         return scatter(fn(self.rows(once), self.stages(once, view)), inverse)

@@ -46,7 +46,7 @@ from autopar.search.cell_costs import (
     ALL,
     MEMORY_TERMS,
     Reads,
-    _chunks,
+    block_chunks,
     floor_pass,
     full_views,
     makespan_bound,
@@ -233,7 +233,7 @@ def stream_costs(p: Problem, count: SpaceCount, memory_margin: float, keep: int)
             return Streamed(None, False, 0, 0, cells.rows(memory.lightest), memory.lightest_peak_bytes)
         if keep >= count.valid:  # everything kept: no bound, one sort at the end
             every = []
-            for chunk in _chunks(count.valid_per_block, np.flatnonzero(count.valid_per_block), CHUNK_ROWS):
+            for chunk in block_chunks(count.valid_per_block, np.flatnonzero(count.valid_per_block), CHUNK_ROWS):
                 found, _, _ = timer(*fitting(cells.cells(chunk, ALL)), None)
                 every += [found] if found is not None else []
             top = Ranked.merge(None, Ranked.concat(every), keep) if every else None
