@@ -13,23 +13,53 @@ from typing import Annotated, Optional
 
 import numpy as np
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from autopar.cli.app import app, console, err_console, progress_shown, user_errors
-from autopar.cli.options import (Cp, Device, DeviceFile, DeviceSet, Dp, Ep, Etp, Flash, Gbs, Json, Mbs, Model, Nodes,
-                                 PerNode, Pp, Fp8ParamStorage, Fp8Recipe, MoeImbalance, Precision, Quiet,
-                                 RecomputeLayers,
-                                 RecomputeModules, RecomputeOpt, ScheduleOpt, Script, SeqLen, Sp, Tp, VocabPad,
-                                 VocabSize, Vpp, Zero)
-from autopar.cli.json_output import print_json
 from autopar.cli.inputs import problem_from_options, recompute_modules_option, strategy_from_options
+from autopar.cli.json_output import print_json
+from autopar.cli.options import (
+    Cp,
+    Device,
+    DeviceFile,
+    DeviceSet,
+    Dp,
+    Ep,
+    Etp,
+    Flash,
+    Fp8ParamStorage,
+    Fp8Recipe,
+    Gbs,
+    Json,
+    Mbs,
+    Model,
+    MoeImbalance,
+    Nodes,
+    PerNode,
+    Pp,
+    Precision,
+    Quiet,
+    RecomputeLayers,
+    RecomputeModules,
+    RecomputeOpt,
+    ScheduleOpt,
+    Script,
+    SeqLen,
+    Sp,
+    Tp,
+    VocabPad,
+    VocabSize,
+    Vpp,
+    Zero,
+)
 from autopar.cli.paths import refuse_overwriting_inputs, refuse_unwritable_figure
 from autopar.errors import AutoparError
-from autopar.progress import phase
-from autopar.specs.cluster import MAX_MEMORY_BYTES
 from autopar.pipeline.balance import FORMS, TIME_LIMIT_S, BalancePlan
 from autopar.pipeline.balance_json import plan_document, sapp_arrays
 from autopar.pipeline.layout import PipelineLayout, layout_of
+from autopar.progress import phase
+from autopar.specs.cluster import MAX_MEMORY_BYTES
 from autopar.strategy import DEFAULT_RECOMPUTE_MODULES, parse_recompute_modules
 
 GIB = 2.0**30
@@ -258,7 +288,7 @@ def balance_command(
         baseline = s.recompute if names is None or s.recompute in names else names[0]
         title = f"{p.model.name} tp{s.tp} pp{s.pp}" + (f" vpp{s.vpp}" if s.vpp > 1 else "")
         limit_name = f"device {p.cluster.device.name} memory ({table.memory_limit_bytes / GIB:.1f} GiB)"
-        header = (f"[bold]{p.model.name}[/] ({p.model.num_layers} layers) on {p.world_size} "
+        header = (f"[bold]{escape(p.model.name)}[/] ({p.model.num_layers} layers) on {p.world_size} "
                   f"{p.cluster.device.name}: tp {s.tp}, pp {s.pp}, vpp {s.vpp}, dp {s.dp}, "
                   f"{m} micro-batches, limit {table.memory_limit_bytes / GIB:.1f} GiB")
     unknown = [n for n in names or () if n not in table.options]

@@ -134,7 +134,7 @@ def plan(
                             "profile_skipped": skipped_why, "written": [str(w) for w in written],
                             "refused": refused, "profile": measured or None})
         return
-    console.print(f"[bold]{p.model.name}[/] on {p.cluster.num_nodes} x {p.cluster.devices_per_node} "
+    console.print(f"[bold]{escape(p.model.name)}[/] on {p.cluster.num_nodes} x {p.cluster.devices_per_node} "
                   f"{p.cluster.device.name}, gbs {p.train.global_batch_size}, seq {p.train.seq_len}, --target {target}")
     console.print(search_table(result, problem_certainty(p)))
     console.print(search_summary(result), highlight=False, soft_wrap=True)

@@ -256,7 +256,7 @@ def search(
         doc["command_s"] = time.perf_counter() - STARTED_S  # wall time of the whole command, imports included
         print_json("search", doc)
         return
-    console.print(f"[bold]{p.model.name}[/] ({p.model.num_params / 1e9:.1f} B params) on {p.cluster.num_nodes} x "
+    console.print(f"[bold]{escape(p.model.name)}[/] ({p.model.num_params / 1e9:.1f} B params) on {p.cluster.num_nodes} x "
                   f"{p.cluster.devices_per_node} {p.cluster.device.name}, gbs {p.train.global_batch_size}, "
                   f"seq {p.train.seq_len}, {p.train.precision}")
     console.print(search_table(result, problem_certainty(p)))
