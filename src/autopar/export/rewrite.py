@@ -174,12 +174,13 @@ FSDP_MAX_CONNECTIONS = "8"
 def _env_edits(ed: _Editor, s: Strategy) -> None:
     """Set ``CUDA_DEVICE_MAX_CONNECTIONS`` to what Megatron-LM asserts for ``s``: 1 where it
     needs it (inserted when missing), :data:`FSDP_MAX_CONNECTIONS` where the script sets 1 and
-    Megatron-FSDP refuses it."""
+    Megatron-FSDP refuses it; each edit is listed in ``ed.changes`` like a flag's."""
     spans = ed.sh.assignments.get(ENV)
     if forbids_max_connections_one(s):
         for a, b in spans or ():
             if ed.text[a:b].strip("\"'") == "1":
                 ed.edits.append((a, b, FSDP_MAX_CONNECTIONS))
+                ed.changes.append((ENV, ed.text[a:b], FSDP_MAX_CONNECTIONS))
         return
     if not needs_max_connections_env(s):
         return
