@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from autopar.estimate import Estimate
+from autopar.problem import Problem
 from autopar.report.ties import rank_marks, ties_note
 from autopar.search import SearchResult
 from autopar.specs import DeviceSpec
@@ -151,6 +153,34 @@ def search_table(result: SearchResult, certainty: Certainty | None = None) -> Ta
             f"{e.mfu:.1%}", f"{bubble:.1%}", "[yellow]marginal[/]" if e.marginal else "",
         )
     return table
+
+
+def precision_label(p: Problem) -> str:
+    """The numeric recipe of ``p`` as the headers print it: ``bf16``, ``fp16``, or fp8 training
+    with the recipe costed (:attr:`~autopar.specs.train.TrainSpec.effective_fp8_recipe`: the
+    script's ``--fp8-recipe``, ``--fp4-recipe``, the option's, else the framework's default) and
+    what else it keeps in fp8 or bf16: ``fp8 (tensorwise recipe, fp8 weights only, first 1 and last 1
+    layers in bf16)``; nvfp4 reads ``fp4 (nvfp4 recipe, fp4 linear layers)``."""
+    t = p.train
+    if t.precision != "fp8":
+        return t.precision
+    recipe = t.effective_fp8_recipe
+    parts = [f"{recipe} recipe"] + (["fp4 linear layers"] if recipe == "nvfp4" else [])
+    if t.fp8_param_storage:
+        parts.append("fp8 weights only")
+    first, last = t.bf16_end_layers
+    if first or last:
+        parts.append(f"first {first} and last {last} layers in bf16")
+    return f"{'fp4' if recipe == 'nvfp4' else 'fp8'} ({', '.join(parts)})"
+
+
+def problem_title(p: Problem) -> str:
+    """``llama3-70b (70.6 B params) on 8 x 8 h100-80gb, gbs 1024, seq 8192, bf16``: the model
+    (its name escaped for rich markup, in bold), the cluster, the batch and
+    :func:`precision_label`, the first line of ``search``, ``estimate`` and ``plan``."""
+    return (f"[bold]{escape(p.model.name)}[/] ({p.model.num_params / 1e9:.1f} B params) on {p.cluster.num_nodes} x "
+            f"{p.cluster.devices_per_node} {p.cluster.device.name}, gbs {p.train.global_batch_size}, "
+            f"seq {p.train.seq_len}, {precision_label(p)}")
 
 
 def search_summary(result: SearchResult) -> str:
