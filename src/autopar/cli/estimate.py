@@ -132,17 +132,18 @@ def estimate(
         result = run_estimate(p, strategy, memory_margin)
         measured = coverage and coverage([result.strategy])
     if as_json:
+        from autopar.cost.step import mfu_peak_flops_per_s
         from autopar.report.ties import problem_certainty, with_ranges
 
         bands = problem_certainty(p)
         doc = {**with_ranges(result.to_dict(p.train.global_batch_size, detail=detail), bands),
-               "certainty": bands.to_dict(), "target": target}
+               "mfu_peak_flops_per_s": mfu_peak_flops_per_s(p), "certainty": bands.to_dict(), "target": target}
         if measured:
             doc["profile"] = measured
         print_json("estimate", doc)
         return
     console.print(problem_title(p))
-    print_estimate(console, result)
+    print_estimate(console, result, p.train.precision)
     if detail:
         from autopar.report.stage_detail import print_stage_detail
 

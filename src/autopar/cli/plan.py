@@ -151,7 +151,7 @@ def plan(
                             "refused": refused, "profile": measured or None})
         return
     console.print(f"{problem_title(p)}, --target {target}")
-    console.print(search_table(result, problem_certainty(p)))
+    console.print(search_table(result, problem_certainty(p), p))
     console.print(search_summary(result), highlight=False, soft_wrap=True)
     if measured:
         print_coverage(measured)

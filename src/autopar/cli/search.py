@@ -258,7 +258,7 @@ def search(
         print_json("search", doc)
         return
     console.print(problem_title(p))
-    console.print(search_table(result, problem_certainty(p)))
+    console.print(search_table(result, problem_certainty(p), p))
     console.print(search_summary(result), highlight=False, soft_wrap=True)
     if knobs_line:
         console.print(escape(knobs_line), highlight=False, soft_wrap=True)

@@ -132,10 +132,24 @@ def _per_stage_label(s: Strategy) -> str:
     return "per stage " + " ".join(f"{_SHORT[name]}{count}" for name, count in runs)
 
 
-def search_table(result: SearchResult, certainty: Certainty | None = None) -> Table:
+def mfu_note(p: Problem) -> str | None:
+    """The peak MFU is taken against when it is not the bf16 one (:func:`autopar.cost.step.mfu_peak_flops_per_s`):
+    ``MFU: of the h100-80gb's dense fp8 peak, 1,979 TFLOP/s per device (bf16: 989)``; None for bf16."""
+    from autopar.cost.step import mfu_peak_flops_per_s
+
+    if p.train.precision == "bf16":
+        return None
+    bf16 = p.cluster.device.peak_flops.get("bf16")
+    return (f"MFU: of the {p.cluster.device.name}'s dense {p.train.precision} peak, "
+            f"{mfu_peak_flops_per_s(p) / 1e12:,.0f} TFLOP/s per device"
+            + (f" (bf16: {bf16 / 1e12:,.0f})" if bf16 else ""))
+
+
+def search_table(result: SearchResult, certainty: Certainty | None = None, p: Problem | None = None) -> Table:
     """Ranked layouts with memory, time, throughput and MFU; with ``certainty`` (the problem's
     error bands) a layout within the step-time band of #1 is ranked ``≈1``
-    (:func:`autopar.report.ties.rank_marks`) and the caption names the band."""
+    (:func:`autopar.report.ties.rank_marks`) and the caption names the band; with ``p`` the
+    caption also says which peak MFU is of where it is not bf16's (:func:`mfu_note`)."""
     marks = (rank_marks([e.step_time_s for e in result.layouts], certainty.step_time.band_pct) if certainty
              else [str(i) for i in range(1, len(result.layouts) + 1)])
     table = Table(title="Best layouts (ranked by predicted step time; GiB = peak per device)", header_style="bold")
@@ -143,7 +157,8 @@ def search_table(result: SearchResult, certainty: Certainty | None = None) -> Ta
                           ("recompute", "left"), ("GiB", "right"), ("step s", "right"),
                           ("tok/s/dev", "right"), ("MFU", "right"), ("bubble", "right"), ("note", "left")]:
         table.add_column(name, justify=justify, no_wrap=True)
-    notes = [n for n in (table_notes(result.layouts), certainty and ties_note(certainty, marks)) if n]
+    notes = [n for n in (table_notes(result.layouts), p and mfu_note(p), certainty and ties_note(certainty, marks))
+             if n]
     table.caption, table.caption_justify = "\n".join(notes) or None, "left"
     for mark, e in zip(marks, result.layouts):
         bubble = e.time_breakdown_s["pp_bubble"] / e.step_time_s
@@ -243,15 +258,17 @@ def devices_table(devices: list[DeviceSpec]) -> Table:
     return table
 
 
-def print_estimate(console: Console, e: Estimate) -> None:
-    """Headline numbers, then the memory and time tables."""
+def print_estimate(console: Console, e: Estimate, precision: str = "bf16") -> None:
+    """Headline numbers, then the memory and time tables; MFU says ``(of the fp8 peak)`` where
+    the training ``precision`` is not bf16 (:func:`autopar.cost.step.mfu_peak_flops_per_s`)."""
     fit = "fits" if e.fits else "[red]does NOT fit[/]"
     if e.marginal:
         fit = "[yellow]fits, marginal[/]"
     console.print(
         f"[bold]{layout_label(e)}[/] mbs {e.strategy.mbs}, {e.num_microbatches} micro-batches, zero "
         f"{e.strategy.zero}, recompute {recompute_label(e)}, schedule {e.strategy.schedule}\n"
-        f"step {e.step_time_s:.3f} s, {e.tokens_per_s_per_device:,.0f} tokens/s/device, MFU {e.mfu:.1%}, "
+        f"step {e.step_time_s:.3f} s, {e.tokens_per_s_per_device:,.0f} tokens/s/device, MFU {e.mfu:.1%}"
+        f"{'' if precision == 'bf16' else f' (of the {precision} peak)'}, "
         f"peak {e.peak_memory_bytes / GIB:.2f} GiB of {e.device_memory_bytes / GIB:.1f} GiB: {fit}"
     )
     for note in recompute_notes([e]):
