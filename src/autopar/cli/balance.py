@@ -183,9 +183,9 @@ def print_plan(plan: BalancePlan, accounted: bool = False,
     else:
         line += " (no even split to compare with)"
     console.print(line, highlight=False)
-    console.print(f"Bubble {best.bubble_fraction:.1%}; balanced in {plan.solve_time_s:.2f} s "
-                  f"(the step time above is the simulated pipeline part: compute, recompute, p2p, bubbles)",
-                  highlight=False)
+    console.print(f"Ranks idle {best.bubble_fraction:.1%} of the simulated pipeline part (fill, drain and waits for "
+                  f"slower stages); balanced in {plan.solve_time_s:.2f} s (the step time above is the simulated "
+                  "pipeline part: compute, recompute, p2p, idle)", highlight=False, soft_wrap=True)
 
 
 @app.command("balance")

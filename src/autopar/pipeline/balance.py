@@ -90,7 +90,8 @@ class PlanCost:
 
     @property
     def bubble_fraction(self) -> float:
-        """Idle share of ``pp * makespan_s`` (the simulation's definition)."""
+        """Idle share of ``pp * makespan_s`` (the simulation's definition: fill, drain and faster stages
+        waiting for slower ones; not the step breakdown's ``pp_bubble``, the fill and drain alone)."""
         busy = self.num_microbatches * float(self.stage_time_s.sum())
         return 1 - busy / (len(self.stage_time_s) * self.makespan_s) if self.makespan_s > 0 else 0.0
 

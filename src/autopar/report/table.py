@@ -69,10 +69,16 @@ def recompute_notes(layouts: list[Estimate]) -> list[str]:
     return notes
 
 
+BUBBLE_NOTE = ("bubble: pp_bubble / step, the time the pipeline's fill and drain add to the slowest stage's work "
+               "(a timeline's 'ranks idle' also counts faster stages waiting for slower ones)")
+
+
 def table_notes(layouts: list[Estimate]) -> str | None:
-    """The legends a ranking table needs (:func:`split_legend`, :func:`recompute_notes`), one
-    per line, or None when no row uses a mark or a short form."""
-    return "\n".join([n for n in (split_legend(layouts),) if n] + recompute_notes(layouts)) or None
+    """The legends a ranking table needs (:func:`split_legend`, :func:`recompute_notes`, and
+    :data:`BUBBLE_NOTE` when a row is pipelined), one per line, or None when no row uses a mark,
+    a short form or a pipeline."""
+    bubble = [BUBBLE_NOTE] if any(e.strategy.pp > 1 for e in layouts) else []
+    return "\n".join([n for n in (split_legend(layouts),) if n] + recompute_notes(layouts) + bubble) or None
 
 
 def layout_label(e: Estimate) -> str:
