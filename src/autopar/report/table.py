@@ -69,16 +69,59 @@ def recompute_notes(layouts: list[Estimate]) -> list[str]:
     return notes
 
 
+_CP_ALGORITHMS = {"a2a": "cpN:a2a Ulysses all-to-all", "allgather": "cpN:allgather K/V all-gather",
+                  "a2a+p2p": "cpN:a2aK+p2p all-to-all within groups of K, ring across them"}
+_DISPATCHERS = ("allgather", "deepep", "hybridep")
+
+
+def label_legend(layouts: list[Estimate]) -> str | None:
+    """What the :func:`layout_label` suffixes used by ``layouts`` mean, in one line (only those
+    that appear; the split marks are :func:`split_legend`'s), or None when no label has one:
+    ``+sp`` Megatron sequence parallelism, ``+ov`` TP communication overlap, ``ppPxV`` V virtual
+    stages per rank, a context-parallel algorithm other than the ring, ``epE/etpT`` with a MoE
+    dispatcher other than alltoall (``:deepep``) and the EP all-to-all overlap (``+a2a``), and
+    Galvatron's and torchtitan's marks (:func:`galvatron_marks`, ``zbv``, ``dualpipev``)."""
+    ss = [e.strategy for e in layouts]
+    parts = []
+    if any(s.sp for s in ss):
+        parts.append("+sp sequence parallelism")
+    if any(s.tp_comm_overlap for s in ss):
+        parts.append("+ov TP communication overlapped with the GEMMs (--tp-comm-overlap)")
+    if any(s.vpp > 1 for s in ss):
+        parts.append("ppPxV V virtual stages (model chunks) per pipeline rank, interleaved")
+    parts += [text for algo, text in _CP_ALGORITHMS.items() if any(s.cp > 1 and s.cp_comm_type == algo for s in ss)]
+    if any(s.cp > 1 and s.cp_comm_type != "p2p" for s in ss):
+        parts[-1] += " (the p2p ring is unmarked)"
+    if any(s.ep > 1 for s in ss):
+        parts.append("epE/etpT expert-parallel and expert tensor-parallel sizes")
+    used = [d for d in _DISPATCHERS if any(s.ep > 1 and s.moe_dispatcher == d for s in ss)]
+    if used:
+        parts.append(f"{', '.join(':' + d for d in used)} MoE token dispatcher (alltoall is unmarked)")
+    if any(s.ep > 1 and s.moe_ep_overlap for s in ss):
+        parts.append("+a2a EP all-to-all overlapped with another micro-batch's compute "
+                     "(--overlap-moe-expert-parallel-comm)")
+    marks = {m.rstrip("0123456789") for s in ss for m in galvatron_marks(s)}
+    parts += [text for mark, text in (("vtp", "vtpN vocabulary layers at tp N"),
+                                      ("vsp", "vspN vocabulary layers sequence-split over N"),
+                                      ("gpipe", "gpipe GPipe schedule"),
+                                      ("tp-nc", "tp-nc TP groups strided over the data-parallel ranks"))
+              if mark in marks]
+    parts += [f"{v} torchtitan's {name} schedule" for v, name in (("zbv", "ZB-V"), ("dualpipev", "DualPipeV"))
+              if any(s.schedule == v for s in ss)]
+    return "layout: " + "; ".join(parts) if parts else None
+
+
 BUBBLE_NOTE = ("bubble: pp_bubble / step, the time the pipeline's fill and drain add to the slowest stage's work "
                "(a timeline's 'ranks idle' also counts faster stages waiting for slower ones)")
 
 
 def table_notes(layouts: list[Estimate]) -> str | None:
-    """The legends a ranking table needs (:func:`split_legend`, :func:`recompute_notes`, and
+    """The legends a ranking table needs (:func:`label_legend`, :func:`split_legend`, :func:`recompute_notes`, and
     :data:`BUBBLE_NOTE` when a row is pipelined), one per line, or None when no row uses a mark,
     a short form or a pipeline."""
     bubble = [BUBBLE_NOTE] if any(e.strategy.pp > 1 for e in layouts) else []
-    return "\n".join([n for n in (split_legend(layouts),) if n] + recompute_notes(layouts) + bubble) or None
+    legends = [n for n in (label_legend(layouts), split_legend(layouts)) if n]
+    return "\n".join(legends + recompute_notes(layouts) + bubble) or None
 
 
 def layout_label(e: Estimate) -> str:
