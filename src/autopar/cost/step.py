@@ -11,8 +11,9 @@ Pipeline schedule (Narayanan et al., SC'21, sec. 2.2; Megatron ``schedules.py``)
 * ZB-V / DualPipeV (torchtitan): ``M * max_i t_i`` plus the schedule's simulated bubble
   (:mod:`autopar.pipeline.v_cost`); ``2 pp - 2`` exposed hand-offs (the V's turn stays on its rank).
 
-Data-parallel traffic and the optimizer step follow the pipeline flush; the slowest stage
-decides. ``MFU = model FLOPs per step / (step time * world * peak)`` (PaLM, appendix B), with
+Data-parallel traffic and the optimizer step follow the pipeline flush; the stage whose exposed
+data-parallel time plus optimizer step is the longest decides (one stage's sum, not the largest
+of each over two stages). ``MFU = model FLOPs per step / (step time * world * peak)`` (PaLM, appendix B), with
 ``peak`` the device's dense peak at the training precision (:func:`mfu_peak_flops_per_s`): the
 fp8 peak for fp8 training, not the bf16 one.
 """
@@ -182,8 +183,11 @@ def combine(p: Problem, batch: LayoutBatch, counts: list[np.ndarray], times: lis
     # Activation/gradient hand-offs on the critical path, plus the once-per-step all-reduce of a
     # tied embedding between the first and the last stage.
     pp_comm = np.where(batch.pp > 1, 2 * handoffs * p2p, 0.0) + T.tied_embedding_grad_s(p, batch)
-    dp_comm = np.max(np.stack(dp), axis=0)
-    optimizer = np.max(np.stack(opt), axis=0)
+    # After the flush each stage reduces its gradients and steps its optimizer; the step ends with the
+    # stage whose two together take longest (not the largest of each, which two stages may hold).
+    dp_views, opt_views = np.stack(dp), np.stack(opt)
+    last = np.argmax(dp_views + opt_views, axis=0)
+    dp_comm, optimizer = dp_views[last, rows], opt_views[last, rows]
 
     def at_bottleneck(field: str) -> np.ndarray:
         return m * np.stack([getattr(t, field) for t in times])[bottleneck, rows]
