@@ -9,22 +9,24 @@ import typer
 from rich.markup import escape
 
 import autopar.cli.search_options as S
+from autopar import STARTED_S
 from autopar.cli.app import app, console, err_console, progress_shown, user_errors
 from autopar.cli.config import Config
-from autopar.cli.layerwise import Layerwise
 from autopar.cli.inputs import positive, problem_from_options, recompute_modules_option
 from autopar.cli.json_output import print_json
 from autopar.cli.knob_options import given_knobs
+from autopar.cli.layerwise import Layerwise
 from autopar.cli.options import (
+    ActivationOffload,
+    CudaGraphImpl,
+    CudaGraphScope,
     Device,
     DeviceFile,
     DeviceSet,
     Flash,
-    ActivationOffload,
-    CudaGraphImpl,
-    CudaGraphScope,
     Fp8Bf16Layers,
-    Fp8ParamStorage, Fp8Recipe,
+    Fp8ParamStorage,
+    Fp8Recipe,
     Gbs,
     Json,
     Margin,
@@ -33,10 +35,10 @@ from autopar.cli.options import (
     Nodes,
     PerNode,
     Precision,
-    Quiet,
     ProfileDb,
     ProfileDevice,
     ProfileStandsFor,
+    Quiet,
     RecomputeModules,
     Script,
     SeqLen,
@@ -44,7 +46,6 @@ from autopar.cli.options import (
     VocabSize,
 )
 from autopar.cli.paths import refuse_overwriting_inputs, refuse_unwritable_figure
-from autopar import STARTED_S
 from autopar.errors import AutoparError
 from autopar.problem import Problem
 
@@ -110,7 +111,7 @@ def search(
     min_gain_pct: Annotated[Optional[float], typer.Option(help="--write-script: least predicted gain over the "
                                                           "script's own layout, % [default: autopar's step-time "
                                                           "MAPE on similar validation rows: 4.5 dense, 5.7 fp8, "
-                                                          "16.4 MoE]")] = None,
+                                                          "16.3 MoE]")] = None,
     report: Annotated[Optional[str], typer.Option(help="write result.json, PNG charts and report.html here")] = None,
     profile_db: ProfileDb = None, profile_device: ProfileDevice = None, profile_stands_for: ProfileStandsFor = None,
     moe_token_imbalance: MoeImbalance = None, fp8_param_storage: Fp8ParamStorage = None,
@@ -144,7 +145,7 @@ def search(
 ) -> None:
     """Search every valid layout, drop those that do not fit, rank the rest by step time."""
     from autopar.export.megatron import megatron_args
-    from autopar.report.table import search_summary, search_table
+    from autopar.report.table import problem_title, search_summary, search_table
     from autopar.search import search as run_search
     from autopar.search.explain import explain_layout
     from autopar.space import SpaceOptions
@@ -256,10 +257,8 @@ def search(
         doc["command_s"] = time.perf_counter() - STARTED_S  # wall time of the whole command, imports included
         print_json("search", doc)
         return
-    console.print(f"[bold]{p.model.name}[/] ({p.model.num_params / 1e9:.1f} B params) on {p.cluster.num_nodes} x "
-                  f"{p.cluster.devices_per_node} {p.cluster.device.name}, gbs {p.train.global_batch_size}, "
-                  f"seq {p.train.seq_len}, {p.train.precision}")
-    console.print(search_table(result, problem_certainty(p)))
+    console.print(problem_title(p))
+    console.print(search_table(result, problem_certainty(p), p))
     console.print(search_summary(result), highlight=False, soft_wrap=True)
     if knobs_line:
         console.print(escape(knobs_line), highlight=False, soft_wrap=True)

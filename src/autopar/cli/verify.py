@@ -14,10 +14,24 @@ import typer
 from rich.markup import escape
 
 from autopar.cli.app import app, console, err_console, progress_shown, user_errors
-from autopar.cli.options import (Device, DeviceFile, DeviceSet, Flash, Gbs, Json, Model, Nodes, PerNode, Precision,
-                                 Quiet, SeqLen, VocabPad, VocabSize)
 from autopar.cli.inputs import positive, problem_from_options
 from autopar.cli.json_output import print_json
+from autopar.cli.options import (
+    Device,
+    DeviceFile,
+    DeviceSet,
+    Flash,
+    Gbs,
+    Json,
+    Model,
+    Nodes,
+    PerNode,
+    Precision,
+    Quiet,
+    SeqLen,
+    VocabPad,
+    VocabSize,
+)
 from autopar.errors import AutoparError
 
 LAUNCHERS = ("local", "slurm", "none")
@@ -197,7 +211,8 @@ def _report(jobs: list, results: list, as_json: bool) -> None:
 @app.command()
 @user_errors
 def calibrate(
-    db: Annotated[str, typer.Option("--db", help="profile DB holding runs stored by autopar verify --record")],
+    db: Annotated[Optional[str], typer.Option("--db", help="profile DB (SQLite file) holding the runs that autopar "
+                                              "verify --record FILE stored")] = None,
     device: Annotated[Optional[str], typer.Option(help="the device name the runs are stored under (default: "
                                                   "every device in --db)")] = None,
     framework: Annotated[Optional[str], typer.Option(help="megatron | mindspeed | torchtitan (default: each "
@@ -209,18 +224,21 @@ def calibrate(
     """Fit the model's efficiency factors to the stored runs (NNLS); later searches with --profile-db use them."""
     from rich.table import Table
 
-    from autopar.profile.opdb import OpDB
+    from autopar.profile.opdb import FILL_WITH_RUNS, OpDB
     from autopar.verify.calibrate import CLASSES, FACTORS, fit, stored_rows
 
+    if db is None:
+        raise AutoparError("--db: required: the profile database (SQLite file) of the runs to fit; 'autopar verify "
+                           "... --record FILE' stores runs in FILE, then give --db FILE")
     positive("--min-runs", min_runs, upper=10_000)
-    handle = OpDB(db, "--db", write=False)
+    handle = OpDB(db, "--db", write=False, fill=FILL_WITH_RUNS)
     keys = sorted({(r["device"], r["framework"]) for r in handle.runs(device)
                    if framework is None or r["framework"] == framework})
     if not keys:
         handle.close()
         raise AutoparError(f"--db={db!r}: holds no verify runs{f' of --device {device!r}' if device else ''}"
-                           f"{f' and --framework {framework!r}' if framework else ''}; store some with autopar verify "
-                           "--record DB")
+                           f"{f' and --framework {framework!r}' if framework else ''}; store some with 'autopar verify ... "
+                           f"--record {db}'")
     fits = [fit(d, f, stored_rows(handle, d, f), min_runs) for d, f in keys]
     handle.close()
     writer = OpDB(db, "--db")

@@ -174,12 +174,13 @@ FSDP_MAX_CONNECTIONS = "8"
 def _env_edits(ed: _Editor, s: Strategy) -> None:
     """Set ``CUDA_DEVICE_MAX_CONNECTIONS`` to what Megatron-LM asserts for ``s``: 1 where it
     needs it (inserted when missing), :data:`FSDP_MAX_CONNECTIONS` where the script sets 1 and
-    Megatron-FSDP refuses it."""
+    Megatron-FSDP refuses it; each edit is listed in ``ed.changes`` like a flag's."""
     spans = ed.sh.assignments.get(ENV)
     if forbids_max_connections_one(s):
         for a, b in spans or ():
             if ed.text[a:b].strip("\"'") == "1":
                 ed.edits.append((a, b, FSDP_MAX_CONNECTIONS))
+                ed.changes.append((ENV, ed.text[a:b], FSDP_MAX_CONNECTIONS))
         return
     if not needs_max_connections_env(s):
         return
@@ -285,12 +286,13 @@ def write_scripts(script: str | Path, p: Problem, result: SearchResult, out: str
 
     Returns:
         Lines for stderr: per file written, ``wrote PATH (#k, ...)`` then one ``  FLAG: old -> new``
-        line per change.
+        line per change; when no layout is predicted to gain enough, one ``not written: OUT: ...``
+        line instead (the best gain, both step times, the threshold and where it comes from; the
+        script is left alone and nothing is written: a small gain is an outcome, not bad input).
     Raises:
-        AutoparError: ``min_gain_pct`` outside 0..100; no layout predicted to gain enough (the
-            best gain, the threshold and where it comes from are named: the script is left
-            alone); a layout the script's framework cannot express (its rank is named); an output
-            path that is ``script`` itself; or a file that cannot be written.
+        AutoparError: ``min_gain_pct`` outside 0..100; a layout the script's framework cannot
+            express (its rank is named); an output path that is ``script`` itself; or a file that
+            cannot be written.
     """
     from autopar.notices import warn_on_success
     from autopar.export.rewrite_checks import (MEGATRON_DEFAULT_CKPT_FORMAT, checkpoint_warning, default_min_gain_pct,
@@ -313,13 +315,12 @@ def write_scripts(script: str | Path, p: Problem, result: SearchResult, out: str
         gain = gain_pct(baseline, e.step_time_s)
         if gain is None or gain >= threshold:
             chosen.append((rank, path, e, gain))
-    if not chosen:
+    if not chosen:  # an outcome of the search, not bad input: said, nothing written, exit 0
         best = gain_pct(baseline, result.layouts[0].step_time_s)
         than = f"{best:.1f}% faster" if best >= 0 else f"{-best:.1f}% slower"
-        raise AutoparError(f"--write-script: the best layout is predicted {than} than the script's own "
-                           f"({result.layouts[0].step_time_s:.3f} s vs {baseline.step_time_s:.3f} s per step), "
-                           f"below {why}; {Path(script).name} is left as it is (pass a lower --min-gain-pct to "
-                           "rewrite anyway)")
+        return [f"not written: {out}: the best layout is predicted {than} than the script's own "
+                f"({result.layouts[0].step_time_s:.3f} s vs {baseline.step_time_s:.3f} s per step), below {why}; "
+                f"{Path(script).name} is left as it is (pass a lower --min-gain-pct to rewrite anyway)"]
     lines, texts = [], []
     for rank, path, e, gain in chosen:
         try:

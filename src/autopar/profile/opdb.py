@@ -116,9 +116,15 @@ class OpTime:
     exact: bool
 
 
-def _readable(path: Path, option: str) -> None:
+FILL_WITH_OPS = "fill it with 'autopar profile ops'"
+#: How a database of runs comes about (``autopar calibrate --db``): verify stores its runs there.
+FILL_WITH_RUNS = "store runs in it with 'autopar verify ... --record FILE'"
+
+
+def _readable(path: Path, option: str, fill: str = FILL_WITH_OPS) -> None:
     """Raises AutoparError (naming ``option``) unless ``path`` is an existing regular file (a name
-    longer than the file system allows included: ``Path.is_dir`` raised ``OSError``)."""
+    longer than the file system allows included: ``Path.is_dir`` raised ``OSError``); a missing
+    file's message ends with ``fill``, how to create it."""
     try:
         os.stat(path)
     except OSError as err:
@@ -130,7 +136,7 @@ def _readable(path: Path, option: str) -> None:
         raise AutoparError(f"{option}={str(path)!r}: a symbolic link to nothing (or a loop), not a profile database "
                            "file")
     if not path.exists():
-        raise AutoparError(f"{option}={str(path)!r}: no such file (fill it with 'autopar profile ops')")
+        raise AutoparError(f"{option}={str(path)!r}: no such file ({fill})")
     if not path.is_file():
         raise AutoparError(f"{option}={str(path)!r}: not a regular file, so not a profile database file")
 
@@ -158,21 +164,23 @@ class OpDB:
     """An open knowledge base file: read-only (``write=False``, what ``search``/``estimate``
     open: the file must exist and is never changed), or for a profile command (created when
     missing; a version-2 file is migrated in place). ``option`` is the command-line option
-    that named the file, for the messages.
+    that named the file, for the messages; ``fill`` says how such a file is made, for the
+    messages about a missing or empty one (default: ``autopar profile ops``;
+    :data:`FILL_WITH_RUNS` for the runs ``calibrate`` reads).
 
     Raises:
         AutoparError: a directory or missing file (read-only), not SQLite, a version other than
             :data:`SCHEMA_VERSION` and :data:`MIGRATES`, or tables with other columns.
     """
 
-    def __init__(self, path: str | Path, option: str = "--profile-db", write: bool = True):
+    def __init__(self, path: str | Path, option: str = "--profile-db", write: bool = True, fill: str = FILL_WITH_OPS):
         self.option = option
         where = f"{option}={str(path)!r}"
         if write:
             self.path = make_folder(path, option)
         else:
             self.path = Path(path)
-            _readable(self.path, option)
+            _readable(self.path, option, fill)
         try:
             if write:
                 self.conn = sqlite3.connect(self.path)
@@ -188,7 +196,7 @@ class OpDB:
                                "NEW.db ...)")
         self.schema = version if tables else SCHEMA_VERSION
         if not tables and not write:
-            raise AutoparError(f"{where}: holds no measurements yet (fill it with 'autopar profile ops')")
+            raise AutoparError(f"{where}: holds no measurements yet ({fill})")
         try:
             if tables:
                 self._check_columns(where)  # before any write: a refused file stays as it was
