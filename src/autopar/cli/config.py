@@ -22,6 +22,28 @@ from typing import Annotated, Any, Optional
 import typer
 
 
+CONFIG_FILES = "autopar.config_files"
+"""Key of ``Context.meta`` (shared by a command's context and its parents') under which
+:func:`load_config` lists the ``--config`` files read, for :func:`given_config_files`."""
+
+
+def given_config_files() -> list[str]:
+    """The ``--config`` files of the command now running (the group's and the command's own, in
+    that order); empty outside a command or without ``--config``.
+
+    Read from the click context of the running command, so every output check
+    (:func:`autopar.cli.paths.refuse_overwriting_inputs`) protects the file without each command
+    passing it on.
+    """
+    try:  # typer >= 0.20 carries its own copy of click
+        from typer._click.globals import get_current_context
+    except ImportError:  # pragma: no cover - older typer on click itself
+        from click import get_current_context
+
+    ctx = get_current_context(silent=True)
+    return list(ctx.meta.get(CONFIG_FILES, [])) if ctx is not None else []
+
+
 def _key(name: str) -> str:
     return name.lstrip("-").replace("-", "_")
 
@@ -99,6 +121,7 @@ def load_config(ctx: typer.Context, param: Any, path: str | None) -> str | None:
                                  f"({str(err).splitlines()[0]})") from None
     root = ctx.find_root()
     full = default_map(root.command, data or {}, path)
+    ctx.meta.setdefault(CONFIG_FILES, []).append(path)  # an input no output may overwrite (cli/paths.py)
     if ctx.parent is None:
         ctx.default_map = full
     else:
