@@ -61,6 +61,22 @@ def _options(command: Any) -> dict[str, Any]:
     return out
 
 
+def _refuse_true_false(param: Any, key: str, value: Any, path: str, section: str) -> None:
+    """Refuse a YAML/JSON true/false for an option that takes a value (``gbs: true``): click
+    would read it as 1 or 0 (Python's ``int(True)``), searching gbs 1 without a word. Flags
+    (``no_cp: true``) take true/false; the same check covers each item of a list (``pp: [1, true]``).
+
+    Raises:
+        typer.BadParameter: ``FILE: key 'gbs' in section 'search' is true: --gbs takes a value, not true/false``.
+    """
+    if getattr(param, "is_flag", False) or getattr(getattr(param, "type", None), "name", "") == "boolean":
+        return
+    if isinstance(value, bool) or (isinstance(value, list) and any(isinstance(v, bool) for v in value)):
+        option = next((o for o in param.opts if o.startswith("--")), param.name)
+        raise typer.BadParameter(f"{path}: key {key!r} in section {section!r} is {json.dumps(value)}: {option} takes "
+                                 "a value, not true/false")
+
+
 def default_map(group: Any, data: Any, path: str, section: str = "") -> dict[str, Any]:
     """``data`` (the parsed file) as a click ``default_map`` for ``group``'s commands.
 
@@ -86,6 +102,7 @@ def default_map(group: Any, data: Any, path: str, section: str = "") -> dict[str
             raise typer.BadParameter(f"{path}: unknown key {key!r} in section {section!r}; allowed "
                                      f"{', '.join(sorted(names))}")
         param = accepted[_key(str(key))]
+        _refuse_true_false(param, key, value, path, section)
         if isinstance(value, list) and not param.multiple:
             value = ",".join(map(str, value))
         elif param.multiple and not isinstance(value, list):  # one value of a repeatable option (device_set: K=V)
