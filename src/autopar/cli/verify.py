@@ -132,6 +132,10 @@ def verify(
         raise AutoparError(f"--budget-s={budget_s:g}: must be > 0 seconds")
     refuse_overwriting_inputs({"--script": script, "--toml": toml, "--from": from_result, "--model": model,
                                "--device-file": device_file, "--record": record}, {"--out": (out, [Path(out)])})
+    if record is not None:  # refused now, not after the runs it would store
+        from autopar.profile.opdb import refuse_unusable_db
+
+        refuse_unusable_db(record, "--record")
     if from_result:  # the result carries its problem: options left out take its values, given ones must match
         from autopar.export.result import result_problem
 
