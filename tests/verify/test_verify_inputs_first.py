@@ -49,3 +49,42 @@ def test_a_new_or_empty_record_file_is_accepted_and_left_alone(tmp_path):
                                   "--out", str(tmp_path / f"jobs-{record.name}")])
         assert res.exit_code == 0, res.output
     assert empty.read_bytes() == b"" and not Path(tmp_path / "new").exists()
+
+
+def test_no_measured_job_exits_3_with_one_line(tmp_path, monkeypatch):
+    """Every job failed (the launcher not found): the report is printed, then one ``verify:``
+    line and exit code 3 (was 0, as if the runs had measured something)."""
+    import shutil
+
+    bin_dir = tmp_path / "bin"  # a PATH with bash and no torchrun
+    bin_dir.mkdir()
+    (bin_dir / "bash").symlink_to(shutil.which("bash"))
+    monkeypatch.setenv("PATH", str(bin_dir))
+    res = runner.invoke(app, [*VERIFY[:-1], "2", "--launcher", "local", "--out", str(tmp_path / "jobs")])
+    assert res.exit_code == 3, res.output
+    assert res.stderr.strip().splitlines()[-1] == ("verify: no job produced a measurement (2 runs: "
+                                                   "command_not_found 2); exit code 3")
+
+
+def test_report_only_exits_3_until_a_job_has_a_measured_step(tmp_path):
+    from conftest import TESTS_DATA
+
+    out = tmp_path / "jobs"
+    assert runner.invoke(app, [*VERIFY[:-1], "2", "--launcher", "none", "--out", str(out)]).exit_code == 0
+    res = runner.invoke(app, ["verify", "--report-only", "--out", str(out), "--json"])
+    assert res.exit_code == 3 and res.stderr.strip().splitlines()[-1] == (
+        "verify: no job produced a measurement (2 runs: not_run 2); exit code 3")
+    first = sorted(p for p in out.iterdir() if p.is_dir())[0]
+    (first / "log.txt").write_text((TESTS_DATA / "logs" / "megatron_mixtral_16xh100.log").read_text())
+    res = runner.invoke(app, ["verify", "--report-only", "--out", str(out), "--json"])
+    assert res.exit_code == 0 and "no job produced a measurement" not in res.stderr
+
+
+def test_no_measurement_counts_each_failure():
+    from autopar.verify.logs import RunResult
+    from autopar.verify.report import no_measurement
+
+    assert no_measurement([RunResult(failure="out_of_memory"), RunResult(failure="out_of_memory"),
+                           RunResult(failure="timeout")]) == \
+        "no job produced a measurement (3 runs: out_of_memory 2, timeout 1)"
+    assert no_measurement([RunResult(failure="timeout"), RunResult(steps=3, step_time_s=1.5)]) is None

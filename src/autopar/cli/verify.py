@@ -181,8 +181,11 @@ def verify(
 
 def _report(jobs: list, results: list, as_json: bool) -> None:
     """Print the verify report (table and small-run notes, or ``--json``) and write
-    ``report.png`` (predicted vs measured per layout) beside the job folders."""
-    from autopar.verify.report import report_doc, report_png, report_table
+    ``report.png`` (predicted vs measured per layout) beside the job folders; when no job
+    measured a step time, then one ``verify:`` line on stderr and exit code 3
+    (:data:`autopar.verify.report.NO_MEASUREMENT_EXIT`), so a script does not take a run of
+    failures for success."""
+    from autopar.verify.report import NO_MEASUREMENT_EXIT, no_measurement, report_doc, report_png, report_table
 
     if jobs:
         png = Path(jobs[0].folder).parent / "report.png"
@@ -190,12 +193,16 @@ def _report(jobs: list, results: list, as_json: bool) -> None:
         err_console.print(f"wrote {png}", highlight=False)
     if as_json:
         print_json("verify", report_doc(jobs, results))
-        return
-    console.print(report_table(jobs, results))
-    for job in jobs:
-        if job.stands_for:
-            console.print(f"[bold]{escape(job.name)}[/] stands for {escape(job.stands_for['layout'])}: "
-                          f"{escape(job.stands_for['note'])}", highlight=False, soft_wrap=True)
+    else:
+        console.print(report_table(jobs, results))
+        for job in jobs:
+            if job.stands_for:
+                console.print(f"[bold]{escape(job.name)}[/] stands for {escape(job.stands_for['layout'])}: "
+                              f"{escape(job.stands_for['note'])}", highlight=False, soft_wrap=True)
+    failed = no_measurement(results) if jobs else None
+    if failed:
+        err_console.print(f"verify: {failed}; exit code {NO_MEASUREMENT_EXIT}", highlight=False)
+        raise typer.Exit(code=NO_MEASUREMENT_EXIT)
 
 
 @app.command()
