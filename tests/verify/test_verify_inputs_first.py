@@ -88,3 +88,40 @@ def test_no_measurement_counts_each_failure():
                            RunResult(failure="timeout")]) == \
         "no job produced a measurement (3 runs: out_of_memory 2, timeout 1)"
     assert no_measurement([RunResult(failure="timeout"), RunResult(steps=3, step_time_s=1.5)]) is None
+
+
+@pytest.mark.parametrize("option, needle", [
+    ("foo", "not one sbatch option; give one long option per --sbatch-option, as --name, --name=value or --name "
+            "value (e.g. --qos=high)"),  # was written as '#SBATCH foo'
+    ("--qos=high\necho hi", "not one sbatch option"),  # a second line of the batch script
+    ("--nodes=4", "sbatch --nodes: autopar writes it from the job"),  # after autopar's: Slurm took the user's
+    ("--nod 4", "sbatch --nodes: autopar writes it from the job"),  # getopt_long's abbreviation
+    ("--gpus-per-node=4", "sbatch --gpus-per-node: autopar writes it from the job"),
+    ("--time=10:00:00", "sbatch --time: autopar writes it from --time-limit-s (and cancels the job 5 minutes after); "
+                        "give --time-limit-s SECONDS instead"),
+    ("--account=proj", "sbatch --account: give --account instead"),
+])
+def test_an_sbatch_option_that_is_malformed_or_autopars_own_is_refused(tmp_path, option, needle):
+    out = tmp_path / "jobs"
+    res = runner.invoke(app, [*VERIFY, "--launcher", "slurm", "--sbatch-option", option, "--out", str(out)])
+    assert res.exit_code == 2 and res.stderr.strip().startswith(f"error: --sbatch-option={option!r}: {needle}"), \
+        res.output
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("launcher", ["none", "local"])
+@pytest.mark.parametrize("option", [["--sbatch-option", "--qos=high"], ["--account", "proj"],
+                                    ["--container-image", "nvcr.io#nvidia/pytorch:25.01-py3"]])
+def test_a_slurm_option_without_slurm_is_refused(tmp_path, launcher, option):
+    """With --launcher none or local no batch script is written: the option was ignored silently."""
+    res = runner.invoke(app, [*VERIFY, "--launcher", launcher, *option, "--out", str(tmp_path / "jobs")])
+    assert res.exit_code == 2 and res.stderr.strip() == (
+        f"error: {option[0]} is a Slurm option and --launcher is {launcher!r}: add --launcher slurm or drop "
+        f"{option[0]} (it would be ignored)"), res.output
+
+
+def test_check_sbatch_options_keeps_well_formed_ones():
+    from autopar.verify.launch import check_sbatch_options
+
+    assert check_sbatch_options(["--qos=high", "--exclusive", "--mem 0", "--nodelist=n[1-4]"]) == (
+        "--qos=high", "--exclusive", "--mem 0", "--nodelist=n[1-4]")

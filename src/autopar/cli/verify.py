@@ -107,7 +107,7 @@ def verify(
     from autopar.search.grid import for_target
     from autopar.specs.targets import check_target
     from autopar.verify.jobs import write_jobs
-    from autopar.verify.launch import SlurmOptions
+    from autopar.verify.launch import SlurmOptions, check_sbatch_options
     from autopar.verify.run import run_jobs
 
     if report_only:
@@ -117,6 +117,13 @@ def verify(
         return
     if launcher not in LAUNCHERS:
         raise AutoparError(f"--launcher={launcher!r}: allowed {', '.join(LAUNCHERS)}")
+    slurm_given = {"--account": account, "--partition": partition, "--container-image": container_image,
+                   "--container-mounts": container_mounts, "--sbatch-option": sbatch_option or None}
+    if launcher != "slurm" and any(v is not None for v in slurm_given.values()):
+        name = next(k for k, v in slurm_given.items() if v is not None)
+        raise AutoparError(f"{name} is a Slurm option and --launcher is {launcher!r}: add --launcher slurm or drop "
+                           f"{name} (it would be ignored)")
+    extra = check_sbatch_options(sbatch_option or ())
     if data not in ("mock", "script"):
         raise AutoparError(f"--data={data!r}: allowed mock, script")
     if script and toml:
@@ -164,7 +171,7 @@ def verify(
     if launcher == "none":
         return
     slurm = SlurmOptions(account=account, partition=partition, container_image=container_image,
-                         container_mounts=container_mounts, extra=tuple(sbatch_option or ()))
+                         container_mounts=container_mounts, extra=extra)
     with progress_shown(quiet):
         results = run_jobs(jobs, launcher, time_limit_s, slurm, warmup,
                            on_done=lambda j, r: err_console.print(f"ran {j.name}: {r.failure or 'ok'}", highlight=False),
