@@ -279,6 +279,9 @@ def _set_cell(name, value):
     (_set_cell("layers", "x"), "layers='x': expected a whole number in 1..2147483648"),
     (_set_cell("measured_value", "0"), "measured_value='0': expected a finite number > 0"),
     (_set_cell("measured_value", "nan"), "measured_value='nan'"),
+    # a repeated id was scored twice ("Rows: 3" for 2 ids)
+    (lambda t: _csv(t, CSV_TEXT[0], [CSV_TEXT[1], CSV_TEXT[2], CSV_TEXT[1]]),
+     "line 4: id NAR21-T1-02 is already the id of line 2; each row needs its own id"),
 ])
 def test_malformed_measurements_csv(tmp_path, make, needle):
     path = make(tmp_path)
