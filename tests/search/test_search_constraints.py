@@ -89,7 +89,10 @@ def test_a_pinned_set_and_named_values():
 
 def test_mbs_outside_the_default_space_is_enumerated():
     """The default space has mbs 1, 2, 4, 8; a pinned 16 widens it (gbs 16, one data-parallel rank)."""
-    doc = _search("--mbs", "16", "--gbs", "16", "--dp", "1")
+    gbs = TOY.index("--gbs")
+    out = runner.invoke(app, [*TOY[:gbs], "--gbs", "16", *TOY[gbs + 2:], "--mbs", "16", "--dp", "1"])
+    assert out.exit_code == 0, out.output
+    doc = json.loads(out.stdout)
     assert {x["strategy"]["mbs"] for x in doc["layouts"]} == {16}
 
 

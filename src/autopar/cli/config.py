@@ -44,6 +44,21 @@ def given_config_files() -> list[str]:
     return list(ctx.meta.get(CONFIG_FILES, [])) if ctx is not None else []
 
 
+def _once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads``'s ``object_pairs_hook``: a JSON object, refusing a key given twice (JSON
+    keeps the last: two ``"search"`` sections were one).
+
+    Raises:
+        ValueError: ``duplicate key 'search' (JSON keeps only the last; give each key once)``.
+    """
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"duplicate key {key!r} (JSON keeps only the last; give each key once)")
+        out[key] = value
+    return out
+
+
 def _key(name: str) -> str:
     return name.lstrip("-").replace("-", "_")
 
@@ -132,7 +147,7 @@ def load_config(ctx: typer.Context, param: Any, path: str | None) -> str | None:
     except UnicodeDecodeError:
         raise typer.BadParameter(f"{path}: not a text file (expected YAML or JSON)") from None
     try:
-        data = json.loads(text) if path.endswith(".json") else yaml_load(text)
+        data = json.loads(text, object_pairs_hook=_once) if path.endswith(".json") else yaml_load(text)
     except (ValueError, yaml.YAMLError) as err:
         raise typer.BadParameter(f"{path}: not valid {'JSON' if path.endswith('.json') else 'YAML'} "
                                  f"({str(err).splitlines()[0]})") from None
