@@ -213,6 +213,13 @@ def _layer_edit(key, value, index=3):
     (_layer_edit("forward_s", True), "layers[3].forward_s=True: expected a number"),
     (_layer_edit("forward_s", 1e308), "layers[3].forward_s=1e+308: at most 3600 s"),  # was: overflow warnings
     (_layer_edit("recompute_s", {"full": 1e9}), "layers[3].recompute_s.full=1000000000.0: at most 3600 s"),
+    # unknown keys were ignored (their defaults used); a time for 'none' gave "gain +6542.6%"
+    (lambda d: d.update(p2p=0.5), "unknown key 'p2p' at the top level; allowed pp, vpp, num_microbatches, "
+     "memory_limit_bytes, schedule, p2p_s, layers"),
+    (_layer_edit("static_byte", 1e9), "unknown key 'static_byte' in layers[3]; allowed forward_s, backward_s, "
+     "static_bytes, activation_bytes, recompute_s"),
+    (_layer_edit("recompute_s", {"none": 5}), "layers[3].recompute_s.none=5: option 'none' recomputes nothing (its "
+     "time is 0); give recompute_s only for the options that recompute"),
 ])
 def test_malformed_layers_file(tmp_path, edit, needle):
     doc = copy.deepcopy(LAYERS_DOC)
