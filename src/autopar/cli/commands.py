@@ -85,14 +85,42 @@ def refuse_repeats(ctx: Any, order: list[Any]) -> None:
             raise _usage_error()(f"{option} given more than once: give it once{hint}", ctx=ctx)
 
 
+def takes_int(param: Any) -> bool:
+    """Whether click parameter ``param`` is declared ``int`` (typer's type descriptor, or click's
+    ``INT`` on a typer that runs on click itself)."""
+    annotation = getattr(getattr(param, "type_descriptor", None), "annotation", None)
+    return annotation is int or getattr(getattr(param, "type", None), "name", "") == "integer"
+
+
+def refuse_loose_integers(ctx: Any, opts: dict[str, Any], params: list[Any]) -> None:
+    """Refuse a value of an ``int`` option that is not :data:`autopar.integers.INTEGER_RULE`:
+    Python's ``int()`` under typer read ``--tp 1_0`` as 10 and ``--tp 2.0`` as 2.
+
+    Raises:
+        UsageError: ``--tp='2.0': expected a whole number in the ASCII digits 0-9 (...)``.
+    """
+    from autopar.integers import INTEGER_RULE, is_integer_text
+
+    for param in params:
+        value = opts.get(param.name)
+        if value is None or not takes_int(param):
+            continue
+        for text in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(text, str) and not is_integer_text(text):
+                option = max(param.opts, key=len)
+                raise _usage_error()(f"{option}={text!r}: expected {INTEGER_RULE}", ctx=ctx)
+
+
 def parsing_once(parser: Any, ctx: Any) -> Any:
     """``parser`` (click's option parser of ``ctx``'s command), its ``parse_args`` also calling
-    :func:`refuse_repeats` on the order it returns."""
+    :func:`refuse_repeats` on the order it returns and :func:`refuse_loose_integers` on the
+    values it read."""
     parse = parser.parse_args
 
     def parse_once(args: list[str]) -> Any:
         opts, rest, order = parse(args=args)
         refuse_repeats(ctx, order)
+        refuse_loose_integers(ctx, opts, ctx.command.params)
         return opts, rest, order
 
     parser.parse_args = parse_once

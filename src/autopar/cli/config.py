@@ -92,6 +92,24 @@ def _refuse_true_false(param: Any, key: str, value: Any, path: str, section: str
                                  "a value, not true/false")
 
 
+def _refuse_loose_integer(param: Any, key: str, value: Any, path: str, section: str) -> None:
+    """For an ``int`` option, a number that is not whole (``tp: 2.0``) or a text that is not
+    :data:`autopar.integers.INTEGER_RULE` (``tp: "1_0"``), as on the command line.
+
+    Raises:
+        typer.BadParameter: ``FILE: key 'tp' in section 'search' is 2.0: expected a whole number ...``.
+    """
+    from autopar.cli.commands import takes_int
+    from autopar.integers import INTEGER_RULE, is_integer_text
+
+    if not takes_int(param):
+        return
+    for item in value if isinstance(value, list) else [value]:
+        if isinstance(item, float) or (isinstance(item, str) and not is_integer_text(item)):
+            raise typer.BadParameter(f"{path}: key {key!r} in section {section!r} is {json.dumps(item)}: expected "
+                                     f"{INTEGER_RULE}")
+
+
 def default_map(group: Any, data: Any, path: str, section: str = "") -> dict[str, Any]:
     """``data`` (the parsed file) as a click ``default_map`` for ``group``'s commands.
 
@@ -118,6 +136,7 @@ def default_map(group: Any, data: Any, path: str, section: str = "") -> dict[str
                                      f"{', '.join(sorted(names))}")
         param = accepted[_key(str(key))]
         _refuse_true_false(param, key, value, path, section)
+        _refuse_loose_integer(param, key, value, path, section)
         if isinstance(value, list) and not param.multiple:
             value = ",".join(map(str, value))
         elif param.multiple and not isinstance(value, list):  # one value of a repeatable option (device_set: K=V)
