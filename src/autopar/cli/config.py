@@ -35,12 +35,7 @@ def given_config_files() -> list[str]:
     (:func:`autopar.cli.paths.refuse_overwriting_inputs`) protects the file without each command
     passing it on.
     """
-    try:  # typer >= 0.20 carries its own copy of click
-        from typer._click.globals import get_current_context
-    except ImportError:  # pragma: no cover - older typer on click itself
-        from click import get_current_context
-
-    ctx = get_current_context(silent=True)
+    ctx = _current_context()
     return list(ctx.meta.get(CONFIG_FILES, [])) if ctx is not None else []
 
 
@@ -57,6 +52,25 @@ def _once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
             raise ValueError(f"duplicate key {key!r} (JSON keeps only the last; give each key once)")
         out[key] = value
     return out
+
+
+def option_given(name: str) -> bool:
+    """Whether the running command's parameter ``name`` (``top``) was given, on the command line
+    or in a ``--config`` file, rather than left at its default (click's ``ParameterSource``);
+    False outside a command."""
+    ctx = _current_context()
+    source = ctx.get_parameter_source(name) if ctx is not None else None
+    return source is not None and source.name not in ("DEFAULT",)
+
+
+def _current_context() -> Any:
+    """click's context of the running command, or None."""
+    try:  # typer >= 0.20 carries its own copy of click
+        from typer._click.globals import get_current_context
+    except ImportError:  # pragma: no cover - older typer on click itself
+        from click import get_current_context
+
+    return get_current_context(silent=True)
 
 
 def _key(name: str) -> str:
