@@ -107,8 +107,8 @@ def test_malformed_and_unsatisfiable_configs(tmp_path):
 
 
 @pytest.mark.parametrize("args, needle", [
-    (["search", "--model", "llama3-8b", "--gbs", "1.5"], "Invalid value for '--gbs'"),
-    (["search", "--model", "llama3-8b", "--gbs", "abc"], "(got 'abc')"),
+    (["search", "--model", "llama3-8b", "--gbs", "1.5"], "--gbs='1.5': expected a whole number in the ASCII digits"),
+    (["search", "--model", "llama3-8b", "--gbs", "abc"], "--gbs='abc': expected a whole number"),
     (["search", "--modle", "llama3-8b"], "No such option: --modle"),
     (["estimate", "--model", "llama3-8b", "--tp"], "Option '--tp' requires an argument"),
 ])

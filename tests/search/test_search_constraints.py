@@ -112,7 +112,7 @@ def test_apply_constraints_counts_each_row_once():
 
 @pytest.mark.parametrize("args, message", [
     (["--tp", "0"], "--tp='0': must be an integer in 1..1048576"),
-    (["--pp", "2,x"], "--pp='2,x': must be an integer"),
+    (["--pp", "2,x"], "--pp='2,x': expected a whole number in the ASCII digits 0-9"),
     (["--zero", "4"], "--zero='4': must be an integer in 0..3"),
     (["--recompute", "partial"], "--recompute='partial': allowed none, selective, full"),
     (["--schedule", "zb"], "--schedule='zb': allowed 1f1b, interleaved"),
