@@ -200,7 +200,8 @@ def test_cli_recompute_modules_lower_the_estimated_memory():
      "error: layout: recompute_modules=mlp applies to selective recompute; this layout recomputes full"),
 ])
 def test_cli_bad_recompute_modules_are_one_error_line(args, needle):
-    res = _cli(["estimate", "--model", "llama3-8b", "--device", "h100-80gb", "--recompute", "selective", *args])
+    recompute = [] if "--recompute" in args else ["--recompute", "selective"]  # each option given once
+    res = _cli(["estimate", "--model", "llama3-8b", "--device", "h100-80gb", *recompute, *args])
     assert res.exit_code == 2
     assert len(res.stderr.strip().splitlines()) == 1 and needle in res.stderr, res.stderr
 

@@ -198,10 +198,11 @@ def strategy_from_options(p: Problem, script: str | None, layout: dict[str, Any]
     if "vocab_tp" in galvatron:
         positive("--vocab-tp", galvatron["vocab_tp"])
     if split:
-        try:
-            layout["layers_per_stage"] = tuple(int(x) for x in split.split(","))
-        except ValueError:
-            raise AutoparError(f"--layers-per-stage={split!r}: expected integers like 7,8,8,7") from None
+        from autopar.integers import is_integer_text
+
+        if not all(is_integer_text(x) for x in split.split(",")):
+            raise AutoparError(f"--layers-per-stage={split!r}: expected integers like 7,8,8,7")
+        layout["layers_per_stage"] = tuple(int(x) for x in split.split(","))
     else:
         layout["layers_per_stage"] = None
     plan = read_script(script) if script else None

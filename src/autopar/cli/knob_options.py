@@ -42,7 +42,9 @@ def given_knobs(cuda_graph_impl: str | None = None, cuda_graph_scope: str | None
         out["activation_offload_layers"] = activation_offload_layers
     if fp8_bf16_layers is not None:
         parts = fp8_bf16_layers.split(",")
-        if len(parts) != 2 or not all(x.strip().isdigit() for x in parts):
+        from autopar.integers import is_integer_text
+
+        if len(parts) != 2 or not all(is_integer_text(x) and int(x) >= 0 for x in parts):
             raise AutoparError(f"--fp8-bf16-layers={fp8_bf16_layers!r}: expected FIRST,LAST, two integers >= 0 "
                                "(e.g. 1,1: Megatron-Bridge's current-scaling recipe)")
         out["fp8_bf16_layers"] = (int(parts[0]), int(parts[1]))

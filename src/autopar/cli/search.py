@@ -85,7 +85,7 @@ def _search_outputs(model: str | None, script: str | None, device_file: str | No
     if write_script:
         from autopar.export.rewrite import script_paths
 
-        written = script_paths(Path(write_script), top)
+        written = script_paths(Path(write_script), top)  # top: the scripts asked for (1 without --top)
     refuse_unwritable_figure("--plot", plot, (".png",))  # the batch chart is PNG bytes
     reported = []
     if report:  # the report module loads matplotlib: only when a report is asked for
@@ -107,7 +107,8 @@ def search(
     top: Annotated[int, typer.Option(help="how many layouts to show")] = 10,
     memory_margin: Margin = 0.10, as_json: Json = False, script: Script = None, vocab_size: VocabSize = None,
     write_script: Annotated[Optional[str], typer.Option(help="with --script: write it back with the best layout "
-                                                        "(--top N writes OUT.sh, OUT.2.sh, ...)")] = None,
+                                                        "(--top N writes OUT.sh, OUT.2.sh, ... up to N; an "
+                                                        "existing file there is replaced)")] = None,
     min_gain_pct: Annotated[Optional[float], typer.Option(help="--write-script: least predicted gain over the "
                                                           "script's own layout, % [default: autopar's step-time "
                                                           "MAPE on similar validation rows: 4.5 dense, 5.7 fp8, "
@@ -161,8 +162,11 @@ def search(
         refuse_modes(target, {"--gbs-range": gbs_range, "--explain": explain, "--write-script": write_script,
                               "--report": report, "--verify": verify is not None})
         target = target or "galvatron"
-    _search_outputs(model, script, device_file, profile_db, write_script, report, positive("--top", top, upper=1000),
-                    plot)
+    from autopar.cli.config import option_given
+
+    # --write-script without --top writes the best layout's script only, not one per row shown
+    scripts_asked = positive("--top", top, upper=1000) if option_given("top") else 1
+    _search_outputs(model, script, device_file, profile_db, write_script, report, scripts_asked, plot)
     constraints = S.constraints_from_options(
         tp, pp, dp, cp, vpp, ep, etp, mbs, num_microbatches, zero, recompute, schedule, sp,
         {"--no-tp": no_tp, "--no-pp": no_pp, "--no-cp": no_cp, "--no-ep": no_ep, "--no-vpp": no_vpp,
@@ -224,7 +228,7 @@ def search(
     if write_script:
         from autopar.export.rewrite import write_scripts
 
-        for line in write_scripts(script, p, result, write_script, min_gain_pct):
+        for line in write_scripts(script, p, result, write_script, min_gain_pct, count=scripts_asked):
             err_console.print(line, highlight=False, markup=False, soft_wrap=True)
     if report:
         from autopar.report.html import write_report

@@ -272,9 +272,13 @@ def script_paths(out: str | Path, count: int) -> list[Path]:
 
 
 def write_scripts(script: str | Path, p: Problem, result: SearchResult, out: str | Path,
-                  min_gain_pct: float | None = None) -> list[str]:
-    """Rewrite ``script`` for the ranked layouts of ``result`` worth it, into :func:`script_paths`
-    (layout #k into the k-th name), and say what changed.
+                  min_gain_pct: float | None = None, count: int | None = None) -> list[str]:
+    """Rewrite ``script`` for the first ``count`` ranked layouts of ``result`` (None: all) worth it,
+    into :func:`script_paths` (layout #k into the k-th name), and say what changed.
+
+    A file already at one of those names is replaced, as ``export --out`` and ``search --report``
+    replace theirs, and its ``wrote`` line says so; the command's inputs are never written
+    (:func:`autopar.cli.paths.refuse_overwriting_inputs`).
 
     A layout is written only when its predicted step time beats the script's own layout on the
     same problem by at least ``min_gain_pct`` percent (default
@@ -301,7 +305,8 @@ def write_scripts(script: str | Path, p: Problem, result: SearchResult, out: str
     if min_gain_pct is not None and not 0 <= min_gain_pct <= 100:
         raise AutoparError(f"--min-gain-pct={min_gain_pct}: must be a percentage in 0..100")
     plan = read_script(script)
-    paths = script_paths(out, len(result.layouts))
+    layouts = result.layouts if count is None else result.layouts[:count]
+    paths = script_paths(out, len(layouts))
     source = Path(script).resolve()
     if any(path.resolve() == source for path in paths):
         raise AutoparError(f"--write-script={str(out)!r}: would overwrite the --script it rewrites; "
@@ -311,7 +316,7 @@ def write_scripts(script: str | Path, p: Problem, result: SearchResult, out: str
            f"the default --min-gain-pct {threshold:g}, autopar's step-time MAPE on {target_set(p)} validation rows")
     baseline = script_baseline(plan, p)
     chosen = []
-    for rank, (path, e) in enumerate(zip(paths, result.layouts), 1):
+    for rank, (path, e) in enumerate(zip(paths, layouts), 1):
         gain = gain_pct(baseline, e.step_time_s)
         if gain is None or gain >= threshold:
             chosen.append((rank, path, e, gain))
@@ -329,7 +334,7 @@ def write_scripts(script: str | Path, p: Problem, result: SearchResult, out: str
             raise AutoparError(f"layout #{rank}: {err}") from None
         texts.append((path, text))
         said = baseline.reason if gain is None else f"predicted {gain:.1f}% faster than the script's layout"
-        lines.append(f"wrote {path} (#{rank}, {said}):")
+        lines.append(f"wrote {path}{' over the file there' if path.exists() else ''} (#{rank}, {said}):")
         lines += [f"  {flag}: {old} -> {new}" for flag, old, new in changes] or ["  (no flag changed)"]
     for _, path, e, _ in chosen:
         s = e.strategy
@@ -338,7 +343,7 @@ def write_scripts(script: str | Path, p: Problem, result: SearchResult, out: str
         warning = checkpoint_warning(plan, {"tp": s.tp, "pp": s.pp, "ep": s.ep}, str(fmt))
         if warning:
             warn_on_success(f"{path.name}: {warning}")
-    skipped = [str(rank) for rank in range(1, len(result.layouts) + 1) if rank not in {c[0] for c in chosen}]
+    skipped = [str(rank) for rank in range(1, len(layouts) + 1) if rank not in {c[0] for c in chosen}]
     if skipped:
         lines.append(f"not written: #{', #'.join(skipped)} (predicted gain below {why})")
     try:
