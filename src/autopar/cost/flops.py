@@ -232,7 +232,10 @@ def model_flops_per_token(p: Problem) -> float:
     Chowdhery et al. 2022, appendix B, with the attention term halved for causal masks).
 
     MoE layers count the router, the shared experts and ``top-k`` routed experts per token
-    (active parameters only, balanced routing); MTP modules (DeepSeek-V3 sec. 2.2) add their
+    (active parameters only, balanced routing), times the share the experts compute under a
+    capacity factor ``C`` (:func:`autopar.cost.moe.processed_fraction`, ``min(1, C)``: dropped
+    copies are no work, padding rows no model FLOPs; Megatron's ``num_floating_point_operations``
+    ignores the capacity and would exceed the peak for small ``C``); MTP modules (DeepSeek-V3 sec. 2.2) add their
     projection, one layer and one more output layer each, as Megatron's
     ``num_floating_point_operations`` does."""
     one = LayoutBatch(**{k: np.ones(1, dtype=np.int64) for k in (
