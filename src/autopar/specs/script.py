@@ -28,18 +28,19 @@ from pydantic import ValidationError
 
 from autopar.errors import AutoparError, from_validation_error, read_text
 from autopar.specs.bash import ShellScript, check_script_size
-from autopar.specs.script_launch import Args, find_launch
+from autopar.specs.model import ModelSpec
 from autopar.specs.script_attention import attention_fields
 from autopar.specs.script_comm import comm_fields
 from autopar.specs.script_flags import check_flags
+from autopar.specs.script_launch import Args, find_launch
 from autopar.specs.script_layers import apply_noop_layers
 from autopar.specs.script_moe import dispatcher_fields, runtime_fields
 from autopar.specs.script_optimizer import optimizer_fields
 from autopar.specs.script_precision import precision, recipe_fields
-from autopar.specs.model import ModelSpec
+from autopar.specs.script_recompute import recompute_fields
 from autopar.specs.script_vocab import vocab_size
 from autopar.specs.train import TrainSpec
-from autopar.strategy import DEFAULT_RECOMPUTE_MODULES, Strategy, parse_recompute_modules
+from autopar.strategy import Strategy
 
 _FSDP_ZERO = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
 # Megatron-LM's --position-embedding-type choices (arguments.py); only learned_absolute adds parameters.
@@ -274,31 +275,11 @@ def moe_layers(a: Args, num_layers: int) -> tuple[int, ...]:
     return tuple(i for i, moe in enumerate(pattern) if moe and i >= dense)
 
 
-def script_recompute_modules(a: Args) -> tuple[str, ...]:
-    """``--recompute-modules`` of a script with selective granularity (``core_attn`` if absent).
-    Megatron-LM reads the flag under selective granularity only (``TransformerConfig``), as
-    space-separated words (``nargs='*'``), and asserts each is an allowed module.
-
-    Raises:
-        AutoparError: no value (Megatron would then recompute nothing), a comma-separated value
-            (one word Megatron rejects), or an unknown name.
-    """
-    flag = "--recompute-modules"
-    if a.has(flag) and not a.values[flag]:
-        raise AutoparError(f"{a.source}: {flag} with no value: Megatron-LM then recomputes nothing; name the modules "
-                           "(e.g. core_attn) or drop --recompute-granularity selective")
-    text = a.text(flag, "core_attn") or ""
-    if "," in text:
-        raise AutoparError(f"{a.source}: {flag}={text!r}: Megatron-LM takes the names separated by spaces "
-                           f"({flag} {' '.join(text.replace(',', ' ').split())}); a comma makes one unknown name")
-    return parse_recompute_modules(text, f"{a.source}: {flag}")
-
-
 def layout_fields(a: Args, num_layers: int) -> dict[str, Any]:
     """Strategy fields (all but dp) from the parallel, batch and recompute flags.
 
     Rules: ecosystem.md 1.3 (SP is switched off at tp=1; VPP from layers per virtual stage;
-    uneven first/last stages; full recompute ``block`` N = N layers per chunk, ``uniform`` = all;
+    uneven first/last stages; recompute as Megatron-LM reads it: :mod:`autopar.specs.script_recompute`;
     ``--account-for-embedding/loss-in-pipeline-split`` add one layer each to the count VPP is
     derived from, and cannot be combined with the first/last stage counts, rule 22).
 
@@ -344,25 +325,13 @@ def layout_fields(a: Args, num_layers: int) -> dict[str, Any]:
         zero = _FSDP_ZERO[name]
     elif a.has("--use-torch-fsdp2"):
         zero = 3
-    granularity = a.text("--recompute-granularity", "selective" if a.has("--recompute-activations") else "none")
-    if granularity not in ("none", "selective", "full"):  # Megatron's argparse choices: full, selective
-        raise AutoparError(f"{a.source}: --recompute-granularity={granularity!r}: allowed full, selective")
-    layers = None
-    method = a.text("--recompute-method", "uniform")
-    if method not in ("uniform", "block"):  # Megatron's argparse choices
-        raise AutoparError(f"{a.source}: --recompute-method={method!r}: allowed uniform, block")
-    chunk = size("--recompute-num-layers", 1)
-    if granularity == "full" and method == "block":
-        layers = chunk
-    modules = script_recompute_modules(a) if granularity == "selective" else DEFAULT_RECOMPUTE_MODULES
     ep = size("--expert-model-parallel-size", 1)
     etp = size("--expert-tensor-parallel-size", tp)
     return dict(tp=tp, pp=pp, vpp=vpp or 1, cp=size("--context-parallel-size", 1), ep=ep, etp=etp,
                 mbs=size("--micro-batch-size", 1), sp=a.has("--sequence-parallel") and tp > 1, zero=zero,
-                recompute=granularity, recompute_layers=layers,
+                **recompute_fields(a),
                 layers_per_stage=None if layout_text else stage_split(a, num_layers, pp),
-                account_for_embedding=embedding, account_for_loss=loss, pipeline_layout=layout_text,
-                recompute_modules=modules)
+                account_for_embedding=embedding, account_for_loss=loss, pipeline_layout=layout_text)
 
 
 def pipeline_layout_flag(a: Args, pp: int, vpp: int | None, per_vstage: int | None,
