@@ -9,12 +9,12 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import ROOT
 from test_bad_input import one_line_error
 
 from autopar.errors import AutoparError
 from autopar.specs.script import read_script
 from autopar.specs.script_flags import flag_table, reader_flags
-from conftest import ROOT
 
 TABLE = flag_table()
 FLAGS = TABLE["flags"]
@@ -136,10 +136,11 @@ CHANGES = {
     "--use-rotary-position-embeddings": ("", "--use-rotary-position-embeddings"),
     "--qk-layernorm": ("", "--qk-layernorm"),
     "--recompute-activations": ("", "--recompute-activations"),
-    "--recompute-granularity": ("", "--recompute-granularity full"),
-    "--recompute-method": ("--recompute-granularity full --recompute-num-layers 2",
+    "--recompute-granularity": ("--recompute-method uniform --recompute-num-layers 1",
+                                "--recompute-method uniform --recompute-num-layers 1 --recompute-granularity full"),
+    "--recompute-method": ("--recompute-granularity full --recompute-num-layers 2 --recompute-method uniform",
                            "--recompute-granularity full --recompute-num-layers 2 --recompute-method block"),
-    "--recompute-num-layers": ("--recompute-granularity full --recompute-method block",
+    "--recompute-num-layers": ("--recompute-granularity full --recompute-method block --recompute-num-layers 1",
                                "--recompute-granularity full --recompute-method block --recompute-num-layers 2"),
     "--recompute-modules": ("--recompute-granularity selective",
                             "--recompute-granularity selective --recompute-modules core_attn mlp"),

@@ -63,3 +63,17 @@ def test_full_recompute_layers_from_the_method(tmp_path):
     assert _layout(tmp_path, "--recompute-granularity full;--recompute-method block;--recompute-num-layers 3") == (
         "full", 3, ("core_attn",))
     assert _layout(tmp_path, "") == ("none", None, ("core_attn",))
+
+
+def test_full_without_a_method_is_refused(tmp_path):
+    """TransformerConfig raises it; autopar costed full recompute of every layer."""
+    with pytest.raises(AutoparError, match=r"--recompute-granularity full without --recompute-method: Megatron-LM "
+                       r"raises .*recompute_method must be \"block\" or \"uniform\"' "
+                       r"\(megatron/core/transformer/transformer_config.py\)"):
+        _layout(tmp_path, "--recompute-granularity full;--recompute-num-layers 1")
+
+
+def test_full_without_a_layer_count_is_refused(tmp_path):
+    with pytest.raises(AutoparError, match="--recompute-granularity full without --recompute-num-layers: Megatron-LM "
+                       "raises 'When using recompute_granularity: full recompute_num_layers must be between 1"):
+        _layout(tmp_path, "--recompute-granularity full;--recompute-method uniform")

@@ -30,7 +30,8 @@ def recompute_fields(a: Args) -> dict[str, Any]:
 
     Raises:
         AutoparError: a granularity or method outside Megatron's argparse choices, or a combination
-            Megatron-LM refuses (module docstring), naming the flags and Megatron's message.
+            Megatron-LM refuses (module docstring: selective with a method or layer count, full
+            without them), naming the flags and Megatron's message.
     """
     granularity = a.text("--recompute-granularity", "none")
     if granularity not in ("none", "selective", "full"):  # Megatron's argparse choices: full, selective
@@ -43,6 +44,8 @@ def recompute_fields(a: Args) -> dict[str, Any]:
     if granularity == "selective":
         _check_selective(a)
         return dict(recompute="selective", recompute_layers=None, recompute_modules=script_recompute_modules(a))
+    if granularity == "full":
+        _check_full(a)
     layers = a.size("--recompute-num-layers", 1)
     return dict(recompute=granularity, recompute_layers=layers if granularity == "full" and method == "block" else None,
                 recompute_modules=DEFAULT_RECOMPUTE_MODULES)
@@ -65,6 +68,23 @@ def _check_selective(a: Args) -> None:
             "Megatron-LM raises 'When using recompute_granularity: selective recompute_num_layers must be None' "
             "(megatron/core/transformer/transformer_config.py); drop --recompute-num-layers, or use "
             "--recompute-granularity full without --recompute-activations")
+
+
+def _check_full(a: Args) -> None:
+    """Raises AutoparError: full granularity without ``--recompute-method`` or without
+    ``--recompute-num-layers`` (module docstring)."""
+    if not a.has("--recompute-method"):
+        raise AutoparError(
+            f"{a.source}: --recompute-granularity full without --recompute-method: Megatron-LM raises 'Using "
+            "recompute_granularity: full so recompute_method must be \"block\" or \"uniform\"' "
+            "(megatron/core/transformer/transformer_config.py); add --recompute-method uniform (every layer) "
+            "or block with --recompute-num-layers N (the first N layers of each stage)")
+    if not a.has("--recompute-num-layers"):
+        raise AutoparError(
+            f"{a.source}: --recompute-granularity full without --recompute-num-layers: Megatron-LM raises 'When "
+            "using recompute_granularity: full recompute_num_layers must be between 1 and "
+            "num_layers_per_pipeline_rank' (megatron/core/transformer/transformer_config.py); add "
+            "--recompute-num-layers N (uniform: layers per recomputed chunk, block: layers recomputed per stage)")
 
 
 def script_recompute_modules(a: Args) -> tuple[str, ...]:
