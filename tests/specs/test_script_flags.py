@@ -34,8 +34,13 @@ MINDSPEED = "--use-fused-swiglu "  # a MindSpeed-only flag: the script is read i
 HYBRID = MINDSPEED + CP4 + "--context-parallel-algo hybrid_cp_algo "
 # flag -> (flags before, flags after): the parsed model, job or layout must differ.
 CHANGES = {
-    "--account-for-embedding-in-pipeline-split": ("", "--account-for-embedding-in-pipeline-split"),
-    "--account-for-loss-in-pipeline-split": ("", "--account-for-loss-in-pipeline-split"),
+    # 8 layers over pp 2: one account flag alone makes 9 (Megatron asserts an even split); the other makes 10
+    "--account-for-embedding-in-pipeline-split": ("--account-for-loss-in-pipeline-split --num-layers 7",
+                                                  "--account-for-loss-in-pipeline-split --num-layers 7 "
+                                                  "--account-for-embedding-in-pipeline-split --num-layers 8"),
+    "--account-for-loss-in-pipeline-split": ("--account-for-embedding-in-pipeline-split --num-layers 7",
+                                             "--account-for-embedding-in-pipeline-split --num-layers 7 "
+                                             "--account-for-loss-in-pipeline-split --num-layers 8"),
     "--add-qkv-bias": ("", "--add-qkv-bias"),
     "--attention-backend": ("", "--attention-backend unfused"),
     "--attention-dropout": ("--hidden-dropout 0", "--hidden-dropout 0 --attention-dropout 0"),

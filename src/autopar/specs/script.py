@@ -317,6 +317,8 @@ def layout_fields(a: Args, num_layers: int) -> dict[str, Any]:
         raise AutoparError(f"{a.source}: --num-layers-per-virtual-pipeline-stage={per_vstage} with "
                            "--decoder-first/last-pipeline-num-layers: Megatron-LM needs "
                            "--num-virtual-stages-per-pipeline-rank for an uneven split")
+    if layout_text is None:
+        even_split_check(a, num_layers, pp, vpp or 1, accounted)
     zero = 1 if a.has("--use-distributed-optimizer") else 0
     if a.has("--use-megatron-fsdp"):
         name = a.text("--data-parallel-sharding-strategy", "optim_grads_params")
@@ -359,6 +361,55 @@ def pipeline_layout_flag(a: Args, pp: int, vpp: int | None, per_vstage: int | No
                            "('pipeline_model_parallel_layout cannot be set with other pipeline layout arguments')")
     layout = PipelineLayout.parse(text, pp, f"{a.source}: {flag}")
     return layout.megatron(), layout.vpp
+
+
+def even_split_check(a: Args, num_layers: int, pp: int, vpp: int, accounted: int) -> None:
+    """Megatron-LM's even pipeline split: without ``--decoder-first/last-pipeline-num-layers`` (or
+    MindSpeed's ``--num-layer-list``, or a layout string) the ``accounted`` layers (``--num-layers``
+    plus one for each ``--account-for-embedding/loss-in-pipeline-split``) must divide by pp.
+    ``megatron/training/arguments.py`` ``validate_args`` asserts "Number of layers should be
+    divisible by the pipeline-model-parallel size"; with virtual stages
+    ``megatron/core/transformer/transformer_block.py`` ``get_num_layers_to_build`` asserts the same.
+    A script is costed as it runs, so autopar does not choose an uneven split for it (a flexible
+    split stays for the layouts autopar plans).
+
+    Raises:
+        AutoparError: the split does not divide, naming the flags that would make it run with the
+            script's ``vpp`` virtual stages (:func:`_first_last_counts`).
+    """
+    if pp == 1 or accounted % pp == 0 or any(a.has(f) for f in (
+            "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers", "--num-layer-list",
+            "--noop-layers")):  # MindSpeed's noop layers: autopar.specs.script_layers checks their split
+        return
+    options = []
+    if accounted == num_layers and (num_layers + 1) % (pp * vpp) == 0:
+        options.append("--account-for-embedding-in-pipeline-split (or --account-for-loss-in-pipeline-split)")
+    if accounted < num_layers + 2 and (num_layers + 2) % (pp * vpp) == 0:
+        options.append("--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split")
+    counts = _first_last_counts(num_layers, pp, vpp)
+    if accounted == num_layers and counts:  # Megatron refuses the first/last counts beside the account flags
+        options.append(f"--decoder-first-pipeline-num-layers {counts[0]} --decoder-last-pipeline-num-layers "
+                       f"{counts[1]}")
+    options.append("--pipeline-model-parallel-layout")
+    raise AutoparError(f"{a.source}: --num-layers={num_layers}"
+                       + (f" (+{accounted - num_layers} for the embedding/loss)" if accounted != num_layers else "")
+                       + f" is not divisible by --pipeline-model-parallel-size={pp}: Megatron-LM asserts 'Number of "
+                       "layers should be divisible by the pipeline-model-parallel size' (megatron/training/arguments.py)"
+                       f"; to run it add {' or '.join(options)}")
+
+
+def _first_last_counts(num_layers: int, pp: int, vpp: int) -> tuple[int, int] | None:
+    """First and last stage counts Megatron-LM runs for ``num_layers`` over ``pp`` stages of ``vpp``
+    chunks (``get_num_layers_to_build``: the middle stages share the rest evenly, each stage a
+    multiple of vpp), the middle stages near ``num_layers/pp``; None if none is near."""
+    middle_stages = pp - 2
+    base = num_layers // pp // vpp * vpp
+    for middle in sorted(range(max(vpp, base - 2 * vpp), base + 3 * vpp, vpp), key=lambda m: abs(m - num_layers / pp)):
+        rest = num_layers - middle * middle_stages
+        first = rest // 2 // vpp * vpp
+        if rest % vpp == 0 and first >= vpp and rest - first >= vpp:
+            return first, rest - first
+    return None
 
 
 def stage_split(a: Args, num_layers: int, pp: int) -> tuple[int, ...] | None:
