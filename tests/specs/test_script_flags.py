@@ -32,6 +32,8 @@ SP = "--sequence-parallel "
 CP2, CP4 = "--context-parallel-size 2 ", "--context-parallel-size 4 "
 MINDSPEED = "--use-fused-swiglu "  # a MindSpeed-only flag: the script is read in MindSpeed's dialect
 HYBRID = MINDSPEED + CP4 + "--context-parallel-algo hybrid_cp_algo "
+# What Megatron-LM's validate_args needs beside --use-torch-fsdp2 (autopar.specs.script_fsdp).
+FSDP2_OK = "--pipeline-model-parallel-size 1 --no-gradient-accumulation-fusion --untie-embeddings-and-output-weights "
 # flag -> (flags before, flags after): the parsed model, job or layout must differ.
 CHANGES = {
     # 8 layers over pp 2: one account flag alone makes 9 (Megatron asserts an even split); the other makes 10
@@ -157,7 +159,7 @@ CHANGES = {
     "--untie-embeddings-and-output-weights": ("", "--untie-embeddings-and-output-weights"),
     "--use-distributed-optimizer": ("", "--use-distributed-optimizer"),
     "--use-megatron-fsdp": ("", "--use-megatron-fsdp"),
-    "--use-torch-fsdp2": ("", "--use-torch-fsdp2"),
+    "--use-torch-fsdp2": (FSDP2_OK, FSDP2_OK + "--use-torch-fsdp2"),
     "--vocab-size": ("", "--vocab-size 50000"),
     "--window-size": ("", "--window-size 128,0"),
     "--window-attn-skip-freq": ("--window-size 128,0", "--window-size 128,0 --window-attn-skip-freq 2"),
@@ -178,6 +180,8 @@ VALUE_CHECKED = {
     "--fp4-recipe": "must be nvfp4, its default (a custom recipe is refused)",
     "--moe-pad-expert-input-to-capacity": "required with a capacity factor >= 1",
     "--moe-token-drop-policy": "which tokens drop (probs or position), not how many: the value is checked",
+    "--no-gradient-accumulation-fusion": "required with --use-torch-fsdp2 (Megatron asserts it)",
+    "--ckpt-format": "torch_dist or torch_dcp with --use-torch-fsdp2 (Megatron asserts it)",
     "--tokenizer-type": "named when the vocabulary size is unknown",
     "--tokenizer-model": "read for the vocabulary size without --vocab-size",
     "--tokenizer-name-or-path": "read for the vocabulary size without --vocab-size",

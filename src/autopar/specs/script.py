@@ -32,6 +32,7 @@ from autopar.specs.model import ModelSpec
 from autopar.specs.script_attention import attention_fields
 from autopar.specs.script_comm import comm_fields
 from autopar.specs.script_flags import check_flags
+from autopar.specs.script_fsdp import check_torch_fsdp2
 from autopar.specs.script_launch import Args, find_launch
 from autopar.specs.script_layers import apply_noop_layers
 from autopar.specs.script_moe import dispatcher_fields, runtime_fields
@@ -130,6 +131,7 @@ def read_script(path: str | Path, text: str | None = None) -> ScriptPlan:
     launch = find_launch(sh, path.name)
     a = launch.args
     check_flags(a)
+    check_torch_fsdp2(a, _scalar_variable(sh, "CUDA_DEVICE_MAX_CONNECTIONS"))
     framework = "mindspeed" if any(a.has(f) for f in MINDSPEED_FLAGS) else "megatron"
     fields, vocab_error = model_fields(a, path)
     mbs = a.integer("--micro-batch-size", 1)
@@ -152,6 +154,12 @@ def read_script(path: str | Path, text: str | None = None) -> ScriptPlan:
     return ScriptPlan(path=path, text=text, framework=framework, args=a, num_nodes=launch.nnodes,
                       devices_per_node=launch.nproc_per_node, model_fields=fields, vocab_error=vocab_error,
                       train_fields=train, layout=layout)
+
+
+def _scalar_variable(sh: ShellScript, name: str) -> str | None:
+    """A scalar variable the script sets (an environment variable it exports), None if unset."""
+    value = sh.variables.get(name)
+    return value if isinstance(value, str) else None
 
 
 def train_spec(plan: ScriptPlan, **overrides: Any) -> TrainSpec:
