@@ -29,6 +29,7 @@ from pydantic import ValidationError
 from autopar.errors import AutoparError, from_validation_error, read_text
 from autopar.specs.bash import ShellScript, check_script_size
 from autopar.specs.model import ModelSpec
+from autopar.specs.script_asserts import check_megatron_asserts
 from autopar.specs.script_attention import attention_fields
 from autopar.specs.script_comm import comm_fields
 from autopar.specs.script_flags import check_flags
@@ -148,6 +149,7 @@ def read_script(path: str | Path, text: str | None = None) -> ScriptPlan:
                  # Megatron-LM reduces gradients after the last backward unless told to overlap
                  overlap_grad_reduce=a.has("--overlap-grad-reduce"),
                  **optimizer_fields(a))
+    check_megatron_asserts(a)  # after precision(): a script without --bf16/--fp16 is named fp32 first
     train.update(recipe_fields(a, train["precision"]))  # fp8 recipe and weight storage, CUDA graphs
     if fields.get("num_experts"):
         train["moe"] = runtime_fields(a, layout["moe_dispatcher"])
