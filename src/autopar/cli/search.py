@@ -9,22 +9,24 @@ import typer
 from rich.markup import escape
 
 import autopar.cli.search_options as S
+from autopar import STARTED_S
 from autopar.cli.app import app, console, err_console, progress_shown, user_errors
 from autopar.cli.config import Config
-from autopar.cli.layerwise import Layerwise
 from autopar.cli.inputs import positive, problem_from_options, recompute_modules_option
 from autopar.cli.json_output import print_json
 from autopar.cli.knob_options import given_knobs
+from autopar.cli.layerwise import Layerwise
 from autopar.cli.options import (
+    ActivationOffload,
+    CudaGraphImpl,
+    CudaGraphScope,
     Device,
     DeviceFile,
     DeviceSet,
     Flash,
-    ActivationOffload,
-    CudaGraphImpl,
-    CudaGraphScope,
     Fp8Bf16Layers,
-    Fp8ParamStorage, Fp8Recipe,
+    Fp8ParamStorage,
+    Fp8Recipe,
     Gbs,
     Json,
     Margin,
@@ -33,10 +35,10 @@ from autopar.cli.options import (
     Nodes,
     PerNode,
     Precision,
-    Quiet,
     ProfileDb,
     ProfileDevice,
     ProfileStandsFor,
+    Quiet,
     RecomputeModules,
     Script,
     SeqLen,
@@ -44,7 +46,6 @@ from autopar.cli.options import (
     VocabSize,
 )
 from autopar.cli.paths import refuse_overwriting_inputs, refuse_unwritable_figure
-from autopar import STARTED_S
 from autopar.errors import AutoparError
 from autopar.problem import Problem
 
@@ -171,6 +172,9 @@ def search(
                  flash_attention, vocab_pad, script, vocab_size, moe_token_imbalance, fp8_param_storage,
                                  fp8_recipe=fp8_recipe, knobs=given_knobs(
                                      cuda_graph_impl, cuda_graph_scope, activation_offload_layers, fp8_bf16_layers))
+    if etp is not None and p.model.num_experts == 0:  # estimate refuses it too (cli.inputs); it pinned tp to etp
+        raise AutoparError(f"--etp={etp}: model {p.model.name} has no routed experts; expert tensor "
+                           "parallelism applies to MoE models only (leave --etp unset)")
     from autopar.search.grid import for_target
     from autopar.specs.targets import check_target, default_target
 
