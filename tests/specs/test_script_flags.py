@@ -186,6 +186,7 @@ VALUE_CHECKED = {
     "--moe-grouped-gemm": "bf16 only (Megatron v0.15.3 asserts it)",
     "--rampup-batch-size": "not with --train-iters (Megatron v0.15.3 asserts it)",
     "--train-iters": "no --rampup-batch-size with it (Megatron v0.15.3 asserts it)",
+    "--transformer-impl": "local refused in a Megatron-LM script (its unfused, TE-less layers are not modelled)",
     "--tokenizer-type": "named when the vocabulary size is unknown",
     "--tokenizer-model": "read for the vocabulary size without --vocab-size",
     "--tokenizer-name-or-path": "read for the vocabulary size without --vocab-size",

@@ -59,3 +59,20 @@ def test_rampup_needs_sample_based_training(tmp_path):
     path = _llama(tmp_path, "--rampup-batch-size 16 16 1000 --train-samples 1280000")
     path.write_text(path.read_text().replace("--train-iters 5000", ""))
     assert read_script(path).train_fields["global_batch_size"] == 256
+
+
+def test_local_transformer_impl_is_refused_in_a_megatron_script(tmp_path):
+    """It was costed as the Transformer Engine layers (8.447 s for the Llama script, as without the flag),
+    and search --write-script added --tp-comm-overlap, which the local spec has no userbuffers for."""
+    with pytest.raises(AutoparError, match="--transformer-impl local is not modelled by autopar: Megatron-LM's local "
+                       "spec runs unfused attention"):
+        read_script(_llama(tmp_path, "--transformer-impl local"))
+    with pytest.raises(AutoparError, match="--transformer-impl='fast': allowed transformer_engine, local"):
+        read_script(_llama(tmp_path, "--transformer-impl fast"))
+    assert read_script(_llama(tmp_path, "--transformer-impl transformer_engine")).framework == "megatron"
+
+
+def test_local_transformer_impl_is_mindspeeds_standard_spec(tmp_path):
+    """MindSpeed-LLM's example scripts pass --transformer-impl local with MindSpeed's fused kernels."""
+    plan = read_script(_llama(tmp_path, "--transformer-impl local --use-fused-rmsnorm"))
+    assert plan.framework == "mindspeed"

@@ -29,7 +29,7 @@ from pydantic import ValidationError
 from autopar.errors import AutoparError, from_validation_error, read_text
 from autopar.specs.bash import ShellScript, check_script_size
 from autopar.specs.model import ModelSpec
-from autopar.specs.script_asserts import check_megatron_asserts
+from autopar.specs.script_asserts import check_megatron_asserts, check_transformer_impl
 from autopar.specs.script_attention import attention_fields
 from autopar.specs.script_comm import comm_fields
 from autopar.specs.script_flags import check_flags
@@ -134,6 +134,7 @@ def read_script(path: str | Path, text: str | None = None) -> ScriptPlan:
     check_flags(a)
     check_torch_fsdp2(a, _scalar_variable(sh, "CUDA_DEVICE_MAX_CONNECTIONS"))
     framework = "mindspeed" if any(a.has(f) for f in MINDSPEED_FLAGS) else "megatron"
+    check_transformer_impl(a, framework)
     fields, vocab_error = model_fields(a, path)
     mbs = a.integer("--micro-batch-size", 1)
     layout = layout_fields(a, fields["num_layers"])

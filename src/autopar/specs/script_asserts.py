@@ -10,7 +10,10 @@ never runs as written:
 * ``--rampup-batch-size`` needs sample-based training, not ``--train-iters`` ("expected no batch-size
   rampup for iteration-based training").
 
-The last two are asserted by Megatron-LM v0.15.3, the version of autopar's flag table
+``--transformer-impl local`` (a Megatron-LM script, not MindSpeed-LLM's) is refused too
+(:func:`check_transformer_impl`): its layer spec is not the one autopar costs.
+
+The grouped-GEMM and rampup asserts are Megatron-LM v0.15.3's, the version of autopar's flag table
 (:mod:`autopar.specs.script_flags`); Megatron-LM's main branch dropped both asserts after it.
 """
 
@@ -45,3 +48,28 @@ def check_megatron_asserts(a: Args) -> None:
         raise AutoparError(f"{a.source}: --rampup-batch-size with --train-iters: {_V} 'expected no batch-size rampup "
                            "for iteration-based training' (megatron/training/arguments.py); use --train-samples "
                            "(with sample-based --lr-decay-samples) or drop --rampup-batch-size")
+
+
+def check_transformer_impl(a: Args, framework: str) -> None:
+    """``--transformer-impl``: Megatron-LM's choices (``transformer_engine``, the default, or ``local``).
+
+    ``local`` in a Megatron-LM script builds ``get_gpt_layer_local_spec``
+    (``megatron/core/models/gpt/gpt_layer_specs.py``): Megatron's unfused ``DotProductAttention``
+    (the full score matrix), torch/apex norms and plain linears without Transformer Engine's fused
+    norm+linear, no TE userbuffers (so no ``--tp-comm-overlap``) and no fp8. autopar costs the
+    Transformer Engine layers; ``--attention-backend unfused`` costs the unfused attention alone,
+    not the missing fusions, so the script is refused rather than given a wrong number. MindSpeed-LLM
+    scripts (``framework`` mindspeed) run ``local`` as their standard spec with MindSpeed's own fused
+    kernels (``--use-flash-attn``, ``--use-fused-rmsnorm``, ...), which autopar reads: accepted.
+
+    Raises:
+        AutoparError: a value outside the choices, or ``local`` in a Megatron-LM script.
+    """
+    impl = a.text("--transformer-impl", "transformer_engine")
+    if impl not in ("transformer_engine", "local"):
+        raise AutoparError(f"{a.source}: --transformer-impl={impl!r}: allowed transformer_engine, local")
+    if impl == "local" and framework == "megatron":
+        raise AutoparError(f"{a.source}: --transformer-impl local is not modelled by autopar: Megatron-LM's local "
+                           "spec runs unfused attention and norms/linears without Transformer Engine's fusions, TP "
+                           "communication overlap or fp8, while autopar costs the Transformer Engine layers; use "
+                           "--transformer-impl transformer_engine (the default)")
