@@ -161,6 +161,7 @@ CHANGES = {
     "--use-megatron-fsdp": ("", "--use-megatron-fsdp"),
     "--use-torch-fsdp2": (FSDP2_OK, FSDP2_OK + "--use-torch-fsdp2"),
     "--vocab-size": ("", "--vocab-size 50000"),
+    "--padded-vocab-size": ("", "--padded-vocab-size 65536"),
     "--window-size": ("", "--window-size 128,0"),
     "--window-attn-skip-freq": ("--window-size 128,0", "--window-size 128,0 --window-attn-skip-freq 2"),
     "--tp-comm-overlap": (SP, SP + "--tp-comm-overlap"),

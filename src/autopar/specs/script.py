@@ -40,7 +40,7 @@ from autopar.specs.script_moe import dispatcher_fields, runtime_fields
 from autopar.specs.script_optimizer import optimizer_fields
 from autopar.specs.script_precision import precision, recipe_fields
 from autopar.specs.script_recompute import recompute_fields
-from autopar.specs.script_vocab import vocab_size
+from autopar.specs.script_vocab import padded_vocab_size, vocab_size
 from autopar.specs.train import TrainSpec
 from autopar.strategy import Strategy
 
@@ -142,11 +142,14 @@ def read_script(path: str | Path, text: str | None = None) -> ScriptPlan:
     if fields.get("num_experts"):
         layout.update(dispatcher_fields(a))
     fields, layout = apply_noop_layers(a, fields, layout, stage_split)
+    padded = padded_vocab_size(a, fields.get("vocab_size"), layout["tp"])
+    if padded is not None:  # the embedding size itself: no vocabulary to ask for, nothing more to pad
+        fields["vocab_size"], vocab_error = padded, None
     world = launch.nnodes * launch.nproc_per_node
     dp = max(1, world // (layout["tp"] * layout["pp"] * layout["cp"]))
     train = dict(global_batch_size=a.integer("--global-batch-size", mbs * dp), seq_len=a.require("--seq-length"),
                  precision=precision(a), flash_attention=flash_attention(a),
-                 make_vocab_size_divisible_by=a.integer("--make-vocab-size-divisible-by", 128),
+                 make_vocab_size_divisible_by=1 if padded else a.integer("--make-vocab-size-divisible-by", 128),
                  # Megatron-LM reduces gradients after the last backward unless told to overlap
                  overlap_grad_reduce=a.has("--overlap-grad-reduce"),
                  **optimizer_fields(a))
