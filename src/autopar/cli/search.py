@@ -195,6 +195,11 @@ def search(
     ops_db = profile_db if calibration is None or calibration["operator_rows"] else None  # a DB of runs only
     with profiled(p, ops_db, profile_device, profile_stands_for) as coverage, progress_shown(quiet):
         modules = recompute_modules_option(p, recompute_modules)
+        allowed = ["none"] if no_recompute else [w.strip() for w in recompute.split(",")] if recompute else None
+        if modules and allowed is not None and "selective" not in allowed:  # was accepted and unused
+            raise AutoparError(f"--recompute-modules={recompute_modules} with --recompute={','.join(allowed)}: the "
+                               "modules are what selective recompute recomputes (Megatron-LM reads them under "
+                               "selective granularity only); allow --recompute selective or drop --recompute-modules")
         options = SpaceOptions(recompute_modules=modules) if modules else None
         if layerwise:
             from autopar.cli.layerwise import run_layerwise

@@ -41,7 +41,7 @@ from autopar.specs.script_optimizer import optimizer_fields
 from autopar.specs.script_precision import precision, recipe_fields
 from autopar.specs.script_recompute import recompute_fields
 from autopar.specs.script_vocab import padded_vocab_size, vocab_size
-from autopar.specs.train import TrainSpec
+from autopar.specs.train import MOE_CUDA_GRAPH_SCOPES, TrainSpec
 from autopar.strategy import Strategy
 
 _FSDP_ZERO = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
@@ -155,6 +155,10 @@ def read_script(path: str | Path, text: str | None = None) -> ScriptPlan:
                  **optimizer_fields(a))
     check_megatron_asserts(a)  # after precision(): a script without --bf16/--fp16 is named fp32 first
     train.update(recipe_fields(a, train["precision"]))  # fp8 recipe and weight storage, CUDA graphs
+    moe_scopes = [w for w in train.get("cuda_graph_scope", ()) if w in MOE_CUDA_GRAPH_SCOPES]
+    if moe_scopes and not fields.get("num_experts"):  # was accepted and costed as no graph
+        raise AutoparError(f"{a.source}: --cuda-graph-scope {' '.join(moe_scopes)} captures MoE layers and the model "
+                           "has none (no --num-experts); use attn or mlp")
     if fields.get("num_experts"):
         train["moe"] = runtime_fields(a, layout["moe_dispatcher"])
     return ScriptPlan(path=path, text=text, framework=framework, args=a, num_nodes=launch.nnodes,
