@@ -229,7 +229,10 @@ def loss_bytes(p: Problem, batch: LayoutBatch) -> np.ndarray:
 def model_flops_per_token(p: Problem) -> float:
     """Training FLOPs per token of the unsharded model, no recompute: 3 x forward (forward +
     2x backward), causal attention, the unpadded vocabulary. The numerator of MFU (PaLM,
-    Chowdhery et al. 2022, appendix B, with the attention term halved for causal masks).
+    Chowdhery et al. 2022, appendix B, with the attention term halved for causal masks): the
+    FLOPs of the tokens the model computes, so MFU stays at most 100% (a MoE's dropped token
+    copies and padding rows are not counted, below; Megatron-LM's logged TFLOP/s/GPU counts every
+    top-k copy, so it differs from autopar's for a token-dropping MoE).
 
     MoE layers count the router, the shared experts and ``top-k`` routed experts per token
     (active parameters only, balanced routing), times the share the experts compute under a

@@ -12,11 +12,7 @@ Pipeline schedule (Narayanan et al., SC'21, sec. 2.2; Megatron ``schedules.py``)
   (:mod:`autopar.pipeline.v_cost`); ``2 pp - 2`` exposed hand-offs (the V's turn stays on its rank).
 
 Data-parallel traffic and the optimizer step follow the pipeline flush; the slowest stage
-decides. ``MFU = model FLOPs per step / (step time * world * peak)`` (PaLM, appendix B), with
-model FLOPs those of the tokens the model computes (:func:`autopar.cost.flops.model_flops_per_token`):
-a MoE expert's dropped token copies (capacity factor below 1) and its padding rows are not counted,
-so MFU stays at most 100%. Megatron-LM's logged TFLOP/s/GPU (``num_floating_point_operations``)
-counts every top-k copy whatever the capacity, so it differs from autopar's for a dropping MoE.
+decides. ``MFU = model FLOPs per step / (step time * world * peak)`` (PaLM, appendix B).
 """
 
 from __future__ import annotations
