@@ -176,6 +176,9 @@ def search(
                  flash_attention, vocab_pad, script, vocab_size, moe_token_imbalance, fp8_param_storage,
                                  fp8_recipe=fp8_recipe, knobs=given_knobs(
                                      cuda_graph_impl, cuda_graph_scope, activation_offload_layers, fp8_bf16_layers))
+    if etp is not None and p.model.num_experts == 0:  # estimate refuses it too (cli.inputs); it pinned tp to etp
+        raise AutoparError(f"--etp={etp}: model {p.model.name} has no routed experts; expert tensor "
+                           "parallelism applies to MoE models only (leave --etp unset)")
     from autopar.search.grid import for_target
     from autopar.specs.targets import check_target, default_target
 
@@ -196,6 +199,11 @@ def search(
     ops_db = profile_db if calibration is None or calibration["operator_rows"] else None  # a DB of runs only
     with profiled(p, ops_db, profile_device, profile_stands_for) as coverage, progress_shown(quiet):
         modules = recompute_modules_option(p, recompute_modules)
+        allowed = ["none"] if no_recompute else [w.strip() for w in recompute.split(",")] if recompute else None
+        if modules and allowed is not None and "selective" not in allowed:  # was accepted and unused
+            raise AutoparError(f"--recompute-modules={recompute_modules} with --recompute={','.join(allowed)}: the "
+                               "modules are what selective recompute recomputes (Megatron-LM reads them under "
+                               "selective granularity only); allow --recompute selective or drop --recompute-modules")
         options = SpaceOptions(recompute_modules=modules) if modules else None
         if layerwise:
             from autopar.cli.layerwise import run_layerwise
