@@ -10,8 +10,6 @@ from __future__ import annotations
 # Flags accepted with these values only (the one autopar costs).
 ONLY = {
     "--optimizer": (("adam",), "Adam's two fp32 moments are the optimizer state autopar costs"),
-    "--transformer-impl": (("transformer_engine", "local"), "the layer implementation; its kernels' speed is "
-                           "within the calibrated device efficiency"),
     "--distributed-backend": (("nccl", "hccl", "gloo"), "process-group backend"),
 }
 

@@ -213,6 +213,13 @@ def _layer_edit(key, value, index=3):
     (_layer_edit("forward_s", True), "layers[3].forward_s=True: expected a number"),
     (_layer_edit("forward_s", 1e308), "layers[3].forward_s=1e+308: at most 3600 s"),  # was: overflow warnings
     (_layer_edit("recompute_s", {"full": 1e9}), "layers[3].recompute_s.full=1000000000.0: at most 3600 s"),
+    # unknown keys were ignored (their defaults used); a time for 'none' gave "gain +6542.6%"
+    (lambda d: d.update(p2p=0.5), "unknown key 'p2p' at the top level; allowed pp, vpp, num_microbatches, "
+     "memory_limit_bytes, schedule, p2p_s, layers"),
+    (_layer_edit("static_byte", 1e9), "unknown key 'static_byte' in layers[3]; allowed forward_s, backward_s, "
+     "static_bytes, activation_bytes, recompute_s"),
+    (_layer_edit("recompute_s", {"none": 5}), "layers[3].recompute_s.none=5: option 'none' recomputes nothing (its "
+     "time is 0); give recompute_s only for the options that recompute"),
 ])
 def test_malformed_layers_file(tmp_path, edit, needle):
     doc = copy.deepcopy(LAYERS_DOC)
@@ -279,6 +286,9 @@ def _set_cell(name, value):
     (_set_cell("layers", "x"), "layers='x': expected a whole number in 1..2147483648"),
     (_set_cell("measured_value", "0"), "measured_value='0': expected a finite number > 0"),
     (_set_cell("measured_value", "nan"), "measured_value='nan'"),
+    # a repeated id was scored twice ("Rows: 3" for 2 ids)
+    (lambda t: _csv(t, CSV_TEXT[0], [CSV_TEXT[1], CSV_TEXT[2], CSV_TEXT[1]]),
+     "line 4: id NAR21-T1-02 is already the id of line 2; each row needs its own id"),
 ])
 def test_malformed_measurements_csv(tmp_path, make, needle):
     path = make(tmp_path)

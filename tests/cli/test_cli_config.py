@@ -77,3 +77,23 @@ def test_unknown_section_and_unreadable_files(tmp_path, capsys):
 def test_a_bad_value_in_the_file_is_refused_like_the_option(tmp_path, capsys):
     path = _write(tmp_path, "bad.yaml", {"search": {**SEARCH, "zero": 5}})
     assert "--zero='5': must be an integer in 0..3" in _error(["search", "--config", path], capsys)
+
+
+def test_true_false_for_an_option_that_takes_a_value_is_refused(tmp_path, capsys):
+    """YAML ``gbs: true`` was read by click as ``int(True)`` = 1 (a search at gbs 1), ``top: false``
+    as 0 and ``memory_margin: true`` as 1.0; --device-file refuses true/false for a number, and so
+    does --config, naming the key, the section and the option."""
+    for key, value in [("gbs", True), ("top", False), ("nodes", True), ("memory_margin", True), ("pp", [1, True]),
+                       ("model", True)]:
+        path = _write(tmp_path, "bool.yaml", {"search": {**SEARCH, key: value}})
+        line = _error(["--config", path, "search"], capsys)
+        option = "--" + key.replace("_", "-")
+        assert f"key {key!r} in section 'search' is {json.dumps(value)}: {option} takes a value, not true/false" \
+            in line, line
+
+
+def test_true_false_for_a_flag_is_read(tmp_path):
+    path = _write(tmp_path, "flag.yaml", {"search": {**SEARCH, "no_cp": True, "top": 1}})
+    out = runner.invoke(app, ["--config", path, "search"])
+    assert out.exit_code == 0, out.output
+    assert len(json.loads(out.stdout)["layouts"]) == 1

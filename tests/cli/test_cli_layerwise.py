@@ -66,7 +66,8 @@ def test_moe_and_no_fit_are_one_error_line():
                               "--layerwise"])
     assert moe.exit_code == 2 and "error: Galvatron cannot run a layer-wise plan" in moe.output
     assert "MoE model" in moe.output
-    fp8 = runner.invoke(app, [*LLAMA, "--device", "h100-80gb", "--precision", "fp8"])
+    on_h100 = [*LLAMA[:LLAMA.index("--device") + 1], "h100-80gb", *LLAMA[LLAMA.index("--device") + 2:]]
+    fp8 = runner.invoke(app, [*on_h100, "--precision", "fp8"])
     assert fp8.exit_code == 2 and "precision fp8: Galvatron trains in fp32, fp16 or bf16" in fp8.output
     tight = runner.invoke(app, ["search", "--model", "llama2-70b", "--device", "a100-40gb", "--gbs", "64",
                                 "--layerwise", "--pp", "1"])

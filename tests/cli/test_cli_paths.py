@@ -78,6 +78,30 @@ def test_an_output_that_is_an_input_is_refused_before_writing(inputs, args, need
     assert {p: p.read_bytes() for p in inputs.rglob("*") if p.is_file()} == before  # nothing written
 
 
+@pytest.mark.parametrize("config, args, needle", [
+    ("c.yaml", ["--config", "c.yaml", "export", "--format", "megatron", *LLAMA, "--out", "c.yaml"],
+     "--out='c.yaml': would overwrite the --config input;"),
+    ("c.yaml", ["export", "--config", "c.yaml", "--format", "torchtitan", *LLAMA, "--out", "c.yaml"],
+     "--out='c.yaml': would overwrite the --config input;"),
+    ("c.yaml", ["--config", "c.yaml", "search", "--script", "run.sh", *H100, "--write-script", "c.yaml"],
+     "--write-script='c.yaml': would overwrite the --config input;"),
+    ("rep/result.json", ["--config", "rep/result.json", "plan", *LLAMA, "--out", "rep"],
+     "--out='rep': would write 'rep/result.json' over the --config input;"),
+    ("rep/result.json", ["--config", "rep/result.json", "search", *LLAMA, "--report", "rep"],
+     "--report='rep': would write 'rep/result.json' over the --config input;"),
+    ("x.json", ["--config", "x.json", "export", "--format", "deepspeed", *LLAMA, "--out", "x.json"],
+     "--out='x.json': would overwrite the --config input;"),
+])
+def test_an_output_over_the_config_file_is_refused(inputs, config, args, needle):
+    """The --config file (on the group or on the command) is an input like --script: writing a
+    launch script or result.json over it used to exit 0 and leave a bash script as the config."""
+    section = args[args.index("--config") + 2] if args[0] == "--config" else args[0]
+    (inputs / config).write_text(json.dumps({section: {"gbs": 64}}))
+    before = {p: p.read_bytes() for p in inputs.rglob("*") if p.is_file()}
+    assert needle in one_line_error(args)
+    assert {p: p.read_bytes() for p in inputs.rglob("*") if p.is_file()} == before  # nothing written
+
+
 def test_links_to_an_input_are_that_input(inputs):
     """A symlink named as the output is followed; a hard link is the same inode."""
     os.symlink("m.svg", "link.svg")

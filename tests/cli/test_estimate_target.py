@@ -52,7 +52,9 @@ def test_default_target_is_megatron_on_nvidia():
     (["--target", "galvatron", "--zero", "1"], ["--target=galvatron cannot run this layout", "zero=1"]),
 ])
 def test_bad_target_is_one_error_line(extra, words):
-    res = runner.invoke(app, [*ZERO3_PP, *extra])
+    i = ZERO3_PP.index("--zero")
+    base = [*ZERO3_PP[:i], *ZERO3_PP[i + 2:]] if "--zero" in extra else ZERO3_PP  # each option given once
+    res = runner.invoke(app, [*base, *extra])
     assert res.exit_code == 2, res.output
     line = res.output.strip()
     assert line.startswith("error:") and "\n" not in line and "Traceback" not in res.output

@@ -59,12 +59,13 @@ def test_activation_offload_moves_layers_to_the_host():
 
 
 def test_export_writes_them_and_other_targets_refuse():
-    base = ["export", "--format", "megatron", *JOB, "--tp", "2", "--pp", "1"]
+    layout = [*JOB, "--tp", "2", "--pp", "1"]
+    base = ["export", "--format", "megatron", *layout]
     text = runner.invoke(app, [*base, "--cuda-graph-impl", "local", "--cuda-graph-scope", "full_iteration"]).stdout
     assert "--cuda-graph-impl local --cuda-graph-scope full_iteration --no-check-for-nan-in-loss-and-grad" in text
     text = runner.invoke(app, [*base, "--activation-offload-layers", "4"]).stdout
     assert "--cpu-offloading-num-layers 4" in text
-    bridge = runner.invoke(app, [*base, "--format", "megatron-bridge", "--cuda-graph-impl", "local",
+    bridge = runner.invoke(app, ["export", "--format", "megatron-bridge", *layout, "--cuda-graph-impl", "local",
                                  "--cuda-graph-scope", "full_iteration"]).stdout  # ConfigContainer.validate asserts it
     assert "model.cuda_graph_scope=[full_iteration]" in bridge and "rerun_state_machine.check_for_nan_in_loss=false" in bridge
     err = one_line_error(["export", "--format", "torchtitan", *JOB, "--tp", "2", "--cuda-graph-impl",

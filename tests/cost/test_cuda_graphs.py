@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import make_problem
 from pydantic import ValidationError
+from test_script_flags import script  # a tp 2, pp 2 job on 8 devices plus the given flags
 
 from autopar.cost import cuda_graph
 from autopar.errors import AutoparError
@@ -14,13 +16,11 @@ from autopar.estimate import estimate
 from autopar.export import WRITERS
 from autopar.export.megatron_bridge import overrides
 from autopar.problem import Problem
-from autopar.specs.cluster import load_device, make_cluster
 from autopar.specs import load_model
+from autopar.specs.cluster import load_device, make_cluster
 from autopar.specs.script import read_script
 from autopar.specs.train import TrainSpec
 from autopar.strategy import Strategy
-from conftest import make_problem
-from test_script_flags import script  # a tp 2, pp 2 job on 8 devices plus the given flags
 
 GIB = 2**30
 
@@ -92,8 +92,8 @@ def test_megatron_rules_for_graph_scopes(fields, message):
     ("--enable-cuda-graph", "local", ()),
     ("--enable-cuda-graph --cuda-graph-scope full_iteration", "local", ("full_iteration",)),
     ("--external-cuda-graph", "transformer_engine", ()),
-    ("--cuda-graph-impl transformer_engine --cuda-graph-scope attn moe_router moe_preprocess", "transformer_engine",
-     ("attn", "moe_router", "moe_preprocess")),
+    ("--num-experts 8 --cuda-graph-impl transformer_engine --cuda-graph-scope attn moe_router moe_preprocess",
+     "transformer_engine", ("attn", "moe_router", "moe_preprocess")),  # MoE scopes need MoE layers
 ])
 def test_scripts_name_their_graphs(tmp_path, flags, impl, scope):
     train = read_script(script(tmp_path, flags)).train_fields

@@ -6,6 +6,7 @@ from itertools import combinations
 
 import numpy as np
 import pytest
+from conftest import SCRIPTS, make_problem
 from typer.testing import CliRunner
 
 from autopar.cli import app
@@ -23,7 +24,6 @@ from autopar.search import search
 from autopar.space import enumerate_layouts
 from autopar.specs.script import read_script
 from autopar.strategy import RECOMPUTE_MODULES, Strategy, module_names
-from conftest import SCRIPTS, make_problem
 
 MLA_MOE = ("core_attn", "layernorm", "mla_up_proj", "moe_act", "shared_experts", "moe")
 ON = np.array([True])
@@ -197,10 +197,11 @@ def test_cli_recompute_modules_lower_the_estimated_memory():
      "(allowed for it: core_attn, mlp)"),
     (["--recompute-modules", "moe_act"], "moe_act needs MoE layers; model llama3-8b has none"),
     (["--recompute", "full", "--recompute-modules", "mlp"],
-     "error: layout: recompute_modules=mlp applies to selective recompute; this layout recomputes full"),
+     "error: --recompute-modules=mlp with --recompute=full: the modules are what selective recompute recomputes"),
 ])
 def test_cli_bad_recompute_modules_are_one_error_line(args, needle):
-    res = _cli(["estimate", "--model", "llama3-8b", "--device", "h100-80gb", "--recompute", "selective", *args])
+    recompute = [] if "--recompute" in args else ["--recompute", "selective"]  # each option given once
+    res = _cli(["estimate", "--model", "llama3-8b", "--device", "h100-80gb", *recompute, *args])
     assert res.exit_code == 2
     assert len(res.stderr.strip().splitlines()) == 1 and needle in res.stderr, res.stderr
 

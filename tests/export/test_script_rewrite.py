@@ -80,6 +80,26 @@ def test_write_script_top_n(tmp_path):
     assert [x.name for x in script_paths(tmp_path / "plan", 2)] == ["plan", "plan.2"]  # no suffix invented
 
 
+def test_write_script_without_top_writes_the_best_only_and_says_what_it_replaces(tmp_path):
+    """Without --top, --write-script wrote ten scripts (search's default rows) over whatever was at
+    OUT.2.sh ... OUT.10.sh; now it writes OUT only. With --top N the N named files are written,
+    replacing what is there as export --out does, and each such ``wrote`` line says so."""
+    out = tmp_path / "plan.sh"
+    (tmp_path / "plan.2.sh").write_text("mine\n")
+    args = ["search", "--script", str(MIXTRAL), "--device", "h100-80gb", "--write-script", str(out),
+            "--min-gain-pct", "0"]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.2.sh", "plan.sh"]
+    assert (tmp_path / "plan.2.sh").read_text() == "mine\n"
+    assert f"wrote {out} (#1, " in res.stderr
+    res = CliRunner().invoke(app, [*args, "--top", "2"])
+    assert res.exit_code == 0, res.output
+    assert f"wrote {out} over the file there (#1, " in res.stderr
+    assert f"wrote {tmp_path / 'plan.2.sh'} over the file there (#2, " in res.stderr
+    assert read_script(tmp_path / "plan.2.sh").num_nodes == 4
+
+
 def test_write_script_never_overwrites_its_input(tmp_path):
     """``--write-script`` naming the ``--script`` itself (or ``--top 2`` landing on it) is refused
     before anything is written: the user's launch script stays as it was."""

@@ -77,7 +77,7 @@ def test_long_step_is_drawn_as_fill_period_drain_and_says_so(plan):
         assert len(gaps) == 2
         assert "drawn: the fill, one steady-state period and the drain" in fig._suptitle.get_text()
         legend = [t.get_text() for t in fig.axes[2].get_legend().get_texts()]
-        assert legend[:2] == ["forward", "backward"] and "idle (bubble)" in legend
+        assert legend[:2] == ["forward", "backward"] and "idle" in legend
         assert any(label.startswith("p2p (") for label in legend)
     finally:
         plt.close(fig)
@@ -102,7 +102,7 @@ def test_zero_bubble_step_has_its_weight_gradient_colour_and_p2p_in_the_legend()
                                     [f"stage {i}" for i in range(4)], "zb")
         legend = [t.get_text() for t in axes[-1].get_legend().get_texts()]
         assert legend == ["forward", "backward", "recompute", "weight gradient (W)", "p2p (100.0 ms each)",
-                          "idle (bubble)"]
+                          "idle"]
         colours = {tuple(np.round(c.get_facecolor()[0][:3], 3)) for c in axes[0].collections}
         assert tuple(np.round(to_rgb(KIND_COLOURS["weight_grad"]), 3)) in colours
     finally:

@@ -28,7 +28,7 @@ def test_html_table_explains_the_marks_it_uses():
     import html
 
     from autopar.report.html import _table
-    from autopar.report.table import SPLIT_MARKS, split_legend
+    from autopar.report.table import BUBBLE_NOTE, SPLIT_MARKS, split_legend
 
     def result(*strategies):
         return SimpleNamespace(layouts=[SimpleNamespace(strategy=s, mbs=s.mbs, marginal=False, peak_memory_bytes=1.0,
@@ -39,4 +39,6 @@ def test_html_table_explains_the_marks_it_uses():
     assert split_legend(result(balanced).layouts) == SPLIT_MARKS["~"]
     assert html.escape(SPLIT_MARKS["~"]) in _table(result(balanced))
     plain = Strategy(dp=2, pp=4, layers_per_stage=(8, 8, 8, 8))
-    assert split_legend(result(plain).layouts) is None and "class=note" not in _table(result(plain))
+    assert split_legend(result(plain).layouts) is None  # only the bubble column's note, a pipeline being shown
+    assert f"<p class=note>{html.escape(BUBBLE_NOTE)}</p>" in _table(result(plain))
+    assert "class=note" not in _table(result(Strategy(dp=8)))  # no mark, no pipeline: no note

@@ -66,3 +66,16 @@ def test_a_gbs_with_no_layout_gets_its_reason():
 def test_plot_needs_gbs_range():
     out = runner.invoke(app, [*TOY, "--plot", "x.png"])
     assert out.exit_code == 2 and "add --gbs-range" in out.output
+
+
+def test_first_last_doubles_first_as_the_help_says():
+    """``100:200`` ran 100 and 200 while the help said "powers of two": the help now says what
+    runs (FIRST doubled up to LAST), with its own example checked here."""
+    import typer
+
+    from autopar.cli.search_options import GbsRange
+    from autopar.search.batch import parse_gbs_range
+
+    help_text = next(m for m in GbsRange.__metadata__ if isinstance(m, typer.models.OptionInfo)).help
+    assert "powers of two" not in help_text and "100:400 is 100, 200, 400" in help_text
+    assert parse_gbs_range("100:400") == [100, 200, 400] and parse_gbs_range("100:399") == [100, 200]

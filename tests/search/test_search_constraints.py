@@ -89,7 +89,10 @@ def test_a_pinned_set_and_named_values():
 
 def test_mbs_outside_the_default_space_is_enumerated():
     """The default space has mbs 1, 2, 4, 8; a pinned 16 widens it (gbs 16, one data-parallel rank)."""
-    doc = _search("--mbs", "16", "--gbs", "16", "--dp", "1")
+    gbs = TOY.index("--gbs")
+    out = runner.invoke(app, [*TOY[:gbs], "--gbs", "16", *TOY[gbs + 2:], "--mbs", "16", "--dp", "1"])
+    assert out.exit_code == 0, out.output
+    doc = json.loads(out.stdout)
     assert {x["strategy"]["mbs"] for x in doc["layouts"]} == {16}
 
 
@@ -109,7 +112,7 @@ def test_apply_constraints_counts_each_row_once():
 
 @pytest.mark.parametrize("args, message", [
     (["--tp", "0"], "--tp='0': must be an integer in 1..1048576"),
-    (["--pp", "2,x"], "--pp='2,x': must be an integer"),
+    (["--pp", "2,x"], "--pp='2,x': expected a whole number in the ASCII digits 0-9"),
     (["--zero", "4"], "--zero='4': must be an integer in 0..3"),
     (["--recompute", "partial"], "--recompute='partial': allowed none, selective, full"),
     (["--schedule", "zb"], "--schedule='zb': allowed 1f1b, interleaved"),

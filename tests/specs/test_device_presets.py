@@ -95,6 +95,23 @@ def test_ambiguous_and_unknown_names_are_refused_with_the_candidates():
     assert res.exit_code == 2 and res.output.count("\n") == 1 and "a100-40gb or a100-80gb" in res.output
 
 
+def test_one_rule_for_every_device_name():
+    """``--device h100`` picked h100-80gb through an alias while ``a100`` was ambiguous, and
+    'H100🚀' lost its emoji and became h100-80gb: a family name that starts several presets is
+    ambiguous for each family, and a character outside ASCII is refused."""
+    with pytest.raises(AutoparError, match=r"--device='h100': ambiguous device name; it may be h100-80gb or "
+                                           r"h100-96gb-500w"):
+        resolve_device_name("h100")
+    for text, odd in (("H100🚀", "🚀"), ("Ｈ100-80gb", "Ｈ"), ("h100-80gb\n", "\n")):
+        with pytest.raises(AutoparError) as err:
+            resolve_device_name(text)
+        assert str(err.value) == (f"--device={text!r}: a device name is ASCII letters, digits, spaces and "
+                                  f"punctuation; {odd!r} is none of them")
+    keys = device_aliases()
+    hiding = [(k, v, o) for k, v in keys.items() for kk, o in keys.items() if kk != k and kk.startswith(k) and o != v]
+    assert hiding == []  # an alias that starts another preset's name would hide that ambiguity
+
+
 def test_aliases_name_one_preset_each():
     written = [a for n in device_names() for a in [n, *preset_aliases(n)]]
     assert len({_key(a) for a in written}) == len(written) == len(device_aliases())

@@ -9,12 +9,12 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import ROOT
 from test_bad_input import one_line_error
 
 from autopar.errors import AutoparError
 from autopar.specs.script import read_script
 from autopar.specs.script_flags import flag_table, reader_flags
-from conftest import ROOT
 
 TABLE = flag_table()
 FLAGS = TABLE["flags"]
@@ -32,10 +32,17 @@ SP = "--sequence-parallel "
 CP2, CP4 = "--context-parallel-size 2 ", "--context-parallel-size 4 "
 MINDSPEED = "--use-fused-swiglu "  # a MindSpeed-only flag: the script is read in MindSpeed's dialect
 HYBRID = MINDSPEED + CP4 + "--context-parallel-algo hybrid_cp_algo "
+# What Megatron-LM's validate_args needs beside --use-torch-fsdp2 (autopar.specs.script_fsdp).
+FSDP2_OK = "--pipeline-model-parallel-size 1 --no-gradient-accumulation-fusion --untie-embeddings-and-output-weights "
 # flag -> (flags before, flags after): the parsed model, job or layout must differ.
 CHANGES = {
-    "--account-for-embedding-in-pipeline-split": ("", "--account-for-embedding-in-pipeline-split"),
-    "--account-for-loss-in-pipeline-split": ("", "--account-for-loss-in-pipeline-split"),
+    # 8 layers over pp 2: one account flag alone makes 9 (Megatron asserts an even split); the other makes 10
+    "--account-for-embedding-in-pipeline-split": ("--account-for-loss-in-pipeline-split --num-layers 7",
+                                                  "--account-for-loss-in-pipeline-split --num-layers 7 "
+                                                  "--account-for-embedding-in-pipeline-split --num-layers 8"),
+    "--account-for-loss-in-pipeline-split": ("--account-for-embedding-in-pipeline-split --num-layers 7",
+                                             "--account-for-embedding-in-pipeline-split --num-layers 7 "
+                                             "--account-for-loss-in-pipeline-split --num-layers 8"),
     "--add-qkv-bias": ("", "--add-qkv-bias"),
     "--attention-backend": ("", "--attention-backend unfused"),
     "--attention-dropout": ("--hidden-dropout 0", "--hidden-dropout 0 --attention-dropout 0"),
@@ -136,10 +143,11 @@ CHANGES = {
     "--use-rotary-position-embeddings": ("", "--use-rotary-position-embeddings"),
     "--qk-layernorm": ("", "--qk-layernorm"),
     "--recompute-activations": ("", "--recompute-activations"),
-    "--recompute-granularity": ("", "--recompute-granularity full"),
-    "--recompute-method": ("--recompute-granularity full --recompute-num-layers 2",
+    "--recompute-granularity": ("--recompute-method uniform --recompute-num-layers 1",
+                                "--recompute-method uniform --recompute-num-layers 1 --recompute-granularity full"),
+    "--recompute-method": ("--recompute-granularity full --recompute-num-layers 2 --recompute-method uniform",
                            "--recompute-granularity full --recompute-num-layers 2 --recompute-method block"),
-    "--recompute-num-layers": ("--recompute-granularity full --recompute-method block",
+    "--recompute-num-layers": ("--recompute-granularity full --recompute-method block --recompute-num-layers 1",
                                "--recompute-granularity full --recompute-method block --recompute-num-layers 2"),
     "--recompute-modules": ("--recompute-granularity selective",
                             "--recompute-granularity selective --recompute-modules core_attn mlp"),
@@ -151,8 +159,9 @@ CHANGES = {
     "--untie-embeddings-and-output-weights": ("", "--untie-embeddings-and-output-weights"),
     "--use-distributed-optimizer": ("", "--use-distributed-optimizer"),
     "--use-megatron-fsdp": ("", "--use-megatron-fsdp"),
-    "--use-torch-fsdp2": ("", "--use-torch-fsdp2"),
+    "--use-torch-fsdp2": (FSDP2_OK, FSDP2_OK + "--use-torch-fsdp2"),
     "--vocab-size": ("", "--vocab-size 50000"),
+    "--padded-vocab-size": ("", "--padded-vocab-size 65536"),
     "--window-size": ("", "--window-size 128,0"),
     "--window-attn-skip-freq": ("--window-size 128,0", "--window-size 128,0 --window-attn-skip-freq 2"),
     "--tp-comm-overlap": (SP, SP + "--tp-comm-overlap"),
@@ -172,6 +181,13 @@ VALUE_CHECKED = {
     "--fp4-recipe": "must be nvfp4, its default (a custom recipe is refused)",
     "--moe-pad-expert-input-to-capacity": "required with a capacity factor >= 1",
     "--moe-token-drop-policy": "which tokens drop (probs or position), not how many: the value is checked",
+    "--no-gradient-accumulation-fusion": "required with --use-torch-fsdp2 (Megatron asserts it)",
+    "--ckpt-format": "torch_dist or torch_dcp with --use-torch-fsdp2 (Megatron asserts it)",
+    "--overlap-param-gather": "needs --overlap-grad-reduce and the distributed optimizer (Megatron asserts it)",
+    "--moe-grouped-gemm": "bf16 only (Megatron v0.15.3 asserts it)",
+    "--rampup-batch-size": "not with --train-iters (Megatron v0.15.3 asserts it)",
+    "--train-iters": "no --rampup-batch-size with it (Megatron v0.15.3 asserts it)",
+    "--transformer-impl": "local refused in a Megatron-LM script (its unfused, TE-less layers are not modelled)",
     "--tokenizer-type": "named when the vocabulary size is unknown",
     "--tokenizer-model": "read for the vocabulary size without --vocab-size",
     "--tokenizer-name-or-path": "read for the vocabulary size without --vocab-size",

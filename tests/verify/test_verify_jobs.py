@@ -101,15 +101,16 @@ def test_cli_verify_from_a_result_takes_its_problem_and_checks_the_workdir(tmp_p
     result = tmp_path / "result.json"
     result.write_text(res.stdout)
     out = tmp_path / "v"
-    base = ["verify", "--script", str(SCRIPT), "--vocab-size", "32000", "--from", str(result), "--top", "2",
-            "--out", str(out), "--launcher", "none"]
+    common = ["verify", "--script", str(SCRIPT), "--vocab-size", "32000", "--from", str(result), "--top", "2",
+              "--launcher", "none"]
+    base = [*common, "--out", str(out)]
     res = CliRunner().invoke(app, [*base, "--workdir", str(tmp_path / "no-such-checkout")])
     assert res.exit_code == 2 and "--workdir=" in res.output and "not an existing folder" in res.output
     assert not out.exists()
     res = CliRunner().invoke(app, base)
     assert res.exit_code == 0, res.output
     assert len(list(out.glob("*/job.sh"))) == 2
-    res = CliRunner().invoke(app, [*base, "--device", "a100-80gb", "--out", str(tmp_path / "v2")])
+    res = CliRunner().invoke(app, [*common, "--device", "a100-80gb", "--out", str(tmp_path / "v2")])
     assert res.exit_code == 2 and "--device" in res.output
 
 

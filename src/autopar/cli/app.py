@@ -101,7 +101,8 @@ def main(prog_name: str | None = None) -> None:
     ``--gbs 1.5``, missing value) printed as one ``error:`` line naming the option, exit code 2.
 
     Typer's standalone mode would print them in a multi-line box; a bare ``autopar`` (or a group
-    without a command) still shows the help. Exit codes: 0 success, 1 abort, 2 user error.
+    without a command) still shows the help. Exit codes: 0 success, 1 abort, 2 user error, 3 ``verify``
+    ran its jobs and none measured a step time.
     """
     atexit.unregister(gc.freeze)
     atexit.register(gc.freeze)  # the interpreter's last collections at exit then skip every object

@@ -13,23 +13,54 @@ from typing import Annotated, Optional
 
 import numpy as np
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from autopar.cli.app import app, console, err_console, progress_shown, user_errors
-from autopar.cli.options import (Cp, Device, DeviceFile, DeviceSet, Dp, Ep, Etp, Flash, Gbs, Json, Mbs, Model, Nodes,
-                                 PerNode, Pp, Fp8ParamStorage, Fp8Recipe, MoeImbalance, Precision, Quiet,
-                                 RecomputeLayers,
-                                 RecomputeModules, RecomputeOpt, ScheduleOpt, Script, SeqLen, Sp, Tp, VocabPad,
-                                 VocabSize, Vpp, Zero)
-from autopar.cli.json_output import print_json
 from autopar.cli.inputs import problem_from_options, recompute_modules_option, strategy_from_options
+from autopar.cli.json_output import print_json
+from autopar.cli.options import (
+    Cp,
+    Device,
+    DeviceFile,
+    DeviceSet,
+    Dp,
+    Ep,
+    Etp,
+    Flash,
+    Fp8ParamStorage,
+    Fp8Recipe,
+    Gbs,
+    Json,
+    Mbs,
+    Model,
+    MoeImbalance,
+    Nodes,
+    PerNode,
+    Pp,
+    Precision,
+    Quiet,
+    RecomputeLayers,
+    RecomputeModules,
+    RecomputeOpt,
+    ScheduleOpt,
+    Script,
+    SeqLen,
+    Sp,
+    Tp,
+    VocabPad,
+    VocabSize,
+    Vpp,
+    Zero,
+)
 from autopar.cli.paths import refuse_overwriting_inputs, refuse_unwritable_figure
 from autopar.errors import AutoparError
-from autopar.progress import phase
-from autopar.specs.cluster import MAX_MEMORY_BYTES
-from autopar.pipeline.balance import FORMS, TIME_LIMIT_S, BalancePlan
+from autopar.estimate import DEFAULT_MEMORY_MARGIN
+from autopar.pipeline.balance import FORMS, TIME_LIMIT_S, BalancePlan, NoFitError
 from autopar.pipeline.balance_json import plan_document, sapp_arrays
 from autopar.pipeline.layout import PipelineLayout, layout_of
+from autopar.progress import phase
+from autopar.specs.cluster import MAX_MEMORY_BYTES
 from autopar.strategy import DEFAULT_RECOMPUTE_MODULES, parse_recompute_modules
 
 GIB = 2.0**30
@@ -48,6 +79,19 @@ def _module_sets_in_order(names: tuple[str, ...], module_sets: tuple[tuple[str, 
     """``module_sets`` lined up with ``names`` (None where a name is not ``selective:...``)."""
     sets = iter(module_sets)
     return [next(sets) if n.startswith("selective:") else None for n in names]
+
+
+def limit_text(limit_bytes: float, device_bytes: float | None, margin: float, marginal: bool) -> str:
+    """The header's limit: ``limit 71.7 GiB (90% of 79.6 GiB: --memory-margin 0.1, as search)``, the
+    whole memory where nothing fitted within the margin (the plan is marginal), or the limit as given
+    (``device_bytes`` None: ``--memory-limit-gib``)."""
+    text = f"limit {limit_bytes / GIB:.1f} GiB"
+    if device_bytes is None:
+        return text
+    if marginal:
+        return (f"{text} (the device's: no split fits within {1 - margin:.0%} of it, --memory-margin {margin:g}, so "
+                "the plan is marginal, as search would call it)")
+    return f"{text} ({1 - margin:.0%} of {device_bytes / GIB:.1f} GiB: --memory-margin {margin:g}, as search)"
 
 
 def solver_text(plan: BalancePlan) -> str:
@@ -149,13 +193,14 @@ def print_plan(plan: BalancePlan, accounted: bool = False,
     if even is not None:
         line += f", even split {_fmt_time(even.makespan_s)}"
         gain = plan.gain
-        line += (f", gain {gain:+.1%}" if gain is not None else " (the even split does not fit in memory)")
+        line += (f", gain {gain:+.1%}" if gain is not None else
+                 f" (the even split does not fit the {plan.memory_limit_bytes / GIB:.1f} GiB limit)")
     else:
         line += " (no even split to compare with)"
     console.print(line, highlight=False)
-    console.print(f"Bubble {best.bubble_fraction:.1%}; balanced in {plan.solve_time_s:.2f} s "
-                  f"(the step time above is the simulated pipeline part: compute, recompute, p2p, bubbles)",
-                  highlight=False)
+    console.print(f"Ranks idle {best.bubble_fraction:.1%} of the simulated pipeline part (fill, drain and waits for "
+                  f"slower stages); balanced in {plan.solve_time_s:.2f} s (the step time above is the simulated "
+                  "pipeline part: compute, recompute, p2p, idle)", highlight=False, soft_wrap=True)
 
 
 @app.command("balance")
@@ -179,7 +224,12 @@ def balance_command(
                                                    "recompute of those --recompute-modules) [default: "
                                                    "none,selective,full]")] = None,
     memory_limit_gib: Annotated[Optional[float], typer.Option("--memory-limit-gib", help="usable memory per "
-                                                              "device [default: the device's]")] = None,
+                                                              "device [default: the device's less "
+                                                              "--memory-margin]")] = None,
+    memory_margin: Annotated[Optional[float], typer.Option(
+        "--memory-margin", help="memory margin, as search's: the stages are balanced within (1-margin) x device "
+        "memory, and only where no split fits there within the whole memory (the plan is then 'marginal', as search "
+        "calls a layout above it) [default: 0.1]")] = None,
     plot: Annotated[Optional[str], typer.Option("--plot", help="write the timeline + memory figure (PNG)")] = None,
     time_limit_s: Annotated[float, typer.Option("--time-limit", help="seconds the integer program may take "
                                                 "(its MIP gap is reported)")] = TIME_LIMIT_S,
@@ -196,6 +246,12 @@ def balance_command(
     if memory_limit_gib is not None and not 0 < memory_limit_gib <= MAX_MEMORY_BYTES / GIB:  # also nan, inf
         raise AutoparError(f"--memory-limit-gib={memory_limit_gib}: must be a number in (0, {MAX_MEMORY_BYTES / GIB:.0f}]")
     limit = None if memory_limit_gib is None else memory_limit_gib * GIB
+    if memory_margin is not None and (memory_limit_gib is not None or layers):
+        given = "--memory-limit-gib" if memory_limit_gib is not None else "--layers (its memory_limit_bytes)"
+        raise AutoparError(f"--memory-margin={memory_margin:g} with {given}: that limit is used as given; drop one")
+    margin = DEFAULT_MEMORY_MARGIN if memory_margin is None else memory_margin
+    if not 0 <= margin < 1:  # also nan
+        raise AutoparError(f"--memory-margin={margin}: must be in [0, 1)")
     refuse_overwriting_inputs({"--model": model, "--script": script, "--device-file": device_file, "--layers": layers},
                               {"--plot": (plot, [Path(plot)] if plot else [])})
     refuse_unwritable_figure("--plot", plot)  # before the work, not after the table
@@ -203,6 +259,7 @@ def balance_command(
     if options is not None and not names:  # ",,," crashed with an IndexError
         raise AutoparError(f"--options={options!r}: name one or more recompute options, e.g. none,selective")
     even_split, even_chunks, accounted, modules, header = None, None, False, DEFAULT_RECOMPUTE_MODULES, ""
+    device_bytes = None  # the device's memory, where the limit is its less the margin (no explicit limit)
     if layers:
         from autopar.pipeline.layers_file import load_layers_file
 
@@ -253,25 +310,44 @@ def balance_command(
                             for n in names or () if n.startswith("selective:"))
         names = names and tuple(module_set_option(m) if n.startswith("selective:") else n
                                 for n, m in zip(names, _module_sets_in_order(names, module_sets)))
+        if limit is None:
+            device_bytes = p.cluster.device.memory_bytes
+            limit = (1 - margin) * device_bytes
         table, num_vpp, sched = layer_table(p, s, limit, module_sets), s.vpp, s.schedule
         m = s.num_microbatches(p.train.global_batch_size)
         baseline = s.recompute if names is None or s.recompute in names else names[0]
         title = f"{p.model.name} tp{s.tp} pp{s.pp}" + (f" vpp{s.vpp}" if s.vpp > 1 else "")
-        limit_name = f"device {p.cluster.device.name} memory ({table.memory_limit_bytes / GIB:.1f} GiB)"
-        header = (f"[bold]{p.model.name}[/] ({p.model.num_layers} layers) on {p.world_size} "
-                  f"{p.cluster.device.name}: tp {s.tp}, pp {s.pp}, vpp {s.vpp}, dp {s.dp}, "
-                  f"{m} micro-batches, limit {table.memory_limit_bytes / GIB:.1f} GiB")
+        limit_name = (f"device {p.cluster.device.name} memory less --memory-margin {margin:g} "
+                      f"({table.memory_limit_bytes / GIB:.1f} GiB)")
+        header = (f"[bold]{escape(p.model.name)}[/] ({p.model.num_layers} layers) on {p.world_size} "
+                  f"{p.cluster.device.name}: tp {s.tp}, pp {s.pp}, vpp {s.vpp}, dp {s.dp}, {m} micro-batches, ")
     unknown = [n for n in names or () if n not in table.options]
     if unknown:  # was "recompute='x': this layer table has ..."
         raise AutoparError(f"--options={options!r}: {', '.join(map(repr, unknown))} not among the recompute options "
                            f"{', '.join(table.options)}")
     if memory_limit_gib is not None:
         limit_name = f"--memory-limit-gib={memory_limit_gib:g}"
+    run = lambda t, name: balance(t, num_vpp, m, sched, options=names, form=form, baseline=baseline,  # noqa: E731
+                                  even_split=even_split, limit_name=name, time_limit_s=time_limit_s,
+                                  even_chunks=even_chunks)
+    marginal = False
     with progress_shown(quiet), phase("balance", description="balancing the pipeline stages (integer program)"):
-        plan = balance(table, num_vpp, m, sched, options=names, form=form, baseline=baseline, even_split=even_split,
-                       limit_name=limit_name, time_limit_s=time_limit_s, even_chunks=even_chunks)
+        try:
+            plan = run(table, limit_name)
+        except NoFitError:
+            if device_bytes is None or margin == 0:
+                raise
+            # as search ranks a layout above the margin after those within it: nothing fits within, so the whole
+            # memory, and the plan is marginal
+            from dataclasses import replace
+
+            table, marginal = replace(table, memory_limit_bytes=device_bytes), True
+            plan = run(table, f"device {p.cluster.device.name} memory ({device_bytes / GIB:.1f} GiB)")
+    if header:
+        header += limit_text(plan.memory_limit_bytes, device_bytes, margin, marginal)
     if as_json:
-        print_json("balance", plan_document(plan, mtp_num_layers))
+        print_json("balance", {**plan_document(plan, mtp_num_layers),
+                               "memory_margin": None if device_bytes is None else margin, "marginal": marginal})
     if plot:
         from autopar.pipeline.plot import plot_plan
 
@@ -279,5 +355,5 @@ def balance_command(
     if as_json:
         return
     if header:  # after the balancing, so a refusal is the one line printed
-        console.print(header)
+        console.print(header, soft_wrap=True)
     print_plan(plan, accounted, modules, mtp_num_layers)

@@ -49,6 +49,98 @@ def import_all() -> None:
         importlib.import_module(module)
 
 
+def _usage_error() -> type:
+    """click's ``UsageError`` as typer runs it (typer >= 0.20 carries its own copy of click)."""
+    try:
+        from typer._click.exceptions import UsageError
+    except ImportError:  # pragma: no cover - older typer on click itself
+        from click.exceptions import UsageError
+    return UsageError
+
+
+def refuse_repeats(ctx: Any, order: list[Any]) -> None:
+    """Refuse an option given twice on the command line: click keeps the last value, so
+    ``estimate -m a -m b`` estimated ``b`` and ``search --tp 2 --tp 4`` searched tp 4 only,
+    without a word. Options declared repeatable (``--device-set``, ``--sbatch-option``) may
+    repeat; a search constraint is pointed at its comma-separated set (``--tp 2,4``).
+
+    Args:
+        ctx: the command's click context (for the error's usage line).
+        order: the parameters in the order click's parser met them, once per occurrence.
+    Raises:
+        UsageError: ``--tp given 2 times: give it once; ...``.
+    """
+    seen: dict[str, int] = {}
+    for param in order:
+        if getattr(param, "multiple", False) or getattr(param, "count", False) or not getattr(param, "opts", None):
+            continue
+        seen[param.name] = seen.get(param.name, 0) + 1
+        if seen[param.name] == 2:
+            option = max(param.opts, key=len)
+            if getattr(param, "secondary_opts", None):
+                option = f"{option}/{max(param.secondary_opts, key=len)}"
+            hint = (f"; a set of values is one comma-separated value, e.g. {option} 2,4"
+                    if getattr(param, "rich_help_panel", None) == "Constraints" and not param.is_flag
+                    else " (the command line keeps only one value)")
+            raise _usage_error()(f"{option} given more than once: give it once{hint}", ctx=ctx)
+
+
+def takes_int(param: Any) -> bool:
+    """Whether click parameter ``param`` is declared ``int`` (typer's type descriptor, or click's
+    ``INT`` on a typer that runs on click itself)."""
+    annotation = getattr(getattr(param, "type_descriptor", None), "annotation", None)
+    return annotation is int or getattr(getattr(param, "type", None), "name", "") == "integer"
+
+
+def refuse_loose_integers(ctx: Any, opts: dict[str, Any], params: list[Any]) -> None:
+    """Refuse a value of an ``int`` option that is not :data:`autopar.integers.INTEGER_RULE`:
+    Python's ``int()`` under typer read ``--tp 1_0`` as 10 and ``--tp 2.0`` as 2.
+
+    Raises:
+        UsageError: ``--tp='2.0': expected a whole number in the ASCII digits 0-9 (...)``.
+    """
+    from autopar.integers import INTEGER_RULE, is_integer_text
+
+    for param in params:
+        value = opts.get(param.name)
+        if value is None or not takes_int(param):
+            continue
+        for text in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(text, str) and not is_integer_text(text):
+                option = max(param.opts, key=len)
+                raise _usage_error()(f"{option}={text!r}: expected {INTEGER_RULE}", ctx=ctx)
+
+
+def parsing_once(parser: Any, ctx: Any) -> Any:
+    """``parser`` (click's option parser of ``ctx``'s command), its ``parse_args`` also calling
+    :func:`refuse_repeats` on the order it returns and :func:`refuse_loose_integers` on the
+    values it read."""
+    parse = parser.parse_args
+
+    def parse_once(args: list[str]) -> Any:
+        opts, rest, order = parse(args=args)
+        refuse_repeats(ctx, order)
+        refuse_loose_integers(ctx, opts, ctx.command.params)
+        return opts, rest, order
+
+    parser.parse_args = parse_once
+    return parser
+
+
+def refusing_repeats(command: Any) -> Any:
+    """``command`` (a click command or group as typer built it), its parser and those of its
+    sub-commands refusing an option given twice (:func:`parsing_once`); returns it. Done on the
+    built objects, so a command typer builds itself (from modules already imported) is covered
+    as one :func:`build_command` builds."""
+    if not getattr(command, "_refuses_repeats", False):
+        make = command.make_parser
+        command.make_parser = lambda ctx: parsing_once(make(ctx), ctx)
+        command._refuses_repeats = True
+    for sub in (getattr(command, "commands", None) or {}).values() if not isinstance(command, LazyGroup) else ():
+        refusing_repeats(sub)
+    return command
+
+
 def build_command(app: typer.Typer, name: str) -> Any:
     """The click command (or group, for ``profile``) of ``name`` as typer builds it, importing
     the module that registers it on ``app`` first; None for a name that is no command.
@@ -71,7 +163,8 @@ def build_command(app: typer.Typer, name: str) -> Any:
                                                     rich_markup_mode=app.rich_markup_mode)
     for group in app.registered_groups:
         if group.name == name:
-            return typer.main.get_group_from_info(group, pretty_exceptions_short=app.pretty_exceptions_short,
+            for info in group.typer_instance.registered_commands:
+                    return typer.main.get_group_from_info(group, pretty_exceptions_short=app.pretty_exceptions_short,
                                                   suggest_commands=app.suggest_commands,
                                                   rich_markup_mode=app.rich_markup_mode)
     raise LookupError(f"{COMMANDS[name][0]} registers no command {name!r}")  # a wrong COMMANDS entry
@@ -87,6 +180,10 @@ class LazyGroup(typer.core.TyperGroup):
     :meth:`get_command`.
     """
 
+    def make_parser(self, ctx: Any) -> Any:
+        """The group's own options (``--config``) also refuse being given twice (:func:`refuse_repeats`)."""
+        return parsing_once(super().make_parser(ctx), ctx)
+
     @property  # type: ignore[override]
     def commands(self) -> MutableMapping[str, Any]:
         for name in COMMANDS:
@@ -96,6 +193,8 @@ class LazyGroup(typer.core.TyperGroup):
     @commands.setter
     def commands(self, value: MutableMapping[str, Any]) -> None:
         self._loaded = value  # what typer built from the commands already registered
+        for command in value.values():
+            refusing_repeats(command)
 
     def get_command(self, ctx: Any, cmd_name: str) -> Any:
         """The command ``cmd_name``, its module imported and the command built on first use."""
@@ -105,7 +204,7 @@ class LazyGroup(typer.core.TyperGroup):
             command = build_command(app, cmd_name)
             if command is None:
                 return None
-            self._loaded[cmd_name] = command
+            self._loaded[cmd_name] = refusing_repeats(command)
         return self._loaded[cmd_name]
 
     def list_commands(self, ctx: Any) -> list[str]:

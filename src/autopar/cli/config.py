@@ -22,6 +22,57 @@ from typing import Annotated, Any, Optional
 import typer
 
 
+CONFIG_FILES = "autopar.config_files"
+"""Key of ``Context.meta`` (shared by a command's context and its parents') under which
+:func:`load_config` lists the ``--config`` files read, for :func:`given_config_files`."""
+
+
+def given_config_files() -> list[str]:
+    """The ``--config`` files of the command now running (the group's and the command's own, in
+    that order); empty outside a command or without ``--config``.
+
+    Read from the click context of the running command, so every output check
+    (:func:`autopar.cli.paths.refuse_overwriting_inputs`) protects the file without each command
+    passing it on.
+    """
+    ctx = _current_context()
+    return list(ctx.meta.get(CONFIG_FILES, [])) if ctx is not None else []
+
+
+def _once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads``'s ``object_pairs_hook``: a JSON object, refusing a key given twice (JSON
+    keeps the last: two ``"search"`` sections were one).
+
+    Raises:
+        ValueError: ``duplicate key 'search' (JSON keeps only the last; give each key once)``.
+    """
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"duplicate key {key!r} (JSON keeps only the last; give each key once)")
+        out[key] = value
+    return out
+
+
+def option_given(name: str) -> bool:
+    """Whether the running command's parameter ``name`` (``top``) was given, on the command line
+    or in a ``--config`` file, rather than left at its default (click's ``ParameterSource``);
+    False outside a command."""
+    ctx = _current_context()
+    source = ctx.get_parameter_source(name) if ctx is not None else None
+    return source is not None and source.name not in ("DEFAULT",)
+
+
+def _current_context() -> Any:
+    """click's context of the running command, or None."""
+    try:  # typer >= 0.20 carries its own copy of click
+        from typer._click.globals import get_current_context
+    except ImportError:  # pragma: no cover - older typer on click itself
+        from click import get_current_context
+
+    return get_current_context(silent=True)
+
+
 def _key(name: str) -> str:
     return name.lstrip("-").replace("-", "_")
 
@@ -37,6 +88,40 @@ def _options(command: Any) -> dict[str, Any]:
                 continue  # short options (-m) are not keys
             out[_key(name)] = param
     return out
+
+
+def _refuse_true_false(param: Any, key: str, value: Any, path: str, section: str) -> None:
+    """Refuse a YAML/JSON true/false for an option that takes a value (``gbs: true``): click
+    would read it as 1 or 0 (Python's ``int(True)``), searching gbs 1 without a word. Flags
+    (``no_cp: true``) take true/false; the same check covers each item of a list (``pp: [1, true]``).
+
+    Raises:
+        typer.BadParameter: ``FILE: key 'gbs' in section 'search' is true: --gbs takes a value, not true/false``.
+    """
+    if getattr(param, "is_flag", False) or getattr(getattr(param, "type", None), "name", "") == "boolean":
+        return
+    if isinstance(value, bool) or (isinstance(value, list) and any(isinstance(v, bool) for v in value)):
+        option = next((o for o in param.opts if o.startswith("--")), param.name)
+        raise typer.BadParameter(f"{path}: key {key!r} in section {section!r} is {json.dumps(value)}: {option} takes "
+                                 "a value, not true/false")
+
+
+def _refuse_loose_integer(param: Any, key: str, value: Any, path: str, section: str) -> None:
+    """For an ``int`` option, a number that is not whole (``tp: 2.0``) or a text that is not
+    :data:`autopar.integers.INTEGER_RULE` (``tp: "1_0"``), as on the command line.
+
+    Raises:
+        typer.BadParameter: ``FILE: key 'tp' in section 'search' is 2.0: expected a whole number ...``.
+    """
+    from autopar.cli.commands import takes_int
+    from autopar.integers import INTEGER_RULE, is_integer_text
+
+    if not takes_int(param):
+        return
+    for item in value if isinstance(value, list) else [value]:
+        if isinstance(item, float) or (isinstance(item, str) and not is_integer_text(item)):
+            raise typer.BadParameter(f"{path}: key {key!r} in section {section!r} is {json.dumps(item)}: expected "
+                                     f"{INTEGER_RULE}")
 
 
 def default_map(group: Any, data: Any, path: str, section: str = "") -> dict[str, Any]:
@@ -64,6 +149,8 @@ def default_map(group: Any, data: Any, path: str, section: str = "") -> dict[str
             raise typer.BadParameter(f"{path}: unknown key {key!r} in section {section!r}; allowed "
                                      f"{', '.join(sorted(names))}")
         param = accepted[_key(str(key))]
+        _refuse_true_false(param, key, value, path, section)
+        _refuse_loose_integer(param, key, value, path, section)
         if isinstance(value, list) and not param.multiple:
             value = ",".join(map(str, value))
         elif param.multiple and not isinstance(value, list):  # one value of a repeatable option (device_set: K=V)
@@ -93,12 +180,13 @@ def load_config(ctx: typer.Context, param: Any, path: str | None) -> str | None:
     except UnicodeDecodeError:
         raise typer.BadParameter(f"{path}: not a text file (expected YAML or JSON)") from None
     try:
-        data = json.loads(text) if path.endswith(".json") else yaml_load(text)
+        data = json.loads(text, object_pairs_hook=_once) if path.endswith(".json") else yaml_load(text)
     except (ValueError, yaml.YAMLError) as err:
         raise typer.BadParameter(f"{path}: not valid {'JSON' if path.endswith('.json') else 'YAML'} "
                                  f"({str(err).splitlines()[0]})") from None
     root = ctx.find_root()
     full = default_map(root.command, data or {}, path)
+    ctx.meta.setdefault(CONFIG_FILES, []).append(path)  # an input no output may overwrite (cli/paths.py)
     if ctx.parent is None:
         ctx.default_map = full
     else:

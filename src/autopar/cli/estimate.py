@@ -14,12 +14,11 @@ from autopar.cli.json_output import print_json
 from autopar.cli.knob_options import given_knobs
 from autopar.cli.options import (
     ActivationOffload,
-    CudaGraphImpl,
-    CudaGraphScope,
-    Fp8Bf16Layers,
     Cp,
     CpA2a,
     CpCommType,
+    CudaGraphImpl,
+    CudaGraphScope,
     Device,
     DeviceFile,
     DeviceSet,
@@ -28,6 +27,7 @@ from autopar.cli.options import (
     Ep,
     Etp,
     Flash,
+    Fp8Bf16Layers,
     Fp8ParamStorage,
     Fp8Recipe,
     Gbs,
@@ -109,7 +109,7 @@ def estimate(
 ) -> None:
     """Estimate memory (per stage) and step time (with breakdown) of one explicit layout."""
     from autopar.estimate import estimate as run_estimate
-    from autopar.report.table import print_estimate
+    from autopar.report.table import print_estimate, problem_title
 
     refuse_overwriting_inputs({"--model": model, "--script": script, "--device-file": device_file,
                                "--profile-db": profile_db}, {"--plot": (plot, [Path(plot)] if plot else [])})
@@ -132,16 +132,18 @@ def estimate(
         result = run_estimate(p, strategy, memory_margin)
         measured = coverage and coverage([result.strategy])
     if as_json:
+        from autopar.cost.step import mfu_peak_flops_per_s
         from autopar.report.ties import problem_certainty, with_ranges
 
         bands = problem_certainty(p)
         doc = {**with_ranges(result.to_dict(p.train.global_batch_size, detail=detail), bands),
-               "certainty": bands.to_dict(), "target": target}
+               "mfu_peak_flops_per_s": mfu_peak_flops_per_s(p), "certainty": bands.to_dict(), "target": target}
         if measured:
             doc["profile"] = measured
         print_json("estimate", doc)
         return
-    print_estimate(console, result)
+    console.print(problem_title(p))
+    print_estimate(console, result, p.train.precision)
     if detail:
         from autopar.report.stage_detail import print_stage_detail
 

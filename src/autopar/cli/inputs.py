@@ -10,11 +10,12 @@ from typing import Any
 
 from autopar.cost import offload
 from autopar.errors import AutoparError
+from autopar.notices import warn_on_success
 from autopar.problem import Problem
 from autopar.specs import TrainSpec, load_device, make_cluster
 from autopar.specs.model import MAX_SIZE
 from autopar.strategy import Strategy
-from autopar.notices import warn_on_success
+
 
 def positive(name: str, value: int, upper: int = MAX_SIZE) -> int:
     """``value`` if it lies in 1..upper, else one error line naming the option."""
@@ -160,7 +161,7 @@ def problem_from_options(model: str | None, device: str | None, nodes: int | Non
         state.update(knobs)
         if "cuda_graph_impl" in knobs and knobs["cuda_graph_impl"] == "none" and "cuda_graph_scope" not in knobs:
             state.pop("cuda_graph_scope", None)  # --cuda-graph-impl none drops the script's scope with its graphs
-        check_knobs(knobs, state, precision, spec.num_layers)
+        check_knobs(knobs, state, precision, spec.num_layers, moe=spec.num_experts > 0)
     train = TrainSpec(global_batch_size=gbs, seq_len=seq_len, precision=precision, flash_attention=flash,
                       make_vocab_size_divisible_by=vocab_pad, moe_token_imbalance=imbalance, **state)
     if train.optimizer_offload_fraction:
@@ -198,10 +199,11 @@ def strategy_from_options(p: Problem, script: str | None, layout: dict[str, Any]
     if "vocab_tp" in galvatron:
         positive("--vocab-tp", galvatron["vocab_tp"])
     if split:
-        try:
-            layout["layers_per_stage"] = tuple(int(x) for x in split.split(","))
-        except ValueError:
-            raise AutoparError(f"--layers-per-stage={split!r}: expected integers like 7,8,8,7") from None
+        from autopar.integers import is_integer_text
+
+        if not all(is_integer_text(x) for x in split.split(",")):
+            raise AutoparError(f"--layers-per-stage={split!r}: expected integers like 7,8,8,7")
+        layout["layers_per_stage"] = tuple(int(x) for x in split.split(","))
     else:
         layout["layers_per_stage"] = None
     plan = read_script(script) if script else None
@@ -225,6 +227,12 @@ def strategy_from_options(p: Problem, script: str | None, layout: dict[str, Any]
     if per_stage:
         lay["recompute_per_stage"] = tuple(x.strip() for x in per_stage.split(","))
         lay["recompute"] = layout.get("recompute")  # None: the heaviest per-stage option
+    granularities = {lay.get("recompute"), *(lay.get("recompute_per_stage") or ())}
+    if layout.get("recompute_modules") is not None and "selective" not in granularities:  # was accepted, unused
+        raise AutoparError(f"--recompute-modules={','.join(layout['recompute_modules'])} with --recompute="
+                           f"{lay.get('recompute')}: the modules are what selective recompute recomputes (Megatron-LM "
+                           "reads them under selective granularity only); use --recompute selective or drop "
+                           "--recompute-modules")
     if layout.get("recompute_modules") is None and "selective" not in {lay.get("recompute"),
                                                                       *(lay.get("recompute_per_stage") or ())}:
         # the script's selective modules, with --recompute none/full given: Megatron ignores them too

@@ -14,6 +14,7 @@ from typing import Any
 
 from autopar.errors import AutoparError
 
+
 def given_knobs(cuda_graph_impl: str | None = None, cuda_graph_scope: str | None = None,
                 activation_offload_layers: int | None = None, fp8_bf16_layers: str | None = None) -> dict[str, Any]:
     """The ``TrainSpec`` fields the options give (None = not given), each value checked alone.
@@ -42,14 +43,17 @@ def given_knobs(cuda_graph_impl: str | None = None, cuda_graph_scope: str | None
         out["activation_offload_layers"] = activation_offload_layers
     if fp8_bf16_layers is not None:
         parts = fp8_bf16_layers.split(",")
-        if len(parts) != 2 or not all(x.strip().isdigit() for x in parts):
+        from autopar.integers import is_integer_text
+
+        if len(parts) != 2 or not all(is_integer_text(x) and int(x) >= 0 for x in parts):
             raise AutoparError(f"--fp8-bf16-layers={fp8_bf16_layers!r}: expected FIRST,LAST, two integers >= 0 "
                                "(e.g. 1,1: Megatron-Bridge's current-scaling recipe)")
         out["fp8_bf16_layers"] = (int(parts[0]), int(parts[1]))
     return out
 
 
-def check_knobs(knobs: dict[str, Any], state: dict[str, Any], precision: str, num_layers: int) -> None:
+def check_knobs(knobs: dict[str, Any], state: dict[str, Any], precision: str, num_layers: int,
+                moe: bool = True) -> None:
     """Refuse option combinations Megatron refuses, naming the option given (``knobs``, from
     :func:`given_knobs`) against the merged ``TrainSpec`` fields ``state`` (options over the script's).
 
@@ -59,15 +63,20 @@ def check_knobs(knobs: dict[str, Any], state: dict[str, Any], precision: str, nu
             ``--cuda-graph-scope`` rule), ``moe_preprocess`` without ``moe_router``;
             ``--activation-offload-layers`` of the model's layer count or more (Megatron-Core:
             "CPU offloading can be done only for layers less than num_layers"); ``--fp8-bf16-layers``
-            without ``--precision fp8``, with the delayed recipe, or more layers than the model has.
+            without ``--precision fp8``, with the delayed recipe, or more layers than the model has;
+            a MoE scope (``moe``, ``moe_router``, ``moe_preprocess``) on a dense model (``moe`` False:
+            there is no MoE layer to capture).
     """
-    from autopar.specs.train import cuda_graph_scope_problem
+    from autopar.specs.train import MOE_CUDA_GRAPH_SCOPES, cuda_graph_scope_problem
 
     impl, scope = state.get("cuda_graph_impl", "none"), tuple(state.get("cuda_graph_scope", ()))
     if ("cuda_graph_impl" in knobs or "cuda_graph_scope" in knobs) and \
             (why := cuda_graph_scope_problem(impl, scope)) is not None:
         shown = f"--cuda-graph-impl={impl}" + (f" --cuda-graph-scope={','.join(scope)}" if scope else "")
         raise AutoparError(f"{shown}: {why}")
+    if "cuda_graph_scope" in knobs and not moe and (names := [w for w in scope if w in MOE_CUDA_GRAPH_SCOPES]):
+        raise AutoparError(f"--cuda-graph-scope={','.join(scope)}: {', '.join(names)} captures MoE layers and the "
+                           "model has none; use attn or mlp")
     n = knobs.get("activation_offload_layers")
     if n is not None and n >= num_layers:
         raise AutoparError(f"--activation-offload-layers={n}: must be below the model's {num_layers} layers "

@@ -18,6 +18,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from autopar.cli.json_output import print_json
@@ -120,7 +121,7 @@ def run_layerwise(console: Console, p: Problem, constraints: list[Constraint], a
             "galvatron": doc, "galvatron_runtime_flags": ["--sequence-parallel"] if plan.sp else [],
         })
         return
-    console.print(f"[bold]{p.model.name}[/] on {p.cluster.num_nodes} x {p.cluster.devices_per_node} "
+    console.print(f"[bold]{escape(p.model.name)}[/] on {p.cluster.num_nodes} x {p.cluster.devices_per_node} "
                   f"{p.cluster.device.name}, gbs {p.train.global_batch_size}, seq {p.train.seq_len}: layer-wise plan, "
                   f"pp {plan.pp}, {plan.num_microbatches} micro-batches, default data parallel "
                   f"{'ddp' if plan.default_zero == 0 else 'zero2'}, vocabulary tp {plan.vocab_tp}"

@@ -52,7 +52,8 @@ def refuse_overwriting_inputs(inputs: Mapping[str, str | Path | None],
     Paths are compared after following symlinks (``os.path.realpath``; an output that is a link
     to an input counts as that input) and by inode where both exist (hard links). An input that
     does not exist as a file (a preset name such as ``--model llama3-8b``) cannot be overwritten
-    and is skipped.
+    and is skipped. The ``--config`` files of the running command
+    (:func:`autopar.cli.config.given_config_files`) are inputs too, without being passed.
 
     Args:
         inputs: input option (``--script``) -> the path given (None: not given).
@@ -63,9 +64,11 @@ def refuse_overwriting_inputs(inputs: Mapping[str, str | Path | None],
             output, the file inside it is named; for a link, the input it points to), or two
             outputs writing one file.
     """
+    from autopar.cli.config import given_config_files
     from autopar.errors import AutoparError
 
-    given = [(name, Path(path)) for name, path in inputs.items() if path is not None and os.path.isfile(path)]
+    named = [*(("--config", path) for path in given_config_files()), *inputs.items()]
+    given = [(name, Path(path)) for name, path in named if path is not None and os.path.isfile(path)]
     seen: dict[str, tuple[str, Path]] = {}
     for option, (value, files) in outputs.items():
         if value is None:

@@ -17,8 +17,25 @@ from autopar.cli.app import app, console, err_console, user_errors
 from autopar.cli.config import Config
 from autopar.cli.inputs import positive, problem_from_options
 from autopar.cli.json_output import print_json
-from autopar.cli.options import (Device, DeviceFile, DeviceSet, Flash, Fp8ParamStorage, Gbs, Json, Margin, Model,
-                                 MoeImbalance, Nodes, PerNode, Precision, Script, SeqLen, VocabPad, VocabSize)
+from autopar.cli.options import (
+    Device,
+    DeviceFile,
+    DeviceSet,
+    Flash,
+    Fp8ParamStorage,
+    Gbs,
+    Json,
+    Margin,
+    Model,
+    MoeImbalance,
+    Nodes,
+    PerNode,
+    Precision,
+    Script,
+    SeqLen,
+    VocabPad,
+    VocabSize,
+)
 from autopar.cli.paths import refuse_overwriting_inputs
 from autopar.errors import AutoparError
 from autopar.problem import Problem
@@ -90,13 +107,12 @@ def plan(
     """Profile where a GPU is present, search, and write the target's configs into one folder."""
     from autopar.cli.profile import print_coverage, profiled
     from autopar.oneshot import PROFILE_NAME, plan_paths, write_plan
-    from autopar.report.table import search_summary, search_table
+    from autopar.pipeline.rebalance import TARGETS
+    from autopar.report.table import problem_title, search_summary, search_table
     from autopar.report.ties import problem_certainty
     from autopar.search import search as run_search
     from autopar.search.grid import for_target
     from autopar.specs.targets import check_target, default_target
-
-    from autopar.pipeline.rebalance import TARGETS
 
     positive("--top", top, upper=1000)
     positive("--repeats", repeats, upper=1000)
@@ -134,9 +150,8 @@ def plan(
                             "profile_skipped": skipped_why, "written": [str(w) for w in written],
                             "refused": refused, "profile": measured or None})
         return
-    console.print(f"[bold]{p.model.name}[/] on {p.cluster.num_nodes} x {p.cluster.devices_per_node} "
-                  f"{p.cluster.device.name}, gbs {p.train.global_batch_size}, seq {p.train.seq_len}, --target {target}")
-    console.print(search_table(result, problem_certainty(p)))
+    console.print(f"{problem_title(p)}, --target {target}")
+    console.print(search_table(result, problem_certainty(p), p))
     console.print(search_summary(result), highlight=False, soft_wrap=True)
     if measured:
         print_coverage(measured)

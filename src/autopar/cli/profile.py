@@ -326,10 +326,11 @@ def comm(
     from autopar.profile import ops as O
     from autopar.profile.comm import COLLECTIVES, fit, sweep
 
-    try:
-        message_bytes = [int(s) for s in sizes.split(",")]
-    except ValueError:
-        raise AutoparError(f"--sizes={sizes!r}: expected byte counts like 65536,1048576") from None
+    from autopar.integers import is_integer_text
+
+    if not all(is_integer_text(s) for s in sizes.split(",")):
+        raise AutoparError(f"--sizes={sizes!r}: expected byte counts like 65536,1048576")
+    message_bytes = [int(s) for s in sizes.split(",")]
     for size in message_bytes:
         positive("--sizes", size, upper=2**34)
     positive("--repeats", repeats, upper=1000)

@@ -9,22 +9,24 @@ import typer
 from rich.markup import escape
 
 import autopar.cli.search_options as S
+from autopar import STARTED_S
 from autopar.cli.app import app, console, err_console, progress_shown, user_errors
 from autopar.cli.config import Config
-from autopar.cli.layerwise import Layerwise
 from autopar.cli.inputs import positive, problem_from_options, recompute_modules_option
 from autopar.cli.json_output import print_json
 from autopar.cli.knob_options import given_knobs
+from autopar.cli.layerwise import Layerwise
 from autopar.cli.options import (
+    ActivationOffload,
+    CudaGraphImpl,
+    CudaGraphScope,
     Device,
     DeviceFile,
     DeviceSet,
     Flash,
-    ActivationOffload,
-    CudaGraphImpl,
-    CudaGraphScope,
     Fp8Bf16Layers,
-    Fp8ParamStorage, Fp8Recipe,
+    Fp8ParamStorage,
+    Fp8Recipe,
     Gbs,
     Json,
     Margin,
@@ -33,10 +35,10 @@ from autopar.cli.options import (
     Nodes,
     PerNode,
     Precision,
-    Quiet,
     ProfileDb,
     ProfileDevice,
     ProfileStandsFor,
+    Quiet,
     RecomputeModules,
     Script,
     SeqLen,
@@ -44,7 +46,6 @@ from autopar.cli.options import (
     VocabSize,
 )
 from autopar.cli.paths import refuse_overwriting_inputs, refuse_unwritable_figure
-from autopar import STARTED_S
 from autopar.errors import AutoparError
 from autopar.problem import Problem
 
@@ -84,7 +85,7 @@ def _search_outputs(model: str | None, script: str | None, device_file: str | No
     if write_script:
         from autopar.export.rewrite import script_paths
 
-        written = script_paths(Path(write_script), top)
+        written = script_paths(Path(write_script), top)  # top: the scripts asked for (1 without --top)
     refuse_unwritable_figure("--plot", plot, (".png",))  # the batch chart is PNG bytes
     reported = []
     if report:  # the report module loads matplotlib: only when a report is asked for
@@ -106,11 +107,12 @@ def search(
     top: Annotated[int, typer.Option(help="how many layouts to show")] = 10,
     memory_margin: Margin = 0.10, as_json: Json = False, script: Script = None, vocab_size: VocabSize = None,
     write_script: Annotated[Optional[str], typer.Option(help="with --script: write it back with the best layout "
-                                                        "(--top N writes OUT.sh, OUT.2.sh, ...)")] = None,
+                                                        "(--top N writes OUT.sh, OUT.2.sh, ... up to N; an "
+                                                        "existing file there is replaced)")] = None,
     min_gain_pct: Annotated[Optional[float], typer.Option(help="--write-script: least predicted gain over the "
                                                           "script's own layout, % [default: autopar's step-time "
                                                           "MAPE on similar validation rows: 4.5 dense, 5.7 fp8, "
-                                                          "16.4 MoE]")] = None,
+                                                          "16.3 MoE]")] = None,
     report: Annotated[Optional[str], typer.Option(help="write result.json, PNG charts and report.html here")] = None,
     profile_db: ProfileDb = None, profile_device: ProfileDevice = None, profile_stands_for: ProfileStandsFor = None,
     moe_token_imbalance: MoeImbalance = None, fp8_param_storage: Fp8ParamStorage = None,
@@ -144,7 +146,7 @@ def search(
 ) -> None:
     """Search every valid layout, drop those that do not fit, rank the rest by step time."""
     from autopar.export.megatron import megatron_args
-    from autopar.report.table import search_summary, search_table
+    from autopar.report.table import problem_title, search_summary, search_table
     from autopar.search import search as run_search
     from autopar.search.explain import explain_layout
     from autopar.space import SpaceOptions
@@ -160,8 +162,11 @@ def search(
         refuse_modes(target, {"--gbs-range": gbs_range, "--explain": explain, "--write-script": write_script,
                               "--report": report, "--verify": verify is not None})
         target = target or "galvatron"
-    _search_outputs(model, script, device_file, profile_db, write_script, report, positive("--top", top, upper=1000),
-                    plot)
+    from autopar.cli.config import option_given
+
+    # --write-script without --top writes the best layout's script only, not one per row shown
+    scripts_asked = positive("--top", top, upper=1000) if option_given("top") else 1
+    _search_outputs(model, script, device_file, profile_db, write_script, report, scripts_asked, plot)
     constraints = S.constraints_from_options(
         tp, pp, dp, cp, vpp, ep, etp, mbs, num_microbatches, zero, recompute, schedule, sp,
         {"--no-tp": no_tp, "--no-pp": no_pp, "--no-cp": no_cp, "--no-ep": no_ep, "--no-vpp": no_vpp,
@@ -171,6 +176,9 @@ def search(
                  flash_attention, vocab_pad, script, vocab_size, moe_token_imbalance, fp8_param_storage,
                                  fp8_recipe=fp8_recipe, knobs=given_knobs(
                                      cuda_graph_impl, cuda_graph_scope, activation_offload_layers, fp8_bf16_layers))
+    if etp is not None and p.model.num_experts == 0:  # estimate refuses it too (cli.inputs); it pinned tp to etp
+        raise AutoparError(f"--etp={etp}: model {p.model.name} has no routed experts; expert tensor "
+                           "parallelism applies to MoE models only (leave --etp unset)")
     from autopar.search.grid import for_target
     from autopar.specs.targets import check_target, default_target
 
@@ -191,6 +199,11 @@ def search(
     ops_db = profile_db if calibration is None or calibration["operator_rows"] else None  # a DB of runs only
     with profiled(p, ops_db, profile_device, profile_stands_for) as coverage, progress_shown(quiet):
         modules = recompute_modules_option(p, recompute_modules)
+        allowed = ["none"] if no_recompute else [w.strip() for w in recompute.split(",")] if recompute else None
+        if modules and allowed is not None and "selective" not in allowed:  # was accepted and unused
+            raise AutoparError(f"--recompute-modules={recompute_modules} with --recompute={','.join(allowed)}: the "
+                               "modules are what selective recompute recomputes (Megatron-LM reads them under "
+                               "selective granularity only); allow --recompute selective or drop --recompute-modules")
         options = SpaceOptions(recompute_modules=modules) if modules else None
         if layerwise:
             from autopar.cli.layerwise import run_layerwise
@@ -223,7 +236,7 @@ def search(
     if write_script:
         from autopar.export.rewrite import write_scripts
 
-        for line in write_scripts(script, p, result, write_script, min_gain_pct):
+        for line in write_scripts(script, p, result, write_script, min_gain_pct, count=scripts_asked):
             err_console.print(line, highlight=False, markup=False, soft_wrap=True)
     if report:
         from autopar.report.html import write_report
@@ -256,10 +269,8 @@ def search(
         doc["command_s"] = time.perf_counter() - STARTED_S  # wall time of the whole command, imports included
         print_json("search", doc)
         return
-    console.print(f"[bold]{p.model.name}[/] ({p.model.num_params / 1e9:.1f} B params) on {p.cluster.num_nodes} x "
-                  f"{p.cluster.devices_per_node} {p.cluster.device.name}, gbs {p.train.global_batch_size}, "
-                  f"seq {p.train.seq_len}, {p.train.precision}")
-    console.print(search_table(result, problem_certainty(p)))
+    console.print(problem_title(p))
+    console.print(search_table(result, problem_certainty(p), p))
     console.print(search_summary(result), highlight=False, soft_wrap=True)
     if knobs_line:
         console.print(escape(knobs_line), highlight=False, soft_wrap=True)

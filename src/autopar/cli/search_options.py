@@ -64,7 +64,8 @@ Explain = Annotated[Optional[str], typer.Option(
     "tp_consecutive) or a table label "
     "such as 'tp4+sp pp4x5 cp2 dp2'")]
 GbsRange = Annotated[Optional[str], typer.Option(
-    "--gbs-range", help="batch-size search instead of one search: FIRST:LAST (powers of two), FIRST:LAST:STEP "
+    "--gbs-range", help="batch-size search instead of one search: FIRST:LAST (FIRST doubled up to LAST: "
+    "100:400 is 100, 200, 400), FIRST:LAST:STEP "
     "or a list 256,512,1024; the best layout per gbs, the gbs with the most tokens/s per device and the "
     "largest that fits")]
 Plot = Annotated[Optional[str], typer.Option("--plot", help="with --gbs-range: write a PNG of tokens/s per device "

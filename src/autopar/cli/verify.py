@@ -14,10 +14,24 @@ import typer
 from rich.markup import escape
 
 from autopar.cli.app import app, console, err_console, progress_shown, user_errors
-from autopar.cli.options import (Device, DeviceFile, DeviceSet, Flash, Gbs, Json, Model, Nodes, PerNode, Precision,
-                                 Quiet, SeqLen, VocabPad, VocabSize)
 from autopar.cli.inputs import positive, problem_from_options
 from autopar.cli.json_output import print_json
+from autopar.cli.options import (
+    Device,
+    DeviceFile,
+    DeviceSet,
+    Flash,
+    Gbs,
+    Json,
+    Model,
+    Nodes,
+    PerNode,
+    Precision,
+    Quiet,
+    SeqLen,
+    VocabPad,
+    VocabSize,
+)
 from autopar.errors import AutoparError
 
 LAUNCHERS = ("local", "slurm", "none")
@@ -107,7 +121,7 @@ def verify(
     from autopar.search.grid import for_target
     from autopar.specs.targets import check_target
     from autopar.verify.jobs import write_jobs
-    from autopar.verify.launch import SlurmOptions
+    from autopar.verify.launch import SlurmOptions, check_sbatch_options
     from autopar.verify.run import run_jobs
 
     if report_only:
@@ -117,6 +131,13 @@ def verify(
         return
     if launcher not in LAUNCHERS:
         raise AutoparError(f"--launcher={launcher!r}: allowed {', '.join(LAUNCHERS)}")
+    slurm_given = {"--account": account, "--partition": partition, "--container-image": container_image,
+                   "--container-mounts": container_mounts, "--sbatch-option": sbatch_option or None}
+    if launcher != "slurm" and any(v is not None for v in slurm_given.values()):
+        name = next(k for k, v in slurm_given.items() if v is not None)
+        raise AutoparError(f"{name} is a Slurm option and --launcher is {launcher!r}: add --launcher slurm or drop "
+                           f"{name} (it would be ignored)")
+    extra = check_sbatch_options(sbatch_option or ())
     if data not in ("mock", "script"):
         raise AutoparError(f"--data={data!r}: allowed mock, script")
     if script and toml:
@@ -132,6 +153,10 @@ def verify(
         raise AutoparError(f"--budget-s={budget_s:g}: must be > 0 seconds")
     refuse_overwriting_inputs({"--script": script, "--toml": toml, "--from": from_result, "--model": model,
                                "--device-file": device_file, "--record": record}, {"--out": (out, [Path(out)])})
+    if record is not None:  # refused now, not after the runs it would store
+        from autopar.profile.opdb import refuse_unusable_db
+
+        refuse_unusable_db(record, "--record")
     if from_result:  # the result carries its problem: options left out take its values, given ones must match
         from autopar.export.result import result_problem
 
@@ -160,7 +185,7 @@ def verify(
     if launcher == "none":
         return
     slurm = SlurmOptions(account=account, partition=partition, container_image=container_image,
-                         container_mounts=container_mounts, extra=tuple(sbatch_option or ()))
+                         container_mounts=container_mounts, extra=extra)
     with progress_shown(quiet):
         results = run_jobs(jobs, launcher, time_limit_s, slurm, warmup,
                            on_done=lambda j, r: err_console.print(f"ran {j.name}: {r.failure or 'ok'}", highlight=False),
@@ -177,8 +202,11 @@ def verify(
 
 def _report(jobs: list, results: list, as_json: bool) -> None:
     """Print the verify report (table and small-run notes, or ``--json``) and write
-    ``report.png`` (predicted vs measured per layout) beside the job folders."""
-    from autopar.verify.report import report_doc, report_png, report_table
+    ``report.png`` (predicted vs measured per layout) beside the job folders; when no job
+    measured a step time, then one ``verify:`` line on stderr and exit code 3
+    (:data:`autopar.verify.report.NO_MEASUREMENT_EXIT`), so a script does not take a run of
+    failures for success."""
+    from autopar.verify.report import NO_MEASUREMENT_EXIT, no_measurement, report_doc, report_png, report_table
 
     if jobs:
         png = Path(jobs[0].folder).parent / "report.png"
@@ -186,18 +214,23 @@ def _report(jobs: list, results: list, as_json: bool) -> None:
         err_console.print(f"wrote {png}", highlight=False)
     if as_json:
         print_json("verify", report_doc(jobs, results))
-        return
-    console.print(report_table(jobs, results))
-    for job in jobs:
-        if job.stands_for:
-            console.print(f"[bold]{escape(job.name)}[/] stands for {escape(job.stands_for['layout'])}: "
-                          f"{escape(job.stands_for['note'])}", highlight=False, soft_wrap=True)
+    else:
+        console.print(report_table(jobs, results))
+        for job in jobs:
+            if job.stands_for:
+                console.print(f"[bold]{escape(job.name)}[/] stands for {escape(job.stands_for['layout'])}: "
+                              f"{escape(job.stands_for['note'])}", highlight=False, soft_wrap=True)
+    failed = no_measurement(results) if jobs else None
+    if failed:
+        err_console.print(f"verify: {failed}; exit code {NO_MEASUREMENT_EXIT}", highlight=False)
+        raise typer.Exit(code=NO_MEASUREMENT_EXIT)
 
 
 @app.command()
 @user_errors
 def calibrate(
-    db: Annotated[str, typer.Option("--db", help="profile DB holding runs stored by autopar verify --record")],
+    db: Annotated[Optional[str], typer.Option("--db", help="profile DB (SQLite file) holding the runs that autopar "
+                                              "verify --record FILE stored")] = None,
     device: Annotated[Optional[str], typer.Option(help="the device name the runs are stored under (default: "
                                                   "every device in --db)")] = None,
     framework: Annotated[Optional[str], typer.Option(help="megatron | mindspeed | torchtitan (default: each "
@@ -209,18 +242,21 @@ def calibrate(
     """Fit the model's efficiency factors to the stored runs (NNLS); later searches with --profile-db use them."""
     from rich.table import Table
 
-    from autopar.profile.opdb import OpDB
+    from autopar.profile.opdb import FILL_WITH_RUNS, OpDB
     from autopar.verify.calibrate import CLASSES, FACTORS, fit, stored_rows
 
+    if db is None:
+        raise AutoparError("--db: required: the profile database (SQLite file) of the runs to fit; 'autopar verify "
+                           "... --record FILE' stores runs in FILE, then give --db FILE")
     positive("--min-runs", min_runs, upper=10_000)
-    handle = OpDB(db, "--db", write=False)
+    handle = OpDB(db, "--db", write=False, fill=FILL_WITH_RUNS)
     keys = sorted({(r["device"], r["framework"]) for r in handle.runs(device)
                    if framework is None or r["framework"] == framework})
     if not keys:
         handle.close()
         raise AutoparError(f"--db={db!r}: holds no verify runs{f' of --device {device!r}' if device else ''}"
-                           f"{f' and --framework {framework!r}' if framework else ''}; store some with autopar verify "
-                           "--record DB")
+                           f"{f' and --framework {framework!r}' if framework else ''}; store some with 'autopar verify ... "
+                           f"--record {db}'")
     fits = [fit(d, f, stored_rows(handle, d, f), min_runs) for d, f in keys]
     handle.close()
     writer = OpDB(db, "--db")

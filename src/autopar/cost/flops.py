@@ -229,10 +229,16 @@ def loss_bytes(p: Problem, batch: LayoutBatch) -> np.ndarray:
 def model_flops_per_token(p: Problem) -> float:
     """Training FLOPs per token of the unsharded model, no recompute: 3 x forward (forward +
     2x backward), causal attention, the unpadded vocabulary. The numerator of MFU (PaLM,
-    Chowdhery et al. 2022, appendix B, with the attention term halved for causal masks).
+    Chowdhery et al. 2022, appendix B, with the attention term halved for causal masks): the
+    FLOPs of the tokens the model computes, so MFU stays at most 100% (a MoE's dropped token
+    copies and padding rows are not counted, below; Megatron-LM's logged TFLOP/s/GPU counts every
+    top-k copy, so it differs from autopar's for a token-dropping MoE).
 
     MoE layers count the router, the shared experts and ``top-k`` routed experts per token
-    (active parameters only, balanced routing); MTP modules (DeepSeek-V3 sec. 2.2) add their
+    (active parameters only, balanced routing), times the share the experts compute under a
+    capacity factor ``C`` (:func:`autopar.cost.moe.processed_fraction`, ``min(1, C)``: dropped
+    copies are no work, padding rows no model FLOPs; Megatron's ``num_floating_point_operations``
+    ignores the capacity and would exceed the peak for small ``C``); MTP modules (DeepSeek-V3 sec. 2.2) add their
     projection, one layer and one more output layer each, as Megatron's
     ``num_floating_point_operations`` does."""
     one = LayoutBatch(**{k: np.ones(1, dtype=np.int64) for k in (

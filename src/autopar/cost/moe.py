@@ -61,11 +61,28 @@ def token_factor(train: TrainSpec) -> float:
     return moe.capacity_factor if moe.pad_to_capacity else min(moe.capacity_factor, skew)
 
 
+def processed_fraction(train: TrainSpec) -> float:
+    """Share of the routed token copies the experts compute under balanced routing, in (0, 1]:
+    ``min(1, C)`` for a capacity factor ``C``, 1 dropless.
+
+    Megatron-Core ``moe_utils.apply_router_token_dropping``: an expert keeps at most ``C`` times
+    its balanced share (``n*k/E`` copies), so below ``C`` = 1 a ``1 - C`` share is dropped and never
+    computed; padding to capacity (``--moe-pad-expert-input-to-capacity``) adds rows that are not
+    tokens at all. The numerator of MFU counts these processed copies only (model FLOPs are the
+    FLOPs of the tokens the model computes), so a small capacity factor cannot lift MFU above 100%.
+    Megatron-LM's own ``num_floating_point_operations`` (``megatron/training/training.py``,
+    ``num_experts_routed_to = args.moe_router_topk``) ignores the capacity: its TFLOP/s/GPU counts
+    dropped copies as work done."""
+    factor = train.moe.capacity_factor
+    return 1.0 if factor is None else min(1.0, factor)
+
+
 def expert_rows(p: Problem, batch: LayoutBatch, imbalance: bool = True) -> np.ndarray:
     """Token copies the busiest expert-rank processes per micro-batch: ``n*k*etp/tp`` times
-    :func:`token_factor` (module docstring); ``imbalance=False`` gives the balanced share."""
+    :func:`token_factor` (module docstring); ``imbalance=False`` gives the balanced share of the
+    copies the experts compute (:func:`processed_fraction`: dropped copies excluded), for model FLOPs."""
     m = p.model
-    factor = token_factor(p.train) if imbalance else 1.0
+    factor = token_factor(p.train) if imbalance else processed_fraction(p.train)
     return tokens(p, batch) * m.num_experts_per_tok * batch.etp / batch.tp * factor
 
 

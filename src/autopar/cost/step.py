@@ -11,8 +11,11 @@ Pipeline schedule (Narayanan et al., SC'21, sec. 2.2; Megatron ``schedules.py``)
 * ZB-V / DualPipeV (torchtitan): ``M * max_i t_i`` plus the schedule's simulated bubble
   (:mod:`autopar.pipeline.v_cost`); ``2 pp - 2`` exposed hand-offs (the V's turn stays on its rank).
 
-Data-parallel traffic and the optimizer step follow the pipeline flush; the slowest stage
-decides. ``MFU = model FLOPs per step / (step time * world * peak)`` (PaLM, appendix B).
+Data-parallel traffic and the optimizer step follow the pipeline flush; the stage whose exposed
+data-parallel time plus optimizer step is the longest decides (one stage's sum, not the largest
+of each over two stages). ``MFU = model FLOPs per step / (step time * world * peak)`` (PaLM, appendix B), with
+``peak`` the device's dense peak at the training precision (:func:`mfu_peak_flops_per_s`): the
+fp8 peak for fp8 training, not the bf16 one.
 """
 
 from __future__ import annotations
@@ -126,6 +129,18 @@ def _flops_per_token(p: Problem) -> float:
     return _LAST_FLOPS[1]
 
 
+def mfu_peak_flops_per_s(p: Problem) -> float:
+    """The peak FLOP/s per device that MFU divides by: the device's dense (no 2:4 sparsity) peak at
+    the training precision, :meth:`~autopar.specs.cluster.DeviceSpec.peak` of ``p.train.precision``:
+    bf16's (989e12 on h100-80gb) for bf16, fp8's (1,979e12) for fp8 training whatever its recipe
+    (the nvfp4 recipe's fp4 linear layers included: its precision is fp8, as Megatron-LM's
+    ``--fp4-format`` keeps the other layers in fp8/bf16).
+
+    Raises:
+        AutoparError: the device has no peak for the precision (e.g. fp8 on A100)."""
+    return p.cluster.device.peak(p.train.precision)
+
+
 def step_lower_bound_s(num_microbatches: np.ndarray, first_stage: T.StageTime | np.ndarray) -> np.ndarray:
     """A lower bound of :func:`combine`'s step time (s, ``(n,)``) from one stage's time:
     ``num_microbatches * t`` with ``t`` the per-micro-batch total of any of the layout's stages
@@ -192,8 +207,11 @@ def combine(p: Problem, batch: LayoutBatch, counts: list[np.ndarray], times: lis
     # Activation/gradient hand-offs on the critical path, plus the once-per-step all-reduce of a
     # tied embedding between the first and the last stage.
     pp_comm = np.where(batch.pp > 1, 2 * handoffs * p2p, 0.0) + T.tied_embedding_grad_s(p, batch)
-    dp_comm = np.max(np.stack(dp), axis=0)
-    optimizer = np.max(np.stack(opt), axis=0)
+    # After the flush each stage reduces its gradients and steps its optimizer; the step ends with the
+    # stage whose two together take longest (not the largest of each, which two stages may hold).
+    dp_views, opt_views = np.stack(dp), np.stack(opt)
+    last = np.argmax(dp_views + opt_views, axis=0)
+    dp_comm, optimizer = dp_views[last, rows], opt_views[last, rows]
 
     def at_bottleneck(field: str) -> np.ndarray:
         return m * np.stack([getattr(t, field) for t in times])[bottleneck, rows]
@@ -211,5 +229,5 @@ def combine(p: Problem, batch: LayoutBatch, counts: list[np.ndarray], times: lis
     step = makespan + pp_comm + dp_comm + optimizer
     tokens = p.train.tokens_per_step
     tps = tokens / step / p.world_size
-    mfu = _flops_per_token(p) * tokens / (step * p.world_size * p.cluster.device.peak(p.train.precision))
+    mfu = _flops_per_token(p) * tokens / (step * p.world_size * mfu_peak_flops_per_s(p))
     return StepCosts(step, breakdown, peak, memories, tps, mfu, stage_times=times, stage_dp_s=dp)

@@ -92,8 +92,16 @@ def moe_args(p: Problem, dialect: Dialect = "megatron") -> list[str]:
     * softmax top-k routers: the config's load-balancing loss coefficient (HF
       ``router_aux_loss_coef``) as ``--moe-aux-loss-coeff``, under Megatron's default
       ``aux_loss`` balancing, the router :data:`autopar.cost.host.ROUTER_OPS_TOPK` counts.
+
+    Raises:
+        AutoparError: fp16 in the Megatron-LM dialect (grouped GEMM is bf16 only in Megatron-LM
+            v0.15.3, ``arguments.py``), or a MoE switch MindSpeed-LLM does not take.
     """
     m = p.model
+    if p.train.precision == "fp16" and dialect == "megatron":  # the reader refuses it too (specs.script_asserts)
+        raise AutoparError("fp16 MoE: Megatron-LM v0.15.3 asserts 'Currently GroupedGEMM for MoE only supports bf16 "
+                           "dtype.' (megatron/training/arguments.py) and autopar costs the experts as one grouped "
+                           "GEMM; use --precision bf16")
     args = [f"--num-experts {m.num_experts} --moe-router-topk {m.num_experts_per_tok} "
             f"--moe-ffn-hidden-size {m.moe_ffn_hidden_size} --moe-grouped-gemm"]
     args += runtime_args(p, dialect)

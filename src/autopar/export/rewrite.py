@@ -174,12 +174,13 @@ FSDP_MAX_CONNECTIONS = "8"
 def _env_edits(ed: _Editor, s: Strategy) -> None:
     """Set ``CUDA_DEVICE_MAX_CONNECTIONS`` to what Megatron-LM asserts for ``s``: 1 where it
     needs it (inserted when missing), :data:`FSDP_MAX_CONNECTIONS` where the script sets 1 and
-    Megatron-FSDP refuses it."""
+    Megatron-FSDP refuses it; each edit is listed in ``ed.changes`` like a flag's."""
     spans = ed.sh.assignments.get(ENV)
     if forbids_max_connections_one(s):
         for a, b in spans or ():
             if ed.text[a:b].strip("\"'") == "1":
                 ed.edits.append((a, b, FSDP_MAX_CONNECTIONS))
+                ed.changes.append((ENV, ed.text[a:b], FSDP_MAX_CONNECTIONS))
         return
     if not needs_max_connections_env(s):
         return
@@ -271,9 +272,13 @@ def script_paths(out: str | Path, count: int) -> list[Path]:
 
 
 def write_scripts(script: str | Path, p: Problem, result: SearchResult, out: str | Path,
-                  min_gain_pct: float | None = None) -> list[str]:
-    """Rewrite ``script`` for the ranked layouts of ``result`` worth it, into :func:`script_paths`
-    (layout #k into the k-th name), and say what changed.
+                  min_gain_pct: float | None = None, count: int | None = None) -> list[str]:
+    """Rewrite ``script`` for the first ``count`` ranked layouts of ``result`` (None: all) worth it,
+    into :func:`script_paths` (layout #k into the k-th name), and say what changed.
+
+    A file already at one of those names is replaced, as ``export --out`` and ``search --report``
+    replace theirs, and its ``wrote`` line says so; the command's inputs are never written
+    (:func:`autopar.cli.paths.refuse_overwriting_inputs`).
 
     A layout is written only when its predicted step time beats the script's own layout on the
     same problem by at least ``min_gain_pct`` percent (default
@@ -285,12 +290,13 @@ def write_scripts(script: str | Path, p: Problem, result: SearchResult, out: str
 
     Returns:
         Lines for stderr: per file written, ``wrote PATH (#k, ...)`` then one ``  FLAG: old -> new``
-        line per change.
+        line per change; when no layout is predicted to gain enough, one ``not written: OUT: ...``
+        line instead (the best gain, both step times, the threshold and where it comes from; the
+        script is left alone and nothing is written: a small gain is an outcome, not bad input).
     Raises:
-        AutoparError: ``min_gain_pct`` outside 0..100; no layout predicted to gain enough (the
-            best gain, the threshold and where it comes from are named: the script is left
-            alone); a layout the script's framework cannot express (its rank is named); an output
-            path that is ``script`` itself; or a file that cannot be written.
+        AutoparError: ``min_gain_pct`` outside 0..100; a layout the script's framework cannot
+            express (its rank is named); an output path that is ``script`` itself; or a file that
+            cannot be written.
     """
     from autopar.notices import warn_on_success
     from autopar.export.rewrite_checks import (MEGATRON_DEFAULT_CKPT_FORMAT, checkpoint_warning, default_min_gain_pct,
@@ -299,7 +305,8 @@ def write_scripts(script: str | Path, p: Problem, result: SearchResult, out: str
     if min_gain_pct is not None and not 0 <= min_gain_pct <= 100:
         raise AutoparError(f"--min-gain-pct={min_gain_pct}: must be a percentage in 0..100")
     plan = read_script(script)
-    paths = script_paths(out, len(result.layouts))
+    layouts = result.layouts if count is None else result.layouts[:count]
+    paths = script_paths(out, len(layouts))
     source = Path(script).resolve()
     if any(path.resolve() == source for path in paths):
         raise AutoparError(f"--write-script={str(out)!r}: would overwrite the --script it rewrites; "
@@ -309,17 +316,16 @@ def write_scripts(script: str | Path, p: Problem, result: SearchResult, out: str
            f"the default --min-gain-pct {threshold:g}, autopar's step-time MAPE on {target_set(p)} validation rows")
     baseline = script_baseline(plan, p)
     chosen = []
-    for rank, (path, e) in enumerate(zip(paths, result.layouts), 1):
+    for rank, (path, e) in enumerate(zip(paths, layouts), 1):
         gain = gain_pct(baseline, e.step_time_s)
         if gain is None or gain >= threshold:
             chosen.append((rank, path, e, gain))
-    if not chosen:
+    if not chosen:  # an outcome of the search, not bad input: said, nothing written, exit 0
         best = gain_pct(baseline, result.layouts[0].step_time_s)
         than = f"{best:.1f}% faster" if best >= 0 else f"{-best:.1f}% slower"
-        raise AutoparError(f"--write-script: the best layout is predicted {than} than the script's own "
-                           f"({result.layouts[0].step_time_s:.3f} s vs {baseline.step_time_s:.3f} s per step), "
-                           f"below {why}; {Path(script).name} is left as it is (pass a lower --min-gain-pct to "
-                           "rewrite anyway)")
+        return [f"not written: {out}: the best layout is predicted {than} than the script's own "
+                f"({result.layouts[0].step_time_s:.3f} s vs {baseline.step_time_s:.3f} s per step), below {why}; "
+                f"{Path(script).name} is left as it is (pass a lower --min-gain-pct to rewrite anyway)"]
     lines, texts = [], []
     for rank, path, e, gain in chosen:
         try:
@@ -328,7 +334,7 @@ def write_scripts(script: str | Path, p: Problem, result: SearchResult, out: str
             raise AutoparError(f"layout #{rank}: {err}") from None
         texts.append((path, text))
         said = baseline.reason if gain is None else f"predicted {gain:.1f}% faster than the script's layout"
-        lines.append(f"wrote {path} (#{rank}, {said}):")
+        lines.append(f"wrote {path}{' over the file there' if path.exists() else ''} (#{rank}, {said}):")
         lines += [f"  {flag}: {old} -> {new}" for flag, old, new in changes] or ["  (no flag changed)"]
     for _, path, e, _ in chosen:
         s = e.strategy
@@ -337,7 +343,7 @@ def write_scripts(script: str | Path, p: Problem, result: SearchResult, out: str
         warning = checkpoint_warning(plan, {"tp": s.tp, "pp": s.pp, "ep": s.ep}, str(fmt))
         if warning:
             warn_on_success(f"{path.name}: {warning}")
-    skipped = [str(rank) for rank in range(1, len(result.layouts) + 1) if rank not in {c[0] for c in chosen}]
+    skipped = [str(rank) for rank in range(1, len(layouts) + 1) if rank not in {c[0] for c in chosen}]
     if skipped:
         lines.append(f"not written: #{', #'.join(skipped)} (predicted gain below {why})")
     try:

@@ -77,11 +77,12 @@ class _Best:
     plan: LayerwisePlan | None = None
     cost: PlanCost | None = None
     costed: int = 0
+    tables: dict | None = None  # the best plan's cell's pair tables, to cost it in full at the end
 
-    def offer(self, plan: LayerwisePlan, cost: PlanCost) -> None:
+    def offer(self, plan: LayerwisePlan, cost: PlanCost, tables: dict | None = None) -> None:
         self.costed += 1
         if cost.fits and (self.cost is None or cost.step_time_s < self.cost.step_time_s):
-            self.plan, self.cost = plan, cost
+            self.plan, self.cost, self.tables = plan, cost, tables
 
 
 @dataclass
@@ -226,7 +227,10 @@ def search_layerwise(p: Problem, *, pp_options: list[int] | None = None, max_tp:
                      sp: bool | None = False, recompute: bool = True, zero3: bool = True,
                      default_zeros: tuple[int, ...] = (0, 2), memory_limit_bytes: float | None = None,
                      bins: int = 512, balance: bool = True, ulysses: bool = True) -> LayerwiseResult:
-    """The fastest layer-wise plan of ``p`` under autopar's cost model (module docstring).
+    """The fastest layer-wise plan of ``p`` under autopar's cost model (module docstring): plans
+    are compared by the closed-form 1F1B makespan, and the one returned is costed as ``autopar
+    estimate`` costs a layout (its pipeline simulated where the stages differ:
+    :func:`autopar.layerwise.evaluate.cost_from_tables`).
 
     Args:
         pp_options: pipeline degrees to try (default: every divisor of the world that the
@@ -285,6 +289,8 @@ def search_layerwise(p: Problem, *, pp_options: list[int] | None = None, max_tp:
                        if best.cost is None or _split_free_bound_s(k[1], v) < best.cost.step_time_s}
             batch = make(_balanced_tables(p, keys, hopeful, zeros, sp_on, ulysses and sp_on), sp_on)
             cells, solved = cells + len(batch), solved + _branch_and_bound(p, batch, best, limit, bins)
+    if best.plan is not None:  # the plan found by the closed form, costed as estimate costs a layout (simulated)
+        best.cost = cost_from_tables(p, best.plan, best.tables, limit, simulate=True)
     return LayerwiseResult(plan=best.plan, cost=best.cost, plans_costed=best.costed,
                            seconds=time.perf_counter() - t0, cells=cells, cells_solved=solved)
 
@@ -299,7 +305,7 @@ def _branch_and_bound(p: Problem, cells: list[_Cell], best: _Best, limit: float,
         solved += 1
         for plan in {(q.tp, q.zero3, q.recompute, q.vocab_tp, q.vocab_zero3, q.ulysses): q
                      for q in cell.plans(p, limit, bins)}.values():
-            best.offer(plan, cost_from_tables(p, plan, cell.tables, limit))
+            best.offer(plan, cost_from_tables(p, plan, cell.tables, limit), cell.tables)
     return solved
 
 

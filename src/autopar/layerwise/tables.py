@@ -56,12 +56,16 @@ class PairTable:
     Attributes:
         strategy: the uniform layout the costs come from (recompute none).
         microbatch_s: forward + backward + recompute per micro-batch of each layer.
+        compute_parts_s: ``(3, L, 2)`` the forward, backward and recompute compute of
+            ``microbatch_s`` (its communication is the rest), for the pipeline simulation
+            (:func:`autopar.layerwise.evaluate.stage_op_times_s`).
         activation_bytes: what one micro-batch keeps per layer until its backward.
         static_bytes: ``(L,)`` weights, gradients, optimizer state per layer per device.
         step_s: data-parallel exposed time plus optimizer step per layer, once per step (the
             layer's share of its stage's).
         stage_microbatch_s, stage_bytes: the fixed part of each stage (embedding, output layer,
-            loss, framework overhead).
+            loss, framework overhead); stage_compute_parts_s: ``(3, pp, 2)`` its forward, backward
+            and recompute compute.
         stage_step_s: ``(pp,)`` the fixed part's data-parallel and optimizer time per step.
         p2p_s: one activation send between stages; tied_grad_s: the tied-embedding all-reduce.
         in_flight: ``(pp,)`` micro-batches whose activations each stage holds at its peak (1F1B).
@@ -69,10 +73,12 @@ class PairTable:
 
     strategy: Strategy
     microbatch_s: np.ndarray
+    compute_parts_s: np.ndarray
     activation_bytes: np.ndarray
     static_bytes: np.ndarray
     step_s: np.ndarray
     stage_microbatch_s: np.ndarray
+    stage_compute_parts_s: np.ndarray
     stage_bytes: np.ndarray
     stage_step_s: np.ndarray
     p2p_s: float
@@ -128,6 +134,7 @@ def pair_tables(p: Problem, strategies: list[Strategy]) -> list[PairTable | None
     total_bytes = mem.total_bytes  # a property summing the parts: once, not per layout
     params = stage_params(p, rows, stages)
     t = stage_time(p, rows, stages)
+    compute = np.stack([t.forward_s, t.backward_s, t.recompute_s])  # (3, rows): the parts of ``times`` less comm
     slack = stages.index * (t.backward_s + t.recompute_s)  # as autopar.cost.step: the pipeline drain hides DP traffic
     per_step = dp_exposed_s(p, rows, params, t, slack) + optimizer_time_s(p, rows, params)
     p2p = p2p_time_s(p, base)
@@ -140,6 +147,7 @@ def pair_tables(p: Problem, strategies: list[Strategy]) -> list[PairTable | None
         per_option = 2 * num_layers + 2 * s.pp
         t, act, st, total, step = (x[at:at + 2 * per_option].reshape(2, per_option)
                                    for x in (times, mem.activations_bytes, static, total_bytes, per_step))
+        parts = compute[:, at:at + 2 * per_option].reshape(3, 2, per_option)
         with_layer, without = slice(0, num_layers), slice(num_layers, 2 * num_layers)
         empty, whole = slice(2 * num_layers, 2 * num_layers + s.pp), slice(2 * num_layers + s.pp, None)
         # Once-per-step terms overlap across a stage's layers (a max with the stage's compute), so each layer
@@ -148,6 +156,8 @@ def pair_tables(p: Problem, strategies: list[Strategy]) -> list[PairTable | None
         share = ((step[:, whole] - step[:, empty]) / np.maximum(split, 1))[:, stage_of]
         in_flight = np.minimum(s.pp - np.arange(s.pp), s.num_microbatches(gbs)).astype(np.float64)
         out[j] = PairTable(strategy=s, microbatch_s=(t[:, with_layer] - t[:, without]).T,
+                           compute_parts_s=(parts[:, :, with_layer] - parts[:, :, without]).transpose(0, 2, 1),
+                           stage_compute_parts_s=parts[:, :, empty].transpose(0, 2, 1),
                            activation_bytes=((act[:, with_layer] - act[:, without]) / in_flight[0]).T,
                            static_bytes=st[0, with_layer] - st[0, without], step_s=share.T,
                            stage_microbatch_s=t[:, empty].T, stage_bytes=total[:, empty].T, stage_step_s=step[0, empty],

@@ -38,8 +38,8 @@ from autopar.pipeline.layout import PipelineLayout, default_layout
 from autopar.pipeline.makespan import static_makespan_s
 from autopar.pipeline.schedules import check_schedule, in_flight_chunks
 from autopar.pipeline.simulate import PipelineTimes, SimulationResult
-from autopar.pipeline.steady import simulate_bounded
 from autopar.pipeline.split import dp_split, megatron_split
+from autopar.pipeline.steady import simulate_bounded
 from autopar.pipeline.warm_start import all_rank_candidates, greedy_counts, rank_time_floor_s, split_dp_counts
 
 FORMS = ("explicit", "megatron")
@@ -90,7 +90,8 @@ class PlanCost:
 
     @property
     def bubble_fraction(self) -> float:
-        """Idle share of ``pp * makespan_s`` (the simulation's definition)."""
+        """Idle share of ``pp * makespan_s`` (the simulation's definition: fill, drain and faster stages
+        waiting for slower ones; not the step breakdown's ``pp_bubble``, the fill and drain alone)."""
         busy = self.num_microbatches * float(self.stage_time_s.sum())
         return 1 - busy / (len(self.stage_time_s) * self.makespan_s) if self.makespan_s > 0 else 0.0
 
@@ -211,14 +212,20 @@ def _even_chunks(num_layers: int, pp: int, vpp: int, split: tuple[int, ...] | No
         return None
 
 
-def _no_fit(table: LayerTable, costs: ChunkCosts, names: tuple[str, ...], limit_name: str | None) -> AutoparError:
+class NoFitError(AutoparError):
+    """No split of the layers fits the memory limit with the recompute options allowed (the
+    balancer's own refusal, which ``autopar balance`` retries against the whole device memory
+    when the limit was the device's less ``--memory-margin``)."""
+
+
+def _no_fit(table: LayerTable, costs: ChunkCosts, names: tuple[str, ...], limit_name: str | None) -> NoFitError:
     chunks = _even_chunks(table.num_layers, table.pp, costs.vpp, None)
     lightest = None if chunks is None else min(
         float(np.max(costs.rank_bytes(_uniform_counts(costs, chunks, np.full(table.pp, table.option_index(n))))))
         for n in names)
     needs = "" if lightest is None else f" (an even split needs about {lightest / GIB:.1f} GiB)"
     limit_name = limit_name or f"memory_limit_bytes={table.memory_limit_bytes / GIB:.1f} GiB"
-    return AutoparError(
+    return NoFitError(
         f"{limit_name}: no split of {table.num_layers} layers over "
         f"pp={table.pp} fits with recompute in {{{', '.join(names)}}}{needs}; allow full recompute, more "
         "stages or more memory")

@@ -13,10 +13,12 @@ JSON or YAML::
         backward_s: 0.020
         static_bytes: 1.5e9    # optional: weights + grads + optimizer state (default 0)
         activation_bytes: {none: 2.0e9, selective: 0.8e9, full: 0.1e9}
-        recompute_s: {selective: 0.002}   # optional: none -> 0, full -> forward_s
+        recompute_s: {selective: 0.002}   # optional: none -> 0 (not given), full -> forward_s
 
-The recompute options are the keys of the first layer's ``activation_bytes`` (every layer must
-give the same keys). Stages carry no fixed (embedding / output) parts.
+Other keys, at the top level or in a layer, are refused (a misspelt key would leave its default
+without a word), as is a ``recompute_s`` for ``none``, which recomputes nothing. The recompute
+options are the keys of the first layer's ``activation_bytes`` (every layer must give the same
+keys). Stages carry no fixed (embedding / output) parts.
 
 Bounded work: a file over :data:`MAX_FILE_BYTES` bytes, more than
 :data:`autopar.pipeline.balance.MAX_LAYERS` layers or more than :data:`MAX_OPTIONS` recompute
@@ -42,6 +44,22 @@ MAX_FILE_BYTES = 16_000_000  # 1,024 layers of 16 options take under 1 MB of JSO
 MAX_OPTIONS = 16  # recompute options per layer (Megatron has three: none, selective, full)
 MAX_LAYER_S = 3600.0  # one layer's forward/backward/recompute or one send: an hour is a typo, not a time
 MAX_BYTES = 1e15  # one layer's or one device's bytes (as autopar.specs.cluster.MAX_MEMORY_BYTES): 1e308 summed to inf
+
+
+TOP_KEYS = ("pp", "vpp", "num_microbatches", "memory_limit_bytes", "schedule", "p2p_s", "layers")
+LAYER_KEYS = ("forward_s", "backward_s", "static_bytes", "activation_bytes", "recompute_s")
+
+
+def _refuse_unknown(path: str, where: str, doc: dict, allowed: tuple[str, ...]) -> None:
+    """Refuse a key of ``doc`` (the file's ``where``) outside ``allowed``, as ``--config`` does: a
+    misspelt ``p2p`` or ``static_byte`` was ignored and its default used without a word.
+
+    Raises:
+        AutoparError: ``FILE: unknown key 'p2p' at the top level; allowed pp, vpp, ...``.
+    """
+    unknown = [k for k in doc if k not in allowed]
+    if unknown:
+        raise AutoparError(f"{path}: unknown key {unknown[0]!r} {where}; allowed {', '.join(allowed)}")
 
 
 @dataclass(frozen=True)
@@ -96,7 +114,7 @@ def load_layers_file(path: str) -> LayersFile:
     """Parse ``path`` (JSON, or YAML if it is not JSON) into a :class:`LayersFile`.
 
     Raises:
-        AutoparError: unreadable file, missing or malformed field (named in the message).
+        AutoparError: unreadable file, missing, unknown or malformed field (named in the message).
     """
     if Path(path).is_file() and Path(path).stat().st_size > MAX_FILE_BYTES:  # before reading it
         raise AutoparError(f"--layers {path}: {Path(path).stat().st_size:,} bytes, beyond the {MAX_FILE_BYTES:,} a "
@@ -110,6 +128,7 @@ def load_layers_file(path: str) -> LayersFile:
         raise AutoparError(f"--layers {path}: neither JSON nor YAML ({str(err).splitlines()[0]})") from None
     if not isinstance(doc, dict):
         raise AutoparError(f"--layers {path}: expected a mapping with pp, num_microbatches, memory_limit_bytes, layers")
+    _refuse_unknown(path, "at the top level", doc, TOP_KEYS)
     pp, vpp = _integer(path, doc, "pp"), _integer(path, doc, "vpp", 1)
     m = _integer(path, doc, "num_microbatches")
     limit = _number(path, "memory_limit_bytes", doc.get("memory_limit_bytes"), positive=True)
@@ -132,6 +151,7 @@ def load_layers_file(path: str) -> LayersFile:
     for i, layer in enumerate(layers):
         if not isinstance(layer, dict):
             raise AutoparError(f"{path}: layers[{i}] must be a mapping")
+        _refuse_unknown(path, f"in layers[{i}]", layer, LAYER_KEYS)
         act = layer.get("activation_bytes")
         if not isinstance(act, dict) or tuple(str(k) for k in act) != options:
             raise AutoparError(f"{path}: layers[{i}].activation_bytes must have the keys {', '.join(options)}")
@@ -142,6 +162,9 @@ def load_layers_file(path: str) -> LayersFile:
         if not isinstance(rec_given, dict) or not set(map(str, rec_given)) <= set(options):
             raise AutoparError(f"{path}: layers[{i}].recompute_s={rec_given!r}: expected a mapping from recompute "
                                f"options ({', '.join(options)}) to seconds")
+        if "none" in rec_given:  # 'none' re-runs nothing: a time for it made recomputing look faster
+            raise AutoparError(f"{path}: layers[{i}].recompute_s.none={rec_given['none']!r}: option 'none' recomputes "
+                               "nothing (its time is 0); give recompute_s only for the options that recompute")
         rec = []
         for name in options:
             default = 0.0 if name == "none" else fwd if name == "full" else None

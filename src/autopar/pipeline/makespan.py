@@ -283,9 +283,13 @@ def simulated_costs_many(p: Problem, layouts: list[tuple[Strategy, LayoutBatch, 
     chunks by their layers, the embedding/output-layer part to the chunk holding it
     (:func:`chunk_op_times_s`). The time breakdown keeps its compute/communication terms;
     ``pp_bubble`` becomes the simulated makespan without p2p minus ``m`` times the slowest stage
-    and ``pp_comm`` what p2p adds to the makespan plus the tied-embedding gradient all-reduce
+    and ``pp_comm`` the p2p hand-offs plus the tied-embedding gradient all-reduce
     (:func:`autopar.cost.stage_time.tied_embedding_grad_s`), so the breakdown still sums to the
-    step time.
+    step time. The hand-offs of 1F1B and GPipe are the closed form's blocking ones
+    (:func:`blocking_handoffs_s`), as for equal stages: an uneven split is not charged less p2p
+    than an even one (it was: the simulation's delay on the dependency hid all but the fill and
+    drain's); those of interleaving and the V schedules are what p2p adds to the simulated
+    makespan.
 
     Raises:
         AutoparError: as :func:`batch_makespans_s`.
@@ -313,15 +317,34 @@ def simulated_costs_many(p: Problem, layouts: list[tuple[Strategy, LayoutBatch, 
         p2p_s = np.array([[0.0, inputs[i][3]] for i in group])
         for i, pair in zip(group, batch_makespans_s(*ops, p2p_s, m, schedule)):
             spans[i] = tuple(pair)
-    return [_with_makespans(p, costs, inputs[i][4], *spans[i]) for i, (_, _, _, costs) in enumerate(layouts)]
+    return [_with_makespans(p, costs, inputs[i][4], *spans[i], blocking_s=blocking_handoffs_s(s, inputs[i][1],
+                                                                                              inputs[i][3]))
+            for i, (s, _, _, costs) in enumerate(layouts)]
 
 
-def _with_makespans(p: Problem, costs: StepCosts, one: LayoutBatch, without: float, with_p2p: float) -> StepCosts:
+def blocking_handoffs_s(s: Strategy, num_microbatches: int, p2p_s: float) -> float | None:
+    """Seconds of the exposed p2p hand-offs of a non-interleaved schedule (1F1B, GPipe): the
+    closed form of :func:`autopar.cost.step.combine`, ``2 (m + pp - 2) * p2p`` (``m`` micro-batches,
+    one send of ``p2p_s``): Megatron-LM's ``forward_backward_pipelining_without_interleaving``
+    sends and receives synchronously (``send_forward_recv_backward`` and the like wait for their
+    transfer), so every hand-off on the slowest stage's path costs its time, whether the stages are
+    equal or not. None for interleaving and the V schedules, whose p2p overlaps with compute: the
+    simulation's delay on the dependency is what it adds."""
+    if s.vpp > 1 or s.schedule in V_SCHEDULE_NAMES:
+        return None
+    return 2 * (num_microbatches + s.pp - 2) * p2p_s
+
+
+def _with_makespans(p: Problem, costs: StepCosts, one: LayoutBatch, without: float, with_p2p: float,
+                    blocking_s: float | None = None) -> StepCosts:
     """``costs`` with the pipeline terms of the simulated makespans ``without`` and ``with_p2p``
-    (seconds; see :func:`simulated_costs_many`)."""
+    (seconds; see :func:`simulated_costs_many`); ``blocking_s``: the exposed hand-offs of a
+    non-interleaved schedule (:func:`blocking_handoffs_s`), which replace what p2p adds to the
+    simulated makespan."""
     b = costs.time_breakdown_s
     busy = b["compute"] + b["tp_comm"] + b["cp_comm"] + b["ep_comm"]
-    breakdown = dict(b, pp_bubble=np.maximum(without - busy, 0.0), pp_comm=with_p2p - without + tied_embedding_grad_s(p, one))
+    p2p = with_p2p - without if blocking_s is None else blocking_s
+    breakdown = dict(b, pp_bubble=np.maximum(without - busy, 0.0), pp_comm=p2p + tied_embedding_grad_s(p, one))
     step = busy + breakdown["pp_bubble"] + breakdown["pp_comm"] + b["dp_comm"] + b["optimizer"]
     scale = costs.step_time_s / step
     return replace(costs, step_time_s=step, time_breakdown_s=breakdown,

@@ -40,12 +40,12 @@ def fit_title(plan: BalancePlan) -> str:
 
 
 def _time_title(plan: BalancePlan, title: str) -> str:
-    """Step times of both splits, the bubble and how the picture was drawn."""
+    """Step times of both splits, the ranks' idle share of the balanced one's and how the picture was drawn."""
     sim = plan.best.simulation
     unit = 1e3 if sim.makespan_s < 10 else 1.0
     name = "ms" if unit == 1e3 else "s"
     line = f"{title + ': ' if title else ''}balanced split, {plan.schedule}, step {sim.makespan_s * unit:,.1f} {name}, " \
-           f"bubble {sim.bubble_fraction:.1%}"
+           f"ranks idle {sim.bubble_fraction:.1%}"
     if plan.even is not None:
         fits = _fits(plan.even, plan.memory_limit_bytes)
         line += f"; even split {plan.even.makespan_s * unit:,.1f} {name}" + ("" if fits else " (does not fit)")

@@ -91,7 +91,10 @@ class SimulationResult:
 
     Attributes:
         makespan_s: first forward start to last backward (or W) end.
-        bubble_fraction: idle share of ``pp * makespan_s`` (uniform 1F1B: ``(pp-1)/(m+pp-1)``).
+        bubble_fraction: idle share of ``pp * makespan_s`` (uniform 1F1B: ``(pp-1)/(m+pp-1)``):
+            every rank's idle time, faster stages waiting for slower ones included; printed as
+            "ranks idle", unlike the step breakdown's ``pp_bubble`` (the fill and drain beyond
+            the slowest stage's work, :mod:`autopar.cost.step`), printed as "bubble".
         peak_in_flight: ``(pp,)`` most (micro-batch, chunk) activations held at once per rank.
         peak_activation_bytes: ``(pp,)`` peak of the held activations (0 if none were given).
         timeline: every op, in the order it was scheduled.

@@ -116,9 +116,15 @@ class OpTime:
     exact: bool
 
 
-def _readable(path: Path, option: str) -> None:
+FILL_WITH_OPS = "fill it with 'autopar profile ops'"
+#: How a database of runs comes about (``autopar calibrate --db``): verify stores its runs there.
+FILL_WITH_RUNS = "store runs in it with 'autopar verify ... --record FILE'"
+
+
+def _readable(path: Path, option: str, fill: str = FILL_WITH_OPS) -> None:
     """Raises AutoparError (naming ``option``) unless ``path`` is an existing regular file (a name
-    longer than the file system allows included: ``Path.is_dir`` raised ``OSError``)."""
+    longer than the file system allows included: ``Path.is_dir`` raised ``OSError``); a missing
+    file's message ends with ``fill``, how to create it."""
     try:
         os.stat(path)
     except OSError as err:
@@ -130,7 +136,7 @@ def _readable(path: Path, option: str) -> None:
         raise AutoparError(f"{option}={str(path)!r}: a symbolic link to nothing (or a loop), not a profile database "
                            "file")
     if not path.exists():
-        raise AutoparError(f"{option}={str(path)!r}: no such file (fill it with 'autopar profile ops')")
+        raise AutoparError(f"{option}={str(path)!r}: no such file ({fill})")
     if not path.is_file():
         raise AutoparError(f"{option}={str(path)!r}: not a regular file, so not a profile database file")
 
@@ -154,25 +160,75 @@ def make_folder(path: str | Path, option: str = "--profile-db") -> Path:
     return path
 
 
+SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite 3 file (sqlite.org/fileformat.html, 1.3)
+
+
+def _refuse_not_sqlite(path: Path, where: str) -> None:
+    """Refuse an existing non-empty file that does not start with :data:`SQLITE_HEADER`.
+
+    SQLite itself takes a file shorter than its 100-byte header as an empty database: a 1-byte
+    file read as "holds no measurements yet" and, opened for writing, was replaced by a new
+    database. An empty (0-byte) file is an empty database, as SQLite creates it.
+
+    Raises:
+        AutoparError: ``--db='x': not an autopar profile database (not an SQLite file: ...)``.
+    """
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(SQLITE_HEADER))
+    except OSError:
+        return  # missing or unreadable: the callers' own checks name it
+    if head and head != SQLITE_HEADER:
+        raise AutoparError(f"{where}: not an autopar profile database (not an SQLite file: it starts with {head!r}, "
+                           f"not {SQLITE_HEADER!r})")
+
+
+def refuse_unusable_db(path: str | Path, option: str) -> None:
+    """Check, before any work, that :class:`OpDB` will open ``path`` for writing, without
+    creating or changing anything: an existing file must be an autopar profile database (empty
+    or not); a missing one needs a folder that exists or can be created.
+
+    ``verify --record`` stores its runs after they ran: a file refused only then cost the runs.
+
+    Raises:
+        AutoparError: as :class:`OpDB` and :func:`make_folder` would, naming ``option``.
+    """
+    path = Path(path)
+    if path.exists() or path.is_symlink():
+        OpDB(path, option, write=False, empty_ok=True).close()
+        return
+    blocker = next((a for a in path.parents if a.exists() or a.is_symlink()), None)
+    if blocker is not None and not blocker.is_dir():
+        raise AutoparError(f"{option}={str(path)!r}: cannot create its folder ({str(blocker)!r} is not a folder)")
+    if blocker is not None and not os.access(blocker, os.W_OK | os.X_OK):
+        raise AutoparError(f"{option}={str(path)!r}: cannot create it (no write permission in {str(blocker)!r})")
+
+
 class OpDB:
     """An open knowledge base file: read-only (``write=False``, what ``search``/``estimate``
     open: the file must exist and is never changed), or for a profile command (created when
     missing; a version-2 file is migrated in place). ``option`` is the command-line option
-    that named the file, for the messages.
+    that named the file, for the messages; ``fill`` says how such a file is made, for the
+    messages about a missing or empty one (default: ``autopar profile ops``;
+    :data:`FILL_WITH_RUNS` for the runs ``calibrate`` reads); ``empty_ok`` (read-only) accepts a
+    file holding no tables yet (:func:`refuse_unusable_db`).
 
     Raises:
-        AutoparError: a directory or missing file (read-only), not SQLite, a version other than
+        AutoparError: a directory or missing file (read-only), not SQLite (a non-empty file
+            without the SQLite header included), a version other than
             :data:`SCHEMA_VERSION` and :data:`MIGRATES`, or tables with other columns.
     """
 
-    def __init__(self, path: str | Path, option: str = "--profile-db", write: bool = True):
+    def __init__(self, path: str | Path, option: str = "--profile-db", write: bool = True, fill: str = FILL_WITH_OPS,
+                 empty_ok: bool = False):
         self.option = option
         where = f"{option}={str(path)!r}"
         if write:
             self.path = make_folder(path, option)
         else:
             self.path = Path(path)
-            _readable(self.path, option)
+            _readable(self.path, option, fill)
+        _refuse_not_sqlite(self.path, where)
         try:
             if write:
                 self.conn = sqlite3.connect(self.path)
@@ -187,8 +243,8 @@ class OpDB:
                                f"migrates {', '.join(map(str, MIGRATES))}); profile again into a new file (autopar profile ops --db "
                                "NEW.db ...)")
         self.schema = version if tables else SCHEMA_VERSION
-        if not tables and not write:
-            raise AutoparError(f"{where}: holds no measurements yet (fill it with 'autopar profile ops')")
+        if not tables and not write and not empty_ok:
+            raise AutoparError(f"{where}: holds no measurements yet ({fill})")
         try:
             if tables:
                 self._check_columns(where)  # before any write: a refused file stays as it was

@@ -12,9 +12,9 @@ from rich.table import Table
 
 from autopar.errors import AutoparError
 from autopar.problem import Problem
-from autopar.schemas import versioned
 from autopar.report.plots import GIB, _png, plt
-from autopar.report.table import layout_label, recompute_label
+from autopar.report.table import layout_label, mfu_note, recompute_label
+from autopar.schemas import versioned
 from autopar.search.batch import BatchSearch, batch_search, parse_gbs_range
 from autopar.search.constraints import Constraint
 from autopar.space import SpaceOptions
@@ -94,9 +94,14 @@ def run_batch_search(console: Console, p: Problem, gbs_range: str, plot: str | N
         except OSError as err:
             raise AutoparError(f"--plot={plot!r}: cannot write ({err.strerror})") from None
     if as_json:
-        sys.stdout.write(json.dumps(versioned("search-sweep", sweep.to_dict()), indent=2) + "\n")
+        from autopar.cost.step import mfu_peak_flops_per_s
+
+        doc = {**sweep.to_dict(), "mfu_peak_flops_per_s": mfu_peak_flops_per_s(p)}
+        sys.stdout.write(json.dumps(versioned("search-sweep", doc), indent=2) + "\n")
         return
     console.print(batch_table(sweep))
+    if (note := mfu_note(p)) is not None:
+        console.print(note, highlight=False, soft_wrap=True)
     best, largest = sweep.best_throughput, sweep.largest_fitting
     if best is None:
         console.print("no batch size of --gbs-range has a layout that fits", highlight=False)

@@ -91,7 +91,7 @@ def _detail(p: Problem, rank: int, e: Estimate, memory_png: bytes | None = None)
     timeline = _timeline(p, rank, e)
     if e.strategy.pp > 1:
         timeline = (f"<figure><figcaption>Simulated pipeline step: forward, backward, recompute per stage; white is "
-                    f"idle (the bubble)</figcaption>{timeline}</figure>")
+                    f"idle: the fill and drain (the table's bubble) and faster stages waiting for slower ones</figcaption>{timeline}</figure>")
     return (f'<tr class=detail id="detail-{rank}" hidden><td colspan={len(COLUMNS)}><div class=detail-grid>'
             f"{timeline}"
             f"<figure class=memory><figcaption>Memory per device by pipeline stage (weights, gradients, optimizer, "

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from autopar.estimate import Estimate
+from autopar.problem import Problem
 from autopar.report.ties import rank_marks, ties_note
 from autopar.search import SearchResult
 from autopar.specs import DeviceSpec
@@ -67,10 +69,59 @@ def recompute_notes(layouts: list[Estimate]) -> list[str]:
     return notes
 
 
+_CP_ALGORITHMS = {"a2a": "cpN:a2a Ulysses all-to-all", "allgather": "cpN:allgather K/V all-gather",
+                  "a2a+p2p": "cpN:a2aK+p2p all-to-all within groups of K, ring across them"}
+_DISPATCHERS = ("allgather", "deepep", "hybridep")
+
+
+def label_legend(layouts: list[Estimate]) -> str | None:
+    """What the :func:`layout_label` suffixes used by ``layouts`` mean, in one line (only those
+    that appear; the split marks are :func:`split_legend`'s), or None when no label has one:
+    ``+sp`` Megatron sequence parallelism, ``+ov`` TP communication overlap, ``ppPxV`` V virtual
+    stages per rank, a context-parallel algorithm other than the ring, ``epE/etpT`` with a MoE
+    dispatcher other than alltoall (``:deepep``) and the EP all-to-all overlap (``+a2a``), and
+    Galvatron's and torchtitan's marks (:func:`galvatron_marks`, ``zbv``, ``dualpipev``)."""
+    ss = [e.strategy for e in layouts]
+    parts = []
+    if any(s.sp for s in ss):
+        parts.append("+sp sequence parallelism")
+    if any(s.tp_comm_overlap for s in ss):
+        parts.append("+ov TP communication overlapped with the GEMMs (--tp-comm-overlap)")
+    if any(s.vpp > 1 for s in ss):
+        parts.append("ppPxV V virtual stages (model chunks) per pipeline rank, interleaved")
+    parts += [text for algo, text in _CP_ALGORITHMS.items() if any(s.cp > 1 and s.cp_comm_type == algo for s in ss)]
+    if any(s.cp > 1 and s.cp_comm_type != "p2p" for s in ss):
+        parts[-1] += " (the p2p ring is unmarked)"
+    if any(s.ep > 1 for s in ss):
+        parts.append("epE/etpT expert-parallel and expert tensor-parallel sizes")
+    used = [d for d in _DISPATCHERS if any(s.ep > 1 and s.moe_dispatcher == d for s in ss)]
+    if used:
+        parts.append(f"{', '.join(':' + d for d in used)} MoE token dispatcher (alltoall is unmarked)")
+    if any(s.ep > 1 and s.moe_ep_overlap for s in ss):
+        parts.append("+a2a EP all-to-all overlapped with another micro-batch's compute "
+                     "(--overlap-moe-expert-parallel-comm)")
+    marks = {m.rstrip("0123456789") for s in ss for m in galvatron_marks(s)}
+    parts += [text for mark, text in (("vtp", "vtpN vocabulary layers at tp N"),
+                                      ("vsp", "vspN vocabulary layers sequence-split over N"),
+                                      ("gpipe", "gpipe GPipe schedule"),
+                                      ("tp-nc", "tp-nc TP groups strided over the data-parallel ranks"))
+              if mark in marks]
+    parts += [f"{v} torchtitan's {name} schedule" for v, name in (("zbv", "ZB-V"), ("dualpipev", "DualPipeV"))
+              if any(s.schedule == v for s in ss)]
+    return "layout: " + "; ".join(parts) if parts else None
+
+
+BUBBLE_NOTE = ("bubble: pp_bubble / step, the time the pipeline's fill and drain add to the slowest stage's work "
+               "(a timeline's 'ranks idle' also counts faster stages waiting for slower ones)")
+
+
 def table_notes(layouts: list[Estimate]) -> str | None:
-    """The legends a ranking table needs (:func:`split_legend`, :func:`recompute_notes`), one
-    per line, or None when no row uses a mark or a short form."""
-    return "\n".join([n for n in (split_legend(layouts),) if n] + recompute_notes(layouts)) or None
+    """The legends a ranking table needs (:func:`label_legend`, :func:`split_legend`, :func:`recompute_notes`, and
+    :data:`BUBBLE_NOTE` when a row is pipelined), one per line, or None when no row uses a mark,
+    a short form or a pipeline."""
+    bubble = [BUBBLE_NOTE] if any(e.strategy.pp > 1 for e in layouts) else []
+    legends = [n for n in (label_legend(layouts), split_legend(layouts)) if n]
+    return "\n".join(legends + recompute_notes(layouts) + bubble) or None
 
 
 def layout_label(e: Estimate) -> str:
@@ -130,10 +181,24 @@ def _per_stage_label(s: Strategy) -> str:
     return "per stage " + " ".join(f"{_SHORT[name]}{count}" for name, count in runs)
 
 
-def search_table(result: SearchResult, certainty: Certainty | None = None) -> Table:
+def mfu_note(p: Problem) -> str | None:
+    """The peak MFU is taken against when it is not the bf16 one (:func:`autopar.cost.step.mfu_peak_flops_per_s`):
+    ``MFU: of the h100-80gb's dense fp8 peak, 1,979 TFLOP/s per device (bf16: 989)``; None for bf16."""
+    from autopar.cost.step import mfu_peak_flops_per_s
+
+    if p.train.precision == "bf16":
+        return None
+    bf16 = p.cluster.device.peak_flops.get("bf16")
+    return (f"MFU: of the {p.cluster.device.name}'s dense {p.train.precision} peak, "
+            f"{mfu_peak_flops_per_s(p) / 1e12:,.0f} TFLOP/s per device"
+            + (f" (bf16: {bf16 / 1e12:,.0f})" if bf16 else ""))
+
+
+def search_table(result: SearchResult, certainty: Certainty | None = None, p: Problem | None = None) -> Table:
     """Ranked layouts with memory, time, throughput and MFU; with ``certainty`` (the problem's
     error bands) a layout within the step-time band of #1 is ranked ``≈1``
-    (:func:`autopar.report.ties.rank_marks`) and the caption names the band."""
+    (:func:`autopar.report.ties.rank_marks`) and the caption names the band; with ``p`` the
+    caption also says which peak MFU is of where it is not bf16's (:func:`mfu_note`)."""
     marks = (rank_marks([e.step_time_s for e in result.layouts], certainty.step_time.band_pct) if certainty
              else [str(i) for i in range(1, len(result.layouts) + 1)])
     table = Table(title="Best layouts (ranked by predicted step time; GiB = peak per device)", header_style="bold")
@@ -141,7 +206,8 @@ def search_table(result: SearchResult, certainty: Certainty | None = None) -> Ta
                           ("recompute", "left"), ("GiB", "right"), ("step s", "right"),
                           ("tok/s/dev", "right"), ("MFU", "right"), ("bubble", "right"), ("note", "left")]:
         table.add_column(name, justify=justify, no_wrap=True)
-    notes = [n for n in (table_notes(result.layouts), certainty and ties_note(certainty, marks)) if n]
+    notes = [n for n in (table_notes(result.layouts), p and mfu_note(p), certainty and ties_note(certainty, marks))
+             if n]
     table.caption, table.caption_justify = "\n".join(notes) or None, "left"
     for mark, e in zip(marks, result.layouts):
         bubble = e.time_breakdown_s["pp_bubble"] / e.step_time_s
@@ -151,6 +217,34 @@ def search_table(result: SearchResult, certainty: Certainty | None = None) -> Ta
             f"{e.mfu:.1%}", f"{bubble:.1%}", "[yellow]marginal[/]" if e.marginal else "",
         )
     return table
+
+
+def precision_label(p: Problem) -> str:
+    """The numeric recipe of ``p`` as the headers print it: ``bf16``, ``fp16``, or fp8 training
+    with the recipe costed (:attr:`~autopar.specs.train.TrainSpec.effective_fp8_recipe`: the
+    script's ``--fp8-recipe``, ``--fp4-recipe``, the option's, else the framework's default) and
+    what else it keeps in fp8 or bf16: ``fp8 (tensorwise recipe, fp8 weights only, first 1 and last 1
+    layers in bf16)``; nvfp4 reads ``fp4 (nvfp4 recipe, fp4 linear layers)``."""
+    t = p.train
+    if t.precision != "fp8":
+        return t.precision
+    recipe = t.effective_fp8_recipe
+    parts = [f"{recipe} recipe"] + (["fp4 linear layers"] if recipe == "nvfp4" else [])
+    if t.fp8_param_storage:
+        parts.append("fp8 weights only")
+    first, last = t.bf16_end_layers
+    if first or last:
+        parts.append(f"first {first} and last {last} layers in bf16")
+    return f"{'fp4' if recipe == 'nvfp4' else 'fp8'} ({', '.join(parts)})"
+
+
+def problem_title(p: Problem) -> str:
+    """``llama3-70b (70.6 B params) on 8 x 8 h100-80gb, gbs 1024, seq 8192, bf16``: the model
+    (its name escaped for rich markup, in bold), the cluster, the batch and
+    :func:`precision_label`, the first line of ``search``, ``estimate`` and ``plan``."""
+    return (f"[bold]{escape(p.model.name)}[/] ({p.model.num_params / 1e9:.1f} B params) on {p.cluster.num_nodes} x "
+            f"{p.cluster.devices_per_node} {p.cluster.device.name}, gbs {p.train.global_batch_size}, "
+            f"seq {p.train.seq_len}, {precision_label(p)}")
 
 
 def search_summary(result: SearchResult) -> str:
@@ -213,15 +307,17 @@ def devices_table(devices: list[DeviceSpec]) -> Table:
     return table
 
 
-def print_estimate(console: Console, e: Estimate) -> None:
-    """Headline numbers, then the memory and time tables."""
+def print_estimate(console: Console, e: Estimate, precision: str = "bf16") -> None:
+    """Headline numbers, then the memory and time tables; MFU says ``(of the fp8 peak)`` where
+    the training ``precision`` is not bf16 (:func:`autopar.cost.step.mfu_peak_flops_per_s`)."""
     fit = "fits" if e.fits else "[red]does NOT fit[/]"
     if e.marginal:
         fit = "[yellow]fits, marginal[/]"
     console.print(
         f"[bold]{layout_label(e)}[/] mbs {e.strategy.mbs}, {e.num_microbatches} micro-batches, zero "
         f"{e.strategy.zero}, recompute {recompute_label(e)}, schedule {e.strategy.schedule}\n"
-        f"step {e.step_time_s:.3f} s, {e.tokens_per_s_per_device:,.0f} tokens/s/device, MFU {e.mfu:.1%}, "
+        f"step {e.step_time_s:.3f} s, {e.tokens_per_s_per_device:,.0f} tokens/s/device, MFU {e.mfu:.1%}"
+        f"{'' if precision == 'bf16' else f' (of the {precision} peak)'}, "
         f"peak {e.peak_memory_bytes / GIB:.2f} GiB of {e.device_memory_bytes / GIB:.1f} GiB: {fit}"
     )
     for note in recompute_notes([e]):

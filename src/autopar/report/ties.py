@@ -80,5 +80,8 @@ def problem_certainty(p: Problem) -> Certainty:
 
 def search_document(p: Problem, result: SearchResult) -> dict[str, Any]:
     """The search JSON of ``result`` (``search --json`` and ``--report``'s ``result.json``):
-    :meth:`SearchResult.to_dict` with :func:`annotate`'s bands (no ``schema_version`` yet)."""
-    return annotate(result.to_dict(), problem_certainty(p))
+    :meth:`SearchResult.to_dict` with :func:`annotate`'s bands and the peak MFU is of
+    (``mfu_peak_flops_per_s``; no ``schema_version`` yet)."""
+    from autopar.cost.step import mfu_peak_flops_per_s
+
+    return {**annotate(result.to_dict(), problem_certainty(p)), "mfu_peak_flops_per_s": mfu_peak_flops_per_s(p)}

@@ -6,7 +6,8 @@ the gaps) side by side on a shared stage axis. Colours: forward, backward, recom
 gradient (zero-bubble W), and the p2p transfers as a thin strip under the receiving stage's
 row (an activation or gradient on its way from the neighbouring stage; the simulation models
 it as a delay on the dependency, overlapped with compute). With interleaving (vpp > 1) the
-later model chunks are drawn in lighter shades of their colour. White is idle time (bubble).
+later model chunks are drawn in lighter shades of their colour. White is idle time: the fill and
+drain, and faster stages waiting for slower ones.
 """
 
 from __future__ import annotations
@@ -161,7 +162,7 @@ def draw_timeline(fig, spec, sim: SimulationResult, window: TimelineWindow, stag
     handles = [Patch(color=KIND_COLOURS[k], label=KIND_LABELS[k]) for k in used]
     if transfers:
         handles.append(Patch(color=P2P_COLOUR, label=f"p2p ({TimeUnit.for_span(p2p_s).text(p2p_s)} each)"))
-    handles.append(Patch(facecolor="white", edgecolor="grey", label="idle (bubble)"))
+    handles.append(Patch(facecolor="white", edgecolor="grey", label="idle"))
     if vpp > 1:
         handles.append(Patch(facecolor=_shade(KIND_COLOURS["forward"], vpp - 1, vpp), label=f"later chunks lighter"))
     return axes, handles

@@ -30,12 +30,14 @@ def parse_gbs_range(text: str) -> list[int]:
         AutoparError: a non-integer, a value outside 1..2^30, FIRST > LAST, a step < 1, or more than
             :data:`MAX_POINTS` batch sizes.
     """
-    form = "FIRST:LAST (powers of two), FIRST:LAST:STEP or a list such as 256,512,1024"
-    try:
-        parts = [int(t) for t in text.split(":")] if ":" in text else None
-        values = [int(t) for t in text.split(",")] if parts is None else []
-    except ValueError:
-        raise AutoparError(f"--gbs-range={text!r}: integers expected, as {form}") from None
+    form = "FIRST:LAST (FIRST doubled up to LAST: FIRST, 2 FIRST, 4 FIRST, ...), FIRST:LAST:STEP or a list such as " \
+           "256,512,1024"
+    from autopar.integers import is_integer_text
+
+    if not all(is_integer_text(t) for t in text.replace(":", ",").split(",")):
+        raise AutoparError(f"--gbs-range={text!r}: integers expected, as {form}")
+    parts = [int(t) for t in text.split(":")] if ":" in text else None
+    values = [int(t) for t in text.split(",")] if parts is None else []
     if parts is not None:
         if len(parts) not in (2, 3) or any(v < 1 for v in parts) or parts[0] > parts[1]:
             raise AutoparError(f"--gbs-range={text!r}: FIRST <= LAST and STEP >= 1, all positive, as {form}")

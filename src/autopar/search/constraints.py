@@ -87,10 +87,13 @@ def parse_values(spec: FieldSpec, text: str) -> frozenset[int]:
         if bad:
             raise AutoparError(f"{spec.option}={text!r}: allowed {', '.join(spec.names)} (one or a comma-separated set)")
         return frozenset(spec.names[t] for t in items)
-    try:
-        values = [int(t) for t in items]
-    except ValueError:
-        values = []
+    from autopar.integers import INTEGER_RULE, read_integer
+
+    read = [read_integer(t) for t in items]
+    if None in read and all(t.strip() for t in items):
+        raise AutoparError(f"{spec.option}={text!r}: expected {INTEGER_RULE} in {spec.lowest}..{spec.highest}, or a "
+                           "comma-separated set of them, e.g. 1,2,4")
+    values = [] if None in read else [v for v in read if v is not None]
     if not values or any(not spec.lowest <= v <= spec.highest for v in values):
         raise AutoparError(f"{spec.option}={text!r}: must be an integer in {spec.lowest}..{spec.highest} or a "
                            "comma-separated set of them, e.g. 1,2,4")

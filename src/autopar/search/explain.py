@@ -33,7 +33,8 @@ MAX_RANK = 2000  # the rank walk checks the target's writer per layout; deeper r
 _LABEL = re.compile(r"^(?:tp(?P<tp>\d+)(?P<sp>\+sp)?(?P<ov>\+ov)?|pp(?P<pp>\d+)(?:x(?P<vpp>\d+))?(?:\+e?l?)?~?"
                     r"|cp(?P<cp>\d+)(?::(?P<cp_algo>a2a|allgather|a2a\d+\+p2p))?"
                     r"|dp(?P<dp>\d+)|ep(?P<ep>\d+)(?:/etp(?P<etp>\d+))?|mbs(?P<mbs>\d+)"
-                    r"|vtp(?P<vocab_tp>\d+)|vsp(?P<vsp>\d+)|(?P<gpipe>gpipe)|(?P<nc>tp-nc)|(?P<v>zbv|dualpipev))$")
+                    r"|vtp(?P<vocab_tp>\d+)|vsp(?P<vsp>\d+)|(?P<gpipe>gpipe)|(?P<nc>tp-nc)|(?P<v>zbv|dualpipev))$",
+                    re.ASCII)  # \d: the digits 0-9 only (autopar.integers)
 
 
 def parse_layout(text: str) -> dict[str, int]:

@@ -199,10 +199,13 @@ def resolve_device_name(text: str, option: str = "--device") -> str:
     """The preset a written device name means: "B200 (DGX-B200)" -> ``b200``, "H200 (8/node)" ->
     ``h200``, "Atlas 800T A2" -> ``ascend-910b``, "MI300X" -> ``mi300x``.
 
-    Case, spaces and punctuation do not matter. The whole name is tried first, then the part
-    before a parenthesis and each ``,``/``;``-separated part inside it (a name naming two presets
-    is ambiguous), then the presets whose name or an alias starts with the part before the
-    parenthesis ("MI32" -> ``mi325x``; "A100" could be ``a100-40gb`` or ``a100-80gb``).
+    One rule for every name: case, spaces and ASCII punctuation do not matter; any other
+    character (an emoji, a full-width letter) is refused rather than dropped. The whole name is
+    tried first, then the part before a parenthesis and each ``,``/``;``-separated part inside it
+    (a name naming two presets is ambiguous), then the presets whose name or an alias starts with
+    the part before the parenthesis ("MI32" -> ``mi325x``; "A100" could be ``a100-40gb`` or
+    ``a100-80gb``, "H100" ``h100-80gb`` or ``h100-96gb-500w``). No alias is the start of another
+    preset's name or alias (a test checks devices.json), so an alias never hides an ambiguity.
 
     Args:
         text: the name as written (a ``--device`` value, a measurements CSV ``gpu`` cell, ...).
@@ -212,6 +215,10 @@ def resolve_device_name(text: str, option: str = "--device") -> str:
     Raises:
         AutoparError: no preset matches (listing the presets), or several do (listing them).
     """
+    odd = sorted({c for c in text if not (c.isascii() and c.isprintable())})
+    if odd:
+        raise AutoparError(f"{option}={text!r}: a device name is ASCII letters, digits, spaces and punctuation; "
+                           f"{''.join(odd)!r} is none of them")
     aliases = device_aliases()
     if _key(text) in aliases:
         return aliases[_key(text)]

@@ -433,6 +433,27 @@ def preset_names() -> list[str]:
     return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".json"))
 
 
+def config_name(raw: Any, path: Path) -> str:
+    """The name a ``config.json`` at ``path`` goes by in titles and messages: the last part of its
+    ``_name_or_path`` (what ``transformers``' ``save_pretrained`` writes: ``meta-llama/Llama-3.1-8B``
+    gives ``Llama-3.1-8B``), else the file's own name when it is not the default ``config``
+    (``llama3-8b-long.json``), else its ``model_type`` (``llama``; a multimodal wrapper's
+    ``text_config`` one when the top level has none), else the folder that holds it; ``config``
+    only when none of these says anything."""
+    if isinstance(raw, dict):
+        given = raw.get("_name_or_path")
+        if isinstance(given, str) and (last := given.strip().rstrip("/\\").replace("\\", "/").rsplit("/", 1)[-1]):
+            return last
+    if path.stem != "config":
+        return path.stem
+    if isinstance(raw, dict):
+        text = raw.get("text_config")
+        kind = raw.get("model_type") or (text.get("model_type") if isinstance(text, dict) else None)
+        if isinstance(kind, str) and kind.strip():
+            return kind.strip()
+    return path.resolve().parent.name or path.stem
+
+
 def load_model(name_or_path: str) -> ModelSpec:
     """A preset name (``llama3-70b``) or a path to an HF ``config.json``.
 
@@ -452,7 +473,7 @@ def load_model(name_or_path: str) -> ModelSpec:
             raise AutoparError(f"--model={name_or_path!r}: not valid JSON ({err})") from None
         except RecursionError:  # [[[...]]]
             raise AutoparError(f"--model={name_or_path!r}: nested too deeply to be a config.json") from None
-        return model_from_hf_dict(raw, name=path.stem, source=str(path))
+        return model_from_hf_dict(raw, name=config_name(raw, path), source=str(path))
     if name_or_path not in preset_names():
         raise AutoparError(
             f"--model={name_or_path!r}: not a file and not a preset; presets: {', '.join(preset_names())}"

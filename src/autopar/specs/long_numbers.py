@@ -40,8 +40,10 @@ def json_loads(text: str) -> Any:
 
 @cache
 def _loader() -> type:
-    """``yaml.SafeLoader`` whose long decimal integers become :class:`LongNumber` (built on first
-    use: yaml is imported only by the commands that read YAML)."""
+    """``yaml.SafeLoader`` whose long decimal integers become :class:`LongNumber` and that refuses
+    a key given twice in one mapping (PyYAML keeps the last silently: two ``search:`` sections of a
+    ``--config`` file, two ``memory_bytes`` of a device file); built on first use: yaml is
+    imported only by the commands that read YAML."""
     import yaml
 
     def construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int | LongNumber:
@@ -50,7 +52,23 @@ def _loader() -> type:
             return LongNumber(text)
         return yaml.SafeLoader.construct_yaml_int(loader, node)
 
-    loader = type("_Loader", (yaml.SafeLoader,), {})
+    def construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # '<<: *base' then an explicit key overriding it is YAML's own merge rule
+            key = loader.construct_object(key_node, deep=True)
+            try:
+                first = seen.setdefault(key, key_node.start_mark.line + 1)
+            except TypeError:
+                continue  # an unhashable key: SafeLoader names it
+            if first != key_node.start_mark.line + 1:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} on lines {first} and {key_node.start_mark.line + 1} (YAML "
+                    "keeps only the last; give each key once)", key_node.start_mark)
+        return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+
+    loader = type("_Loader", (yaml.SafeLoader,), {"construct_mapping": construct_mapping})
     loader.add_constructor("tag:yaml.org,2002:int", construct_int)
     return loader
 
@@ -59,7 +77,8 @@ def yaml_load(text: str) -> Any:
     """``yaml.safe_load`` with long decimal integers kept as :class:`LongNumber`.
 
     Raises:
-        yaml.YAMLError, RecursionError: as ``yaml.safe_load``.
+        yaml.YAMLError, RecursionError: as ``yaml.safe_load``; a ``ConstructorError`` for a key
+            given twice in one mapping (``duplicate key 'search' on lines 1 and 3 ...``).
     """
     import yaml
 

@@ -28,18 +28,21 @@ from pydantic import ValidationError
 
 from autopar.errors import AutoparError, from_validation_error, read_text
 from autopar.specs.bash import ShellScript, check_script_size
-from autopar.specs.script_launch import Args, find_launch
+from autopar.specs.model import ModelSpec
+from autopar.specs.script_asserts import check_megatron_asserts, check_transformer_impl
 from autopar.specs.script_attention import attention_fields
 from autopar.specs.script_comm import comm_fields
 from autopar.specs.script_flags import check_flags
+from autopar.specs.script_fsdp import check_torch_fsdp2
+from autopar.specs.script_launch import Args, find_launch
 from autopar.specs.script_layers import apply_noop_layers
 from autopar.specs.script_moe import dispatcher_fields, runtime_fields
 from autopar.specs.script_optimizer import optimizer_fields
 from autopar.specs.script_precision import precision, recipe_fields
-from autopar.specs.model import ModelSpec
-from autopar.specs.script_vocab import vocab_size
-from autopar.specs.train import TrainSpec
-from autopar.strategy import DEFAULT_RECOMPUTE_MODULES, Strategy, parse_recompute_modules
+from autopar.specs.script_recompute import recompute_fields
+from autopar.specs.script_vocab import padded_vocab_size, vocab_size
+from autopar.specs.train import MOE_CUDA_GRAPH_SCOPES, TrainSpec
+from autopar.strategy import Strategy
 
 _FSDP_ZERO = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
 # Megatron-LM's --position-embedding-type choices (arguments.py); only learned_absolute adds parameters.
@@ -129,7 +132,9 @@ def read_script(path: str | Path, text: str | None = None) -> ScriptPlan:
     launch = find_launch(sh, path.name)
     a = launch.args
     check_flags(a)
+    check_torch_fsdp2(a, _scalar_variable(sh, "CUDA_DEVICE_MAX_CONNECTIONS"))
     framework = "mindspeed" if any(a.has(f) for f in MINDSPEED_FLAGS) else "megatron"
+    check_transformer_impl(a, framework)
     fields, vocab_error = model_fields(a, path)
     mbs = a.integer("--micro-batch-size", 1)
     layout = layout_fields(a, fields["num_layers"])
@@ -137,20 +142,34 @@ def read_script(path: str | Path, text: str | None = None) -> ScriptPlan:
     if fields.get("num_experts"):
         layout.update(dispatcher_fields(a))
     fields, layout = apply_noop_layers(a, fields, layout, stage_split)
+    padded = padded_vocab_size(a, fields.get("vocab_size"), layout["tp"])
+    if padded is not None:  # the embedding size itself: no vocabulary to ask for, nothing more to pad
+        fields["vocab_size"], vocab_error = padded, None
     world = launch.nnodes * launch.nproc_per_node
     dp = max(1, world // (layout["tp"] * layout["pp"] * layout["cp"]))
     train = dict(global_batch_size=a.integer("--global-batch-size", mbs * dp), seq_len=a.require("--seq-length"),
                  precision=precision(a), flash_attention=flash_attention(a),
-                 make_vocab_size_divisible_by=a.integer("--make-vocab-size-divisible-by", 128),
+                 make_vocab_size_divisible_by=1 if padded else a.integer("--make-vocab-size-divisible-by", 128),
                  # Megatron-LM reduces gradients after the last backward unless told to overlap
                  overlap_grad_reduce=a.has("--overlap-grad-reduce"),
                  **optimizer_fields(a))
+    check_megatron_asserts(a)  # after precision(): a script without --bf16/--fp16 is named fp32 first
     train.update(recipe_fields(a, train["precision"]))  # fp8 recipe and weight storage, CUDA graphs
+    moe_scopes = [w for w in train.get("cuda_graph_scope", ()) if w in MOE_CUDA_GRAPH_SCOPES]
+    if moe_scopes and not fields.get("num_experts"):  # was accepted and costed as no graph
+        raise AutoparError(f"{a.source}: --cuda-graph-scope {' '.join(moe_scopes)} captures MoE layers and the model "
+                           "has none (no --num-experts); use attn or mlp")
     if fields.get("num_experts"):
         train["moe"] = runtime_fields(a, layout["moe_dispatcher"])
     return ScriptPlan(path=path, text=text, framework=framework, args=a, num_nodes=launch.nnodes,
                       devices_per_node=launch.nproc_per_node, model_fields=fields, vocab_error=vocab_error,
                       train_fields=train, layout=layout)
+
+
+def _scalar_variable(sh: ShellScript, name: str) -> str | None:
+    """A scalar variable the script sets (an environment variable it exports), None if unset."""
+    value = sh.variables.get(name)
+    return value if isinstance(value, str) else None
 
 
 def train_spec(plan: ScriptPlan, **overrides: Any) -> TrainSpec:
@@ -274,31 +293,11 @@ def moe_layers(a: Args, num_layers: int) -> tuple[int, ...]:
     return tuple(i for i, moe in enumerate(pattern) if moe and i >= dense)
 
 
-def script_recompute_modules(a: Args) -> tuple[str, ...]:
-    """``--recompute-modules`` of a script with selective granularity (``core_attn`` if absent).
-    Megatron-LM reads the flag under selective granularity only (``TransformerConfig``), as
-    space-separated words (``nargs='*'``), and asserts each is an allowed module.
-
-    Raises:
-        AutoparError: no value (Megatron would then recompute nothing), a comma-separated value
-            (one word Megatron rejects), or an unknown name.
-    """
-    flag = "--recompute-modules"
-    if a.has(flag) and not a.values[flag]:
-        raise AutoparError(f"{a.source}: {flag} with no value: Megatron-LM then recomputes nothing; name the modules "
-                           "(e.g. core_attn) or drop --recompute-granularity selective")
-    text = a.text(flag, "core_attn") or ""
-    if "," in text:
-        raise AutoparError(f"{a.source}: {flag}={text!r}: Megatron-LM takes the names separated by spaces "
-                           f"({flag} {' '.join(text.replace(',', ' ').split())}); a comma makes one unknown name")
-    return parse_recompute_modules(text, f"{a.source}: {flag}")
-
-
 def layout_fields(a: Args, num_layers: int) -> dict[str, Any]:
     """Strategy fields (all but dp) from the parallel, batch and recompute flags.
 
     Rules: ecosystem.md 1.3 (SP is switched off at tp=1; VPP from layers per virtual stage;
-    uneven first/last stages; full recompute ``block`` N = N layers per chunk, ``uniform`` = all;
+    uneven first/last stages; recompute as Megatron-LM reads it: :mod:`autopar.specs.script_recompute`;
     ``--account-for-embedding/loss-in-pipeline-split`` add one layer each to the count VPP is
     derived from, and cannot be combined with the first/last stage counts, rule 22).
 
@@ -336,6 +335,8 @@ def layout_fields(a: Args, num_layers: int) -> dict[str, Any]:
         raise AutoparError(f"{a.source}: --num-layers-per-virtual-pipeline-stage={per_vstage} with "
                            "--decoder-first/last-pipeline-num-layers: Megatron-LM needs "
                            "--num-virtual-stages-per-pipeline-rank for an uneven split")
+    if layout_text is None:
+        even_split_check(a, num_layers, pp, vpp or 1, accounted)
     zero = 1 if a.has("--use-distributed-optimizer") else 0
     if a.has("--use-megatron-fsdp"):
         name = a.text("--data-parallel-sharding-strategy", "optim_grads_params")
@@ -344,25 +345,13 @@ def layout_fields(a: Args, num_layers: int) -> dict[str, Any]:
         zero = _FSDP_ZERO[name]
     elif a.has("--use-torch-fsdp2"):
         zero = 3
-    granularity = a.text("--recompute-granularity", "selective" if a.has("--recompute-activations") else "none")
-    if granularity not in ("none", "selective", "full"):  # Megatron's argparse choices: full, selective
-        raise AutoparError(f"{a.source}: --recompute-granularity={granularity!r}: allowed full, selective")
-    layers = None
-    method = a.text("--recompute-method", "uniform")
-    if method not in ("uniform", "block"):  # Megatron's argparse choices
-        raise AutoparError(f"{a.source}: --recompute-method={method!r}: allowed uniform, block")
-    chunk = size("--recompute-num-layers", 1)
-    if granularity == "full" and method == "block":
-        layers = chunk
-    modules = script_recompute_modules(a) if granularity == "selective" else DEFAULT_RECOMPUTE_MODULES
     ep = size("--expert-model-parallel-size", 1)
     etp = size("--expert-tensor-parallel-size", tp)
     return dict(tp=tp, pp=pp, vpp=vpp or 1, cp=size("--context-parallel-size", 1), ep=ep, etp=etp,
                 mbs=size("--micro-batch-size", 1), sp=a.has("--sequence-parallel") and tp > 1, zero=zero,
-                recompute=granularity, recompute_layers=layers,
+                **recompute_fields(a),
                 layers_per_stage=None if layout_text else stage_split(a, num_layers, pp),
-                account_for_embedding=embedding, account_for_loss=loss, pipeline_layout=layout_text,
-                recompute_modules=modules)
+                account_for_embedding=embedding, account_for_loss=loss, pipeline_layout=layout_text)
 
 
 def pipeline_layout_flag(a: Args, pp: int, vpp: int | None, per_vstage: int | None,
@@ -390,6 +379,55 @@ def pipeline_layout_flag(a: Args, pp: int, vpp: int | None, per_vstage: int | No
                            "('pipeline_model_parallel_layout cannot be set with other pipeline layout arguments')")
     layout = PipelineLayout.parse(text, pp, f"{a.source}: {flag}")
     return layout.megatron(), layout.vpp
+
+
+def even_split_check(a: Args, num_layers: int, pp: int, vpp: int, accounted: int) -> None:
+    """Megatron-LM's even pipeline split: without ``--decoder-first/last-pipeline-num-layers`` (or
+    MindSpeed's ``--num-layer-list``, or a layout string) the ``accounted`` layers (``--num-layers``
+    plus one for each ``--account-for-embedding/loss-in-pipeline-split``) must divide by pp.
+    ``megatron/training/arguments.py`` ``validate_args`` asserts "Number of layers should be
+    divisible by the pipeline-model-parallel size"; with virtual stages
+    ``megatron/core/transformer/transformer_block.py`` ``get_num_layers_to_build`` asserts the same.
+    A script is costed as it runs, so autopar does not choose an uneven split for it (a flexible
+    split stays for the layouts autopar plans).
+
+    Raises:
+        AutoparError: the split does not divide, naming the flags that would make it run with the
+            script's ``vpp`` virtual stages (:func:`_first_last_counts`).
+    """
+    if pp == 1 or accounted % pp == 0 or any(a.has(f) for f in (
+            "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers", "--num-layer-list",
+            "--noop-layers")):  # MindSpeed's noop layers: autopar.specs.script_layers checks their split
+        return
+    options = []
+    if accounted == num_layers and (num_layers + 1) % (pp * vpp) == 0:
+        options.append("--account-for-embedding-in-pipeline-split (or --account-for-loss-in-pipeline-split)")
+    if accounted < num_layers + 2 and (num_layers + 2) % (pp * vpp) == 0:
+        options.append("--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split")
+    counts = _first_last_counts(num_layers, pp, vpp)
+    if accounted == num_layers and counts:  # Megatron refuses the first/last counts beside the account flags
+        options.append(f"--decoder-first-pipeline-num-layers {counts[0]} --decoder-last-pipeline-num-layers "
+                       f"{counts[1]}")
+    options.append("--pipeline-model-parallel-layout")
+    raise AutoparError(f"{a.source}: --num-layers={num_layers}"
+                       + (f" (+{accounted - num_layers} for the embedding/loss)" if accounted != num_layers else "")
+                       + f" is not divisible by --pipeline-model-parallel-size={pp}: Megatron-LM asserts 'Number of "
+                       "layers should be divisible by the pipeline-model-parallel size' (megatron/training/arguments.py)"
+                       f"; to run it add {' or '.join(options)}")
+
+
+def _first_last_counts(num_layers: int, pp: int, vpp: int) -> tuple[int, int] | None:
+    """First and last stage counts Megatron-LM runs for ``num_layers`` over ``pp`` stages of ``vpp``
+    chunks (``get_num_layers_to_build``: the middle stages share the rest evenly, each stage a
+    multiple of vpp), the middle stages near ``num_layers/pp``; None if none is near."""
+    middle_stages = pp - 2
+    base = num_layers // pp // vpp * vpp
+    for middle in sorted(range(max(vpp, base - 2 * vpp), base + 3 * vpp, vpp), key=lambda m: abs(m - num_layers / pp)):
+        rest = num_layers - middle * middle_stages
+        first = rest // 2 // vpp * vpp
+        if rest % vpp == 0 and first >= vpp and rest - first >= vpp:
+            return first, rest - first
+    return None
 
 
 def stage_split(a: Args, num_layers: int, pp: int) -> tuple[int, ...] | None:

@@ -141,8 +141,15 @@ def layout_defaults(plan: ScriptPlan | None, values: dict[str, Any], target: str
     ``values`` has no such option), except with an explicit ``layers_per_stage`` or ``pipeline_layout``,
     which replaces every split form of the script (and sets vpp from the layout string).
     ``model_fallbacks``: defaults of the target's recipe for this model, over the target's
-    (Megatron-Bridge's MoE recipes: :func:`autopar.export.bridge_moe_recipes.layout_fallbacks`)."""
+    (Megatron-Bridge's MoE recipes: :func:`autopar.export.bridge_moe_recipes.layout_fallbacks`).
+
+    Raises:
+        AutoparError: an option that contradicts a script value it does not replace
+            (:func:`script_conflicts`).
+    """
     script = plan.layout if plan is not None else {}
+    if plan is not None:
+        script_conflicts(plan, values)
     fallbacks = {**LAYOUT_FALLBACKS, **TARGET_FALLBACKS.get(target, {}), **(model_fallbacks or {})}
     filled = {k: v if v is not None else script.get(k, fallbacks.get(k)) for k, v in values.items()}
     if "sp" in filled and filled["sp"] is None:
@@ -164,6 +171,41 @@ def layout_defaults(plan: ScriptPlan | None, values: dict[str, Any], target: str
 
             filled["vpp"] = PipelineLayout.parse(values["pipeline_layout"], filled.get("pp") or 1).vpp
     return filled
+
+
+_SPLIT_FLAGS = ("--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers", "--num-layer-list",
+                "--noop-layers", "--pipeline-model-parallel-layout")
+
+
+def script_conflicts(plan: ScriptPlan, values: dict[str, Any]) -> None:
+    """Refuse a command-line layout option that contradicts a script value it leaves in place, naming
+    the option and the script's flag (the layout check would otherwise name a field the user never
+    gave, e.g. ``recompute_layers=1 needs --recompute full``):
+
+    * ``--recompute`` none/selective with the script's ``--recompute-method block
+      --recompute-num-layers N`` (a count of fully recomputed layers) and no ``--recompute-layers``;
+    * ``--pp`` other than the script's with its explicit split (first/last stage counts, a layer
+      list, noop layers or a layout string, all over the script's pp) and no ``--layers-per-stage``
+      or ``--pipeline-layout``.
+
+    Raises:
+        AutoparError: one line naming both.
+    """
+    lay, name = plan.layout, plan.path.name
+    recompute = values.get("recompute")
+    if (recompute is not None and recompute != "full" and values.get("recompute_layers") is None
+            and lay.get("recompute_layers") is not None):
+        raise AutoparError(f"--recompute={recompute} conflicts with {name}: --recompute-method block "
+                           f"--recompute-num-layers {lay['recompute_layers']} (a count of fully recomputed layers); "
+                           "drop --recompute, or change the script's recompute flags")
+    pp = values.get("pp")
+    explicit = values.get("layers_per_stage") is not None or values.get("pipeline_layout") is not None
+    if pp is not None and pp != lay.get("pp") and not explicit and (lay.get("layers_per_stage") or
+                                                                    lay.get("pipeline_layout")):
+        flags = " ".join(f"{f} {plan.args.text(f)}" for f in _SPLIT_FLAGS if plan.args.has(f))
+        raise AutoparError(f"--pp={pp} conflicts with {name}: {flags} (a split over the script's "
+                           f"--pipeline-model-parallel-size {lay['pp']}); give --layers-per-stage (or "
+                           f"--pipeline-layout) for pp={pp}, or drop --pp")
 
 
 def model_for(model: str | None, plan: ScriptPlan | None, vocab_size: int | None) -> ModelSpec:

@@ -1,6 +1,13 @@
 """The vocabulary size a launch script trains with: ``--vocab-size``, else the tokenizer files it
 names that autopar can read (a Hugging Face tokenizer folder's ``config.json``, a GPT-2 BPE
 ``vocab.json``). A SentencePiece model file is not read: the caller then asks for ``--vocab-size``.
+
+``--padded-vocab-size P`` (Megatron-LM ``_add_tokenizer_args``; MindSpeed-LLM's tokenizer feature)
+is the embedding and output-layer size itself: ``build_tokenizer`` pads the tokenizer's vocabulary
+to a multiple of ``--make-vocab-size-divisible-by`` x tp only when it is not given
+(``megatron/training/tokenizer/tokenizer.py``; ``mindspeed_llm/training/tokenizer/tokenizer.py``:
+``if getattr(args, "padded_vocab_size", None) is None``), and ``GPTModel`` is built with
+``vocab_size=args.padded_vocab_size``. :func:`padded_vocab_size` reads it.
 """
 
 from __future__ import annotations
@@ -76,3 +83,26 @@ def _read_json(a: "Args", file: Path, flag: str) -> dict[str, Any]:
         raise AutoparError(f"{a.source}: {flag} {str(file)!r} holds a JSON {type(doc).__name__}, expected an "
                            "object; pass --vocab-size N")
     return doc
+
+
+def padded_vocab_size(a: Args, vocab: int | None, tp: int) -> int | None:
+    """``--padded-vocab-size`` (module docstring), None without it: the model's vocabulary is then
+    this size with no further padding (``make_vocab_size_divisible_by`` 1), as Megatron-LM's own
+    FLOPs count (``num_floating_point_operations``) takes ``args.padded_vocab_size``.
+
+    Raises:
+        AutoparError: below 1, below the vocabulary ``vocab`` read from ``--vocab-size`` or the
+            tokenizer (token ids past the embedding), or not divisible by tp (Megatron-Core's
+            ``VocabParallelEmbedding`` splits the rows evenly: ``divide`` asserts it).
+    """
+    if not a.has("--padded-vocab-size"):
+        return None
+    padded = a.size("--padded-vocab-size")
+    if vocab is not None and padded < vocab:
+        raise AutoparError(f"{a.source}: --padded-vocab-size={padded} is below the vocabulary size {vocab}: token ids "
+                           "past the embedding; give at least the vocabulary size")
+    if padded % tp:
+        raise AutoparError(f"{a.source}: --padded-vocab-size={padded} is not divisible by "
+                           f"--tensor-model-parallel-size={tp}: Megatron-Core's VocabParallelEmbedding asserts "
+                           f"'{padded} is not divisible by {tp}' (megatron/core/utils.py ensure_divisibility)")
+    return padded

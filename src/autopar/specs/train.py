@@ -19,6 +19,8 @@ CudaGraphImpl = Literal["none", "local", "transformer_engine"]
 CUDA_GRAPH_IMPLS: tuple[str, ...] = get_args(CudaGraphImpl)
 CudaGraphScope = Literal["attn", "mlp", "moe", "moe_router", "moe_preprocess", "full_iteration"]
 CUDA_GRAPH_SCOPES: tuple[str, ...] = get_args(CudaGraphScope)
+#: The scopes that capture parts of MoE layers (meaningless on a dense model).
+MOE_CUDA_GRAPH_SCOPES: tuple[str, ...] = ("moe", "moe_router", "moe_preprocess")
 
 
 def cuda_graph_scope_problem(impl: str, scope: tuple[str, ...]) -> str | None:

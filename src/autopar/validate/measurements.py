@@ -39,7 +39,8 @@ def read_rows(path: str | Path) -> list[Row]:
 
     Raises:
         AutoparError: the file does not exist or is not a readable CSV, a required column is
-            missing, there are no rows, a row is short or long, or a number cell is malformed.
+            missing, there are no rows, a row is short or long, a number cell is malformed, or
+            two rows have one id.
     """
     file = Path(path)
     if not os.path.isfile(file):  # False for a name the file system cannot hold (Path.is_file raised)
@@ -70,6 +71,11 @@ def read_rows(path: str | Path) -> list[Row]:
             raise AutoparError(f"--csv={str(path)!r} line {line}: {'more' if None in cells else 'fewer'} cells "
                                f"than the {len(header)} columns of the header")
         _check_numbers(Row(cells), f"--csv={str(path)!r} line {line} ({row_label(cells['id']) if cells['id'] else 'no id'})")
+    first_line: dict[str, int] = {}
+    for line, cells in rows:  # a repeated id was scored twice and counted twice in every error
+        if cells["id"] and first_line.setdefault(cells["id"], line) != line:
+            raise AutoparError(f"--csv={str(path)!r} line {line}: id {row_label(cells['id'])} is already the id of "
+                               f"line {first_line[cells['id']]}; each row needs its own id")
     return [Row(cells) for _, cells in rows]
 
 

@@ -132,6 +132,43 @@ class SlurmOptions:
     extra: tuple[str, ...] = field(default_factory=tuple)
 
 
+_OWN_SBATCH = {  # what sbatch_script writes itself -> what to give instead of --sbatch-option
+    **dict.fromkeys(("job-name", "nodes", "ntasks", "ntasks-per-node", "gpus", "gpus-per-node", "output", "error",
+                     "chdir"), "autopar writes it from the job (the layout's nodes and devices per node, its log.txt "
+                    "and --workdir); drop it"),
+    "time": "autopar writes it from --time-limit-s (and cancels the job 5 minutes after); give --time-limit-s "
+            "SECONDS instead",
+    "account": "give --account instead",
+    "partition": "give --partition instead",
+}
+_SBATCH_OPTION = re.compile(r"--([a-z][a-z0-9-]*)(?:[= ](\S.*))?")
+
+
+def check_sbatch_options(extra: list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """The user's ``--sbatch-option`` values, checked before any job is written.
+
+    Each must be one long sbatch option, ``--name``, ``--name=value`` or ``--name value``, on
+    one line (it becomes one ``#SBATCH`` line of :func:`sbatch_script`), and not one that
+    script writes itself: Slurm takes the last of two ``#SBATCH --nodes`` lines, so a user's
+    ``--nodes=4`` after autopar's would silently run another layout. Names are compared with
+    the abbreviations sbatch's ``getopt_long`` accepts (``--nod=4`` is ``--nodes``).
+
+    Raises:
+        AutoparError: ``--sbatch-option='foo': not one sbatch option; ...`` or
+            ``--sbatch-option='--time=1:00:00': sbatch --time: autopar writes it from --time-limit-s ...``.
+    """
+    for value in extra:
+        match = _SBATCH_OPTION.fullmatch(value)
+        if match is None or any(c in value for c in "\n\r\0"):
+            raise AutoparError(f"--sbatch-option={value!r}: not one sbatch option; give one long option per "
+                               "--sbatch-option, as --name, --name=value or --name value (e.g. --qos=high)")
+        name = match.group(1)
+        own = next((o for o in _OWN_SBATCH if o == name or (len(name) >= 2 and o.startswith(name))), None)
+        if own is not None:
+            raise AutoparError(f"--sbatch-option={value!r}: sbatch --{own}: {_OWN_SBATCH[own]}")
+    return tuple(extra)
+
+
 def slurm_time(seconds: float) -> str:
     """Slurm's ``--time`` format ``D-HH:MM:SS``/``HH:MM:SS``, rounded up to a whole minute."""
     minutes = max(1, -(-int(seconds) // 60))

@@ -17,6 +17,24 @@ def ranked(jobs: list[Job], results: list[RunResult]) -> list[tuple[Job, RunResu
     return sorted(pairs, key=lambda jr: (jr[1].tokens_per_s is None, -(jr[1].tokens_per_s or 0), jr[0].rank))
 
 
+NO_MEASUREMENT_EXIT = 3
+"""Exit code of ``autopar verify`` when no job measured a step time (0: at least one did; 2:
+bad input, before any job)."""
+
+
+def no_measurement(results: list[RunResult]) -> str | None:
+    """None when at least one run measured a step time; else what became of the runs, e.g.
+    ``no job produced a measurement (2 runs: command_not_found 2)``, for the line ``verify``
+    prints before exiting with :data:`NO_MEASUREMENT_EXIT`."""
+    if any(r.step_time_s is not None for r in results):
+        return None
+    counts: dict[str, int] = {}
+    for r in results:
+        counts[r.failure or "no_steps"] = counts.get(r.failure or "no_steps", 0) + 1
+    what = ", ".join(f"{failure} {n}" for failure, n in sorted(counts.items()))
+    return f"no job produced a measurement ({len(results)} run{'s' if len(results) != 1 else ''}: {what})"
+
+
 def _error(predicted: float | None, measured: float | None) -> float | None:
     """(predicted - measured) / measured, or None."""
     return (predicted - measured) / measured if predicted and measured else None
