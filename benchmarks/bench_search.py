@@ -15,6 +15,13 @@ H100 (``python -m autopar``, user + system time of the child from ``resource.get
 CPU time is reported because wall time on a shared, loaded machine is inflated; it is not a test
 (the targets are checked by reading the table). Issue 20's targets: DeepSeek-V3 on 16,384 H100
 <= 1.0 s; Llama-3.1-405B on 16,384 H100 <= 0.3 s; the CLI run <= 0.8 s; peak RSS <= 300 MiB.
+
+Last run (h/speed4 against main 568fa09, 2 shared cores): DeepSeek-V3 16,384 H100 5.76 -> 1.79 s
+(134 MiB), 2,048 H100 3.90 -> 1.50 s; Llama-3.1-405B 16,384 H100 0.65 -> 0.40 s; Llama-2-70B
+1,024 A100 0.58 -> 0.26 s; the sweep 0.0017-0.0019 -> 0.0007-0.0015 s per 1,000 valid layouts up
+to 131,072 devices; the CLI run 0.80 -> 0.64 s. What DeepSeek-V3 still spends: the memory pass
+(every valid layout's peak, ~0.8 s, half of it the memory terms themselves), the step-time floors
+(~0.33 s), timing the layouts the floors leave (~0.3 s), re-costing the top 10 (~0.06 s).
 """
 
 from __future__ import annotations

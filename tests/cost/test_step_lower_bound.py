@@ -1,5 +1,6 @@
-"""``step_lower_bound_s`` never exceeds the step time the full costing gives (the streamed search
-rules layouts out with it, :mod:`autopar.search.stream`), and it is tight where it should be."""
+"""``step_lower_bound_s`` never exceeds the step time the full costing gives, from any of the
+layout's stage views or the slowest of them (the streamed search rules layouts out with it,
+:mod:`autopar.search.stream`), and it is tight where it should be."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from hypothesis import strategies as st
 
 from autopar.cost.stage import bounding_stages
 from autopar.cost.stage_time import stage_time
-from autopar.cost.step import evaluate, step_lower_bound_s
+from autopar.cost.step import evaluate, makespan_lower_bound_s, step_lower_bound_s
 from autopar.search.costing import view_counts
 from autopar.search.constraints import parse_constraints, widen_space
 from autopar.search.grid import for_search
@@ -41,9 +42,11 @@ def test_lower_bound_never_exceeds_the_step_time(space, picks):
     batch = valid.take(np.asarray(picks) % len(valid))
     views = bounding_stages(p, batch)
     full = evaluate(p, batch, views, view_counts(batch))
-    bound = step_lower_bound_s(batch.num_microbatches, stage_time(p, batch, views[0]))
-    assert np.all(bound <= full.step_time_s)
-    assert np.all(bound > 0)
+    slowest = np.max([stage_time(p, batch, view).total_s for view in views], axis=0)
+    for stage in [stage_time(p, batch, view) for view in views] + [slowest]:  # any stage, or the slowest
+        bound = step_lower_bound_s(batch.num_microbatches, stage)
+        assert np.all(bound <= full.step_time_s)
+        assert np.all(bound > 0)
 
 
 def test_bound_is_the_compute_of_one_stage_without_a_pipeline():
@@ -58,3 +61,24 @@ def test_bound_is_the_compute_of_one_stage_without_a_pipeline():
     bound = step_lower_bound_s(batch.num_microbatches, stage_time(p, batch, views[0]))
     rest = full.time_breakdown_s["dp_comm"] + full.time_breakdown_s["optimizer"] + full.time_breakdown_s["pp_comm"]
     assert np.allclose(full.step_time_s - bound, rest, rtol=1e-9, atol=1e-12)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, len(SPACES) - 1), st.lists(st.integers(0, 2**31), min_size=1, max_size=40))
+def test_makespan_bound_is_the_makespan_and_floors_stay_below_it(space, picks):
+    """From the views' stage times the bound is the step less its hand-offs, data-parallel and
+    optimizer terms (the makespan); from their floors over every recompute setting
+    (``stage_time(..., floor=True)``) it stays at or below the step."""
+    p, valid = _space(space)
+    batch = valid.take(np.asarray(picks) % len(valid))
+    views = bounding_stages(p, batch)
+    full = evaluate(p, batch, views, view_counts(batch))
+    args = (batch.num_microbatches, batch.pp, batch.vpp, view_counts(batch))
+    exact = makespan_lower_bound_s(*args, [stage_time(p, batch, view).total_s for view in views])
+    b = full.time_breakdown_s
+    rest = b["pp_comm"] + b["dp_comm"] + b["optimizer"]
+    assert np.allclose(exact, full.step_time_s - rest, rtol=1e-12, atol=0)
+    assert np.all(exact <= full.step_time_s)
+    floors = makespan_lower_bound_s(*args, [stage_time(p, batch, view, floor=True).total_s for view in views])
+    assert np.all(floors <= exact)
+    assert np.all(floors >= step_lower_bound_s(batch.num_microbatches, stage_time(p, batch, views[0], floor=True)))

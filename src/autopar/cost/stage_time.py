@@ -30,7 +30,7 @@ collectives of its parallel groups:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -84,8 +84,27 @@ class StageTime:
         return self.compute_s + self.tp_s + self.cp_s + self.ep_s
 
 
-def stage_time(p: Problem, batch: LayoutBatch, stages: Stages) -> StageTime:
-    """Per-micro-batch times of each (layout, stage) row."""
+def stage_time(p: Problem, batch: LayoutBatch, stages: Stages, floor: bool = False) -> StageTime:
+    """Per-micro-batch times of each (layout, stage) row.
+
+    ``floor``: instead, times whose ``total_s`` is at most the row's ``total_s`` under every
+    recompute setting (:func:`without_recompute`; the search rules layouts out with it before
+    choosing their recompute, :mod:`autopar.search.stream`). The row is costed without recompute,
+    except that with ``tp_comm_overlap`` the TP collectives' excess over the GEMMs they hide under
+    is left out (recomputed GEMMs can hide more) and so is the activation-offload exposure (it
+    depends on what the recompute setting stores). Proof that each term is at most its value under
+    a recompute setting ``r``: the forward and backward of the layers, the embedding, the output
+    layer and MTP, the per-layer EP exposure and the backward TP collectives do not read the
+    recompute columns; recompute seconds are ``>= 0``; ``r`` adds TP collective pairs
+    (``recomputed_pairs``, ``selective_pairs`` ``>= 0``) and so raises every pipelined TP block,
+    whose exposure with overlap is ``>= block / tp``; the CP ring's forward passes are ``layers +
+    recomputed >= layers``; the EP passes are ``n_moe + (>= 0)``; the host-bound total is
+    ``max(device total, host total)`` and ``r`` raises the host total (recomputed and selective
+    ops ``>= 0``), as it does the per-layer launch-blocking seconds. Checked on random layouts by
+    ``tests/cost/test_stage_time_floor.py``.
+    """
+    if floor:
+        batch = without_recompute(batch)
     n_dense, n_moe = layer_kinds(p.model, stages)
     dense = C.layer_forward_times(p, batch, moe=False)
     moe = C.layer_forward_times(p, batch, moe=True) if p.model.is_moe else dense
@@ -137,6 +156,8 @@ def stage_time(p: Problem, batch: LayoutBatch, stages: Stages) -> StageTime:
         unfused = tp_overlap.unfused_backward_s(p, fwd_pairs, one_collective)
         tp_blocks, gemm_blocks = tp_overlap.overlap_blocks(p, batch, tp_total - unfused,
                                                            n_dense, n_moe, recomputed, moe.gemm_s)
+        if floor:  # no excess over the GEMMs: only the first of the tp chunks of each block
+            gemm_blocks = [np.full(len(batch), np.inf)] * len(gemm_blocks)
         tp = np.where(batch.tp_comm_overlap,
                       tp_overlap.comm_overlap_tp_s(batch, tp_blocks, gemm_blocks, unfused) + vocab_extra, tp)
 
@@ -165,7 +186,7 @@ def stage_time(p: Problem, batch: LayoutBatch, stages: Stages) -> StageTime:
     else:
         ep = np.zeros(len(batch))
     backward = 2 * (forward - layers_fwd) + n_dense * dense.backward() + n_moe * moe.backward() + bf16_bwd
-    if p.train.activation_offload_layers:  # host-link copies beyond the layers they hide under
+    if p.train.activation_offload_layers and not floor:  # host-link copies beyond the layers they hide under
         layers = np.maximum(stages.layers, 1)
         backward = backward + activation_offload.exposed_s(
             p, stages.layers, memory.stored_layer_bytes(p, batch, stages) / layers, layers_fwd / layers,
@@ -181,6 +202,13 @@ def stage_time(p: Problem, batch: LayoutBatch, stages: Stages) -> StageTime:
         forward, backward, recompute = _host_bound(p, batch, n_dense, n_moe, recomputed,
                                                    (forward, backward, recompute), tp + cp + ep)
     return StageTime(forward_s=forward, backward_s=backward, recompute_s=recompute, tp_s=tp, cp_s=cp, ep_s=ep)
+
+
+def without_recompute(batch: LayoutBatch) -> LayoutBatch:
+    """``batch`` with no activation recompute on any row (recompute, its layer count and its
+    modules set to 0)."""
+    none = np.zeros(len(batch), dtype=np.int64)
+    return replace(batch, recompute=none, recompute_layers=none, recompute_modules=none)
 
 
 def _host_bound(p: Problem, batch: LayoutBatch, n_dense, n_moe, recomputed, passes, comm_s):

@@ -141,17 +141,41 @@ def mfu_peak_flops_per_s(p: Problem) -> float:
     return p.cluster.device.peak(p.train.precision)
 
 
-def step_lower_bound_s(num_microbatches: np.ndarray, first_stage: T.StageTime) -> np.ndarray:
-    """A lower bound of :func:`combine`'s step time (s, ``(n,)``) from the first stage's time
-    alone: ``num_microbatches * t_0`` with ``t_0`` stage 0's per-micro-batch total (``(n,)`` each).
+def step_lower_bound_s(num_microbatches: np.ndarray, first_stage: T.StageTime | np.ndarray) -> np.ndarray:
+    """A lower bound of :func:`combine`'s step time (s, ``(n,)``) from one stage's time:
+    ``num_microbatches * t`` with ``t`` the per-micro-batch total of any of the layout's stages
+    (a :class:`~autopar.cost.stage_time.StageTime`, or its ``total_s``; e.g. the largest over
+    the stages costed so far), ``(n,)`` each.
 
-    Proof (every term of :func:`combine` is a sum of non-negative times): with ``t_max >= t_0``,
-    the 1F1B makespan ``sum_j c_j t_j + (M - 1) t_max >= t_0 + (M - 1) t_0`` (view 0 counts
-    ``c_0 = 1``), the interleaved one ``(M + (pp - 1)/vpp) t_max >= M t_0``, a V schedule's
-    ``(M + bubble) t_max`` with a simulated bubble ``>= 0`` too; the hand-offs, the
-    exposed data-parallel time and the optimizer step add ``>= 0``. Checked against
-    :func:`evaluate` on random layouts by ``tests/cost/test_step_lower_bound.py``."""
-    return num_microbatches.astype(np.float64) * first_stage.total_s
+    Proof (every term of :func:`combine` is a sum of non-negative times), with ``t_max >= t`` the
+    slowest view, one that stands for a stage (a view counted 0 times repeats one that is counted):
+    the 1F1B makespan ``sum_j c_j t_j + (M - 1) t_max >= t_max + (M - 1) t_max``, the interleaved
+    one ``(M + (pp - 1)/vpp) t_max >= M t_max``, a V schedule's ``(M + bubble) t_max`` with a
+    simulated bubble ``>= 0`` too; the hand-offs, the exposed data-parallel time and the optimizer
+    step add ``>= 0``. Checked against :func:`evaluate` on random layouts by
+    ``tests/cost/test_step_lower_bound.py``."""
+    total = first_stage.total_s if isinstance(first_stage, T.StageTime) else first_stage
+    return num_microbatches.astype(np.float64) * total
+
+
+def makespan_lower_bound_s(num_microbatches: np.ndarray, pp: np.ndarray, vpp: np.ndarray, counts: list[np.ndarray],
+                           totals: list[np.ndarray], v_shaped: np.ndarray | bool = False) -> np.ndarray:
+    """A lower bound of :func:`combine`'s step time (s, ``(n,)``) from per-micro-batch totals
+    ``totals`` (s, one ``(n,)`` per bounding view, each at most that view's stage time, e.g. a
+    floor; a view counted 0 times repeats one that is counted) and the views' ``counts``: the
+    pipeline makespan of :func:`combine`, ``sum_j c_j t_j + (M - 1) t_max`` for 1F1B and
+    ``(M + (pp - 1)/vpp) t_max`` interleaved, and ``M t_max`` under a V schedule.
+
+    Proof: both makespans are non-decreasing in every ``t_j`` (non-negative coefficients, and
+    ``t_max`` is non-decreasing), so totals at most the stage times give at most
+    :func:`combine`'s makespan, which it adds non-negative hand-off, data-parallel and optimizer
+    times to; a V schedule's ``(M + bubble) t_max`` with a simulated bubble ``>= 0``
+    (:func:`step_lower_bound_s`). With the stage times themselves, the bound is the makespan."""
+    t_max = np.max(np.stack(totals), axis=0)
+    m = num_microbatches.astype(np.float64)
+    one_f_one_b = sum(c * tot for c, tot in zip(counts, totals)) + (m - 1) * t_max
+    interleaved = (m + (pp - 1) / vpp) * t_max
+    return np.where(v_shaped, m * t_max, np.where(vpp > 1, interleaved, one_f_one_b))
 
 
 def combine(p: Problem, batch: LayoutBatch, counts: list[np.ndarray], times: list[T.StageTime],

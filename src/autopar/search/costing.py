@@ -10,10 +10,9 @@ The numbers of the layouts that fit are those of :func:`autopar.cost.step.evalua
 Memory is costed as its three parts (:func:`autopar.cost.memory.stage_state`,
 :func:`~autopar.cost.memory.stage_activation_bytes`, :func:`~autopar.cost.memory.stage_buffers`),
 each once per distinct value of the knobs it reads, summed as
-:func:`autopar.cost.memory.stage_memory` sums them. With a ``bound`` (the streamed search), stage 0
-is timed first and a fitting layout whose step-time lower bound
-(:func:`autopar.cost.step.step_lower_bound_s`) rules it out of the running top is not timed
-further (``inf``, as a layout that does not fit).
+:func:`autopar.cost.memory.stage_memory` sums them. This costs a whole batch (``--explain``,
+Galvatron's and the V schedules' variants, :func:`autopar.search.grid.costed_grid`); the streamed
+search costs cells of the same terms (:mod:`autopar.search.cell_costs`).
 """
 
 from __future__ import annotations
@@ -26,12 +25,10 @@ import numpy as np
 from autopar.cost import stage_time as T
 from autopar.cost.memory import assemble_memory, stage_activation_bytes, stage_buffers, stage_state
 from autopar.cost.stage import Stages, bounding_stages
-from autopar.cost.step import TIME_KEYS, StepCosts, combine, step_lower_bound_s, view_time
+from autopar.cost.step import TIME_KEYS, StepCosts, combine, view_time
 from autopar.layout_batch import LayoutBatch
 from autopar.problem import Problem
 from autopar.search.distinct import Distinct
-
-Bound = Callable[[np.ndarray, np.ndarray], np.ndarray]  # (peak bytes, step lower bound s) -> which to cost
 
 
 def view_counts(batch: LayoutBatch) -> list[np.ndarray]:
@@ -82,36 +79,22 @@ def _cost_memory(p: Problem, batch: LayoutBatch, views: list[Stages], distinct: 
 
 
 def _cost_time(p: Problem, valid: LayoutBatch, views: list[Stages], peak: np.ndarray, fit: np.ndarray,
-               distinct: Distinct | None, bound: Bound | None = None) -> tuple[StepCosts | None, np.ndarray]:
+               distinct: Distinct | None) -> StepCosts:
     """:func:`autopar.cost.step.combine` of the ``valid`` rows at ``fit`` (``views``: the valid
-    rows' stage views; ``peak``: the fitting rows' peaks) with each view timed on its own rows,
-    and the rows it costed: with ``bound``, stage 0 is timed first and only the rows ``bound``
-    keeps by their peak and :func:`autopar.cost.step.step_lower_bound_s` are costed further
-    (None where it keeps none)."""
-    t0 = None
-    if bound is not None:
-        run0 = (lambda fn: fn(valid.take(fit), views[0].take(fit))) if distinct is None else (
-            lambda fn: distinct.run("stage_time0", fn, fit, valid, views[0]))
-        t0 = run0(lambda b, s: T.stage_time(p, b, s))
-        keep = bound(peak, step_lower_bound_s(valid.num_microbatches[fit], t0))
-        if not keep.any():
-            return None, fit[keep]
-        if not keep.all():
-            fit, peak = fit[keep], peak[keep]
-            t0 = T.StageTime(**{f.name: getattr(t0, f.name)[keep] for f in fields(T.StageTime)})
+    rows' stage views; ``peak``: the fitting rows' peaks) with each view timed on its own rows."""
     batch = valid if len(fit) == len(valid) else valid.take(fit)  # fit: increasing row indices
     parts = []  # per view: (StageTime, dp, opt) on its own rows
     for j, rows in enumerate(_own_rows(batch)):
         sub, stages = batch.take(rows), views[j].take(fit[rows])
         run = None if distinct is None else (
             lambda name, fn, j=j, rows=fit[rows]: distinct.run(f"{name}{j}", fn, rows, valid, views[j]))
-        parts.append(view_time(p, sub, stages, run, t0 if j == 0 else None))
+        parts.append(view_time(p, sub, stages, run))
     names = [f.name for f in fields(T.StageTime)]
     full = {name: _views_of(batch, [getattr(t, name) for t, _, _ in parts]) for name in names}
     times = [T.StageTime(**{name: full[name][j] for name in names}) for j in range(3)]
     dp = _views_of(batch, [d for _, d, _ in parts])
     opt = _views_of(batch, [o for _, _, o in parts])
-    return combine(p, batch, view_counts(batch), times, dp, opt, peak, []), fit
+    return combine(p, batch, view_counts(batch), times, dp, opt, peak, [])
 
 
 def _bounding_stages(p: Problem, batch: LayoutBatch, distinct: Distinct | None) -> list[Stages]:
@@ -124,15 +107,12 @@ def _bounding_stages(p: Problem, batch: LayoutBatch, distinct: Distinct | None) 
 
 
 def search_costs(p: Problem, batch: LayoutBatch, capacity_bytes: float, keys: np.ndarray | None = None,
-                 reads: dict[str, frozenset[str]] | None = None, bound: Bound | None = None) -> StepCosts:
+                 reads: dict[str, frozenset[str]] | None = None) -> StepCosts:
     """Step costs of the search's layouts (``(n,)`` arrays): the peak memory of every layout, the
     step time, breakdown, tokens/s per device and MFU of those whose peak is at most
     ``capacity_bytes`` (``inf`` / ``nan`` for the others; see the module docstring). ``memory`` is
     empty (the search keeps only the peak). ``keys`` (:attr:`ValidSpace.keys`): cost each term once
-    per distinct key of what it reads (:class:`autopar.search.distinct.Distinct`, sharing ``reads``).
-    ``bound(peak_bytes, lower_bound_s)``: which fitting layouts to time fully, given their peaks
-    and a lower bound of their step time (:func:`autopar.cost.step.step_lower_bound_s`); the others keep step ``inf``
-    like the layouts that do not fit (the streamed search drops those that cannot reach its top)."""
+    per distinct key of what it reads (:class:`autopar.search.distinct.Distinct`, sharing ``reads``)."""
     distinct = None if keys is None else Distinct(keys, reads)
     views = _bounding_stages(p, batch, distinct)
     peak = _cost_memory(p, batch, views, distinct)
@@ -141,10 +121,8 @@ def search_costs(p: Problem, batch: LayoutBatch, capacity_bytes: float, keys: np
     step = np.full(n, np.inf)
     breakdown = {key: np.full(n, np.nan) for key in TIME_KEYS}
     tps, mfu = np.full(n, np.nan), np.full(n, np.nan)
-    costs = None
     if len(fit):
-        costs, fit = _cost_time(p, batch, views, peak[fit], fit, distinct, bound)
-    if costs is not None:
+        costs = _cost_time(p, batch, views, peak[fit], fit, distinct)
         step[fit], tps[fit], mfu[fit] = costs.step_time_s, costs.tokens_per_s_per_device, costs.mfu
         for key, value in costs.time_breakdown_s.items():
             breakdown.setdefault(key, np.full(n, np.nan))[fit] = value

@@ -396,15 +396,15 @@ def search(
     with timings() as phases_s:
         p, options = for_search(p, target, options)
         _refuse_target(p, target)
-        keep = max(KEEP, 4 * top_k)
-        while True:  # a walk past the first `keep` (many layouts the target refuses): a second pass keeps all
+        keep = max(KEEP, 8 * top_k)
+        while True:  # a walk past the first `keep` (many layouts the target refuses): a pass keeping 8x more
             ranking, enumerated, rejected, removed, out_of_memory, marginal = _ranked(
                 p, memory_margin, options, constraints, keep)
             try:
                 layouts, refused = _top(p, ranking, top_k, memory_margin, target)
                 break
             except _MoreNeeded:
-                keep = MAX_LAYOUTS
+                keep = min(8 * keep, MAX_LAYOUTS)
     return SearchResult(
         layouts=layouts,
         enumerated=enumerated,

@@ -101,12 +101,17 @@ class ValidSpace:
 def _mixed_radix(sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Every combination of ``k`` digits per block, block after block, the first digit slowest
     (``np.meshgrid(..., indexing="ij")`` order): ``sizes`` ``(blocks, k)`` the digits' ranges;
-    returns each combination's block (position in ``sizes``) and its ``(n, k)`` digits."""
+    returns each combination's block (position in ``sizes``) and its ``(n, k)`` digits (each
+    column contiguous). Blocks of one shape share one ``np.indices`` table."""
+    sizes = np.asarray(sizes, dtype=np.int64)
     per_block = np.prod(sizes, axis=1)
     owner = np.repeat(np.arange(len(sizes)), per_block)
-    at = np.arange(len(owner)) - np.repeat(np.cumsum(per_block) - per_block, per_block)
-    strides = np.concatenate([np.cumprod(sizes[:, :0:-1], axis=1)[:, ::-1], np.ones((len(sizes), 1), np.int64)], axis=1)
-    return owner, (at[:, None] // strides[owner]) % sizes[owner]
+    k = sizes.shape[1] if sizes.ndim == 2 else 0
+    if not k or not len(owner):
+        return owner, np.zeros((k, len(owner)), dtype=np.int64).T
+    shapes, inverse = np.unique(sizes, axis=0, return_inverse=True)
+    tables = [np.indices(tuple(int(d) for d in shape)).reshape(k, -1) for shape in shapes]
+    return owner, np.concatenate([tables[i] for i in inverse.ravel()], axis=1).T
 
 
 def _block_rows(chosen: list[Block], owner: np.ndarray, index: dict[str, np.ndarray]) -> np.ndarray:
@@ -152,6 +157,15 @@ class SpaceCount:
         return int(self.valid_per_block.sum())
 
 
+def _first_failure(batch: LayoutBatch, checks: list[CheckFn], indices: np.ndarray, k: int) -> np.ndarray:
+    """Per row of ``batch``, the first of the checks ``checks[i]``, ``i`` in ``indices``, it
+    fails (``k`` where it passes them all)."""
+    first = np.full(len(batch), k, dtype=np.int64)
+    for i in reversed(indices.tolist()):  # the earliest failing check is written last
+        first[~np.broadcast_to(np.asarray(checks[i](batch), dtype=bool), (len(batch),))] = i
+    return first
+
+
 def count_space(p: Problem, options: SpaceOptions | None, constraints: list[Constraint]) -> SpaceCount:
     """The blocks of the space of ``p`` and the exact removal and rejection counts (see the module
     docstring), with what :func:`valid_block_rows` needs to build each block's valid rows.
@@ -170,37 +184,28 @@ def count_space(p: Problem, options: SpaceOptions | None, constraints: list[Cons
     check_group = np.asarray([-1 if not read else next(j for j, g in enumerate(groups) if set(read) <= set(g))
                               for read in reads])
 
-    # One representative row per (block, group, joint value): the group's factors set, the others first.
+    # One representative row per (block, group, joint value): the group's factors set, the others
+    # first. Each check runs on the rows of the group it reads (a block-level one on one row per block).
     per_group = [_group_rows(space, group) for group in groups]
-    reps = batch_of(p, np.concatenate([rows for rows, _, _ in per_group]))
-    row_block = np.concatenate([owner for _, owner, _ in per_group])
-    row_group = np.concatenate([np.full(len(owner), j) for j, (_, owner, _) in enumerate(per_group)])
-    n_rows = len(reps)
-    failed = np.stack([~np.broadcast_to(np.asarray(check(reps), dtype=bool), (n_rows,)) for check in checks])
-
-    # First failing check per row among its group's checks; per block among block-level checks.
-    own = check_group[:, None] == row_group[None, :]
-    first = np.where((failed & own).any(axis=0), np.argmax(failed & own, axis=0), k)
-    block_checks = failed & (check_group[:, None] < 0)
-    first_block_row = np.where(block_checks.any(axis=0), np.argmax(block_checks, axis=0), k)
     n_blocks = len(space)
-    block_first = np.full(n_blocks, k)
-    np.minimum.at(block_first, row_block, first_block_row)
+    firsts = [_first_failure(batch_of(p, rows), checks, np.flatnonzero(check_group == j), k)
+              for j, (rows, _, _) in enumerate(per_group)]
+    one_per_block = _block_rows(space, np.arange(n_blocks), {f: np.zeros(n_blocks, dtype=np.int64) for f in FACTORS})
+    block_first = _first_failure(batch_of(p, one_per_block), checks, np.flatnonzero(check_group < 0), k)
 
     # at_least[b, i]: layouts of block b whose first failure is at or after check i.
     at_least = (block_first[:, None] >= np.arange(k + 1)[None, :]).astype(np.int64)
-    for j in range(len(groups)):
-        sel = row_group == j
+    for (_, owner, _), first in zip(per_group, firsts):
         hist = np.zeros((n_blocks, k + 1), dtype=np.int64)
-        np.add.at(hist, (row_block[sel], first[sel]), 1)
+        np.add.at(hist, (owner, first), 1)
         at_least *= np.cumsum(hist[:, ::-1], axis=1)[:, ::-1]
     per_check = (at_least[:, :-1] - at_least[:, 1:]).sum(axis=0)
     removed = {c.text: int(per_check[i]) for i, c in enumerate(constraints)}
     rejected = {r.name: int(per_check[len(constraints) + i]) for i, r in enumerate(RULES)
                 if per_check[len(constraints) + i] > 0}
     passing = []  # per group: the block of each passing joint value, and its factor indices
-    for j, (_, owner, index) in enumerate(per_group):
-        ok = first[row_group == j] == k
+    for (_, owner, index), first in zip(per_group, firsts):
+        ok = first == k
         passing.append((owner[ok], {f: v[ok] for f, v in index.items()}))
     bounds = [np.searchsorted(owner, np.arange(n_blocks + 1)) for owner, _ in passing]
     return SpaceCount(space, int(at_least[:, 0].sum()), removed, rejected, at_least[:, k], groups, passing, bounds)

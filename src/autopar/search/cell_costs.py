@@ -1,0 +1,279 @@
+"""The streamed search's costing passes over cells (:mod:`autopar.search.cells`).
+
+* :func:`memory_pass`: the peak memory of every valid layout, costed per cell of the memory terms
+  (:func:`autopar.cost.memory.stage_state`, :func:`~autopar.cost.memory.stage_activation_bytes`,
+  :func:`~autopar.cost.memory.stage_buffers`, each once per distinct value of what it reads) on the
+  bounding stage views that are stages of their own, summed by
+  :func:`autopar.cost.memory.assemble_memory` per *memory cell* (a distinct value of every factor
+  a memory term reads: the layouts of a cell differ only in factors no memory term reads, e.g. the
+  CP algorithm, and share its peak); the counts of fitting and marginal layouts are the cells'
+  counts times how many layouts each stands for.
+* :func:`floor_pass`: a lower bound of the step time of every layout, the number of micro-batches
+  times the first stage's time floor over every recompute setting
+  (:func:`autopar.cost.stage_time.stage_time` with ``floor``), costed once per cell of what the
+  stage time reads less the recompute option, for the cells holding a fitting layout.
+* :func:`time_rows`: the step costs of chosen fitting layouts, each term costed once per distinct
+  cell of what it reads, combined by :func:`autopar.cost.step.combine` as
+  :func:`autopar.search.costing.search_costs` combines them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from autopar.cost import stage_time as T
+from autopar.cost.memory import assemble_memory, stage_activation_bytes, stage_buffers, stage_state
+from autopar.cost.step import StepCosts, combine, makespan_lower_bound_s, step_lower_bound_s, view_time
+from autopar.problem import Problem
+from autopar.progress import advance
+from autopar.search.cells import Cells, SpaceCells, one_of_each, scatter
+from autopar.search.costing import _own_rows, _views_of, view_counts
+from autopar.search.valid_space import _factors_read
+from autopar.space import FACTORS
+
+CHUNK_CELLS = 1 << 17  # memory cells costed at once (about 1 MiB per array): RSS stays flat as the space grows
+FLOOR_CELLS = 1 << 15  # floor cells costed at once
+_SAMPLE_BLOCKS = 6  # blocks the column recorder samples layouts from (spread over the space)
+_SAMPLE_PER_BLOCK = 48  # layouts per sampled block
+ALL = frozenset(FACTORS)
+
+MEMORY_TERMS = {"state": stage_state, "activations": stage_activation_bytes, "buffers": stage_buffers}
+
+
+class Reads:
+    """Which factors each cost term reads (name -> frozenset), found once per search by running
+    the term on a sample of layouts spread over the space (every view, so branches taken on any
+    stage are seen) against the column recorder (:func:`autopar.search.valid_space._factors_read`)."""
+
+    def __init__(self, p: Problem, cells: SpaceCells) -> None:
+        self.p, self.cells = p, cells
+        self._known: dict[str, frozenset[str]] = {}
+        valid = np.flatnonzero(cells.count.valid_per_block)
+        picked = valid[np.unique(np.linspace(0, len(valid) - 1, _SAMPLE_BLOCKS).round().astype(np.int64))]
+        sample = cells.cells(picked, ALL)
+        spread = [np.flatnonzero(sample.block == b) for b in picked]
+        rows = np.concatenate([at[np.unique(np.linspace(0, len(at) - 1, _SAMPLE_PER_BLOCK).round().astype(np.int64))]
+                               for at in spread])
+        self.sample = sample.take(rows)
+        self._batch = cells.rows(self.sample)
+
+    def __call__(self, name: str, fn) -> frozenset[str]:
+        """The factors ``fn(rows, stages)`` (known as ``name``) reads."""
+        if name not in self._known:
+            read: frozenset[str] = frozenset()
+            for view in range(3):
+                stages = self.cells.stages(self.sample, view)
+                read |= _factors_read(lambda b, s=stages: fn(b, s), self._batch)
+            self._known[name] = read
+        return self._known[name]
+
+
+@dataclass
+class MemoryPass:
+    """What :func:`memory_pass` found: each memory cell's peak (``peak_bytes``, cells of
+    ``factors`` listed from ``starts``), the counts of fitting and marginal layouts, the lightest
+    layout (a :class:`Cells` of one) and its peak, and for each factor set asked for, which of its
+    cells hold a fitting layout (``fit_any``: set -> bool per cell, listed from :meth:`SpaceCells.starts`)."""
+
+    factors: frozenset[str]
+    starts: np.ndarray
+    peak_bytes: np.ndarray
+    fitting: int
+    marginal: int
+    lightest: Cells
+    lightest_peak_bytes: float
+    fit_any: dict[frozenset[str], np.ndarray]
+
+
+def block_chunks(sizes: np.ndarray, blocks: np.ndarray, limit: int) -> list[np.ndarray]:
+    """``blocks`` in order, grouped so each group holds about ``limit`` of ``sizes`` (per block)."""
+    out, chunk, total = [], [], 0
+    for b in blocks:
+        chunk.append(int(b))
+        total += int(sizes[b])
+        if total >= limit:
+            out.append(np.asarray(chunk, dtype=np.int64))
+            chunk, total = [], 0
+    if chunk:
+        out.append(np.asarray(chunk, dtype=np.int64))
+    return out
+
+
+def memory_pass(p: Problem, cells: SpaceCells, reads: Reads, capacity_bytes: float, marginal_bytes: float,
+                fit_sets: list[frozenset[str]]) -> MemoryPass:
+    """The peak of every memory cell and the counts (see the module docstring); ``fit_sets``:
+    factor sets whose cells holding a fitting layout the later passes need."""
+    terms = {name: (lambda b, s, fn=fn: fn(p, b, s)) for name, fn in MEMORY_TERMS.items()}
+    term_reads = {name: reads(name, fn) for name, fn in terms.items()}
+    factors = frozenset().union(*term_reads.values())
+    term_starts = {name: cells.starts(r) for name, r in term_reads.items()}
+    starts, sizes = cells.starts(factors), cells.sizes(factors)
+    peak_all = np.empty(int(sizes.sum()))
+    fit_starts = {s: cells.starts(s) for s in fit_sets}
+    fit_any = {s: np.zeros(int(cells.sizes(s).sum()), dtype=bool) for s in fit_sets}
+    fitting = marginal = 0
+    lightest, lightest_peak = None, np.inf
+    for chunk in block_chunks(sizes, np.flatnonzero(sizes), CHUNK_CELLS):
+        c = cells.cells(chunk, factors)
+        owns = own_views(cells, c)
+        per_term = {}  # name -> (its cells, their rows, each memory cell's term cell, views' own term cells)
+        for name in terms:
+            first, inverse = one_of_each(cells.index(c, term_reads[name], term_starts[name]))
+            tc = c.take(first)
+            per_term[name] = (tc, cells.rows(tc), inverse, own_views(cells, tc))
+        peak = None
+        for view, own in enumerate(owns):
+            if not len(own):
+                continue
+            parts = []
+            for name, fn in terms.items():
+                tc, rows, inverse, term_owns = per_term[name]
+                if view == 0:
+                    parts.append(scatter(fn(rows, cells.stages(tc, 0)), inverse))
+                    continue
+                at_term = term_owns[view]
+                renumber = np.full(len(tc), -1, dtype=np.int64)
+                renumber[at_term] = np.arange(len(at_term))
+                value = fn(rows.take(at_term), cells.stages(tc.take(at_term), view))
+                parts.append(scatter(value, renumber[inverse[own]]))
+            total = assemble_memory(p, *parts).total_bytes
+            if view == 0:
+                peak = np.array(total, dtype=np.float64)
+            else:
+                peak[own] = np.maximum(peak[own], total)
+        at = starts[chunk[0]]
+        peak_all[at:at + len(c)] = peak
+        weight = cells.multiplicity(c, factors)
+        fits = peak <= capacity_bytes
+        fitting += int(weight[fits].sum())
+        marginal += int(weight[fits & (peak > marginal_bytes)].sum())
+        light = float(peak.min())
+        if light < lightest_peak:  # ties: the first in the full enumeration
+            ties = c.take(np.flatnonzero(peak == light))
+            lightest, lightest_peak = ties.take(np.asarray([int(np.argmin(cells.full_index(ties)))])), light
+        fit_cells = c.take(fits)
+        for s in fit_sets:
+            fit_any[s][cells.index(fit_cells, s, fit_starts[s])] = True
+        advance(int(weight.sum()))
+    assert lightest is not None  # the caller refuses an empty space first
+    return MemoryPass(factors, starts, peak_all, fitting, marginal, lightest, lightest_peak, fit_any)
+
+
+def microbatches(p: Problem, cells: SpaceCells, c: Cells) -> np.ndarray:
+    """Micro-batches per step of each layout of ``c``: ``gbs // (mbs * dp)`` as
+    :func:`autopar.space.batch_of` sets them."""
+    mbs = cells.tables["mbs"][cells.table_starts["mbs"][c.block] + cells.factor_index(c)["mbs"], 0]
+    return p.train.global_batch_size // (mbs * cells.scalars[c.block, 0])
+
+
+@dataclass
+class FloorPass:
+    """What :func:`floor_pass` found: each cell's step-time floor (``floor``, s, listed from
+    :meth:`SpaceCells.starts`; ``inf`` where the cell holds no fitting layout), each block's least
+    (``block_floor``, ``(blocks,)``) and the cell holding it (``least``, one per block that has one)."""
+
+    floor: np.ndarray
+    block_floor: np.ndarray
+    least: Cells
+    total: np.ndarray  # per cell: the first stage's floor per micro-batch (s)
+
+
+def floor_pass(p: Problem, cells: SpaceCells, factors: frozenset[str], memory: MemoryPass) -> FloorPass:
+    """The step-time floor (s) of each cell of ``factors`` (what the stage time reads less the
+    recompute option) that holds a fitting layout: :func:`autopar.cost.step.step_lower_bound_s`
+    of the first stage's :func:`~autopar.cost.stage_time.stage_time` floor over every recompute
+    setting."""
+    sizes = cells.sizes(factors)
+    floor = np.full(int(sizes.sum()), np.inf)
+    total = floor.copy()
+    shared = factors & memory.factors
+    fit_any, fit_starts = memory.fit_any[shared], cells.starts(shared)
+    starts = cells.starts(factors)
+    for chunk in block_chunks(sizes, np.flatnonzero(sizes), FLOOR_CELLS):
+        c = cells.cells(chunk, factors)
+        keep = np.flatnonzero(fit_any[cells.index(c, shared, fit_starts)])
+        if not len(keep):
+            continue
+        c = c.take(keep)
+        t = T.stage_time(p, cells.rows(c), cells.stages(c, 0), floor=True)
+        total[starts[chunk[0]] + keep] = t.total_s
+        floor[starts[chunk[0]] + keep] = step_lower_bound_s(microbatches(p, cells, c), t)
+    owner = np.repeat(np.arange(cells.n_blocks), sizes)
+    order = np.lexsort((floor, owner))  # by block, then floor: each block's least first
+    least = order[np.concatenate([[True], owner[order][1:] != owner[order][:-1]])] if len(order) else order
+    least = least[np.isfinite(floor[least])]
+    block_floor = np.full(cells.n_blocks, np.inf)
+    block_floor[owner[least]] = floor[least]
+    return FloorPass(floor, block_floor, cells.cells(np.flatnonzero(sizes), factors).take(least), total)
+
+
+def take_time(t: T.StageTime, index: np.ndarray) -> T.StageTime:
+    """The rows of ``t`` at ``index``."""
+    return T.StageTime(**{f.name: getattr(t, f.name)[index] for f in fields(T.StageTime)})
+
+
+def own_views(cells: SpaceCells, c: Cells) -> list[np.ndarray]:
+    """For each bounding view, the entries of ``c`` on which it is a stage of its own (see
+    :func:`autopar.search.costing._own_rows`): view 0 everywhere, view 1 where pp >= 3, view 2
+    where pp >= 2."""
+    pp = cells.scalars[c.block, 2]
+    return [np.arange(len(c)), np.flatnonzero(pp >= 3), np.flatnonzero(pp >= 2)]
+
+
+def view_values(cells: SpaceCells, c: Cells, factors: frozenset[str], fn, first: int = 0) -> list:
+    """``fn(rows, stages)`` for each view from ``first`` on, on the entries of ``c`` where the
+    view is a stage of its own (:func:`own_views`), once per distinct cell of ``factors``; None
+    for the views before ``first`` or without such entries."""
+    out = []
+    for view, own in enumerate(own_views(cells, c)):
+        out.append(cells.evaluate(c.take(own), factors, view, fn) if view >= first and len(own) else None)
+    return out
+
+
+def full_views(cells: SpaceCells, c: Cells, own_values: list[np.ndarray]) -> list[np.ndarray]:
+    """Full-length ``(n,)`` values of the three views from each view's values on its own entries
+    (:func:`own_views`; view 0's given for every entry): where pp = 1 views 1 and 2 are view 0,
+    where pp = 2 view 1 is view 2 (as :func:`autopar.search.costing._views_of`)."""
+    owns = own_views(cells, c)
+    v0 = own_values[0]
+    v2 = v0.copy()
+    v2[owns[2]] = own_values[2]
+    v1 = v2.copy()
+    v1[owns[1]] = own_values[1]
+    return [v0, v1, v2]
+
+
+def makespan_bound(p: Problem, cells: SpaceCells, c: Cells, totals: list[np.ndarray]) -> np.ndarray:
+    """:func:`autopar.cost.step.makespan_lower_bound_s` of the layouts ``c`` from their three
+    views' per-micro-batch ``totals`` (full length). The streamed layouts have the default
+    schedules (1F1B or interleaved): V schedules are added after the blocks
+    (:mod:`autopar.v_space`) and costed through the whole batch."""
+    pp, vpp = cells.scalars[c.block, 2], cells.scalars[c.block, 3]
+    counts = [np.ones(len(c)), np.where(pp >= 3, pp - 2, 0), np.where(pp >= 2, 1, 0)]  # as view_counts
+    return makespan_lower_bound_s(microbatches(p, cells, c), pp, vpp, counts, totals)
+
+
+def time_rows(p: Problem, cells: SpaceCells, reads: Reads, c: Cells, peak_bytes: np.ndarray,
+              times: list[T.StageTime | None]) -> StepCosts:
+    """Step costs of the fitting layouts ``c`` (peaks ``peak_bytes``; ``times``: each view's
+    stage times on the layouts where it is a stage of its own, :func:`own_views`): the exposed
+    data-parallel and optimizer times of each view (:func:`view_time`, every term once per
+    distinct cell of what it reads), combined as :func:`autopar.search.costing.search_costs`
+    combines them."""
+    batch = cells.rows(c)
+    parts = []
+    for view, rows in enumerate(_own_rows(batch)):
+        sub = c.take(rows)
+
+        def run(name, fn, sub=sub, view=view):
+            return cells.evaluate(sub, reads(name, fn), view, fn)
+
+        parts.append(view_time(p, batch.take(rows), cells.stages(sub, view), run, times[view]))
+    names = [f.name for f in fields(T.StageTime)]
+    full = {name: _views_of(batch, [getattr(t, name) for t, _, _ in parts]) for name in names}
+    times = [T.StageTime(**{name: full[name][j] for name in names}) for j in range(3)]
+    dp = _views_of(batch, [d for _, d, _ in parts])
+    opt = _views_of(batch, [o for _, _, o in parts])
+    return combine(p, batch, view_counts(batch), times, dp, opt, peak_bytes, [])

@@ -1,0 +1,278 @@
+"""The search's valid layouts as products of factor groups, costed once per cell of what a term reads.
+
+:func:`autopar.search.valid_space.count_space` finds, per block, the joint values of each factor
+group that pass every check, and a block's valid layouts are the product of those values (in the
+full enumeration's order where the groups follow :data:`autopar.space.FACTORS`). A cost term
+reads only some factors (:func:`autopar.search.valid_space._factors_read`: the stage time does
+not read the ZeRO stage, the buffers read only mbs and the TP modes), so it is costed once per
+*cell*: one distinct value, within a block, of the factors it reads. Per group, a term reading
+every factor of the group has one cell per passing joint value, one reading none has one, and one
+reading some has one per distinct projection of the passing values (:class:`Projection`).
+
+A set of layouts or cells is a :class:`Cells`: each one's block and, per group, the position of a
+joint value among the group's passing values. Any term's cell of any such set follows by index
+arithmetic (:meth:`SpaceCells.index`), so a term is evaluated on its own cells only and its
+values are spread to the layouts by gathering; no layout's row is built unless it is needed.
+The cost functions are row-wise (a row's numbers depend on its own columns and stage), so the
+gathered numbers are those a pass over every layout gives.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from autopar.cost.stage import Stages, bounding_stages
+from autopar.layout_batch import LayoutBatch
+from autopar.problem import Problem
+from autopar.search.valid_space import SpaceCount, _mixed_radix
+from autopar.space import FACTORS, assemble, batch_of
+
+_DENSE_PER_ROW = 8  # codes ranging up to this many per row are made dense with a table, wider ones by sorting
+
+
+@dataclass
+class Projection:
+    """A factor group's passing joint values seen through some of its factors. Per block: how many
+    distinct projections it has (``sizes``, ``(blocks,)``) and where its projections start in
+    ``first`` / ``count`` (``starts``, ``(blocks + 1,)``). Per passing joint value (positions as
+    in :attr:`SpaceCount.passing`): its projection's rank within its block (``code``). Per
+    projection: the position of its first joint value (``first``) and how many share it (``count``)."""
+
+    sizes: np.ndarray
+    starts: np.ndarray
+    code: np.ndarray
+    first: np.ndarray
+    count: np.ndarray
+
+    identity: bool = False  # every joint value is a projection of its own (first = positions, count = 1)
+
+    @property
+    def trivial(self) -> bool:
+        """Whether every block has one projection at most (the group adds no axis)."""
+        return bool(np.all(self.sizes <= 1))
+
+
+@dataclass
+class Cells:
+    """Layouts or cells of a search's space: each one's block (``block``, ``(m,)``, index into
+    :attr:`SpaceCount.blocks`) and per factor group (:attr:`SpaceCount.groups`) the position of
+    its joint value among the group's passing values (``pos``, one ``(m,)`` array per group)."""
+
+    block: np.ndarray
+    pos: list[np.ndarray]
+
+    def __len__(self) -> int:
+        return len(self.block)
+
+    def take(self, index: np.ndarray) -> "Cells":
+        """The entries at ``index`` (boolean mask or integer indices)."""
+        return Cells(self.block[index], [q[index] for q in self.pos])
+
+
+def one_of_each(code: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For integer codes: the position of one entry of each distinct code (in increasing code
+    order) and each entry's index into those positions."""
+    if not len(code):
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    low, high = int(code.min()), int(code.max())
+    if high - low + 1 > max(_DENSE_PER_ROW * len(code), 1 << 16):
+        _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+        return first, inverse.ravel()
+    at = np.full(high - low + 1, -1, dtype=np.int64)
+    at[code - low] = np.arange(len(code))
+    present = at >= 0
+    return at[present], (np.cumsum(present) - 1)[code - low]
+
+
+def scatter(value: Any, inverse: np.ndarray) -> Any:
+    """``value`` (an array, or a dataclass of arrays, over distinct cells) spread to every entry
+    (``inverse``: each entry's cell)."""
+    if isinstance(value, np.ndarray):
+        return value[inverse] if value.ndim else np.broadcast_to(value, inverse.shape)
+    if dataclasses.is_dataclass(value):
+        return dataclasses.replace(value, **{f.name: scatter(getattr(value, f.name), inverse)
+                                             for f in dataclasses.fields(value)
+                                             if isinstance(getattr(value, f.name), np.ndarray)})
+    return value
+
+
+class SpaceCells:
+    """The product structure of one search's valid layouts (``count``, :func:`count_space`) and
+    the tables that turn cells into rows: per block its factor tables and scalars, its bounding
+    stage views (:func:`autopar.cost.stage.bounding_stages`, which read only the block) and the
+    strides of the full enumeration (a layout's position in :func:`autopar.space.enumerate_layouts`)."""
+
+    def __init__(self, p: Problem, count: SpaceCount) -> None:
+        self.p, self.count = p, count
+        blocks = count.blocks
+        self.n_blocks = len(blocks)
+        self._projections: dict[tuple[int, tuple[str, ...]], Projection] = {}
+        self._member_lists: dict[tuple[int, tuple[str, ...]], tuple[np.ndarray, np.ndarray]] = {}
+        self.scalars = np.stack([b.scalars for b in blocks]).reshape(-1, 6)
+        self.tables, self.table_starts = {}, {}
+        for f in FACTORS:
+            lengths = [len(b.values[f]) for b in blocks]
+            self.tables[f] = np.concatenate([b.values[f] for b in blocks])
+            self.table_starts[f] = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+        dims = np.array([[len(b.values[f]) for f in FACTORS] for b in blocks], dtype=np.int64).reshape(-1, len(FACTORS))
+        self.full_strides = np.concatenate([np.cumprod(dims[:, :0:-1], axis=1)[:, ::-1],
+                                            np.ones((len(dims), 1), dtype=np.int64)], axis=1)
+        sizes = np.prod(dims, axis=1)
+        self.full_starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+        first = {f: np.zeros(self.n_blocks, dtype=np.int64) for f in FACTORS}
+        self.views = bounding_stages(p, batch_of(p, self._assemble(np.arange(self.n_blocks), first)))
+
+    # -- projections and cells ---------------------------------------------------------------
+
+    def projection(self, g: int, factors: frozenset[str]) -> Projection:
+        """Group ``g``'s passing joint values seen through ``factors`` (see :class:`Projection`)."""
+        group = self.count.groups[g]
+        own = tuple(f for f in group if f in factors)
+        key = (g, own)
+        if key not in self._projections:
+            owner, index = self.count.passing[g]
+            bounds = self.count.bounds[g]
+            n = np.diff(bounds)
+            if len(own) == len(group):  # every joint value is a projection of its own
+                self._projections[key] = Projection(n, bounds.astype(np.int64), np.arange(len(owner)) - bounds[owner],
+                                                    np.arange(len(owner)), np.ones(len(owner), dtype=np.int64), True)
+            elif not own:  # one projection per block that has passing values
+                sizes = np.minimum(n, 1)
+                self._projections[key] = Projection(sizes, np.concatenate([[0], np.cumsum(sizes)]),
+                                                    np.zeros(len(owner), dtype=np.int64), bounds[:-1][n > 0], n[n > 0])
+            else:
+                columns = [index[f] for f in own]
+                dims = [int(c.max()) + 1 for c in columns]
+                raw = owner * int(np.prod(dims)) + np.ravel_multi_index(columns, dims)
+                unique, first, inverse, counts = np.unique(raw, return_index=True, return_inverse=True,
+                                                           return_counts=True)
+                sizes = np.bincount(unique // int(np.prod(dims)), minlength=self.n_blocks)
+                starts = np.concatenate([[0], np.cumsum(sizes)])
+                self._projections[key] = Projection(sizes, starts, inverse.ravel() - starts[owner], first, counts)
+        return self._projections[key]
+
+    def _projections_of(self, factors: frozenset[str]) -> list[Projection]:
+        return [self.projection(g, factors) for g in range(len(self.count.groups))]
+
+    def sizes(self, factors: frozenset[str]) -> np.ndarray:
+        """Cells of ``factors`` per block (``(blocks,)``)."""
+        out = (self.count.valid_per_block > 0).astype(np.int64)  # a block failing a block-level check has none
+        for pr in self._projections_of(factors):
+            out *= pr.sizes
+        return out
+
+    def starts(self, factors: frozenset[str], blocks: np.ndarray | None = None) -> np.ndarray:
+        """Where each block's cells of ``factors`` start when the cells of ``blocks`` (default:
+        all, in order) are listed block after block (:meth:`cells`); ``(blocks,)``, indexed by block."""
+        sizes = self.sizes(factors)
+        blocks = np.arange(self.n_blocks) if blocks is None else blocks
+        out = np.zeros(self.n_blocks, dtype=np.int64)
+        out[blocks] = np.concatenate([[0], np.cumsum(sizes[blocks])[:-1]])
+        return out
+
+    def cells(self, blocks: np.ndarray, factors: frozenset[str]) -> Cells:
+        """Every cell of ``factors`` in ``blocks`` (block indices), block after block, the groups'
+        projections in mixed-radix order (the last group fastest); each cell stands for the first
+        joint value of its projection."""
+        projs = self._projections_of(factors)
+        sizes = np.stack([pr.sizes[blocks] for pr in projs], axis=1) if len(blocks) else np.zeros((0, len(projs)))
+        owner, digits = _mixed_radix(sizes.astype(np.int64))
+        block = np.asarray(blocks, dtype=np.int64)[owner]
+        return Cells(block, [pr.starts[block] + digits[:, k] if pr.identity else pr.first[pr.starts[block] + digits[:, k]]
+                             for k, pr in enumerate(projs)])
+
+    def index(self, cells: Cells, factors: frozenset[str], starts: np.ndarray) -> np.ndarray:
+        """Each entry of ``cells``'s cell of ``factors``: its position among :meth:`cells` of the
+        same ``factors`` listed from ``starts`` (:meth:`starts`)."""
+        out = starts[cells.block]
+        stride = None
+        for k in reversed(range(len(self.count.groups))):
+            pr = self.projection(k, factors)
+            if pr.trivial:
+                continue
+            digit = pr.code[cells.pos[k]]
+            out = out + (digit if stride is None else digit * stride)
+            size = pr.sizes[cells.block]
+            stride = size if stride is None else stride * size
+        return out
+
+    def _members(self, g: int, factors: frozenset[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Group ``g``'s passing joint values by projection through ``factors``: their positions,
+        projection after projection (increasing within one), and where each projection's start."""
+        key = (g, tuple(f for f in self.count.groups[g] if f in factors))
+        if key not in self._member_lists:
+            pr = self.projection(g, factors)
+            owner = self.count.passing[g][0]
+            self._member_lists[key] = (np.argsort(pr.starts[owner] + pr.code, kind="stable"),
+                                  np.concatenate([[0], np.cumsum(pr.count)]))
+        return self._member_lists[key]
+
+    def expand(self, cells: Cells, factors: frozenset[str]) -> tuple[np.ndarray, Cells]:
+        """The valid layouts in each of ``cells`` (cells of ``factors``): each layout's cell
+        (index into ``cells``) and the layouts, cell after cell, each group's joint values of
+        the cell's projection in mixed-radix order (the last group fastest)."""
+        groups = range(len(self.count.groups))
+        projs = self._projections_of(factors)
+        at = [pr.starts[cells.block] + pr.code[cells.pos[k]] for k, pr in enumerate(projs)]  # each group's projection
+        counts = np.stack([projs[k].count[at[k]] for k in groups], axis=1) if len(cells) else \
+            np.zeros((0, len(projs)), dtype=np.int64)
+        owner, digits = _mixed_radix(counts)
+        pos = []
+        for k in groups:
+            members, starts = self._members(k, factors)
+            pos.append(members[starts[at[k][owner]] + digits[:, k]])
+        return owner, Cells(cells.block[owner], pos)
+
+    def multiplicity(self, cells: Cells, factors: frozenset[str]) -> np.ndarray:
+        """How many valid layouts each cell of ``factors`` in ``cells`` stands for."""
+        out = np.ones(len(cells), dtype=np.int64)
+        for k, pr in enumerate(self._projections_of(factors)):
+            if not pr.identity:
+                out *= pr.count[pr.starts[cells.block] + pr.code[cells.pos[k]]]
+        return out
+
+    # -- rows -------------------------------------------------------------------------------
+
+    def factor_index(self, cells: Cells) -> dict[str, np.ndarray]:
+        """Each entry's index into each factor's values (name -> ``(m,)``)."""
+        out = {}
+        for k, group in enumerate(self.count.groups):
+            index = self.count.passing[k][1]
+            for f in group:
+                out[f] = index[f][cells.pos[k]]
+        return out
+
+    def _assemble(self, block: np.ndarray, index: dict[str, np.ndarray]) -> np.ndarray:
+        values = {f: self.tables[f][self.table_starts[f][block] + index[f]] for f in FACTORS}
+        return assemble(self.scalars[block], values)
+
+    def rows(self, cells: Cells) -> LayoutBatch:
+        """The layouts of ``cells`` as a :class:`LayoutBatch` (each cell's first joint values)."""
+        return batch_of(self.p, self._assemble(cells.block, self.factor_index(cells)))
+
+    def stages(self, cells: Cells, view: int) -> Stages:
+        """Stage view ``view`` (0: stage 0, 1: stage 1, 2: stage pp-1) of ``cells``' layouts."""
+        return self.views[view].take(cells.block)
+
+    def full_index(self, cells: Cells) -> np.ndarray:
+        """Each layout's position in the full enumeration (:func:`autopar.space.enumerate_layouts`,
+        valid or not); the valid layouts keep its order."""
+        index = self.factor_index(cells)
+        strides = self.full_strides[cells.block]
+        out = self.full_starts[cells.block].copy()
+        for j, f in enumerate(FACTORS):
+            out += index[f] * strides[:, j]
+        return out
+
+    def evaluate(self, cells: Cells, factors: frozenset[str], view: int, fn, starts: np.ndarray | None = None) -> Any:
+        """``fn(rows, stages)`` for every entry of ``cells`` on stage ``view``, costed once per
+        distinct cell of ``factors`` (what ``fn`` reads) and gathered; ``starts``
+        (:meth:`starts`) where the caller has them."""
+        code = self.index(cells, factors, self.starts(factors) if starts is None else starts)
+        first, inverse = one_of_each(code)
+        once = cells.take(first)
+        return scatter(fn(self.rows(once), self.stages(once, view)), inverse)
