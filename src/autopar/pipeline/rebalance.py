@@ -8,6 +8,8 @@ unchanged (``target``, an ``autopar export`` format):
 
 * ``deepspeed``: no re-balancing; Megatron-DeepSpeed's pipeline splits by transformer-layer
   count only (:data:`EVEN_SPLIT_TARGETS`, :func:`autopar.export.deepspeed.refusal_reason`).
+  Nor for torchtitan's V schedules (ZB-V, DualPipeV: :data:`autopar.strategy.V_SCHEDULE_NAMES`),
+  whose two chunks per rank must be equal (:mod:`autopar.rules`).
 * ``megatron``, ``mindspeed``, ``torchtitan`` (one recompute setting for all
   stages): the best split Megatron-LM can express (``--decoder-first/last-pipeline-num-layers``,
   equal middle stages) with the layout's own recompute option
@@ -40,7 +42,7 @@ from autopar.pipeline.layers import LayerTable, layer_table
 from autopar.pipeline.schedules import in_flight_chunks
 from autopar.pipeline.split import dp_split, megatron_split, min_max_split
 from autopar.problem import Problem
-from autopar.strategy import Strategy, simplicity_key
+from autopar.strategy import V_SCHEDULE_NAMES, Strategy, simplicity_key
 
 TARGETS: tuple[str, ...] = ("megatron", "megatron-bridge", "mindspeed", "torchtitan", "deepspeed", "galvatron", "sapp")
 EVEN_SPLIT_TARGETS: tuple[str, ...] = ("deepspeed",)  # formats that cannot write an uneven split
@@ -206,7 +208,7 @@ def rebalance_many(p: Problem, estimates: list[Estimate], memory_margin: float, 
     owners, candidates = [], []  # the index in ``estimates`` of each candidate layout
     for k, e in enumerate(estimates):
         limit = capacity if e.marginal else (1 - memory_margin) * capacity
-        if target in EVEN_SPLIT_TARGETS:
+        if target in EVEN_SPLIT_TARGETS or e.strategy.schedule in V_SCHEDULE_NAMES:
             found = []
         elif target in PER_STAGE_OPTIONS:
             found = per_stage_candidates(p, e.strategy, limit, PER_STAGE_OPTIONS[target], cache, use_ilp)
