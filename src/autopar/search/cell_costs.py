@@ -29,7 +29,7 @@ from autopar.cost.step import StepCosts, combine, makespan_lower_bound_s, step_l
 from autopar.problem import Problem
 from autopar.progress import advance
 from autopar.search.cells import Cells, SpaceCells, one_of_each, scatter
-from autopar.search.costing import _own_rows, _views_of, view_counts
+from autopar.search.costing import _own_rows, _views_of, spread_views, view_counts
 from autopar.search.valid_space import _factors_read
 from autopar.space import FACTORS
 
@@ -235,14 +235,8 @@ def view_values(cells: SpaceCells, c: Cells, factors: frozenset[str], fn, first:
 def full_views(cells: SpaceCells, c: Cells, own_values: list[np.ndarray]) -> list[np.ndarray]:
     """Full-length ``(n,)`` values of the three views from each view's values on its own entries
     (:func:`own_views`; view 0's given for every entry): where pp = 1 views 1 and 2 are view 0,
-    where pp = 2 view 1 is view 2 (as :func:`autopar.search.costing._views_of`)."""
-    owns = own_views(cells, c)
-    v0 = own_values[0]
-    v2 = v0.copy()
-    v2[owns[2]] = own_values[2]
-    v1 = v2.copy()
-    v1[owns[1]] = own_values[1]
-    return [v0, v1, v2]
+    where pp = 2 view 1 is view 2 (:func:`autopar.search.costing.spread_views`)."""
+    return spread_views(own_views(cells, c), own_values)
 
 
 def makespan_bound(p: Problem, cells: SpaceCells, c: Cells, totals: list[np.ndarray]) -> np.ndarray:

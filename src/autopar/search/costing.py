@@ -44,16 +44,21 @@ def _own_rows(batch: LayoutBatch) -> list[np.ndarray]:
     return [np.arange(len(batch)), np.flatnonzero(pp >= 3), np.flatnonzero(pp >= 2)]
 
 
-def _views_of(batch: LayoutBatch, per_view: list[np.ndarray]) -> list[np.ndarray]:
-    """Full-length ``(n,)`` values of the three views from each view's values on its own rows
-    (:func:`_own_rows`): where pp = 1 views 1 and 2 are view 0; where pp = 2 view 1 is view 2."""
-    own = _own_rows(batch)
+def spread_views(own: list[np.ndarray], per_view: list[np.ndarray]) -> list[np.ndarray]:
+    """Full-length ``(n,)`` values of the three views from each view's values on the rows where
+    it is a stage of its own (``own``: row indices per view, view 0's all rows): where pp = 1
+    views 1 and 2 are view 0; where pp = 2 view 1 is view 2."""
     v0 = per_view[0]
     v2 = v0.copy()
     v2[own[2]] = per_view[2]
     v1 = v2.copy()
     v1[own[1]] = per_view[1]
     return [v0, v1, v2]
+
+
+def _views_of(batch: LayoutBatch, per_view: list[np.ndarray]) -> list[np.ndarray]:
+    """:func:`spread_views` on the rows of ``batch`` (:func:`_own_rows`)."""
+    return spread_views(_own_rows(batch), per_view)
 
 
 def _memory_total(p: Problem, run: Callable[[str, Callable], object]) -> np.ndarray:
