@@ -25,11 +25,11 @@ import numpy as np
 
 from autopar.cost import stage_time as T
 from autopar.cost.memory import assemble_memory, stage_activation_bytes, stage_buffers, stage_state
-from autopar.cost.step import StepCosts, combine, makespan_lower_bound_s, step_lower_bound_s, view_time
+from autopar.cost.step import StepCosts, makespan_lower_bound_s, step_lower_bound_s, view_time
 from autopar.problem import Problem
 from autopar.progress import advance
 from autopar.search.cells import Cells, SpaceCells, one_of_each, scatter
-from autopar.search.costing import _own_rows, _views_of, spread_views, view_counts
+from autopar.search.costing import _own_rows, combine_views, spread_views
 from autopar.search.valid_space import _factors_read
 from autopar.space import FACTORS
 
@@ -265,9 +265,4 @@ def time_rows(p: Problem, cells: SpaceCells, reads: Reads, c: Cells, peak_bytes:
             return cells.evaluate(sub, reads(name, fn), view, fn)
 
         parts.append(view_time(p, batch.take(rows), cells.stages(sub, view), run, times[view]))
-    names = [f.name for f in fields(T.StageTime)]
-    full = {name: _views_of(batch, [getattr(t, name) for t, _, _ in parts]) for name in names}
-    times = [T.StageTime(**{name: full[name][j] for name in names}) for j in range(3)]
-    dp = _views_of(batch, [d for _, d, _ in parts])
-    opt = _views_of(batch, [o for _, _, o in parts])
-    return combine(p, batch, view_counts(batch), times, dp, opt, peak_bytes, [])
+    return combine_views(p, batch, parts, peak_bytes)

@@ -94,6 +94,13 @@ def _cost_time(p: Problem, valid: LayoutBatch, views: list[Stages], peak: np.nda
         run = None if distinct is None else (
             lambda name, fn, j=j, rows=fit[rows]: distinct.run(f"{name}{j}", fn, rows, valid, views[j]))
         parts.append(view_time(p, sub, stages, run))
+    return combine_views(p, batch, parts, peak)
+
+
+def combine_views(p: Problem, batch: LayoutBatch, parts: list[tuple], peak: np.ndarray) -> StepCosts:
+    """:func:`autopar.cost.step.combine` of ``batch`` from each view's ``(StageTime, dp seconds,
+    optimizer seconds)`` on its own rows (:func:`_own_rows`; ``parts``, one per view) and the
+    layouts' ``peak`` bytes."""
     names = [f.name for f in fields(T.StageTime)]
     full = {name: _views_of(batch, [getattr(t, name) for t, _, _ in parts]) for name in names}
     times = [T.StageTime(**{name: full[name][j] for name in names}) for j in range(3)]
