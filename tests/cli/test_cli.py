@@ -152,7 +152,7 @@ LLAMA_FP8 = ["--model", "llama3-8b", "--device", "h100-80gb", "--gbs", "64", "--
 
 def _api_estimate(model: str, strategy, **train):
     from autopar.estimate import estimate
-    from conftest import MODELS, make_problem
+    from conftest import make_problem
 
     return estimate(make_problem(model, gbs=64, seq=4096, **train), strategy)
 

@@ -3,7 +3,6 @@ writers' refusals, the costs on the V placement and the search for --target torc
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from autopar.cost.stage import all_stages

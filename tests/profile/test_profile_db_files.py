@@ -9,7 +9,6 @@ import sqlite3
 import pytest
 from typer.testing import CliRunner
 
-from autopar.cli import app
 from autopar.profile.opdb import SCHEMA_VERSION, OpDB, shape_key
 from autopar.profile.provenance import SCHEMA2_RECORD
 from autopar.profile.shapes import strategy_ops

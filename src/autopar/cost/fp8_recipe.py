@@ -45,7 +45,6 @@ from dataclasses import dataclass
 
 from autopar.errors import AutoparError
 from autopar.specs.cluster import DeviceSpec
-from autopar.specs.train import FP8_RECIPES
 
 AMAX_HISTORY_LEN = 1024  # TE DelayedScaling default amax_history_len
 FP32 = 4

@@ -164,7 +164,7 @@ def draw_timeline(fig, spec, sim: SimulationResult, window: TimelineWindow, stag
         handles.append(Patch(color=P2P_COLOUR, label=f"p2p ({TimeUnit.for_span(p2p_s).text(p2p_s)} each)"))
     handles.append(Patch(facecolor="white", edgecolor="grey", label="idle"))
     if vpp > 1:
-        handles.append(Patch(facecolor=_shade(KIND_COLOURS["forward"], vpp - 1, vpp), label=f"later chunks lighter"))
+        handles.append(Patch(facecolor=_shade(KIND_COLOURS["forward"], vpp - 1, vpp), label="later chunks lighter"))
     return axes, handles
 
 
