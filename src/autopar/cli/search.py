@@ -104,6 +104,20 @@ def print_target_config(p: Problem, best, target: str) -> None:
             console.print(f"\n--target megatron-bridge: {escape(assumed)}", highlight=False, soft_wrap=True)
 
 
+def script_layout(p: Problem, script: str | None):
+    """The ``--script``'s own layout on ``p`` (``ScriptPlan.strategy``), whose values fill the keys
+    ``--explain`` leaves out; None without a script or when its layout cannot be built here
+    (e.g. its tp * pp * cp does not divide this world: the keys are then left free)."""
+    if script is None:
+        return None
+    from autopar.specs.script import read_script
+
+    try:
+        return read_script(script).strategy(p.world_size, p.model.num_layers)
+    except AutoparError:
+        return None
+
+
 def _search_outputs(model: str | None, script: str | None, device_file: str | None, profile_db: str | None,
                     write_script: str | None, report: str | None, top: int, plot: str | None = None) -> None:
     """Refuse ``search`` outputs that would overwrite its inputs (``--write-script`` writes up to
@@ -252,7 +266,8 @@ def search(
             p, knobs_line = chosen.problem, summary(chosen, tried)
         else:
             result = run_search(p, top, memory_margin, options=options, target=target, constraints=constraints)
-        explained = explain and explain_layout(p, explain, result, memory_margin, options, target, constraints)
+        explained = explain and explain_layout(p, explain, result, memory_margin, options, target, constraints,
+                                               script_layout(p, script))
         measured = coverage and coverage([e.strategy for e in result.layouts])
     best = result.layouts[0]
     best_args_refused = ""
