@@ -284,9 +284,10 @@ def search(
         for line in write_scripts(script, p, result, write_script, min_gain_pct, count=scripts_asked):
             err_console.print(line, highlight=False, markup=False, soft_wrap=True)
     if report:
+        from autopar.cli.config import given_command_line
         from autopar.report.html import write_report
 
-        err_console.print(f"wrote {write_report(p, result, report)}", highlight=False)
+        err_console.print(f"wrote {write_report(p, result, report, given_command_line())}", highlight=False)
     if verify is not None:
         from autopar.cli.verify import verify_search
 
