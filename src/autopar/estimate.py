@@ -42,8 +42,10 @@ class StageTiming:
     """Time of one pipeline stage (Tinker's ``--detail``): seconds per micro-batch of its forward,
     backward and recomputed forward (compute, :mod:`autopar.cost.stage_time`), its exposed TP, CP
     and EP collectives and one pipeline send (``p2p_s``, 0 with pp 1); ``busy_s`` is
-    ``num_microbatches`` times their sum; ``dp_comm_s`` the data-parallel traffic it leaves exposed
-    per step. The step is not their sum: the pipeline adds its bubble (``time_breakdown_s``)."""
+    ``num_microbatches`` times their sum, the send counted only under 1F1B (blocking; interleaved
+    and V schedules overlap it with compute, :mod:`autopar.cost.step`, so ``busy_s`` never exceeds
+    the step); ``dp_comm_s`` the data-parallel traffic it leaves exposed per step. The step is not
+    their sum: the pipeline adds its bubble (``time_breakdown_s``)."""
 
     stage: int
     layers: int
@@ -179,7 +181,10 @@ def _estimate(p: Problem, s: Strategy, batch: LayoutBatch, stages: Stages, costs
     timing = []
     for i, (t, dp) in enumerate(zip(costs.stage_times or [], costs.stage_dp_s or [])):
         parts = [float(x[0]) for x in (t.forward_s, t.backward_s, t.recompute_s, t.tp_s, t.cp_s, t.ep_s)]
-        timing.append(StageTiming(i, int(stages.layers[i]), *parts, p2p_s=p2p, busy_s=m * (sum(parts) + p2p),
+        # the sends are blocking under 1F1B; interleaved and V schedules overlap them with compute
+        # (autopar.cost.step), so there they are not busy time
+        exposed_p2p = p2p if s.vpp == 1 else 0.0
+        timing.append(StageTiming(i, int(stages.layers[i]), *parts, p2p_s=p2p, busy_s=m * (sum(parts) + exposed_p2p),
                                   dp_comm_s=float(dp[0])))
     capacity = p.cluster.device.memory_bytes
     peak = float(costs.peak_memory_bytes[0])

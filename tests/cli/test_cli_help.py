@@ -59,3 +59,24 @@ def test_estimate_help_defaults_by_hand():
     for text in ("sequence length (tokens) [default: 4096]", "global batch size (sequences per step) [default: 1024]",
                  "none | selective | full [default: none]", "Megatron distributed optimizer [default: 1]"):
         assert text in out
+
+
+def test_constraint_examples_are_values_each_option_takes():
+    """search --help said "e.g. 1,2,4" for every constraint: --zero has no stage 4 and --recompute
+    takes names. Each example now parses as that option's own set of values."""
+    from autopar.search.constraints import FIELD_BY_OPTION, parse_values
+
+    group = typer.main.get_command(app)
+    params = {p.opts[0]: p for p in group.commands["search"].params if p.opts}
+    checked = []
+    for option, spec in FIELD_BY_OPTION.items():
+        found = option in params and re.search(r"e\.g\. ([^)]*)\)", params[option].help or "")
+        if not found:  # --sp, --tp-comm-overlap, ...: on/off switches without a value
+            continue
+        example = found.group(1)
+        checked.append(option)
+        assert len(parse_values(spec, example)) >= 2, (option, example)  # raises on a value the option refuses
+    assert {"--tp", "--zero", "--recompute", "--schedule", "--cp-comm-type"} <= set(checked)
+    assert "e.g. 1,2)" in params["--zero"].help and "e.g. none,selective)" in params["--recompute"].help
+    out = CliRunner().invoke(app, ["search", "--model", "llama3-8b", "--device", "h100-80gb", "--zero", "5"])
+    assert out.exit_code == 2 and out.output.rstrip().endswith("in 0..3 or a comma-separated set of them, e.g. 1,2")

@@ -72,3 +72,30 @@ def test_moe_and_no_fit_are_one_error_line():
     tight = runner.invoke(app, ["search", "--model", "llama2-70b", "--device", "a100-40gb", "--gbs", "64",
                                 "--layerwise", "--pp", "1"])
     assert tight.exit_code == 2 and "error: no layer-wise plan of llama2-70b fits 90% of a100-40gb memory" in tight.output
+
+
+def test_text_says_what_sequence_parallelism_runs_the_tp_marks_and_the_best_uniform_layout():
+    """Llama-2-7B on 8 A100-40GB at 4K, tp 1 or 2: the plan runs tp 2 everywhere, some layers as
+    Megatron TP and the rest as Ulysses ('2 u'). The heading said "Megatron sp" and the JSON hint
+    "add --sequence-parallel" although most layers run Ulysses; it now counts each, the table's
+    'u' has a legend, and the best uniform layout of search --target galvatron with the same
+    constraints is printed beside the plan (its step time as that search gives it)."""
+    args = ["--pp", "1", "--tp", "1,2", "--zero", "2,3"]
+    doc = json.loads(runner.invoke(app, [*LLAMA, *args, "--json"]).stdout)
+    plan = doc["plan"]
+    ulysses = sum(plan["ulysses"])
+    megatron = sum(1 for t, u in zip(plan["tp"], plan["ulysses"]) if t > 1 and not u)
+    assert ulysses > 0 and megatron > 0 and plan["sp"]
+    uniform = json.loads(runner.invoke(app, [*LLAMA[:-1], *args, "--target", "galvatron", "--top", "1",
+                                             "--json"]).stdout)["layouts"][0]
+    assert doc["uniform_best"]["step_time_s"] == pytest.approx(uniform["step_time_s"], rel=1e-9)
+    assert_valid("search-layerwise", doc)
+    out = runner.invoke(app, [*LLAMA, *args])
+    assert out.exit_code == 0, out.output
+    text = " ".join(out.stdout.split())
+    assert f"sequence parallel (Megatron sp on {megatron} tp layers, Ulysses on {ulysses} layers)" in text
+    assert ", Megatron sp\n" not in out.stdout
+    assert "'u': a Ulysses layer (DeepSpeed-Ulysses, Galvatron's use_sp)" in text
+    slower = doc["step_time_s"] / uniform["step_time_s"] - 1
+    assert "best uniform layout for --target galvatron: " in text
+    assert f"step {uniform['step_time_s']:.3f} s; the layer-wise plan is {slower:+.1%} against it" in text

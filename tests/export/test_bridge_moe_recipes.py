@@ -51,7 +51,8 @@ def test_export_takes_the_recipe_default_and_says_so():
     text = runner.invoke(app, ["export", *QWEN]).stdout
     assert "model.moe_token_dispatcher_type=flex" in text and "model.moe_flex_dispatcher_backend=hybridep" in text
     assert "model.recompute_granularity=null" in text
-    assert "# Megatron-Bridge recipe qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config (src/megatron/bridge/recipes/" \
+    assert "# Megatron-Bridge recipe qwen3_30b_a3b_pretrain_config, an alias of " \
+        "qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config (src/megatron/bridge/recipes/" \
         "qwen/h100/qwen3_moe.py at 067f987df03b) defaults assumed where not given: dispatcher hybridep" in text
     given = runner.invoke(app, ["export", *QWEN, "--moe-dispatcher", "alltoall"]).stdout  # the option wins
     assert "model.moe_token_dispatcher_type=alltoall" in given
@@ -62,6 +63,26 @@ def test_export_takes_the_recipe_default_and_says_so():
 def test_search_says_what_it_assumes():
     args = ["search", *QWEN[2:], "--target", "megatron-bridge", "--top", "1", "-q"]
     text = " ".join(runner.invoke(app, args).stdout.split())
-    assert "--target megatron-bridge: Megatron-Bridge recipe qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config" in text
+    assert "--target megatron-bridge: Megatron-Bridge recipe qwen3_30b_a3b_pretrain_config, an alias of " \
+        "qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config" in text
     doc = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
     assert "dispatcher hybridep, recompute none" in doc["target_assumes"]
+
+
+def test_the_note_names_the_launched_recipe_and_leaves_selective_modules_to_the_layout():
+    """DeepSeek-V3's Bridge script named deepseek_v3_pretrain_1024gpu_h100_bf16_config in its
+    header but launched --recipe deepseek_v3_pretrain_config (the library alias of that function);
+    and its note said "recompute none (modules core_attn)" above a row recomputing selectively with
+    other modules. The header now names both recipes, and the recompute default holds only where
+    the layout leaves recompute open."""
+    args = ["export", "--format", "megatron-bridge", "--model", "deepseek-v3", "--device", "h100-80gb", "--nodes",
+            "128", "--gbs", "8192", "--seq-len", "4096", "--tp", "2", "--pp", "16", "--ep", "64", "--mbs", "1",
+            "--recompute", "selective", "--recompute-modules", "core_attn,moe_act"]
+    out = runner.invoke(app, args)
+    assert out.exit_code == 0, out.output
+    text = out.stdout
+    assert "--recipe deepseek_v3_pretrain_config" in text
+    assert "recipe deepseek_v3_pretrain_config, an alias of deepseek_v3_pretrain_1024gpu_h100_bf16_config" in text
+    assert "(modules core_attn)" not in text
+    assert "recompute none where the layout leaves it open (a selective layout recomputes its own modules)" in text
+    assert "'model.recompute_modules=[core_attn,moe_act]'" in text

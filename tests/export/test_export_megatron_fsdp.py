@@ -22,3 +22,22 @@ def test_megatron_fsdp_export_has_the_required_flags():
     zero1 = megatron_args(p, Strategy(dp=8, zero=1)).split()
     assert "--use-distributed-optimizer" in zero1
     assert not {"--use-megatron-fsdp", "--ckpt-format", "--no-gradient-accumulation-fusion"} & set(zero1)
+
+
+def test_megatron_script_says_what_the_user_adds_and_why_the_checkpoint_format_changes():
+    """The Megatron-LM export's script (as the Megatron-Bridge one does) says in a comment above
+    torchrun that data, tokenizer, checkpoint, --train-iters and the multi-node rendezvous are the
+    user's to add; where Megatron-FSDP switches --ckpt-format to fsdp_dtensor it says why. ZeRO-1
+    keeps Megatron-LM's default format and has no such comment."""
+    from autopar.export.megatron import write
+
+    p = make_problem("llama3-8b", gbs=64, seq=4096, nodes=2)
+    text = write(p, Strategy(dp=16, zero=3))
+    head = text[:text.index("torchrun")]
+    assert all(line.startswith(("#", "export ")) for line in head.splitlines())
+    for words in ("--data-path", "--tokenizer-type", "--save/--load", "--train-iters", "--node_rank", "--master_addr",
+                  "--rdzv-endpoint"):
+        assert words in head, words
+    assert "--ckpt-format fsdp_dtensor: Megatron-FSDP (--use-megatron-fsdp) needs this checkpoint format" in head
+    plain = write(p, Strategy(dp=16, zero=1))
+    assert "--train-iters" in plain[:plain.index("torchrun")] and "fsdp_dtensor" not in plain

@@ -104,3 +104,31 @@ def test_p2p_is_read_off_the_timeline_and_every_transfer_drawn():
     assert len(transfers) == 2 * m * (pp * vpp - 1)
     assert all(b - a == pytest.approx(0.25) for _, a, b in transfers)
     assert p2p_transfers(sim.timeline, 0.0) == []
+
+
+def test_the_drain_of_an_extrapolated_step_is_numbered_as_the_steps_last_microbatches():
+    """pp 4, m 512, extrapolated from a shorter simulated step of n micro-batches: the drain drawn
+    is that step's, so its ops carry micro-batches up to n - 1, while the step's drain runs its last
+    ones, up to 511. The drain segment shifts them by 512 - n; the bars drawn in it read 511, 510,
+    ... (the labels used to be the short step's own numbers: 19, 18 for a 128-micro-batch step)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from autopar.report.timeline import draw_timeline
+
+    sim = simulate_bounded(PipelineTimes.uniform(4, 1, 1.0, 2.0), 512, "1f1b")
+    n = sim.timeline_microbatches
+    assert n is not None and n < 512 and sim.step_microbatches == 512
+    window = timeline_window(sim)
+    fill, period, drain = window.segments
+    assert (fill.shift_microbatches, period.shift_microbatches, drain.shift_microbatches) == (0, 0, 512 - n)
+    last = max(op.microbatch for op in sim.timeline if op.stage == 0 and op.kind == "forward")
+    assert last + drain.shift_microbatches == 511
+    fig = plt.figure(figsize=(12, 3))
+    axes, _ = draw_timeline(fig, fig.add_gridspec(1, 1)[0], sim, window, [f"stage {i}" for i in range(4)])
+    labels = [int(t.get_text()) for t in axes[-1].texts if t.get_text().isdigit()]
+    plt.close(fig)
+    assert max(labels) == 511 and min(labels) >= 512 - 4 - 3  # the last pp + pp - 1 micro-batches, no short-step ones
+    assert all(int(t.get_text()) < n for t in axes[0].texts if t.get_text().isdigit())  # the fill is not shifted

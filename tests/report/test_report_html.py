@@ -7,10 +7,12 @@ import json
 from dataclasses import replace
 from types import SimpleNamespace
 
+from conftest import make_problem
+
 from autopar.report.html import write_report
 from autopar.report.plots import memory_chart, ranking_chart
 from autopar.search import search
-from conftest import make_problem
+from autopar.search.constraints import parse_constraints
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -103,3 +105,49 @@ def test_ties_with_the_first_are_marked_and_the_band_named():
     assert "≈1: step time within ±5% of #1" in page
     assert "step time ±5% (MAPE on 2 dense bf16/fp16 H100-class rows)" in _certainty(bands)
     assert "no similar measured row" in _certainty(Certainty(Band("step_time", None, "", ()), bands.memory))
+
+
+def test_page_says_what_a_new_user_asked(tmp_path):
+    """A new user's report: the header said "autopar plan" for a search; "5 layouts ranked" hid how
+    many fit; there was no command to reproduce it or to export a row; MFU's denominator and
+    ZeRO-3 = FSDP were unsaid; the step-time parts were only in the PNG. Llama-3-8B on 16 H100,
+    gbs 256, --no-cp: 43,328 enumerated, 33,888 removed by --no-cp, 1,120 + 288 by rule, 872 out of
+    memory: 7,160 fit. MFU divides by the H100's dense bf16 peak, 989 TFLOP/s."""
+    import html as html_lib
+    import re
+
+    from autopar.report.html import fitting_count
+
+    p = make_problem("llama3-8b", nodes=2, gbs=256)
+    result = search(p, top_k=5, constraints=parse_constraints({}, {"--no-cp": True}))
+    assert (result.enumerated, sum(result.constraints.values()), result.out_of_memory) == (43_328, 33_888, 872)
+    assert sum(result.rejected.values()) == 1_120 + 288 and fitting_count(result) == 7_160
+    command = "autopar search --model llama3-8b --device h100-80gb --nodes 2 --gbs 256 --top 5 --no-cp --report rep"
+    text = html_lib.unescape(write_report(p, result, tmp_path / "rep", command).read_text())
+    assert "<h1>autopar search</h1>" in text and "autopar plan" not in text
+    assert f"top 5 of {fitting_count(result):,}" in text and "fitting layouts ranked" in text
+    assert f"Reproduce: <code>{command}</code>" in text
+    for rank in range(1, 6):
+        assert f"autopar export --format megatron --from result.json --rank {rank}" in text
+    assert "989 TFLOP/s per h100-80gb" in text and "dense (no 2:4 sparsity) peak" in text
+    assert "3 also the parameters, i.e. FSDP" in text
+    parts = text[text.index("<table class=parts>"):]
+    first = result.layouts[0]
+    row = re.search(r"<tr><td>1</td>.*?</tr>", parts).group(0)
+    assert f"<td>{first.time_breakdown_s['compute']:,.3f}</td>" in row and f"<td>{first.step_time_s:,.3f}</td>" in row
+
+
+def test_search_report_shows_the_command_that_reproduces_it(tmp_path):
+    """search --report writes the command line it was given (options from the command line, flags
+    as flags) into the page."""
+    from typer.testing import CliRunner
+
+    from autopar.cli import app
+
+    out = tmp_path / "rep"
+    args = ["search", "--model", "llama3-8b", "--device", "h100-80gb", "--nodes", "1", "--gbs", "64", "--top", "2",
+            "--no-cp", "--report", str(out)]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert (f"Reproduce: <code>autopar search --model llama3-8b --device h100-80gb --nodes 1 --gbs 64 --top 2 "
+            f"--report {out} --no-cp</code>") in (out / "report.html").read_text()

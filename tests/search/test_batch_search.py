@@ -53,7 +53,7 @@ def test_constraints_apply_to_every_point_and_the_table():
     out = runner.invoke(app, [*TOY, "--gbs-range", "8,16", "--tp", "2", "--no-pp"])
     assert out.exit_code == 0, out.output
     assert "Best layout per global batch size" in out.output and "tp2+sp+ov pp1" in out.output
-    assert "largest that fits: gbs 16" in out.output
+    assert "memory does not limit gbs in this range: its largest, 16, fits" in " ".join(out.output.split())
 
 
 def test_a_gbs_with_no_layout_gets_its_reason():
@@ -79,3 +79,59 @@ def test_first_last_doubles_first_as_the_help_says():
     help_text = next(m for m in GbsRange.__metadata__ if isinstance(m, typer.models.OptionInfo)).help
     assert "powers of two" not in help_text and "100:400 is 100, 200, 400" in help_text
     assert parse_gbs_range("100:400") == [100, 200, 400] and parse_gbs_range("100:399") == [100, 200]
+
+
+def _point(gbs, tokens_per_s, peak_bytes=1.0):
+    from types import SimpleNamespace
+
+    from autopar.search.batch import BatchPoint
+
+    return BatchPoint(gbs, SimpleNamespace(tokens_per_s_per_device=tokens_per_s, peak_memory_bytes=peak_bytes,
+                                           to_dict=lambda gbs: {}))
+
+
+def test_saturation_is_the_smallest_gbs_within_the_band_of_the_best():
+    """Tokens/s per device 900, 1,150, 1,170, 1,177 at gbs 16..128: the best is gbs 128; with a
+    4.3 % band the floor is 1,177 x 0.957 = 1,126.4, so 1,150 (gbs 32) is the first within it; with
+    a 1 % band (floor 1,165.2) gbs 64; without a band none."""
+    from autopar.search.batch import BatchSearch
+
+    sweep = BatchSearch([_point(16, 900), _point(32, 1150), _point(64, 1170), _point(128, 1177)], "megatron")
+    assert sweep.best_throughput.gbs == 128
+    assert sweep.saturating(4.3).gbs == 32 and sweep.saturating(1.0).gbs == 64 and sweep.saturating(None) is None
+    assert sweep.memory_limits_gbs is False  # the range's top fits
+    doc = sweep.to_dict(4.3)
+    assert doc["saturating_gbs"] == 32 and doc["saturating_band_pct"] == 4.3 and doc["memory_limits_gbs"] is False
+
+
+def test_a_flat_llama3_70b_sweep_saturates_early_and_says_memory_does_not_limit_gbs():
+    """Llama-3-70B on 64 H100 at 8K: the best layout (tp8 dp8 ZeRO-3, mbs 2) is the same at every
+    gbs, its peak (66.3 GiB) does not depend on gbs, and tokens/s per device only creeps up (1,167
+    at gbs 16 to 1,177): "most tokens/s: gbs 65,536" used to be the only statement, with "largest
+    that fits: gbs 65,536", the range's top. Now the sweep names the smallest gbs within the
+    ±4.3 % band of the best and says memory does not limit gbs."""
+    args = ["search", "--model", "llama3-70b", "--device", "h100-80gb", "--nodes", "8", "--seq-len", "8192",
+            "--gbs-range", "16:1024"]
+    doc = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
+    rates = {pt["gbs"]: pt["best"]["tokens_per_s_per_device"] for pt in doc["points"]}
+    best = max(rates.values())
+    assert doc["saturating_band_pct"] == pytest.approx(4.3, abs=0.05)
+    floor = best * (1 - doc["saturating_band_pct"] / 100)
+    assert doc["saturating_gbs"] == min(g for g, r in rates.items() if r >= floor) == 16
+    assert doc["memory_limits_gbs"] is False and doc["largest_fitting_gbs"] == 1024
+    text = " ".join(runner.invoke(app, args).stdout.split())
+    assert "saturates at gbs 16 (" in text and "within 0.9% of the best" in text
+    assert "memory does not limit gbs in this range: its largest, 1,024, fits with the same peak (66.3 GiB)" in text
+    assert "largest that fits" not in text
+
+
+def test_a_range_beyond_memory_names_the_largest_that_fits():
+    """Where the range's top has no fitting layout, the sweep says memory limits the batch above
+    the largest gbs that fits."""
+    from autopar.report.batch import sweep_summary
+    from autopar.search.batch import BatchPoint, BatchSearch
+
+    sweep = BatchSearch([_point(16, 900), _point(32, 1000), BatchPoint(64, None, "out of memory")], "megatron")
+    assert sweep.memory_limits_gbs is True
+
+    assert sweep_summary(sweep, 4.3)[-1] == "largest that fits: gbs 32 (memory limits the batch above it)"

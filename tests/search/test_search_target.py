@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
+from conftest import make_problem
 from typer.testing import CliRunner
 
 from autopar.cli import app
 from autopar.cli.search import target_warning
 from autopar.strategy import Strategy
-from conftest import make_problem
 
 
 def _ranked(*strategies: Strategy) -> list:
@@ -79,12 +79,33 @@ def test_search_names_why_megatron_cannot_run_a_free_split(monkeypatch):
     assert "--pipeline-model-parallel-layout 'Et*7|t*8|t*9|t*8L'" in json.loads(doc)["megatron_args"]
 
 
-def test_search_with_another_target_points_to_its_export():
-    """--target torchtitan costs the layouts as torchtitan runs them, yet the table ends with
-    Megatron-LM arguments; it now also names the writer of the target's own config."""
-    out = runner.invoke(app, ["search", *TOY, "--top", "1", "--target", "torchtitan"])
-    assert out.exit_code == 0, out.output
-    assert "autopar export --format torchtitan --from RESULT.json" in " ".join(out.stdout.split())
+def test_search_with_another_target_prints_the_targets_own_config(tmp_path):
+    """--target torchtitan / galvatron / megatron-bridge costs the layouts as that framework runs
+    them, yet the table ended with Megatron-LM's pretrain_gpt.py flags and a hint asking for "the
+    same model/cluster options" that export --from does not need. It now prints the target's own
+    config for #1 (what export --format T writes for it) and the --from command alone."""
+    from autopar.export import WRITERS
+    from autopar.search.grid import for_target
+
+    for target, marker in (("torchtitan", "[parallelism]"), ("galvatron", '"pp_deg"'),
+                           ("megatron-bridge", "run_recipe.py")):
+        out = runner.invoke(app, ["search", *TOY, "--top", "1", "--target", target])
+        assert out.exit_code == 0, out.output
+        text = out.stdout
+        assert "Megatron-LM arguments for #1" not in text and "--tensor-model-parallel-size" not in text, target
+        assert f"{target} config for #1:" in text and marker in text, target
+        tail = " ".join(text.split())
+        assert f"autopar export --format {target} --from RESULT.json" in tail
+        assert "same model/cluster options" not in tail
+        # the config printed is the writer's own text for #1 of the --json result
+        doc = json.loads(runner.invoke(app, ["search", *TOY, "--top", "1", "--target", target, "--json"]).stdout)
+        from autopar.export.result import result_problem, strategy_from_result
+
+        path = tmp_path / f"{target}.json"
+        path.write_text(json.dumps(doc))
+        p = for_target(result_problem(str(path)), target)
+        written = WRITERS[target](p, strategy_from_result(str(path), 1, p))
+        assert written.rstrip("\n") in text, target
     plain = runner.invoke(app, ["search", *TOY, "--top", "1"]).stdout
     assert "--target" not in plain and "Megatron-LM arguments for #1" in plain
 

@@ -21,7 +21,6 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-
 CONFIG_FILES = "autopar.config_files"
 """Key of ``Context.meta`` (shared by a command's context and its parents') under which
 :func:`load_config` lists the ``--config`` files read, for :func:`given_config_files`."""
@@ -61,6 +60,30 @@ def option_given(name: str) -> bool:
     ctx = _current_context()
     source = ctx.get_parameter_source(name) if ctx is not None else None
     return source is not None and source.name not in ("DEFAULT",)
+
+
+def given_command_line() -> str | None:
+    """The running command as a command line that reproduces it: ``autopar`` and the command path,
+    then every option given (on the command line or in a ``--config`` file, :func:`option_given`)
+    with its value, ``--config`` itself left out (its values are spelled out), shell-quoted; a
+    flag's ``--no-...`` form where it is off. None outside a command."""
+    import shlex
+
+    ctx = _current_context()
+    if ctx is None:
+        return None
+    words = ["autopar", *ctx.command_path.split()[1:]]
+    for param in ctx.command.params:
+        name = param.name
+        if name == "config" or not option_given(name) or not getattr(param, "opts", None):
+            continue
+        value = ctx.params.get(name)
+        if getattr(param, "is_flag", False):
+            flag = param.opts[0] if value else (param.secondary_opts or [None])[0]
+            words += [flag] if flag else []
+        elif value is not None:
+            words += [param.opts[0], str(value)]
+    return shlex.join(words)
 
 
 def _current_context() -> Any:

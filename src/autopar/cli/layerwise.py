@@ -113,26 +113,81 @@ def run_layerwise(console: Console, p: Problem, constraints: list[Constraint], a
                            f"{p.cluster.device.name} memory ({result.cells} (pp, chunks, dp type) cells searched)")
     plan, cost = result.plan, result.cost
     doc = galvatron_layerwise.config(p, plan)
+    uniform = best_uniform(p, constraints, memory_margin)
     if as_json:
         print_json("search-layerwise", {
             "plan": plan.model_dump(mode="json"), "step_time_s": cost.step_time_s,
             "tokens_per_s_per_device": cost.tokens_per_s_per_device, "peak_memory_bytes": cost.peak_memory_bytes,
             "stage_memory_bytes": cost.stage_memory_bytes, "search_seconds": result.seconds,
             "galvatron": doc, "galvatron_runtime_flags": ["--sequence-parallel"] if plan.sp else [],
+            "uniform_best": None if uniform is None else {"layout": uniform[0], "step_time_s": uniform[1]},
         })
         return
     console.print(f"[bold]{escape(p.model.name)}[/] on {p.cluster.num_nodes} x {p.cluster.devices_per_node} "
                   f"{p.cluster.device.name}, gbs {p.train.global_batch_size}, seq {p.train.seq_len}: layer-wise plan, "
                   f"pp {plan.pp}, {plan.num_microbatches} micro-batches, default data parallel "
                   f"{'ddp' if plan.default_zero == 0 else 'zero2'}, vocabulary tp {plan.vocab_tp}"
-                  f"{' + ZeRO-3' if plan.vocab_zero3 else ''}{', Megatron sp' if plan.sp else ''}", highlight=False)
+                  f"{' + ZeRO-3' if plan.vocab_zero3 else ''}{', ' + sp_text(plan) if plan.sp else ''}",
+                  highlight=False, soft_wrap=True)
     console.print(_runs_table(p, plan, cost))
+    if any(plan.ulysses):
+        console.print(TP_LEGEND, highlight=False, soft_wrap=True)
     console.print(f"step {cost.step_time_s:.3f} s, {cost.tokens_per_s_per_device:,.0f} tokens/s per device; "
                   f"{result.cells} cells, {result.cells_solved} solved by dynamic programming, "
                   f"{result.plans_costed} plans costed in {result.seconds:.2f} s", highlight=False)
+    if uniform is not None:
+        from autopar.report.ties import problem_certainty
+
+        band_pct = problem_certainty(p).step_time.band_pct
+        console.print(escape(uniform_line(cost.step_time_s, uniform, band_pct)), highlight=False, soft_wrap=True)
     console.print("\n[bold]Galvatron JSON[/] (--galvatron_config_path"
-                  f"{'; add --sequence-parallel' if plan.sp else ''}):")
+                  f"{'; add the runtime flag --sequence-parallel' if plan.sp else ''}):")
     console.print(json.dumps(doc, indent=2), highlight=False, markup=False, soft_wrap=True)
+
+
+TP_LEGEND = ("tp: the size of each layer's group; 'u': a Ulysses layer (DeepSpeed-Ulysses, Galvatron's use_sp): "
+             "its group holds whole weights and splits the sequence, exchanging attention heads by all-to-all, "
+             "instead of splitting the weights (Megatron TP)")
+
+
+def sp_text(plan) -> str:
+    """What Galvatron's runtime ``--sequence-parallel`` does in ``plan`` (``plan.sp``): Megatron
+    sequence parallelism on its Megatron-TP layers (tp > 1, not Ulysses) and the sequence-sharded
+    activations its Ulysses layers need (:mod:`autopar.layerwise.plan`), counted in layers."""
+    ulysses = sum(plan.ulysses)
+    megatron = sum(1 for t, u in zip(plan.tp, plan.ulysses) if t > 1 and not u)
+    parts = ([f"Megatron sp on {megatron} tp layer{'s' * (megatron != 1)}"] if megatron else []) + (
+        [f"Ulysses on {ulysses} layer{'s' * (ulysses != 1)}"] if ulysses else [])
+    return "sequence parallel (" + (", ".join(parts) or "no tp > 1 layer") + ")"
+
+
+def best_uniform(p: Problem, constraints: list[Constraint], memory_margin: float) -> tuple[str, float] | None:
+    """The best uniform layout ``search --target galvatron`` ranks for the same problem (its label
+    and step time, s), the layer-wise constraints (``--tp``, ``--pp``, ...) applied; None when none
+    fits or a constraint has no uniform meaning."""
+    from autopar.report.table import layout_label
+    from autopar.search import search
+    from autopar.search.grid import for_target
+
+    try:
+        best = search(for_target(p, "galvatron"), 1, memory_margin, target="galvatron",
+                      constraints=constraints).layouts[0]
+    except AutoparError:
+        return None
+    s = best.strategy
+    return f"{layout_label(best)} mbs {s.mbs} zero {s.zero} recompute {s.recompute}", best.step_time_s
+
+
+def uniform_line(layerwise_s: float, uniform: tuple[str, float], band_pct: float | None = None) -> str:
+    """The layer-wise step against the best uniform layout's, for the same Galvatron target, and
+    whether the difference is within autopar's step-time band ``band_pct`` (%; the ``≈1`` ties)."""
+    from autopar.report.ties import within_band
+
+    label, step_s = uniform
+    tie = within_band(layerwise_s, step_s, band_pct)
+    return (f"best uniform layout for --target galvatron: {label}, step {step_s:.3f} s; the layer-wise plan is "
+            f"{layerwise_s / step_s - 1:+.1%} against it" + (f", within autopar's ±{band_pct:g}% band: too close to "
+                                                             "rank" if tie else ""))
 
 
 def _runs_table(p: Problem, plan, cost) -> Table:

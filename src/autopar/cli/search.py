@@ -74,6 +74,50 @@ def target_warning(p: Problem, layouts: list, target: str) -> str | None:
     return f"--target {target} cannot run #1 unchanged ({first}); {where}"
 
 
+def print_target_config(p: Problem, best, target: str) -> None:
+    """Print, after a ``search --target T`` table (T not ``megatron``), #1's config in T's own form
+    (:data:`autopar.export.WRITERS`) and the command that writes it from the search result, or
+    T's reason for refusing it. For ``megatron-bridge`` also the recipe assumption
+    (:func:`autopar.export.bridge_moe_recipes.note`).
+
+    Args:
+        p: the problem searched (already :func:`autopar.search.grid.for_target`'s).
+        best: #1's ``Strategy``.
+        target: an ``autopar export`` format name other than ``megatron``.
+    """
+    from autopar.export import WRITERS
+
+    try:
+        text = WRITERS[target](p, best)
+    except AutoparError as err:
+        console.print(f"\n--target {target} cannot write #1 ({escape(str(err))})", highlight=False, soft_wrap=True)
+        return
+    console.print(f"\n[bold]{target} config for #1:[/]")
+    console.print(text.rstrip("\n"), highlight=False, markup=False, soft_wrap=True)
+    console.print(f"\nthe same from this search's --json output (RESULT.json): autopar export --format {target} --from "
+                  "RESULT.json [--rank N for row N]; the result holds the model and cluster", highlight=False,
+                  markup=False, soft_wrap=True)
+    if target == "megatron-bridge":
+        from autopar.export.bridge_moe_recipes import note
+
+        if (assumed := note(p)) is not None:
+            console.print(f"\n--target megatron-bridge: {escape(assumed)}", highlight=False, soft_wrap=True)
+
+
+def script_layout(p: Problem, script: str | None):
+    """The ``--script``'s own layout on ``p`` (``ScriptPlan.strategy``), whose values fill the keys
+    ``--explain`` leaves out; None without a script or when its layout cannot be built here
+    (e.g. its tp * pp * cp does not divide this world: the keys are then left free)."""
+    if script is None:
+        return None
+    from autopar.specs.script import read_script
+
+    try:
+        return read_script(script).strategy(p.world_size, p.model.num_layers)
+    except AutoparError:
+        return None
+
+
 def _search_outputs(model: str | None, script: str | None, device_file: str | None, profile_db: str | None,
                     write_script: str | None, report: str | None, top: int, plot: str | None = None) -> None:
     """Refuse ``search`` outputs that would overwrite its inputs (``--write-script`` writes up to
@@ -222,7 +266,8 @@ def search(
             p, knobs_line = chosen.problem, summary(chosen, tried)
         else:
             result = run_search(p, top, memory_margin, options=options, target=target, constraints=constraints)
-        explained = explain and explain_layout(p, explain, result, memory_margin, options, target, constraints)
+        explained = explain and explain_layout(p, explain, result, memory_margin, options, target, constraints,
+                                               script_layout(p, script))
         measured = coverage and coverage([e.strategy for e in result.layouts])
     best = result.layouts[0]
     best_args_refused = ""
@@ -239,9 +284,10 @@ def search(
         for line in write_scripts(script, p, result, write_script, min_gain_pct, count=scripts_asked):
             err_console.print(line, highlight=False, markup=False, soft_wrap=True)
     if report:
+        from autopar.cli.config import given_command_line
         from autopar.report.html import write_report
 
-        err_console.print(f"wrote {write_report(p, result, report)}", highlight=False)
+        err_console.print(f"wrote {write_report(p, result, report, given_command_line())}", highlight=False)
     if verify is not None:
         from autopar.cli.verify import verify_search
 
@@ -274,21 +320,13 @@ def search(
     console.print(search_summary(result), highlight=False, soft_wrap=True)
     if knobs_line:
         console.print(escape(knobs_line), highlight=False, soft_wrap=True)
-    if best_args is None:
-        console.print(f"\nMegatron-LM cannot run #1 ({escape(best_args_refused)}): write it with autopar export "
-                      f"--format {target}", highlight=False, soft_wrap=True)
+    if target != "megatron":  # the target's own config, not Megatron-LM flags it does not read
+        print_target_config(p, best.strategy, target)
+    elif best_args is None:
+        console.print(f"\nMegatron-LM cannot run #1 ({escape(best_args_refused)})", highlight=False, soft_wrap=True)
     else:
         console.print("\n[bold]Megatron-LM arguments for #1:[/]")
         console.print(best_args, highlight=False, soft_wrap=True)
-        if target == "megatron-bridge":
-            from autopar.export.bridge_moe_recipes import note
-
-            if (assumed := note(p)) is not None:
-                console.print(f"\n--target megatron-bridge: {escape(assumed)}", highlight=False, soft_wrap=True)
-        if target != "megatron":  # the Megatron flags above are not the target's config
-            console.print(f"\n--target {target}: write #1's own config with autopar export --format {target} "
-                          "--from RESULT.json (this search's --json output) and the same model/cluster options",
-                          highlight=False, soft_wrap=True)
     if measured:
         print_coverage(measured)
     from autopar.cli.verify import print_calibration

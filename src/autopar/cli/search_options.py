@@ -15,8 +15,9 @@ from autopar.errors import AutoparError
 from autopar.search.constraints import Constraint, parse_constraints
 
 
-def _set(option: str, what: str) -> object:
-    return typer.Option(option, help=f"keep only layouts with this {what} (one value or a set, e.g. 1,2,4)",
+def _set(option: str, what: str, example: str = "1,2,4") -> object:
+    """A constraint option's ``typer.Option``; ``example``: a set of values it takes."""
+    return typer.Option(option, help=f"keep only layouts with this {what} (one value or a set, e.g. {example})",
                         rich_help_panel="Constraints")
 
 
@@ -33,9 +34,10 @@ Ep = Annotated[Optional[str], _set("--ep", "expert-parallel size")]
 Etp = Annotated[Optional[str], _set("--etp", "expert tensor-parallel size")]
 Mbs = Annotated[Optional[str], _set("--mbs", "micro-batch size")]
 Microbatches = Annotated[Optional[str], _set("--num-microbatches", "micro-batch count (gbs / (mbs x dp))")]
-Zero = Annotated[Optional[str], _set("--zero", "ZeRO stage, 0-3")]
-Recompute = Annotated[Optional[str], _set("--recompute", "recompute: none | selective | full")]
-Schedule = Annotated[Optional[str], _set("--schedule", "pipeline schedule: 1f1b | interleaved | gpipe")]
+Zero = Annotated[Optional[str], _set("--zero", "ZeRO stage, 0-3 (3: FSDP)", "1,2")]
+Recompute = Annotated[Optional[str], _set("--recompute", "recompute: none | selective | full", "none,selective")]
+Schedule = Annotated[Optional[str], _set("--schedule", "pipeline schedule: 1f1b | interleaved | gpipe",
+                                         "1f1b,interleaved")]
 VocabTp = Annotated[Optional[str], _set("--vocab-tp", "embedding/output-layer TP degree (Galvatron's vtp; "
                                         "--target galvatron searches it)")]
 VocabSp = Annotated[Optional[bool], typer.Option(
@@ -50,7 +52,7 @@ TpCommOverlap = Annotated[Optional[bool], typer.Option(
     "--tp-comm-overlap/--no-tp-comm-overlap", help="keep only layouts with (without) TP communication overlap",
     rich_help_panel="Constraints")]
 CpCommType = Annotated[Optional[str], _set("--cp-comm-type", "context-parallel algorithm: p2p | a2a | allgather | "
-                                           "a2a+p2p")]
+                                           "a2a+p2p", "p2p,a2a")]
 NoTp = Annotated[bool, _off("--no-tp", "tensor parallelism (tp 1)")]
 NoPp = Annotated[bool, _off("--no-pp", "pipeline parallelism (pp 1)")]
 NoCp = Annotated[bool, _off("--no-cp", "context parallelism (cp 1)")]

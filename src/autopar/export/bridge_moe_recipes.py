@@ -98,13 +98,28 @@ def layout_fallbacks(p: Problem) -> dict[str, str]:
 
 
 def note(p: Problem) -> str | None:
-    """One line saying which recipe defaults the target assumes, or None without a MoE recipe."""
+    """One line saying which recipe defaults the target assumes, or None without a MoE recipe.
+
+    It names the recipe the export launches (``--recipe <model>_pretrain_config``) and the H100
+    recipe function that name is an alias of, where the defaults are read; and it says the
+    recompute default holds only where a layout leaves recompute open: a layout that recomputes
+    selectively runs its own modules (Megatron-Core's default ``core_attn`` unless
+    ``--recompute-modules``), which the recipe's ``recompute_modules=None`` does not decide."""
     defaults = recipe_defaults(p)
     if defaults is None:
         return None
+    from autopar.errors import AutoparError
+    from autopar.export.megatron_bridge import recipe_for
+
     dispatcher = recipe_dispatcher(p, defaults)
     fallback = "" if dispatcher == defaults.dispatcher else f" ({defaults.dispatcher} falls back to alltoall on " \
         f"{p.cluster.device.name})"
-    return (f"Megatron-Bridge recipe {defaults.function} (src/megatron/bridge/recipes/{defaults.file} at "
+    try:
+        alias = recipe_for(p)
+    except AutoparError:  # no recipe builds this model: the export refuses it, the note names no alias
+        alias = None
+    launched = f"{alias}, an alias of " if alias and alias != defaults.function else ""
+    return (f"Megatron-Bridge recipe {launched}{defaults.function} (src/megatron/bridge/recipes/{defaults.file} at "
             f"{BRIDGE_COMMIT}) defaults assumed where not given: dispatcher {dispatcher}{fallback}, recompute "
-            f"{defaults.recompute} (modules core_attn), expert tensor parallel 1")
+            f"{defaults.recompute} where the layout leaves it open (a selective layout recomputes its own modules), "
+            "expert tensor parallel 1")

@@ -297,15 +297,26 @@ def megatron_args(p: Problem, s: Strategy, dialect: Dialect = "megatron", extra:
 
 
 def launch_script(p: Problem, s: Strategy, dialect: Dialect = "megatron", extra: tuple[str, ...] = ()) -> str:
-    """A minimal launch script: the env export Megatron asserts, then ``torchrun`` with the
-    cluster shape and every flag. Data, tokenizer and checkpoint flags are the user's to add.
+    """A minimal launch script: the env export Megatron asserts, a comment naming what is the
+    user's to add (data, tokenizer and checkpoint flags, ``--train-iters``, the multi-node
+    rendezvous; and why ``--ckpt-format`` is switched where Megatron-FSDP needs ``fsdp_dtensor``),
+    then ``torchrun`` with the cluster shape and every flag.
 
     Raises:
         AutoparError: the layout cannot be expressed in ``dialect``.
     """
     args = megatron_args(p, s, dialect, extra)
     env, _, body = args.partition("\n") if args.startswith("export") else ("", "", args)
-    head = "#!/bin/bash\n" + (env + "\n" if env else "")
+    framework = "MindSpeed-LLM" if dialect == "mindspeed" else "Megatron-LM"
+    head = "#!/bin/bash\n" + (env + "\n" if env else "") + (
+        f"# {framework} launch written by autopar export: the layout, batch, precision and model flags only.\n"
+        "# Yours to add: data, tokenizer and checkpoint flags (--data-path, --tokenizer-type, --save/--load)\n"
+        "# and the run length (--train-iters), and on several nodes the rendezvous on each node\n"
+        "# (--node_rank N --master_addr HOST --master_port PORT, or --rdzv-backend c10d --rdzv-endpoint HOST:PORT).\n")
+    if "--ckpt-format fsdp_dtensor" in body:
+        head += ("# --ckpt-format fsdp_dtensor: Megatron-FSDP (--use-megatron-fsdp) needs this checkpoint format\n"
+                 "# (Megatron-LM's megatron-fsdp user guide, 'Required Configurations'): a checkpoint saved in\n"
+                 "# another (torch_dist by default) must be converted before --load.\n")
     if p.train.activation_offload_layers and dialect == "megatron":
         head += "# --cpu-offloading-num-layers needs Megatron-LM main (after core_v0.15, which has no such flag)\n"
     if p.train.cuda_graph_impl != "none" and p.train.cuda_graph_scope not in V015_GRAPH_SCOPES:

@@ -102,6 +102,8 @@ class SimulationResult:
             extrapolated from its periodic steady state (:mod:`autopar.pipeline.steady`) and
             ``timeline`` is that of the same schedule with this many micro-batches.
         schedule: the schedule simulated (its placement maps chunks to virtual stages).
+        step_microbatches: the step's own micro-batch count when extrapolated (the periods
+            between ``timeline_microbatches`` and it come before the drain), else None.
     """
 
     makespan_s: float
@@ -111,6 +113,7 @@ class SimulationResult:
     timeline: list[TimelineOp]
     timeline_microbatches: int | None = None
     schedule: str = "1f1b"
+    step_microbatches: int | None = None
 
 
 def _check_times(times: PipelineTimes, schedule: str) -> tuple[int, int]:

@@ -91,7 +91,7 @@ def simulate_bounded(times: PipelineTimes, num_microbatches: int, schedule: str,
                 run = simulate(times, final, schedule, activation_bytes)
             makespan = run.makespan_s + (m - final) // cycle * delta
             busy = m * float(np.sum(_work_per_microbatch_s(times)))
-            return replace(run, makespan_s=makespan, timeline_microbatches=final,
+            return replace(run, makespan_s=makespan, timeline_microbatches=final, step_microbatches=m,
                            bubble_fraction=1 - busy / (pp * makespan) if makespan > 0 else 0.0)
         warmup *= 2  # a longer transient: look further on
     if _ops(pp, vpp, m) > MAX_SIMULATED_OPS:

@@ -19,7 +19,9 @@ step. When the step was extrapolated from a shorter simulated one
 (``SimulationResult.timeline_microbatches``), the drawn timeline is that shorter step's; its
 drain is the real step's drain shifted by ``makespan_s`` minus the drawn makespan
 (:mod:`autopar.pipeline.steady`: the extra periods come before the drain), so segments carry
-that shift and the gaps count the extrapolated micro-batches too.
+that shift, and its micro-batches are the step's last ones: their numbers are shifted by the
+step's micro-batches minus the drawn step's (128 micro-batches drawn from 20: the drain's 19 and
+18 are the step's 127 and 126); the gaps count the extrapolated micro-batches too.
 """
 
 from __future__ import annotations
@@ -39,13 +41,15 @@ WHOLE_FORWARDS_PER_RANK = 32
 @dataclass(frozen=True)
 class Segment:
     """One drawn time range of the timeline: ``[start_s, end_s]`` in the drawn timeline's
-    seconds; ``shift_s`` added gives the step's own times (non-zero only for the drain of an
+    seconds; ``shift_s`` added gives the step's own times and ``shift_microbatches`` added to a
+    drawn op's micro-batch gives the step's own number (both non-zero only for the drain of an
     extrapolated step); ``name`` is ``whole step``, ``fill``, ``steady state`` or ``drain``."""
 
     name: str
     start_s: float
     end_s: float
     shift_s: float = 0.0
+    shift_microbatches: int = 0
 
 
 @dataclass(frozen=True)
@@ -130,26 +134,31 @@ def timeline_window(sim: SimulationResult, whole_forwards_per_rank: int = WHOLE_
     candidates = sorted(k for k in starts if k % step == 0 and k + cycle in starts
                         and starts[k] >= fill_end_s and starts[k + cycle] <= drain_start_s)
     per_microbatch_s = delta_s / cycle
+    # the micro-batches never simulated (they precede the drain): the step's count less the drawn one's
+    shift_mb = sim.step_microbatches - num_drawn if sim.step_microbatches is not None else None
 
     def gap(start_s: float, end_s: float, extra_s: float) -> Gap:
         drawn = sum(1 for t in starts.values() if start_s <= t < end_s)
-        return Gap(end_s - start_s + extra_s, drawn + (round(extra_s / per_microbatch_s) if extra_s > 0 else 0))
+        extra = 0 if extra_s <= 0 else shift_mb if shift_mb is not None else round(extra_s / per_microbatch_s)
+        return Gap(end_s - start_s + extra_s, drawn + extra)
 
+    drain_shift_mb = shift_mb if shift_mb is not None and shift_s > 0 else 0
     if not candidates:  # no whole period between fill and drain: only what was never simulated is left out
         if shift_s <= 0 or drain_start_s <= 0:
             return whole
         return TimelineWindow((Segment("fill + steady state", 0.0, drain_start_s),
-                               Segment("drain", drain_start_s, drawn_end_s, shift_s)),
+                               Segment("drain", drain_start_s, drawn_end_s, shift_s, drain_shift_mb)),
                               (gap(drain_start_s, drain_start_s, shift_s),), cycle, delta_s)
     k = candidates[len(candidates) // 2]
     period = Segment("steady state", starts[k], starts[k + cycle])
 
-    segments = [Segment("fill", 0.0, fill_end_s), period, Segment("drain", drain_start_s, drawn_end_s, shift_s)]
+    segments = [Segment("fill", 0.0, fill_end_s), period,
+                Segment("drain", drain_start_s, drawn_end_s, shift_s, drain_shift_mb)]
     gaps = [gap(fill_end_s, period.start_s, 0.0), gap(period.end_s, drain_start_s, shift_s)]
     for i in (1, 0):  # nothing left out between two segments: draw them as one
         if gaps[i].microbatches == 0:
             a, b = segments[i], segments[i + 1]
-            segments[i:i + 2] = [Segment(f"{a.name} + {b.name}", a.start_s, b.end_s, b.shift_s)]
+            segments[i:i + 2] = [Segment(f"{a.name} + {b.name}", a.start_s, b.end_s, b.shift_s, b.shift_microbatches)]
             del gaps[i]
     if not gaps:
         return whole

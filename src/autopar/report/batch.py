@@ -20,21 +20,24 @@ from autopar.search.constraints import Constraint
 from autopar.space import SpaceOptions
 
 
-def batch_table(sweep: BatchSearch) -> Table:
+def batch_table(sweep: BatchSearch, band_pct: float | None = None) -> Table:
     """One row per gbs: its best layout, memory, step time, tokens/s per device and MFU; the gbs
-    with the most tokens/s per device is marked ``best``, the largest that fits ``largest``."""
+    with the most tokens/s per device is marked ``best``, the smallest within ``band_pct`` % of it
+    ``saturates`` (:meth:`BatchSearch.saturating`), the largest that fits ``largest`` (only where
+    memory limits the batch: not the range's top)."""
     table = Table(title="Best layout per global batch size (GiB = peak per device)", header_style="bold")
     for name, justify in [("gbs", "right"), ("layout", "left"), ("mbs", "right"), ("zero", "right"),
                           ("recompute", "left"), ("GiB", "right"), ("step s", "right"), ("tok/s/dev", "right"),
                           ("MFU", "right"), ("note", "left")]:
         table.add_column(name, justify=justify, no_wrap=name != "note")
-    best, largest = sweep.best_throughput, sweep.largest_fitting
+    best, largest, saturating = sweep.best_throughput, sweep.largest_fitting, sweep.saturating(band_pct)
     for pt in sweep.points:
         e = pt.best
         if e is None:
             table.add_row(f"{pt.gbs:,}", "[red]none[/]", *[""] * 7, pt.reason or "")
             continue
-        notes = [n for n, p in (("best tok/s/dev", best), ("largest that fits", largest)) if p is pt]
+        notes = [n for n, p in (("best tok/s/dev", best), ("saturates", saturating if saturating is not best else None),
+                                ("largest that fits", largest if sweep.memory_limits_gbs else None)) if p is pt]
         notes += ["marginal"] if e.marginal else []
         table.add_row(f"{pt.gbs:,}", layout_label(e), str(e.strategy.mbs), str(e.strategy.zero), recompute_label(e),
                       f"{e.peak_memory_bytes / GIB:.1f}", f"{e.step_time_s:.2f}", f"{e.tokens_per_s_per_device:,.0f}",
@@ -78,6 +81,32 @@ def batch_chart(sweep: BatchSearch, title: str) -> bytes:
     return _png(fig)
 
 
+def sweep_summary(sweep: BatchSearch, band_pct: float | None) -> list[str]:
+    """The lines under the sweep's table: the gbs with the most tokens/s per device; the smallest
+    gbs within ``band_pct`` % of it (:meth:`BatchSearch.saturating`: where throughput saturates);
+    the largest gbs that fits, and whether memory limits the batch at all in the range (when the
+    range's top fits it does not; with the same peak at every gbs, memory does not depend on gbs)."""
+    best, largest, saturating = sweep.best_throughput, sweep.largest_fitting, sweep.saturating(band_pct)
+    if best is None:
+        return ["no batch size of --gbs-range has a layout that fits"]
+    top = best.best.tokens_per_s_per_device
+    lines = [f"most tokens/s per device: gbs {best.gbs:,} ({top:,.0f})"]
+    if saturating is not None and saturating is not best:
+        gap = 1 - saturating.best.tokens_per_s_per_device / top
+        lines[0] += (f"; saturates at gbs {saturating.gbs:,} ({saturating.best.tokens_per_s_per_device:,.0f}, within "
+                     f"{gap:.1%} of the best, inside autopar's ±{band_pct:g}% step-time band: a larger batch gains "
+                     "less than it can resolve)")
+    if sweep.memory_limits_gbs:
+        lines.append(f"largest that fits: gbs {largest.gbs:,} (memory limits the batch above it)")
+    else:
+        peaks = [pt.best.peak_memory_bytes for pt in sweep.fitting]
+        same = max(peaks) - min(peaks) <= 0.005 * max(peaks)  # the same layout's peak to 0.5 %: gbs-independent
+        lines.append(f"memory does not limit gbs in this range: its largest, {largest.gbs:,}, fits"
+                     + (f" with the same peak ({max(peaks) / GIB:.1f} GiB) as every gbs (a larger gbs adds "
+                        "micro-batches, not memory)" if same else ""))
+    return lines
+
+
 def run_batch_search(console: Console, p: Problem, gbs_range: str, plot: str | None, memory_margin: float,
                      options: SpaceOptions | None, target: str, constraints: list[Constraint], as_json: bool) -> None:
     """``search --gbs-range``: sweep, then print the table (or the JSON) and write ``plot``.
@@ -86,7 +115,10 @@ def run_batch_search(console: Console, p: Problem, gbs_range: str, plot: str | N
         AutoparError: a bad ``--gbs-range`` (:func:`parse_gbs_range`), an unwritable ``--plot``, or
             nothing that fits to draw.
     """
+    from autopar.report.ties import problem_certainty
+
     sweep = batch_search(p, parse_gbs_range(gbs_range), memory_margin, options, target, constraints)
+    band_pct = problem_certainty(p).step_time.band_pct
     if plot:
         png = batch_chart(sweep, f"{p.model.name} on {p.world_size} x {p.cluster.device.name}, seq {p.train.seq_len}")
         try:
@@ -96,17 +128,13 @@ def run_batch_search(console: Console, p: Problem, gbs_range: str, plot: str | N
     if as_json:
         from autopar.cost.step import mfu_peak_flops_per_s
 
-        doc = {**sweep.to_dict(), "mfu_peak_flops_per_s": mfu_peak_flops_per_s(p)}
+        doc = {**sweep.to_dict(band_pct), "mfu_peak_flops_per_s": mfu_peak_flops_per_s(p)}
         sys.stdout.write(json.dumps(versioned("search-sweep", doc), indent=2) + "\n")
         return
-    console.print(batch_table(sweep))
+    console.print(batch_table(sweep, band_pct))
     if (note := mfu_note(p)) is not None:
         console.print(note, highlight=False, soft_wrap=True)
-    best, largest = sweep.best_throughput, sweep.largest_fitting
-    if best is None:
-        console.print("no batch size of --gbs-range has a layout that fits", highlight=False)
-    else:
-        console.print(f"most tokens/s per device: gbs {best.gbs:,} ({best.best.tokens_per_s_per_device:,.0f}); "
-                      f"largest that fits: gbs {largest.gbs:,}", highlight=False)
+    for line in sweep_summary(sweep, band_pct):
+        console.print(line, highlight=False, soft_wrap=True)
     if plot:
         console.print(f"wrote {plot}", highlight=False)

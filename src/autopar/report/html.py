@@ -6,8 +6,10 @@ The page: the problem and the best layout in a few numbers, with autopar's error
 (:mod:`autopar.validate.bands`: its error on similar validation rows); the ranking as a table
 that sorts by any column (click its header), layouts within the band of #1 ranked ``≈1``; under each of the first :data:`DETAIL_LAYOUTS` layouts, one
 click away, its memory per pipeline stage against the device and its simulated pipeline step
-(:mod:`autopar.report.timeline`); the notes the table needs (marks, short forms, marginal
-layouts); the step time by part of the first :data:`CHART_LAYOUTS`; what the search dropped.
+(:mod:`autopar.report.timeline`) and the command that exports it; the notes the table needs
+(marks, short forms, ZeRO stages, marginal layouts); what MFU is measured against; the step time by
+part of the first :data:`CHART_LAYOUTS` (chart and numbers); what the search dropped; the command
+line that reproduces the search.
 
 Bounded work: ``ranking.png`` draws the first :data:`CHART_LAYOUTS` layouts (a bar each; with
 ``--top 1000`` the chart was a 50,000-pixel-tall, 5.6 MB image that took 40 s and 500 MB to
@@ -27,7 +29,7 @@ from autopar.pipeline.layout_timeline import layout_simulation
 from autopar.problem import Problem
 from autopar.report.layout_plot import stage_labels, timeline_title
 from autopar.report.page_assets import SCRIPT, STYLE
-from autopar.report.plots import GIB, memory_chart, ranking_chart
+from autopar.report.plots import GIB, TIME_PARTS, memory_chart, ranking_chart
 from autopar.report.table import layout_label, recompute_label, search_summary, table_notes
 from autopar.report.ties import problem_certainty, rank_marks, search_document, ties_note
 from autopar.report.timeline import timeline_png
@@ -85,15 +87,22 @@ def _timeline(p: Problem, rank: int, e: Estimate) -> str:
     return _img(timeline_png(sim, stage_labels(p, e), title, p2p_s), f"pipeline timeline of #{rank}")
 
 
-def _detail(p: Problem, rank: int, e: Estimate, memory_png: bytes | None = None) -> str:
-    """The hidden row under layout ``rank``: its memory per stage and its pipeline timeline."""
+def export_command(target: str, rank: int) -> str:
+    """The command that writes layout ``rank`` of the report's ``result.json`` in ``target``'s form."""
+    return f"autopar export --format {target} --from result.json --rank {rank}"
+
+
+def _detail(p: Problem, rank: int, e: Estimate, memory_png: bytes | None = None, target: str = "megatron") -> str:
+    """The hidden row under layout ``rank``: the command that exports it, its memory per stage and
+    its pipeline timeline."""
     memory = memory_png or memory_chart(e, f"#{rank} {layout_label(e)}: memory per device by stage")
     timeline = _timeline(p, rank, e)
     if e.strategy.pp > 1:
         timeline = (f"<figure><figcaption>Simulated pipeline step: forward, backward, recompute per stage; white is "
                     f"idle: the fill and drain (the table's bubble) and faster stages waiting for slower ones</figcaption>{timeline}</figure>")
-    return (f'<tr class=detail id="detail-{rank}" hidden><td colspan={len(COLUMNS)}><div class=detail-grid>'
-            f"{timeline}"
+    return (f'<tr class=detail id="detail-{rank}" hidden><td colspan={len(COLUMNS)}>'
+            f"<p class=note>Its config: <code>{html.escape(export_command(target, rank))}</code> (in this report's "
+            f"folder)</p><div class=detail-grid>{timeline}"
             f"<figure class=memory><figcaption>Memory per device by pipeline stage (weights, gradients, optimizer, "
             f"activations) against the device's {e.device_memory_bytes / GIB:.1f} GiB</figcaption>"
             f"{_img(memory, f'memory per stage of #{rank}')}</figure></div></td></tr>")
@@ -101,13 +110,14 @@ def _detail(p: Problem, rank: int, e: Estimate, memory_png: bytes | None = None)
 
 def _details(p: Problem, result: SearchResult, memory_png: bytes) -> dict[int, str]:
     """Rank -> detail row (:func:`_detail`) of the first :data:`DETAIL_LAYOUTS` layouts."""
-    return {rank: _detail(p, rank, e, memory_png if rank == 1 else None)
+    return {rank: _detail(p, rank, e, memory_png if rank == 1 else None, result.target)
             for rank, e in enumerate(result.layouts[:DETAIL_LAYOUTS], 1)}
 
 
-def _table(result: SearchResult, details: dict[int, str] | None = None, certainty: Certainty | None = None) -> str:
+def _table(result: SearchResult, details: dict[int, str] | None = None, certainty: Certainty | None = None,
+           target: str = "megatron") -> str:
     """The ranking table, each layout's detail row (``details``: rank -> row) under it, and the
-    notes the table needs; with ``certainty`` (the problem's error bands) a layout within the
+    notes the table needs (the export command of any row in ``target``'s form); with ``certainty`` (the problem's error bands) a layout within the
     step-time band of #1 is ranked ``≈1`` and a note names the band, as the search table does."""
     details = details or {}
     header = "".join(f'<th{" class=l" if left else ""}>{name}</th>' for name, left in COLUMNS)
@@ -128,7 +138,12 @@ def _table(result: SearchResult, details: dict[int, str] | None = None, certaint
     if any(e.marginal for e in result.layouts):
         notes.append("marginal: fits, but above 90% of the device memory; real runs at that level often fail from "
                      "fragmentation, so these rank after the comfortable layouts.")
+    keys = [f"Any row's config: {export_command(target, 1).replace('--rank 1', '--rank N')} (N: its rank; run in "
+            "this report's folder).",
+            "zero: 0 none; 1 optimizer states sharded over data parallelism (Megatron's distributed optimizer); "
+            "2 also the gradients; 3 also the parameters, i.e. FSDP (Megatron-FSDP, torchtitan's FSDP2)."]
     return (f"<p class=hint>{html.escape(hint)}.</p>"
+            + "".join(f"<p class=hint>{html.escape(line)}</p>" for line in keys) +
             f"<table id=ranking><thead><tr>{header}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
             + "".join(f"<p class=note>{html.escape(line)}</p>" for line in notes))
 
@@ -146,6 +161,36 @@ def _certainty(certainty: Certainty) -> str:
     return f"<p class=note>{html.escape(text)}</p>"
 
 
+def fitting_count(result: SearchResult) -> int:
+    """How many enumerated layouts fit: enumerated less those removed by a constraint, rejected by a
+    rule or out of memory (the marginal ones fit; a ``--target`` writer's refusals count as fitting)."""
+    return (result.enumerated - sum(result.constraints.values()) - sum(result.rejected.values())
+            - result.out_of_memory)
+
+
+def _mfu(p: Problem) -> str:
+    """One paragraph: what MFU is measured against (:func:`autopar.cost.step.mfu_peak_flops_per_s`)."""
+    from autopar.cost.step import mfu_peak_flops_per_s
+
+    peak = mfu_peak_flops_per_s(p)
+    return (f"<p class=note>MFU: the model's FLOPs per step (no recompute counted) over the step time, divided by "
+            f"the devices' peak: {peak / 1e12:,.0f} TFLOP/s per {html.escape(p.cluster.device.name)}, its dense "
+            f"(no 2:4 sparsity) peak at the training precision ({html.escape(p.train.precision)}).</p>")
+
+
+def _parts_table(layouts: list[Estimate]) -> str:
+    """The numbers behind the step-time chart: each layout's parts (s) and its step."""
+    used = [(key, name) for key, name, _ in TIME_PARTS if any(e.time_breakdown_s.get(key, 0.0) for e in layouts)]
+    header = "<th>#</th><th class=l>layout</th><th>mbs</th><th>zero</th>" + "".join(f"<th>{html.escape(n)} s</th>" for _, n in used) \
+        + "<th>step s</th>"
+    rows = "".join(
+        f"<tr><td>{rank}</td><td class=l>{html.escape(layout_label(e))}</td><td>{e.strategy.mbs}</td>"
+        f"<td>{e.strategy.zero}</td>"
+        + "".join(f"<td>{e.time_breakdown_s.get(key, 0.0):,.3f}</td>" for key, _ in used)
+        + f"<td>{e.step_time_s:,.3f}</td></tr>" for rank, e in enumerate(layouts, 1))
+    return f"<table class=parts><thead><tr>{header}</tr></thead><tbody>{rows}</tbody></table>"
+
+
 def _cards(result: SearchResult, certainty: Certainty) -> str:
     best = result.layouts[0]
     step_band, memory_band = certainty.step_time.band_pct, certainty.memory.band_pct
@@ -154,23 +199,26 @@ def _cards(result: SearchResult, certainty: Certainty) -> str:
               + (f" \u00b1{memory_band:g}%" if memory_band is not None else ""))
     cards = [(layout_label(best), "best layout"), (step, "step time"), (f"{best.mfu:.1%}", "MFU"),
              (f"{best.tokens_per_s_per_device:,.0f}", "tokens/s per device"), (memory, "peak memory"),
-             (f"{len(result.layouts):,}", "layouts ranked")]
+             (f"top {len(result.layouts):,} of {fitting_count(result):,}", "fitting layouts ranked")]
     return "<div class=cards>" + "".join(f"<div class=card><b>{html.escape(v)}</b><span>{k}</span></div>"
                                          for v, k in cards) + "</div>"
 
 
-def render(p: Problem, result: SearchResult, ranking_png: bytes, memory_png: bytes) -> str:
-    """The HTML page (see the module docstring); ``memory_png`` is #1's memory chart."""
+def render(p: Problem, result: SearchResult, ranking_png: bytes, memory_png: bytes, command: str | None = None) -> str:
+    """The HTML page (see the module docstring); ``memory_png`` is #1's memory chart; ``command``
+    the command line that reproduces the search (shown under the title when given)."""
     certainty = problem_certainty(p)
     title = (f"{p.model.name}: {p.model.num_params / 1e9:.1f} B params on {p.cluster.num_nodes} x "
              f"{p.cluster.devices_per_node} {p.cluster.device.name}, gbs {p.train.global_batch_size}, "
              f"seq {p.train.seq_len}, {p.train.precision}")
     return (f"<!doctype html><html lang=en><head><meta charset=utf-8><title>autopar: {html.escape(p.model.name)}</title>"
             f"<meta name=viewport content='width=device-width,initial-scale=1'><style>{STYLE}</style></head><body>"
-            f"<h1>autopar plan</h1><p class=lead>{html.escape(title)}</p>{_cards(result, certainty)}"
-            f"{_certainty(certainty)}"
-            f"<h2>Ranking</h2>{_table(result, _details(p, result, memory_png), certainty)}"
+            f"<h1>autopar search</h1><p class=lead>{html.escape(title)}</p>"
+            + (f"<p class=note>Reproduce: <code>{html.escape(command)}</code></p>" if command else "")
+            + f"{_cards(result, certainty)}{_certainty(certainty)}{_mfu(p)}"
+            f"<h2>Ranking</h2>{_table(result, _details(p, result, memory_png), certainty, result.target)}"
             f"<h2>Step time by part</h2>{_img(ranking_png, 'step time by part of the top layouts')}"
+            f"{_parts_table(result.layouts[:CHART_LAYOUTS])}"
             f"<h2>What the search dropped</h2><p class=note>{html.escape(search_summary(result))}.</p>"
             f"<script>{SCRIPT}</script></body></html>\n")
 
@@ -181,8 +229,9 @@ def report_paths(directory: str | Path) -> list[Path]:
     return [Path(directory) / name for name in ("result.json", "ranking.png", "memory.png", "report.html")]
 
 
-def write_report(p: Problem, result: SearchResult, directory: str | Path) -> Path:
+def write_report(p: Problem, result: SearchResult, directory: str | Path, command: str | None = None) -> Path:
     """Write the four report files into ``directory`` (created if needed); returns the HTML path.
+    ``command``: the command line that reproduces the search, shown on the page.
     The ranking chart shows the first :data:`CHART_LAYOUTS` layouts, the details the first
     :data:`DETAIL_LAYOUTS`; the rest go to the table and ``result.json``.
 
@@ -201,7 +250,7 @@ def write_report(p: Problem, result: SearchResult, directory: str | Path) -> Pat
         result_path.write_text(json.dumps(versioned("search", search_document(p, result)), indent=2) + "\n")
         ranking_path.write_bytes(ranking)
         memory_path.write_bytes(memory)
-        page.write_text(render(p, result, ranking, memory))
+        page.write_text(render(p, result, ranking, memory, command))
     except OSError as err:
         raise AutoparError(f"--report={str(directory)!r}: cannot write ({err.strerror})") from None
     return page

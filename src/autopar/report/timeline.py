@@ -128,7 +128,8 @@ def draw_timeline(fig, spec, sim: SimulationResult, window: TimelineWindow, stag
             if op.kind == "forward" or op.kind == "backward":
                 if (op.end_s - op.start_s) * px_per_s >= 22 and seg.start_s <= op.start_s and op.end_s <= seg.end_s:
                     ax.text((0.5 * (op.start_s + op.end_s) + seg.shift_s) * unit.scale, op.stage - 0.05,
-                            str(op.microbatch), ha="center", va="center", fontsize=6, color="white")
+                            str(op.microbatch + seg.shift_microbatches), ha="center", va="center", fontsize=6,
+                            color="white")
         by_stage: dict[int, list[tuple[float, float]]] = {}
         for stage, a, b in transfers:
             if a < seg.end_s and b > seg.start_s:

@@ -4,7 +4,10 @@ As Galvatron's ``min_bsz``..``max_bsz`` by ``bsz_scale`` sweep: one full search
 (:func:`autopar.search.grid.search`, same constraints, target and margin) per gbs, keeping its #1.
 A larger batch amortises the pipeline bubble and the data-parallel gradient reduction over more
 tokens, so tokens/s per device rises with gbs until memory or the micro-batch count limits it; the
-sweep reports the gbs with the most tokens/s per device and the largest gbs any layout fits.
+sweep reports the gbs with the most tokens/s per device, the smallest gbs whose tokens/s per device
+is within autopar's step-time band of that best (where throughput saturates: a larger batch gains
+less than the model can resolve), and the largest gbs any layout fits, saying when that is only the
+range's top (memory does not limit the batch: a larger gbs adds micro-batches, not activations).
 """
 
 from __future__ import annotations
@@ -90,12 +93,32 @@ class BatchSearch:
         """The largest gbs with a fitting layout, or None."""
         return self.fitting[-1] if self.fitting else None
 
-    def to_dict(self) -> dict[str, Any]:
-        """The ``--gbs-range --json`` document."""
-        best, largest = self.best_throughput, self.largest_fitting
+    @property
+    def memory_limits_gbs(self) -> bool:
+        """Whether memory bounds the batch inside the range: False when the range's largest gbs
+        still has a fitting layout (then "largest that fits" is only the range's top)."""
+        return self.points[-1].best is None
+
+    def saturating(self, band_pct: float | None) -> BatchPoint | None:
+        """The smallest gbs whose tokens/s per device is within ``band_pct`` % of the best point's
+        (``t >= t_best (1 - band_pct / 100)``; the step-time band of
+        :func:`autopar.report.ties.problem_certainty`, as the ``≈1`` ties), or None without a band or
+        a fitting point. E.g. 1,167 tok/s/dev at gbs 16 against a best of 1,177 with a 4.3 % band: gbs 16."""
+        best = self.best_throughput
+        if best is None or band_pct is None:
+            return None
+        floor = best.best.tokens_per_s_per_device * (1 - band_pct / 100)
+        return next(pt for pt in self.fitting if pt.best.tokens_per_s_per_device >= floor)
+
+    def to_dict(self, band_pct: float | None = None) -> dict[str, Any]:
+        """The ``--gbs-range --json`` document (``band_pct``: the step-time band for
+        :meth:`saturating`)."""
+        best, largest, saturating = self.best_throughput, self.largest_fitting, self.saturating(band_pct)
         return {"points": [pt.to_dict() for pt in self.points], "target": self.target,
                 "best_tokens_per_s_per_device_gbs": best.gbs if best else None,
-                "largest_fitting_gbs": largest.gbs if largest else None}
+                "saturating_gbs": saturating.gbs if saturating else None, "saturating_band_pct": band_pct,
+                "largest_fitting_gbs": largest.gbs if largest else None,
+                "memory_limits_gbs": self.memory_limits_gbs}
 
 
 def batch_search(p: Problem, gbs_values: list[int], memory_margin: float, options: SpaceOptions | None,

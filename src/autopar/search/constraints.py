@@ -90,13 +90,14 @@ def parse_values(spec: FieldSpec, text: str) -> frozenset[int]:
     from autopar.integers import INTEGER_RULE, read_integer
 
     read = [read_integer(t) for t in items]
+    example = ",".join(str(v) for v in (1, 2, 4) if spec.lowest <= v <= spec.highest)  # 1,2 for ZeRO's 0..3
     if None in read and all(t.strip() for t in items):
         raise AutoparError(f"{spec.option}={text!r}: expected {INTEGER_RULE} in {spec.lowest}..{spec.highest}, or a "
-                           "comma-separated set of them, e.g. 1,2,4")
+                           f"comma-separated set of them, e.g. {example}")
     values = [] if None in read else [v for v in read if v is not None]
     if not values or any(not spec.lowest <= v <= spec.highest for v in values):
         raise AutoparError(f"{spec.option}={text!r}: must be an integer in {spec.lowest}..{spec.highest} or a "
-                           "comma-separated set of them, e.g. 1,2,4")
+                           f"comma-separated set of them, e.g. {example}")
     return frozenset(values)
 
 

@@ -22,11 +22,12 @@ import numpy as np
 from autopar.errors import AutoparError
 from autopar.estimate import Estimate, estimate
 from autopar.problem import Problem
-from autopar.rules import RULES
 from autopar.report.table import galvatron_marks
+from autopar.rules import RULES
 from autopar.search.constraints import FIELDS, Constraint, FieldSpec, apply_constraints, parse_values
 from autopar.search.grid import GIB, SearchResult, costed_grid, for_search, refusal, undominated
 from autopar.space import SpaceOptions
+from autopar.strategy import Strategy
 
 KEYS: dict[str, FieldSpec] = {f.option[2:].replace("-", "_"): f for f in FIELDS}
 MAX_RANK = 2000  # the rank walk checks the target's writer per layout; deeper ranks are reported as "below"
@@ -109,8 +110,8 @@ class Explanation:
 
 
 def _where(wanted: dict[str, int]) -> str:
-    names = {k: {v: n for n, v in KEYS[k].names.items()} for k in wanted if KEYS[k].names}
-    return ", ".join(f"{k}={names[k][v] if k in names else v}" for k, v in wanted.items())
+    """Key codes as ``key=value`` text, names for named keys (``tp=2, sp=on``)."""
+    return ", ".join(f"{k}={v}" for k, v in _named(wanted).items())
 
 
 def _memory_lines(e: Estimate) -> list[str]:
@@ -121,15 +122,89 @@ def _memory_lines(e: Estimate) -> list[str]:
             f"{peak.total_bytes / GIB:.1f} GiB against {e.device_memory_bytes / GIB:.1f} GiB per device"]
 
 
+#: Key -> the keys it depends on: a script's value of the key is kept only when each of them is
+#: either not stated or stated compatibly with the script's own value: equal, or, for the keys
+#: in :data:`_ABOVE_ONE`'s, on the same side of 1 (a script's vpp divides its own pp; its sequence
+#: parallelism and TP overlap need tp > 1, its CP algorithm cp > 1). dp and num_microbatches
+#: follow from the other sizes and the batch and are never taken from it.
+_DEPENDS: dict[str, tuple[str, ...]] = {
+    "tp": (), "pp": (), "cp": (), "ep": (), "mbs": (), "zero": (), "recompute": (),
+    "vpp": ("pp",), "schedule": ("pp", "vpp"), "sp": ("tp",), "tp_comm_overlap": ("tp", "sp"),
+    "cp_comm_type": ("cp",), "etp": ("ep", "tp"),
+}
+_ABOVE_ONE = {"sp", "tp_comm_overlap", "cp_comm_type"}
+
+
+def _strategy_codes(s: Strategy) -> dict[str, int]:
+    """The :data:`KEYS` codes of layout ``s`` for the keys of :data:`_DEPENDS`."""
+    named = {"recompute": s.recompute, "schedule": s.schedule, "sp": "on" if s.sp else "off",
+             "tp_comm_overlap": "on" if s.tp_comm_overlap else "off", "cp_comm_type": s.cp_comm_type}
+    sizes = {"etp": s.expert_tp}  # etp None = tp (Megatron-LM's default), as the search's batch holds it
+    return {k: KEYS[k].names[named[k]] if k in named else int(sizes.get(k, getattr(s, k))) for k in _DEPENDS}
+
+
+def script_fill(wanted: dict[str, int], script_layout: Strategy) -> dict[str, int]:
+    """The keys ``--explain`` left out that come from the ``--script``'s own layout: each
+    :data:`_DEPENDS` key not in ``wanted`` whose dependencies ``wanted`` leaves out or states with
+    the script's values, with the script's code. E.g. ``tp=2,pp=4,recompute=full`` on a script
+    running tp2+sp pp4 (no vpp, no TP overlap) mbs1 zero1: ``cp=1``, ``zero=1``, ``vpp=1``,
+    ``schedule=1f1b``, ``sp=on``, ``tp_comm_overlap=off``, ...; with ``pp=8`` instead its vpp and
+    schedule stay free (its vpp divides its own pp, not 8); with ``tp=4`` its ``sp=on`` holds."""
+    codes = _strategy_codes(script_layout)
+    def compatible(key: str, dep: str) -> bool:
+        value = wanted.get(dep, codes[dep])
+        if key in _ABOVE_ONE and dep in ("tp", "cp"):
+            return (value > 1) == (codes[dep] > 1)
+        return value == codes[dep]
+
+    return {k: codes[k] for k, deps in _DEPENDS.items() if k not in wanted and all(compatible(k, d) for d in deps)}
+
+
+def _irrelevant(p: Problem, codes: dict[str, int]) -> dict[str, bool]:
+    """Which keys say nothing for a layout of key ``codes`` (missing sizes count as 1): expert
+    sizes on a dense model, the CP algorithm without cp, sequence parallelism and TP overlap
+    without tp."""
+    dense = not p.model.num_experts
+    return {"ep": dense, "etp": dense, "cp_comm_type": codes.get("cp", 1) == 1, "sp": codes.get("tp", 1) == 1,
+            "tp_comm_overlap": codes.get("tp", 1) == 1}
+
+
 def explain_layout(p: Problem, text: str, result: SearchResult, memory_margin: float,
-                   options: SpaceOptions | None, target: str, constraints: list[Constraint]) -> Explanation:
+                   options: SpaceOptions | None, target: str, constraints: list[Constraint],
+                   script_layout: Strategy | None = None) -> Explanation:
     """Explain layout ``text`` (:func:`parse_layout`) in the search that produced ``result``
-    (same problem, margin, space ``options``, ``target`` and ``constraints``).
+    (same problem, margin, space ``options``, ``target`` and ``constraints``). With
+    ``script_layout`` (the ``--script``'s own layout) the keys ``text`` leaves out come from it
+    (:func:`script_fill`) rather than from the fastest fitting variant; either way the
+    explanation names each key it filled and with what.
 
     Raises:
         AutoparError: ``text`` cannot be read (:func:`parse_layout`).
     """
-    wanted = parse_layout(text)
+    stated = parse_layout(text)
+    from_script = script_fill(stated, script_layout) if script_layout is not None else {}
+    from_script = {k: v for k, v in from_script.items() if not _irrelevant(p, {**stated, **from_script}).get(k)}
+    wanted = {**stated, **from_script}
+    hidden = {}  # full recompute of how many layers per stage: no --explain key, the script's when it recomputes so
+    if script_layout is not None and script_layout.recompute == "full" and all(
+            wanted.get(k) == v for k, v in _strategy_codes(script_layout).items() if k in ("recompute", "pp", "vpp")):
+        hidden["recompute_layers"] = script_layout.recompute_layers or 0  # 0: all layers (LayoutBatch)
+    explained = _explain(p, wanted, result, memory_margin, options, target, constraints, hidden)
+    explained.layout = _where(stated)
+    if from_script:
+        shown = {**_named(from_script), **{k: v or "all" for k, v in hidden.items()}}
+        explained.lines.insert(0, f"--explain leaves out {', '.join(shown)}: taken from --script's own layout: "
+                                  + ", ".join(f"{k}={v}" for k, v in shown.items()))
+        explained.details["filled_from_script"] = shown
+    return explained
+
+
+def _explain(p: Problem, wanted: dict[str, int], result: SearchResult, memory_margin: float,
+             options: SpaceOptions | None, target: str, constraints: list[Constraint],
+             hidden: dict[str, int]) -> Explanation:
+    """:func:`explain_layout` of the key codes ``wanted`` (those stated and those filled) and the
+    batch column codes ``hidden`` (a script's ``recompute_layers``), which narrow the match only
+    where some enumerated layout has them."""
     p, options = for_search(p, target, options)
     pins = [Constraint(k, KEYS[k].column, frozenset({v})) for k, v in wanted.items()]
     from autopar.search.constraints import widen_space
@@ -139,6 +214,9 @@ def explain_layout(p: Problem, text: str, result: SearchResult, memory_margin: f
     match = np.ones(len(batch), dtype=bool)
     for c in pins:
         match &= c.passes(batch)
+    for column, code in hidden.items():
+        if np.any(narrowed := match & (np.asarray(getattr(batch, column)) == code)):
+            match = narrowed
     where = _where(wanted)
     if not np.any(match):
         absent = [k for k, c in zip(wanted, pins) if not np.any(c.passes(batch))]
@@ -172,13 +250,23 @@ def explain_layout(p: Problem, text: str, result: SearchResult, memory_margin: f
             f"(mbs {e.strategy.mbs}, zero {e.strategy.zero}, recompute {e.strategy.recompute}) peaks at "
             f"{e.peak_memory_bytes / GIB:.1f} GiB", *_memory_lines(e)],
             details={"peak_memory_bytes": e.peak_memory_bytes, "device_memory_bytes": e.device_memory_bytes})
-    return _ranked(p, grid, fitting, where, result, memory_margin, target)
+    return _ranked(p, grid, fitting, where, result, memory_margin, target, wanted)
+
+
+def _named(codes: dict[str, int]) -> dict[str, Any]:
+    """Codes as the JSON writes values: names for named keys (``sp: "on"``), integers otherwise."""
+    names = {k: {v: n for n, v in KEYS[k].names.items()} for k in codes if KEYS[k].names}
+    return {k: names[k][v] if k in names else v for k, v in codes.items()}
 
 
 def _ranked(p: Problem, grid: Any, fitting: np.ndarray, where: str, result: SearchResult, memory_margin: float,
-            target: str) -> Explanation:
+            target: str, wanted: dict[str, int]) -> Explanation:
     """The rank of the best fitting match among the undominated, writable layouts (as the table
-    ranks them before its top rows are re-balanced) and its time against #1's."""
+    ranks them before its top rows are re-balanced) and its time against #1's: whether it is
+    within autopar's step-time band of #1 (:func:`autopar.report.ties.within_band`, the ``≈1``
+    mark), and the keys ``wanted`` leaves free with the values the fastest fitting variant took."""
+    from autopar.report.ties import problem_certainty, within_band
+
     layers, refused = p.model.num_layers, []
 
     def writable(i: int) -> bool:
@@ -193,14 +281,17 @@ def _ranked(p: Problem, grid: Any, fitting: np.ndarray, where: str, result: Sear
     total = int(np.sum(grid.fits))
     if found is None and refused and len(refused) >= int(fitting.sum()):
         return Explanation(where, "not_writable", [f"fits, but --target {target} cannot write it: {refused[0]}"])
-    if found is None:
-        return Explanation(where, "ranked", [f"fits, but ranks below #{MAX_RANK} of the {total:,} fitting layouts"])
-    rank, i = found
+    if found is None:  # its fastest fitting variant, costed all the same
+        rank, i = None, int(next(j for j in ordered if fitting[j]))
+    else:
+        rank, i = found
     e = estimate(p, grid.valid.strategy(i, layers, p.model.mtp_num_layers), memory_margin)
     best = result.layouts[0]
     s = e.strategy
     cp_algo = {"p2p": "", "a2a+p2p": f":a2a{s.cp_a2a_size}+p2p"}.get(s.cp_comm_type, f":{s.cp_comm_type}")  # as the table
-    lines = [f"ranks #{rank} of {total:,} fitting layouts (the table's order before its top rows are re-balanced): "
+    ranks = f"ranks #{rank}" if rank is not None else f"ranks below #{MAX_RANK}"
+    lines = [f"{ranks} of {total:,} fitting layouts by the search's first costing (the table then re-costs "
+             "only its top rows, with balanced pipeline stages): "
              f"tp{s.tp}{'+sp' if s.sp else ''}{'+ov' if s.tp_comm_overlap else ''} pp{s.pp}x{s.vpp} "
              f"cp{s.cp}{cp_algo if s.cp > 1 else ''} dp{s.dp}{''.join(' ' + g for g in galvatron_marks(s))} mbs {s.mbs} "
              f"zero {s.zero} recompute "
@@ -212,6 +303,22 @@ def _ranked(p: Problem, grid: Any, fitting: np.ndarray, where: str, result: Sear
     slower = e.step_time_s / best.step_time_s - 1
     lines.append(f"against #1 ({best.step_time_s:.3f} s): {slower:+.1%}" + (f"; largest differences: "
                                                                            f"{', '.join(worst)}" if worst else ""))
+    band = problem_certainty(p).step_time.band_pct
+    tie = rank != 1 and within_band(e.step_time_s, best.step_time_s, band)
+    if tie:
+        lines.append(f"within autopar's ±{band:g}% band of #1 (its step-time error on similar measured rows): too "
+                     "close to rank")
+    irrelevant = _irrelevant(p, _strategy_codes(s))
+    free = {"dp": s.dp} if any(k not in wanted for k in ("tp", "pp", "cp")) else {}  # else dp follows from them
+    chosen = {k: v for k, v in {**free, **_strategy_codes(s)}.items() if k not in wanted and not irrelevant.get(k)}
+    if chosen:
+        lines.append(f"not given, set by the fastest fitting variant: {_where(chosen)}")
     return Explanation(where, "ranked", lines, rank=rank,
                        details={"fitting": total, "estimate": e.to_dict(result.global_batch_size),
-                                "time_vs_best_s": diff})
+                                "time_vs_best_s": diff, "filled_by_search": _named(chosen), "within_band_of_best": tie})
+
+
+def _named(codes: dict[str, int]) -> dict[str, Any]:
+    """Codes as values for the JSON: names for named keys (``sp: "on"``), integers otherwise."""
+    names = {k: {v: n for n, v in KEYS[k].names.items()} for k in codes if k in KEYS and KEYS[k].names}
+    return {k: names[k][v] if k in names else v for k, v in codes.items()}
