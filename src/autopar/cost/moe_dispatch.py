@@ -162,7 +162,7 @@ def pass_comm_s(p: Problem, batch: LayoutBatch) -> np.ndarray:
 
 
 def exposed_layer_comm_s(p: Problem, batch: LayoutBatch, layer_forward_s: np.ndarray, shared_forward_s: np.ndarray,
-                         expert_wgrad_s: np.ndarray) -> np.ndarray:
+                         expert_wgrad_s: np.ndarray, one_pass_s: np.ndarray | None = None) -> np.ndarray:
     """EP communication of one MoE layer (forward + backward passes) per micro-batch left exposed
     after the overlaps of the module docstring.
 
@@ -170,8 +170,9 @@ def exposed_layer_comm_s(p: Problem, batch: LayoutBatch, layer_forward_s: np.nda
         layer_forward_s: the MoE layer's forward compute (its partner micro-batch's, the same).
         shared_forward_s: the shared experts' forward compute (0 without shared experts).
         expert_wgrad_s: the routed experts' weight-gradient GEMMs (about their forward GEMMs).
+        one_pass_s: :func:`pass_comm_s` when the caller has it (costed here when None).
     """
-    one_pass = pass_comm_s(p, batch)
+    one_pass = pass_comm_s(p, batch) if one_pass_s is None else one_pass_s
     moe = p.train.moe
     plain = 2 * one_pass
     shared = np.maximum(one_pass - shared_forward_s, 0.0) + np.maximum(one_pass - 2 * shared_forward_s, 0.0)

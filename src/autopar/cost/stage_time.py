@@ -180,9 +180,11 @@ def stage_time(p: Problem, batch: LayoutBatch, stages: Stages, floor: bool = Fal
         moe_recomputed = recomputed * n_moe / np.maximum(stages.layers, 1)
         ep_passes = n_moe + 0.5 * moe_recomputed + np.where(selective, recompute_cost.extra_ep_passes(p, batch, n_moe), 0.0)
         shared_s, routed_s = moe_dispatch.expert_compute_s(p, batch)
-        exposed = moe_dispatch.exposed_layer_comm_s(p, batch, moe.forward_s, shared_s, routed_s)
-        ep = n_moe * exposed + (ep_passes - n_moe) * moe_cost.layer_comm_s(p, batch)
-        ep = ep + np.where(stages.holds_mtp(batch), mtp.ep_comm_s(p, batch), 0.0)
+        one_pass = moe_dispatch.pass_comm_s(p, batch)  # costed once: exposed, layer and MTP terms share it
+        exposed = moe_dispatch.exposed_layer_comm_s(p, batch, moe.forward_s, shared_s, routed_s, one_pass)
+        layer_comm = 2 * one_pass  # moe_cost.layer_comm_s
+        ep = n_moe * exposed + (ep_passes - n_moe) * layer_comm
+        ep = ep + np.where(stages.holds_mtp(batch), mtp.ep_comm_s(p, batch, layer_comm), 0.0)
     else:
         ep = np.zeros(len(batch))
     backward = 2 * (forward - layers_fwd) + n_dense * dense.backward() + n_moe * moe.backward() + bf16_bwd
