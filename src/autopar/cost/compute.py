@@ -28,6 +28,7 @@ from autopar.cost.hooks import installed
 from autopar.layout_batch import LayoutBatch
 from autopar.problem import Problem
 
+BF16_BYTES = F.BF16  # bytes per operand element of :attr:`autopar.cost.flops.Gemm.bytes`
 KERNEL_OVERHEAD_S = 4e-6  # per kernel: launch + tail effects (H100/A100 measurements, order 2-6 us)
 
 
@@ -45,7 +46,14 @@ def gemm_time_s(p: Problem, g: F.Gemm) -> np.ndarray:
     dev = p.cluster.device
     peak = dev.peak(fp8.gemm_precision(p, g.fp8)) * fp8.gemm_efficiency(p, g.fp8)
     mem = dev.hbm_bandwidth_bytes_per_s * dev.memory_efficiency
-    cast_s = memory_time_s(p, fp8.cast_bytes(p, g.m, g.k, g.count, g.fp8, g.norm_input))
+    cast_bytes = fp8.cast_bytes(p, g.m, g.k, g.count, g.fp8, g.norm_input)
+    if not g.expert and not g.grouped and isinstance(g.count, float) and g.count == 1.0 \
+            and isinstance(cast_bytes, float) and cast_bytes == 0.0:
+        # One plain GEMM and no cast: the general line below without its ``/ 1.0``, ``* 1.0`` and
+        # ``+ 0.0`` (IEEE identities, so the same bits) - most GEMMs of a search, at a third fewer array passes.
+        return np.maximum(2.0 * g.m * g.n * g.k / peak,
+                          BF16_BYTES * (g.m * g.k + g.k * g.n + g.m * g.n) / mem) + KERNEL_OVERHEAD_S
+    cast_s = memory_time_s(p, cast_bytes)
     if g.expert:
         flops_s = grouped_gemm.expert_gemm_flops_s(g.m, g.n, g.k, g.count, peak)
         return np.maximum(flops_s, g.bytes / mem) + KERNEL_OVERHEAD_S + cast_s
