@@ -125,6 +125,7 @@ class LayerTimes:
     elementwise_s: np.ndarray
     backward_s: np.ndarray | None = None
     backward_extra_s: np.ndarray | float = 0.0
+    mlp_gemm_s: tuple | None = None  # analytic seconds of each GEMM of F.mlp_gemms, in order (None: not kept)
 
     @property
     def forward_s(self) -> np.ndarray:
@@ -137,9 +138,12 @@ class LayerTimes:
 def layer_forward_times(p: Problem, batch: LayoutBatch, moe: bool) -> LayerTimes:
     """Forward compute of one decoder layer (dense or MoE) on one device, one micro-batch; a dense
     layer's element-wise backward as :func:`autopar.cost.elementwise_backward.dense_backward_bytes`
-    (in ``backward_extra_s``)."""
-    gemms = F.attention_gemms(p, batch) + F.mlp_gemms(p, batch, moe)
-    gemm_s = sum(gemm_time_s(p, g) for g in gemms)
+    (in ``backward_extra_s``); the MLP block's per-GEMM seconds kept in ``mlp_gemm_s`` (the analytic
+    times; :func:`autopar.cost.moe_dispatch.expert_compute_s` reads them instead of costing again)."""
+    attention_gemms, mlp_gemms = F.attention_gemms(p, batch), F.mlp_gemms(p, batch, moe)
+    gemms = attention_gemms + mlp_gemms
+    each_s = [gemm_time_s(p, g) for g in gemms]
+    gemm_s = sum(each_s)
     router_s = moe_dispatch.extra_kernels(p) * KERNEL_OVERHEAD_S if moe else 0.0  # routing, permutation
     attention_s, backward_extra_s = core_attention_times_s(p, batch)
     elementwise_fwd_bytes = F.elementwise_bytes(p, batch, moe)
@@ -155,6 +159,7 @@ def layer_forward_times(p: Problem, batch: LayoutBatch, moe: bool) -> LayerTimes
         attention_s=attention_s,
         elementwise_s=memory_time_s(p, elementwise_fwd_bytes) + router_s + bias_s + pad_s,
         backward_extra_s=backward_extra_s + bias_backward_extra_s + pad_backward_extra_s,
+        mlp_gemm_s=tuple(each_s[len(attention_gemms):]),
     )
     provider = _OP_TIMES.get()
     return times if provider is None else provider.layer(p, batch, moe, times)

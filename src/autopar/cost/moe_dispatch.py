@@ -184,13 +184,16 @@ def exposed_layer_comm_s(p: Problem, batch: LayoutBatch, layer_forward_s: np.nda
     return np.where(batch.moe_ep_overlap, overlapped, plain)
 
 
-def expert_compute_s(p: Problem, batch: LayoutBatch) -> tuple[np.ndarray, np.ndarray]:
+def expert_compute_s(p: Problem, batch: LayoutBatch, mlp_gemm_s: tuple | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(shared experts' forward GEMM seconds, routed experts' forward grouped-GEMM seconds) of one
     MoE layer and micro-batch: what shared-expert overlap and delayed weight gradients can hide
-    communication under (the routed experts' weight gradients are about their forward GEMMs)."""
+    communication under (the routed experts' weight gradients are about their forward GEMMs).
+    ``mlp_gemm_s``: the seconds of each GEMM of the MoE MLP block when the caller has them
+    (:attr:`autopar.cost.compute.LayerTimes.mlp_gemm_s`); costed here when None."""
     from autopar.cost.compute import gemm_time_s
 
     gemms = F.mlp_gemms(p, batch, True)
-    routed = sum(gemm_time_s(p, g) for g in gemms if g.expert)
-    shared = sum((gemm_time_s(p, g) for g in gemms[3:] if not g.expert), np.zeros(len(batch)))
+    each = [gemm_time_s(p, g) for g in gemms] if mlp_gemm_s is None else mlp_gemm_s
+    routed = sum(t for g, t in zip(gemms, each) if g.expert)
+    shared = sum((t for g, t in zip(gemms[3:], each[3:]) if not g.expert), np.zeros(len(batch)))
     return shared, routed

@@ -58,17 +58,21 @@ def activation_bytes(p: Problem, batch: LayoutBatch, layers=None) -> np.ndarray:
     return m.mtp_num_layers * (inputs + layer + act.output_bytes(p, batch))
 
 
-def forward_s(p: Problem, batch: LayoutBatch, dense_s: np.ndarray, moe_s: np.ndarray) -> np.ndarray:
+def forward_s(p: Problem, batch: LayoutBatch, dense_s: np.ndarray, moe_s: np.ndarray, output_s: np.ndarray | None = None,
+              embedding_s: np.ndarray | None = None) -> np.ndarray:
     """Forward compute of the MTP modules per micro-batch: ``eh_proj``, one layer (``moe_s`` or
-    ``dense_s``, the forward of one MoE / dense layer), the output layer with its loss, and the
-    embedding lookup."""
+    ``dense_s``, the forward of one MoE / dense layer), the output layer with its loss
+    (``output_s``: :func:`autopar.cost.compute.output_forward_time_s`), and the embedding lookup
+    (``embedding_s``: :func:`~autopar.cost.compute.embedding_forward_time_s`); either is costed here when None."""
     m = p.model
     if not m.mtp_num_layers:
         return np.zeros(len(batch))
     n = F.tokens(p, batch)
     proj = C.gemm_time_s(p, F.Gemm(n, m.hidden_size / batch.tp, 2 * m.hidden_size))
     layer = moe_s if _last_is_moe(p) else dense_s
-    per = proj + layer + C.output_forward_time_s(p, batch) + C.embedding_forward_time_s(p, batch)
+    output_s = C.output_forward_time_s(p, batch) if output_s is None else output_s
+    embedding_s = C.embedding_forward_time_s(p, batch) if embedding_s is None else embedding_s
+    per = proj + layer + output_s + embedding_s
     return m.mtp_num_layers * per
 
 
