@@ -11,10 +11,10 @@ from autopar.cost.stage import Stages, all_stages
 from autopar.cost.stage_time import p2p_time_s
 from autopar.cost.step import TIME_KEYS, StepCosts, evaluate_stages_many
 from autopar.layout_batch import LayoutBatch
+from autopar.pipeline.layout import layout_of, split_fields
 from autopar.pipeline.makespan import simulated_costs_many
 from autopar.problem import Problem
 from autopar.rules import check_strategy
-from autopar.pipeline.layout import layout_of, split_fields
 from autopar.strategy import Strategy
 
 DEFAULT_MEMORY_MARGIN = 0.10  # a layout above 90% of device memory is "marginal"

@@ -21,9 +21,19 @@ from typing import Any
 import numpy as np
 
 from autopar.cost import attention as attn
+from autopar.cost import (
+    dropout,
+    elementwise_backward,
+    fp8,
+    fp8_backward,
+    grouped_gemm,
+    moe_dispatch,
+    moe_expert_bias,
+    moe_fp8_padding,
+    sink_attention,
+    window,
+)
 from autopar.cost import flops as F
-from autopar.cost import (dropout, elementwise_backward, fp8, fp8_backward, grouped_gemm, moe_dispatch, moe_expert_bias,
-                          moe_fp8_padding, sink_attention, window)
 from autopar.cost.hooks import installed
 from autopar.layout_batch import LayoutBatch
 from autopar.problem import Problem
