@@ -16,12 +16,19 @@ CPU time is reported because wall time on a shared, loaded machine is inflated; 
 (the targets are checked by reading the table). Issue 20's targets: DeepSeek-V3 on 16,384 H100
 <= 1.0 s; Llama-3.1-405B on 16,384 H100 <= 0.3 s; the CLI run <= 0.8 s; peak RSS <= 300 MiB.
 
-Last run (h/speed4 against main 568fa09, 2 shared cores): DeepSeek-V3 16,384 H100 5.76 -> 1.79 s
-(134 MiB), 2,048 H100 3.90 -> 1.50 s; Llama-3.1-405B 16,384 H100 0.65 -> 0.40 s; Llama-2-70B
-1,024 A100 0.58 -> 0.26 s; the sweep 0.0017-0.0019 -> 0.0007-0.0015 s per 1,000 valid layouts up
-to 131,072 devices; the CLI run 0.80 -> 0.64 s. What DeepSeek-V3 still spends: the memory pass
-(every valid layout's peak, ~0.8 s, half of it the memory terms themselves), the step-time floors
-(~0.33 s), timing the layouts the floors leave (~0.3 s), re-costing the top 10 (~0.06 s).
+Last run (h/speed5 against main 72b1a31, 2 shared cores, one run): DeepSeek-V3 16,384 H100 1.88 ->
+1.64 s (133 MiB), 2,048 H100 1.45 -> 1.19 s; Llama-3.1-405B 16,384 H100 0.41 -> 0.37 s; Llama-2-70B
+1,024 A100 0.25 -> 0.27 s (noise: a second run gave 0.27 -> 0.23); the sweep 0.0008-0.0015 ->
+0.0007-0.0013 s per 1,000 valid layouts up to 131,072 devices; the CLI run 0.70 -> 0.66 s. What
+speed5 removed: each layer's activation bytes costed once per memory call (the kept and
+no-recompute variants share their terms, the MTP block reuses them; the memory term 0.40 -> 0.23
+s), one MoE pass_comm_s per stage_time, the MoE MLP's GEMM seconds and the output / embedding
+forward handed on instead of costed again, plain GEMMs without the ``/ 1.0 * 1.0 + 0.0`` passes,
+and the top-k re-costed in one vectorised pass (``estimate_many``; re-costing DeepSeek-V3's top 10
+0.31 -> 0.07 s under cProfile). What DeepSeek-V3 still spends (cProfile, ~1.6 s): the memory pass
+~0.8 s (of it ~0.35 s in the search's cell bookkeeping, ``search/cells.py`` ``index``/``scatter``/
+``rows``, and ~0.35 s in the memory terms), the floors and timing ~0.8 s (``stage_time`` ~0.5 s
+over ~270,000 rows: about 1.2 us per row plus ~4 ms per call, spread over some 40 cost terms).
 """
 
 from __future__ import annotations

@@ -9,12 +9,12 @@ import numpy as np
 
 from autopar.cost.stage import Stages, all_stages
 from autopar.cost.stage_time import p2p_time_s
-from autopar.cost.step import TIME_KEYS, StepCosts, evaluate
+from autopar.cost.step import TIME_KEYS, StepCosts, evaluate_stages_many
 from autopar.layout_batch import LayoutBatch
+from autopar.pipeline.layout import layout_of, split_fields
 from autopar.pipeline.makespan import simulated_costs_many
 from autopar.problem import Problem
 from autopar.rules import check_strategy
-from autopar.pipeline.layout import layout_of, split_fields
 from autopar.strategy import Strategy
 
 DEFAULT_MEMORY_MARGIN = 0.10  # a layout above 90% of device memory is "marginal"
@@ -143,7 +143,7 @@ def estimate_many(p: Problem, strategies: list[Strategy], memory_margin: float =
     Raises:
         LayoutError: a layout breaks a validity rule (every broken rule is named).
     """
-    costed, uneven = [], []
+    costed, uneven, staged = [], [], []
     for s in strategies:
         check_strategy(p, s)
         if s.layers_per_stage is None and s.pipeline_layout is None:  # write the split out
@@ -154,10 +154,12 @@ def estimate_many(p: Problem, strategies: list[Strategy], memory_margin: float =
         batch, stages = all_stages(p, s)
         rows = [batch.take(np.array([i])) for i in range(s.pp)]  # stage i with its own recompute option
         views = [stages.take(np.array([i])) for i in range(s.pp)]
-        costs = evaluate(p, rows[0], views, [np.ones(1)] * s.pp, rows)
         if s.pp > 1 and (len(set(stages.layers.tolist())) > 1 or s.recompute_per_stage):  # uneven: simulate
             uneven.append(len(costed))
-        costed.append((s, batch, stages, costs))
+        costed.append((s, batch, stages))
+        staged.append((rows, views))
+    # every layout's stages in one pass, each combined alone (as evaluate(p, rows[0], views, ...) would)
+    costed = [(*item, costs) for item, costs in zip(costed, evaluate_stages_many(p, staged))]
     for i, costs in zip(uneven, simulated_costs_many(p, [costed[i] for i in uneven])):
         costed[i] = (*costed[i][:3], costs)
     return [_estimate(p, *item, memory_margin) for item in costed]

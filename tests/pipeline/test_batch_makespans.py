@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from autopar.estimate import estimate, estimate_many
 from autopar.pipeline.makespan import batch_makespans_s, static_makespans_s
-from autopar.pipeline.rebalance import rebalance_estimate, rebalance_many
+from autopar.pipeline.rebalance import TableCache, rebalance_estimate, rebalance_many
 from autopar.pipeline.simulate import PipelineTimes, simulate
 from autopar.strategy import Strategy
 
@@ -71,3 +71,21 @@ def test_rebalance_many_equals_rebalance_one_by_one(p, target):
     alone = [rebalance_estimate(p, e, 0.1, target, use_ilp=False) for e in estimates]
     assert [e.to_dict(64) for e in together] == [e.to_dict(64) for e in alone]
     assert any(a.strategy != e.strategy for a, e in zip(together, estimates))  # something was re-balanced
+
+
+def test_rebalance_many_fills_the_callers_table_cache(p):
+    """The caller's empty TableCache is used, not replaced (an empty cache is falsy: ``__len__``),
+    so the search's top-k and its integer-program polish share one layer table per shard shape."""
+    cache = TableCache()
+    rebalance_many(p, estimate_many(p, LAYOUTS), 0.1, "megatron", cache, use_ilp=False)
+    assert len(cache) > 0
+
+
+def test_estimate_many_of_mixed_pipeline_depths_equals_one_by_one():
+    """DeepSeek-V3-like stages (MoE, MLA, MTP on the last stage) of layouts with pp 1, 2 and 4,
+    costed in one pass, equal each layout costed alone."""
+    q = make_problem("deepseek-v3", nodes=8, gbs=512, seq=4096)
+    layouts = [Strategy(dp=8, tp=8, pp=1, ep=8, sp=True, recompute="full"),
+               Strategy(dp=4, tp=8, pp=2, ep=4, sp=True, recompute="full"),
+               Strategy(dp=2, tp=8, pp=4, ep=2, sp=True, recompute="selective")]
+    assert [e.to_dict(512) for e in estimate_many(q, layouts)] == [estimate(q, s).to_dict(512) for s in layouts]

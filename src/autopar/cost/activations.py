@@ -65,6 +65,13 @@ def attention_bytes(p: Problem, batch: LayoutBatch, selective: np.ndarray) -> np
     core-attention internals, ``mla_up_proj`` MLA's q, k, v and the up-projections' normed
     latents, ``layernorm`` the output of MLA's separate input norm.
     """
+    return attention_bytes_kept_full(p, batch, selective)[0]
+
+
+def attention_bytes_kept_full(p: Problem, batch: LayoutBatch, selective: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(kept, full): :func:`attention_bytes` with ``selective`` and with no row selective, from
+    one evaluation of the shared terms (the same operations in the same order, so each equals
+    its own :func:`attention_bytes` call exactly)."""
     m, n = p.model, _tokens(p, batch)
     t, shard = batch.tp, _sp_shard(batch)
     drop = 1.0 if m.dropout else 0.0
@@ -72,6 +79,7 @@ def attention_bytes(p: Problem, batch: LayoutBatch, selective: np.ndarray) -> np
     on = lambda name: selective & batch.module_on(name)  # noqa: E731
     lin = linear_input_bytes(p)
     out = (BF16 + lin) * n * h / shard  # norm input and QKV GEMM input
+    full_out = None
     if m.mla:
         # Megatron-Core multi_latent_attention.py: the duplicated down-projections run on the SP
         # shard; q/kv latents are kept as norm input and up-projection input (2 each), the
@@ -80,10 +88,13 @@ def attention_bytes(p: Problem, batch: LayoutBatch, selective: np.ndarray) -> np
         out = out + BF16 * n * latent / shard
         qkv_width = m.q_width + m.num_attention_heads * (m.qk_nope_head_dim + m.qk_rope_head_dim) + m.v_width
         up_proj = BF16 * n * (m.q_lora_rank + m.kv_lora_rank) / shard + BF16 * n * qkv_width / t
+        full_out = out
         out = out - np.where(on("mla_up_proj"), up_proj, 0.0) - np.where(on("layernorm"), BF16 * n * h / shard, 0.0)
     else:
         qkv_width = m.q_width + 2 * m.kv_width
-    out = out + BF16 * n * qkv_width / t
+    qkv = BF16 * n * qkv_width / t
+    out = out + qkv
+    full_out = out if full_out is None else full_out + qkv
     # The output-projection input; the same bf16 tensor as the core-attention output, which the
     # fused kernel saves too, unless fp8 keeps a separate 1-byte copy (module docstring).
     proj_in = lin * n * m.v_width / t
@@ -93,8 +104,10 @@ def attention_bytes(p: Problem, batch: LayoutBatch, selective: np.ndarray) -> np
     else:
         scores = n * p.train.seq_len * m.num_attention_heads / t  # elements of one s x s/cp map set
         internals = BF16 * scores + drop * (scores + BF16 * scores)  # softmax (+ mask, dropout out)
-    core = np.where(on("core_attn"), proj_in, attn_out + internals)
-    return out + core + drop * n * h / shard
+    core_full = attn_out + internals
+    core = np.where(on("core_attn"), proj_in, core_full)
+    dropped = drop * n * h / shard
+    return out + core + dropped, full_out + core_full + dropped
 
 
 def unfused_backward_transient_bytes(p: Problem, batch: LayoutBatch) -> np.ndarray:
@@ -125,11 +138,19 @@ def mlp_bytes(p: Problem, batch: LayoutBatch, moe: bool, selective: np.ndarray |
     experts' activation output, ``shared_experts`` their internals, ``layernorm`` the output of
     a MoE layer's separate pre-MLP norm.
     """
+    selective = np.zeros(len(batch), dtype=bool) if selective is None else selective
+    return mlp_bytes_kept_full(p, batch, moe, selective)[0]
+
+
+def mlp_bytes_kept_full(p: Problem, batch: LayoutBatch, moe: bool,
+                        selective: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(kept, full): :func:`mlp_bytes` with ``selective`` and with no row selective, from one
+    evaluation of the shared terms (the same operations in the same order, so each equals its
+    own :func:`mlp_bytes` call exactly: ``x - 0.0`` is ``x``)."""
     m, n = p.model, _tokens(p, batch)
     t, shard = batch.tp, _sp_shard(batch)
     drop = 1.0 if m.dropout else 0.0
     h = m.hidden_size
-    selective = np.zeros(len(batch), dtype=bool) if selective is None else selective
     on = lambda name: selective & batch.module_on(name)  # noqa: E731
     lin = linear_input_bytes(p)
     # bytes per token per unit of FFN width (see module doc): fc1 output (2f gated) and fc2 input
@@ -137,14 +158,16 @@ def mlp_bytes(p: Problem, batch: LayoutBatch, moe: bool, selective: np.ndarray |
     if not moe:
         out = (BF16 + lin) * n * h / shard + drop * n * h / shard  # norm input, fc1 input, mask
         internals = lin * n * h / shard + per_ffn * n * m.ffn_hidden_size / t  # fc1 input, fc1/act outputs
-        return out + per_ffn * n * m.ffn_hidden_size / t - np.where(on("mlp"), internals, 0.0)
+        full = out + per_ffn * n * m.ffn_hidden_size / t
+        return full - np.where(on("mlp"), internals, 0.0), full
     out = BF16 * n * h * 2 / shard + drop * n * h / shard  # norm input, router/dispatcher input, mask
     block = moe_cost.moe_block_bytes(p, batch)
     # moe_act frees the activation output; under fp8 fc2 keeps its own 1-byte copy, so nothing.
     act_out = BF16 * moe_cost.expert_rows(p, batch) * m.moe_ffn_hidden_size / batch.etp * (lin == BF16)
     parts = np.where(on("moe_act"), act_out, 0.0) + np.where(on("shared_experts"), moe_cost.shared_expert_bytes(p, batch), 0.0)
     freed = np.where(on("moe"), block, parts) + np.where(on("layernorm"), BF16 * n * h / shard, 0.0)
-    return out + block - freed
+    full = out + block
+    return full - freed, full
 
 
 def layer_input_bytes(p: Problem, batch: LayoutBatch) -> np.ndarray:

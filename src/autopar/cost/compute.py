@@ -21,13 +21,24 @@ from typing import Any
 import numpy as np
 
 from autopar.cost import attention as attn
+from autopar.cost import (
+    dropout,
+    elementwise_backward,
+    fp8,
+    fp8_backward,
+    grouped_gemm,
+    moe_dispatch,
+    moe_expert_bias,
+    moe_fp8_padding,
+    sink_attention,
+    window,
+)
 from autopar.cost import flops as F
-from autopar.cost import (dropout, elementwise_backward, fp8, fp8_backward, grouped_gemm, moe_dispatch, moe_expert_bias,
-                          moe_fp8_padding, sink_attention, window)
 from autopar.cost.hooks import installed
 from autopar.layout_batch import LayoutBatch
 from autopar.problem import Problem
 
+BF16_BYTES = F.BF16  # bytes per operand element of :attr:`autopar.cost.flops.Gemm.bytes`
 KERNEL_OVERHEAD_S = 4e-6  # per kernel: launch + tail effects (H100/A100 measurements, order 2-6 us)
 
 
@@ -45,7 +56,14 @@ def gemm_time_s(p: Problem, g: F.Gemm) -> np.ndarray:
     dev = p.cluster.device
     peak = dev.peak(fp8.gemm_precision(p, g.fp8)) * fp8.gemm_efficiency(p, g.fp8)
     mem = dev.hbm_bandwidth_bytes_per_s * dev.memory_efficiency
-    cast_s = memory_time_s(p, fp8.cast_bytes(p, g.m, g.k, g.count, g.fp8, g.norm_input))
+    cast_bytes = fp8.cast_bytes(p, g.m, g.k, g.count, g.fp8, g.norm_input)
+    if not g.expert and not g.grouped and isinstance(g.count, float) and g.count == 1.0 \
+            and isinstance(cast_bytes, float) and cast_bytes == 0.0:
+        # One plain GEMM and no cast: the general line below without its ``/ 1.0``, ``* 1.0`` and
+        # ``+ 0.0`` (IEEE identities, so the same bits) - most GEMMs of a search, at a third fewer array passes.
+        return np.maximum(2.0 * g.m * g.n * g.k / peak,
+                          BF16_BYTES * (g.m * g.k + g.k * g.n + g.m * g.n) / mem) + KERNEL_OVERHEAD_S
+    cast_s = memory_time_s(p, cast_bytes)
     if g.expert:
         flops_s = grouped_gemm.expert_gemm_flops_s(g.m, g.n, g.k, g.count, peak)
         return np.maximum(flops_s, g.bytes / mem) + KERNEL_OVERHEAD_S + cast_s
@@ -117,6 +135,7 @@ class LayerTimes:
     elementwise_s: np.ndarray
     backward_s: np.ndarray | None = None
     backward_extra_s: np.ndarray | float = 0.0
+    mlp_gemm_s: tuple | None = None  # analytic seconds of each GEMM of F.mlp_gemms, in order (None: not kept)
 
     @property
     def forward_s(self) -> np.ndarray:
@@ -129,9 +148,12 @@ class LayerTimes:
 def layer_forward_times(p: Problem, batch: LayoutBatch, moe: bool) -> LayerTimes:
     """Forward compute of one decoder layer (dense or MoE) on one device, one micro-batch; a dense
     layer's element-wise backward as :func:`autopar.cost.elementwise_backward.dense_backward_bytes`
-    (in ``backward_extra_s``)."""
-    gemms = F.attention_gemms(p, batch) + F.mlp_gemms(p, batch, moe)
-    gemm_s = sum(gemm_time_s(p, g) for g in gemms)
+    (in ``backward_extra_s``); the MLP block's per-GEMM seconds kept in ``mlp_gemm_s`` (the analytic
+    times; :func:`autopar.cost.moe_dispatch.expert_compute_s` reads them instead of costing again)."""
+    attention_gemms, mlp_gemms = F.attention_gemms(p, batch), F.mlp_gemms(p, batch, moe)
+    gemms = attention_gemms + mlp_gemms
+    each_s = [gemm_time_s(p, g) for g in gemms]
+    gemm_s = sum(each_s)
     router_s = moe_dispatch.extra_kernels(p) * KERNEL_OVERHEAD_S if moe else 0.0  # routing, permutation
     attention_s, backward_extra_s = core_attention_times_s(p, batch)
     elementwise_fwd_bytes = F.elementwise_bytes(p, batch, moe)
@@ -147,6 +169,7 @@ def layer_forward_times(p: Problem, batch: LayoutBatch, moe: bool) -> LayerTimes
         attention_s=attention_s,
         elementwise_s=memory_time_s(p, elementwise_fwd_bytes) + router_s + bias_s + pad_s,
         backward_extra_s=backward_extra_s + bias_backward_extra_s + pad_backward_extra_s,
+        mlp_gemm_s=tuple(each_s[len(attention_gemms):]),
     )
     provider = _OP_TIMES.get()
     return times if provider is None else provider.layer(p, batch, moe, times)

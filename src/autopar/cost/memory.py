@@ -105,27 +105,53 @@ def in_flight_microbatches(batch: LayoutBatch, stages: Stages) -> np.ndarray:
     return count
 
 
-def _layer_bytes(p: Problem, batch: LayoutBatch) -> tuple[np.ndarray, np.ndarray]:
-    """(dense, MoE) activation bytes one decoder layer saves per micro-batch without full recompute."""
+@dataclass
+class LayerBytes:
+    """Activation bytes one decoder layer saves per micro-batch, per row (``(n,)`` arrays), each
+    term evaluated once (:func:`autopar.cost.activations.attention_bytes_kept_full`,
+    :func:`~autopar.cost.activations.mlp_bytes_kept_full`): ``dense`` / ``moe`` under the row's
+    selective recompute (torchtitan's per-op SAC on ``dense``), ``dense_megatron`` the dense layer
+    under Megatron's selective recompute (what an MTP layer keeps), ``attention_full``,
+    ``dense_full`` / ``moe_full`` without any recompute."""
+
+    dense: np.ndarray
+    moe: np.ndarray
+    dense_megatron: np.ndarray
+    attention_full: np.ndarray
+    dense_full: np.ndarray
+    moe_full: np.ndarray
+
+
+def layer_bytes(p: Problem, batch: LayoutBatch) -> LayerBytes:
+    """The :class:`LayerBytes` of each row (without full recompute; ``moe`` is ``dense`` for a dense model)."""
     selective = batch.recompute == 1
-    attn = act.attention_bytes(p, batch, selective)
-    dense_layer = attn + act.mlp_bytes(p, batch, moe=False, selective=selective)
+    attn, attn_full = act.attention_bytes_kept_full(p, batch, selective)
+    mlp_dense, mlp_dense_full = act.mlp_bytes_kept_full(p, batch, False, selective)
+    dense_megatron = attn + mlp_dense
+    dense_layer = dense_megatron
     if fw_mem.op_sac(p):  # torchtitan: "selective" is per-op SAC on dense layers
         dense_layer = np.where(selective, fw_mem.op_sac_layer_bytes(p, batch), dense_layer)
-    moe_layer = attn + act.mlp_bytes(p, batch, moe=True, selective=selective) if p.model.is_moe else dense_layer
-    return dense_layer, moe_layer
+    dense_full = attn_full + mlp_dense_full
+    if p.model.is_moe:
+        mlp_moe, mlp_moe_full = act.mlp_bytes_kept_full(p, batch, True, selective)
+        moe_layer, moe_full = attn + mlp_moe, attn_full + mlp_moe_full
+    else:
+        moe_layer, moe_full = dense_layer, dense_full
+    return LayerBytes(dense_layer, moe_layer, dense_megatron, attn_full, dense_full, moe_full)
 
 
-def stored_layer_bytes(p: Problem, batch: LayoutBatch, stages: Stages) -> np.ndarray:
+def stored_layer_bytes(p: Problem, batch: LayoutBatch, stages: Stages, layers: LayerBytes | None = None) -> np.ndarray:
     """Activation bytes the stage's decoder layers save per micro-batch without full recompute; fp8
-    training's bf16 first/last layers save their linear inputs in bf16 (:mod:`autopar.cost.fp8_bf16_layers`)."""
+    training's bf16 first/last layers save their linear inputs in bf16 (:mod:`autopar.cost.fp8_bf16_layers`).
+    ``layers``: the rows' :func:`layer_bytes`, computed when None."""
     n_dense, n_moe = layer_kinds(p.model, stages)
-    dense_layer, moe_layer = _layer_bytes(p, batch)
+    layers = layer_bytes(p, batch) if layers is None else layers
+    dense_layer, moe_layer = layers.dense, layers.moe
     out = n_dense * dense_layer + n_moe * moe_layer
     b_dense, b_moe = fp8_bf16_layers.layer_counts(p, batch, stages)
     if b_dense.any() or b_moe.any():
-        dense16, moe16 = _layer_bytes(fp8_bf16_layers.bf16_problem(p), batch)
-        out = out + b_dense * (dense16 - dense_layer) + b_moe * (moe16 - moe_layer)
+        bf16 = layer_bytes(fp8_bf16_layers.bf16_problem(p), batch)
+        out = out + b_dense * (bf16.dense - dense_layer) + b_moe * (bf16.moe - moe_layer)
     return out
 
 
@@ -133,8 +159,8 @@ def stage_activation_bytes(p: Problem, batch: LayoutBatch, stages: Stages) -> np
     """Peak activation bytes of each (layout, stage) row, including embedding/logits terms; less what
     activation CPU offloading moves to the host (:mod:`autopar.cost.activation_offload`)."""
     n_moe = layer_kinds(p.model, stages)[1]
-    attn_full = act.attention_bytes(p, batch, np.zeros(len(batch), dtype=bool))
-    stored = stored_layer_bytes(p, batch, stages)  # per micro-batch, no full recompute
+    layers = layer_bytes(p, batch)
+    stored = stored_layer_bytes(p, batch, stages, layers)  # per micro-batch, no full recompute
 
     full = batch.recompute == 2
     per_chunk = np.where(batch.recompute_layers > 0, batch.recompute_layers,
@@ -144,8 +170,7 @@ def stage_activation_bytes(p: Problem, batch: LayoutBatch, stages: Stages) -> np
     kept = (stages.layers - recomputed) * mean_layer + recomputed * act.layer_input_bytes(p, batch)
     kept = kept - activation_offload.saved_bytes(p, stages.layers, mean_layer)
     # Recomputing a layer in backward rebuilds that layer's activations once (no recompute).
-    working = np.where(full, np.maximum(attn_full + act.mlp_bytes(p, batch, moe=False),
-                                        attn_full + act.mlp_bytes(p, batch, moe=p.model.is_moe)), 0.0)
+    working = np.where(full, np.maximum(layers.dense_full, layers.moe_full), 0.0)
     working = working + act.unfused_backward_transient_bytes(p, batch)  # one layer's, in its backward
 
     in_flight = in_flight_microbatches(batch, stages)
@@ -153,7 +178,7 @@ def stage_activation_bytes(p: Problem, batch: LayoutBatch, stages: Stages) -> np
     embedding_in_flight = np.where(batch.gpipe, batch.num_microbatches, np.minimum(batch.pp, batch.num_microbatches))
     embedding = np.where(first, embedding_in_flight * act.embedding_bytes(p, batch), 0.0)
     output = np.where(last, fw_mem.output_bytes(p, batch), 0.0) + np.where(stages.holds_mtp(batch),
-                                                                           mtp.activation_bytes(p, batch), 0.0)
+                                                                           mtp.activation_bytes(p, batch, layers), 0.0)
     dispatch = np.where(n_moe > 0, moe_cost.dispatcher_buffer_bytes(p, batch), 0.0)  # one MoE layer at a time
     return in_flight * kept + fw_mem.backward_transient_bytes(p, working, output) + embedding + dispatch
 

@@ -162,7 +162,7 @@ def pass_comm_s(p: Problem, batch: LayoutBatch) -> np.ndarray:
 
 
 def exposed_layer_comm_s(p: Problem, batch: LayoutBatch, layer_forward_s: np.ndarray, shared_forward_s: np.ndarray,
-                         expert_wgrad_s: np.ndarray) -> np.ndarray:
+                         expert_wgrad_s: np.ndarray, one_pass_s: np.ndarray | None = None) -> np.ndarray:
     """EP communication of one MoE layer (forward + backward passes) per micro-batch left exposed
     after the overlaps of the module docstring.
 
@@ -170,8 +170,9 @@ def exposed_layer_comm_s(p: Problem, batch: LayoutBatch, layer_forward_s: np.nda
         layer_forward_s: the MoE layer's forward compute (its partner micro-batch's, the same).
         shared_forward_s: the shared experts' forward compute (0 without shared experts).
         expert_wgrad_s: the routed experts' weight-gradient GEMMs (about their forward GEMMs).
+        one_pass_s: :func:`pass_comm_s` when the caller has it (costed here when None).
     """
-    one_pass = pass_comm_s(p, batch)
+    one_pass = pass_comm_s(p, batch) if one_pass_s is None else one_pass_s
     moe = p.train.moe
     plain = 2 * one_pass
     shared = np.maximum(one_pass - shared_forward_s, 0.0) + np.maximum(one_pass - 2 * shared_forward_s, 0.0)
@@ -183,13 +184,16 @@ def exposed_layer_comm_s(p: Problem, batch: LayoutBatch, layer_forward_s: np.nda
     return np.where(batch.moe_ep_overlap, overlapped, plain)
 
 
-def expert_compute_s(p: Problem, batch: LayoutBatch) -> tuple[np.ndarray, np.ndarray]:
+def expert_compute_s(p: Problem, batch: LayoutBatch, mlp_gemm_s: tuple | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(shared experts' forward GEMM seconds, routed experts' forward grouped-GEMM seconds) of one
     MoE layer and micro-batch: what shared-expert overlap and delayed weight gradients can hide
-    communication under (the routed experts' weight gradients are about their forward GEMMs)."""
+    communication under (the routed experts' weight gradients are about their forward GEMMs).
+    ``mlp_gemm_s``: the seconds of each GEMM of the MoE MLP block when the caller has them
+    (:attr:`autopar.cost.compute.LayerTimes.mlp_gemm_s`); costed here when None."""
     from autopar.cost.compute import gemm_time_s
 
     gemms = F.mlp_gemms(p, batch, True)
-    routed = sum(gemm_time_s(p, g) for g in gemms if g.expert)
-    shared = sum((gemm_time_s(p, g) for g in gemms[3:] if not g.expert), np.zeros(len(batch)))
+    each = [gemm_time_s(p, g) for g in gemms] if mlp_gemm_s is None else mlp_gemm_s
+    routed = sum(t for g, t in zip(gemms, each) if g.expert)
+    shared = sum((t for g, t in zip(gemms[3:], each[3:]) if not g.expert), np.zeros(len(batch)))
     return shared, routed

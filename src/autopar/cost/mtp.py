@@ -39,36 +39,46 @@ def params(p: Problem, batch: LayoutBatch) -> tuple[np.ndarray, np.ndarray]:
     return m.mtp_num_layers * dense + embedding, m.mtp_num_layers * experts
 
 
-def activation_bytes(p: Problem, batch: LayoutBatch) -> np.ndarray:
+def activation_bytes(p: Problem, batch: LayoutBatch, layers=None) -> np.ndarray:
     """Activations of the MTP modules per micro-batch: the two norm inputs and the ``eh_proj``
-    input (``2h`` each, SP-sharded), one decoder layer, and one more set of fp32 logits."""
+    input (``2h`` each, SP-sharded), one decoder layer, and one more set of fp32 logits.
+    ``layers``: the rows' :func:`autopar.cost.memory.layer_bytes` when the caller has them (the
+    layer's bytes are taken from there instead of costed again)."""
     m = p.model
     if not m.mtp_num_layers:
         return np.zeros(len(batch))
     shard = np.where(batch.sp, batch.tp, 1)
     n = F.tokens(p, batch)
     inputs = 2 * act.BF16 * n * 2 * m.hidden_size / shard
-    selective = batch.recompute == 1
-    layer = act.attention_bytes(p, batch, selective) + act.mlp_bytes(p, batch, _last_is_moe(p), selective)
+    if layers is not None:
+        layer = layers.moe if _last_is_moe(p) else layers.dense_megatron
+    else:
+        selective = batch.recompute == 1
+        layer = act.attention_bytes(p, batch, selective) + act.mlp_bytes(p, batch, _last_is_moe(p), selective)
     return m.mtp_num_layers * (inputs + layer + act.output_bytes(p, batch))
 
 
-def forward_s(p: Problem, batch: LayoutBatch, dense_s: np.ndarray, moe_s: np.ndarray) -> np.ndarray:
+def forward_s(p: Problem, batch: LayoutBatch, dense_s: np.ndarray, moe_s: np.ndarray, output_s: np.ndarray | None = None,
+              embedding_s: np.ndarray | None = None) -> np.ndarray:
     """Forward compute of the MTP modules per micro-batch: ``eh_proj``, one layer (``moe_s`` or
-    ``dense_s``, the forward of one MoE / dense layer), the output layer with its loss, and the
-    embedding lookup."""
+    ``dense_s``, the forward of one MoE / dense layer), the output layer with its loss
+    (``output_s``: :func:`autopar.cost.compute.output_forward_time_s`), and the embedding lookup
+    (``embedding_s``: :func:`~autopar.cost.compute.embedding_forward_time_s`); either is costed here when None."""
     m = p.model
     if not m.mtp_num_layers:
         return np.zeros(len(batch))
     n = F.tokens(p, batch)
     proj = C.gemm_time_s(p, F.Gemm(n, m.hidden_size / batch.tp, 2 * m.hidden_size))
     layer = moe_s if _last_is_moe(p) else dense_s
-    per = proj + layer + C.output_forward_time_s(p, batch) + C.embedding_forward_time_s(p, batch)
+    output_s = C.output_forward_time_s(p, batch) if output_s is None else output_s
+    embedding_s = C.embedding_forward_time_s(p, batch) if embedding_s is None else embedding_s
+    per = proj + layer + output_s + embedding_s
     return m.mtp_num_layers * per
 
 
-def ep_comm_s(p: Problem, batch: LayoutBatch) -> np.ndarray:
-    """EP/ETP communication of the MTP layers per micro-batch (forward and backward)."""
+def ep_comm_s(p: Problem, batch: LayoutBatch, layer_comm_s: np.ndarray | None = None) -> np.ndarray:
+    """EP/ETP communication of the MTP layers per micro-batch (forward and backward);
+    ``layer_comm_s``: :func:`autopar.cost.moe.layer_comm_s` when the caller has it (costed here when None)."""
     if not (p.model.mtp_num_layers and _last_is_moe(p)):
         return np.zeros(len(batch))
-    return p.model.mtp_num_layers * moe_cost.layer_comm_s(p, batch)
+    return p.model.mtp_num_layers * (moe_cost.layer_comm_s(p, batch) if layer_comm_s is None else layer_comm_s)

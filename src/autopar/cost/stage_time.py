@@ -112,9 +112,9 @@ def stage_time(p: Problem, batch: LayoutBatch, stages: Stages, floor: bool = Fal
     # fp8 training's bf16 first/last layers (autopar.cost.fp8_bf16_layers): their bf16-over-fp8 seconds
     bf16_fwd, bf16_bwd = fp8_bf16_layers.layer_time_deltas(p, batch, stages, dense, moe)
     layers_fwd = n_dense * dense.forward_s + n_moe * moe.forward_s + bf16_fwd
-    extra_fwd = np.where(first, C.embedding_forward_time_s(p, batch), 0.0) + np.where(
-        last, C.output_forward_time_s(p, batch), 0.0) + np.where(
-        stages.holds_mtp(batch), mtp.forward_s(p, batch, dense.forward_s, moe.forward_s), 0.0)
+    embedding_s, output_s = C.embedding_forward_time_s(p, batch), C.output_forward_time_s(p, batch)
+    extra_fwd = np.where(first, embedding_s, 0.0) + np.where(last, output_s, 0.0) + np.where(
+        stages.holds_mtp(batch), mtp.forward_s(p, batch, dense.forward_s, moe.forward_s, output_s, embedding_s), 0.0)
     forward = layers_fwd + extra_fwd
 
     full = batch.recompute == 2
@@ -179,10 +179,12 @@ def stage_time(p: Problem, batch: LayoutBatch, stages: Stages, floor: bool = Fal
     if m.is_moe:
         moe_recomputed = recomputed * n_moe / np.maximum(stages.layers, 1)
         ep_passes = n_moe + 0.5 * moe_recomputed + np.where(selective, recompute_cost.extra_ep_passes(p, batch, n_moe), 0.0)
-        shared_s, routed_s = moe_dispatch.expert_compute_s(p, batch)
-        exposed = moe_dispatch.exposed_layer_comm_s(p, batch, moe.forward_s, shared_s, routed_s)
-        ep = n_moe * exposed + (ep_passes - n_moe) * moe_cost.layer_comm_s(p, batch)
-        ep = ep + np.where(stages.holds_mtp(batch), mtp.ep_comm_s(p, batch), 0.0)
+        shared_s, routed_s = moe_dispatch.expert_compute_s(p, batch, moe.mlp_gemm_s)
+        one_pass = moe_dispatch.pass_comm_s(p, batch)  # costed once: exposed, layer and MTP terms share it
+        exposed = moe_dispatch.exposed_layer_comm_s(p, batch, moe.forward_s, shared_s, routed_s, one_pass)
+        layer_comm = 2 * one_pass  # moe_cost.layer_comm_s
+        ep = n_moe * exposed + (ep_passes - n_moe) * layer_comm
+        ep = ep + np.where(stages.holds_mtp(batch), mtp.ep_comm_s(p, batch, layer_comm), 0.0)
     else:
         ep = np.zeros(len(batch))
     backward = 2 * (forward - layers_fwd) + n_dense * dense.backward() + n_moe * moe.backward() + bf16_bwd

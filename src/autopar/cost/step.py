@@ -117,6 +117,36 @@ def evaluate(p: Problem, batch: LayoutBatch, views: list[Stages], counts: list[n
     return combine(p, batch, counts, times, dp, opt, peak, memories)
 
 
+def evaluate_stages_many(p: Problem, layouts: list[tuple[list[LayoutBatch], list[Stages]]]) -> list[StepCosts]:
+    """:func:`evaluate` of several layouts given stage by stage, each as ``(rows, views)``: one
+    batch of one row and one :class:`Stages` view of one stage per pipeline stage (each view
+    counted once), as ``autopar estimate`` costs them. The stages of all layouts are costed in
+    one vectorised pass (every cost term is row-wise), then each layout is combined alone, so each
+    result equals its own ``evaluate(p, rows[0], views, [ones(1)] * len(views), rows)`` (which
+    costs a layout's few rows in one pass too) while the per-pass overhead is paid once.
+
+    Layouts whose views set different optional fields (``mtp``, ``in_flight``) are costed in
+    separate passes, since a concatenation keeps a field only where every view has it."""
+    out: list[StepCosts | None] = [None] * len(layouts)
+    kinds: dict[tuple[bool, bool], list[int]] = {}
+    for i, (_, views) in enumerate(layouts):
+        kinds.setdefault((all(v.mtp is not None for v in views), all(v.in_flight is not None for v in views)),
+                         []).append(i)
+    for members in kinds.values():
+        rows = [r for i in members for r in layouts[i][0]]
+        views = [v for i in members for v in layouts[i][1]]
+        times, memories, dp, opt = _cost_views(p, rows, views)
+        at = 0
+        for i in members:
+            k = len(layouts[i][1])
+            span = slice(at, at + k)
+            at += k
+            mem = memories[span]
+            peak = np.max(np.stack([m.total_bytes for m in mem]), axis=0)
+            out[i] = combine(p, layouts[i][0][0], [np.ones(1)] * k, times[span], dp[span], opt[span], peak, mem)
+    return out  # type: ignore[return-value]
+
+
 _LAST_FLOPS: list = [None, 0.0]  # the last Problem combined and its model FLOPs per token
 
 

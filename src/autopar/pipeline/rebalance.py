@@ -98,7 +98,7 @@ def balanced_strategy(p: Problem, s: Strategy, memory_limit_bytes: float, cache:
     dividing the layers), no split fits, or the best split is the one ``s`` already has."""
     if s.pp == 1 or s.recompute_layers is not None or s.recompute_per_stage:
         return None
-    table = (cache or TableCache()).get(p, s, memory_limit_bytes)
+    table = (TableCache() if cache is None else cache).get(p, s, memory_limit_bytes)
     folded = _folded(p, s, table)
     if folded is None:
         return None
@@ -131,7 +131,7 @@ def per_stage_candidates(p: Problem, s: Strategy, memory_limit_bytes: float, opt
     """
     if s.pp == 1:
         return []
-    table = (cache or TableCache()).get(p, s, memory_limit_bytes)
+    table = (TableCache() if cache is None else cache).get(p, s, memory_limit_bytes)
     folded = _folded(p, s, table)
     if folded is None:
         return []
@@ -204,7 +204,7 @@ def rebalance_many(p: Problem, estimates: list[Estimate], memory_margin: float, 
     if target not in TARGETS:
         raise AutoparError(f"target={target!r}: allowed {', '.join(TARGETS)}")
     capacity = p.cluster.device.memory_bytes
-    cache = cache or TableCache()
+    cache = TableCache() if cache is None else cache  # an empty cache is falsy (__len__): keep the caller's
     owners, candidates = [], []  # the index in ``estimates`` of each candidate layout
     for k, e in enumerate(estimates):
         limit = capacity if e.marginal else (1 - memory_margin) * capacity
