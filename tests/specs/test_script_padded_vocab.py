@@ -35,3 +35,12 @@ def test_padded_vocab_size_megatron_cannot_build_is_refused(tmp_path):
         read_script(_script(tmp_path, "--padded-vocab-size 32001"))
     with pytest.raises(AutoparError, match="--padded-vocab-size=30000 is below the vocabulary size 32000"):
         read_script(_script(tmp_path, "--padded-vocab-size 30000"))
+
+
+def test_vocab_size_option_other_than_the_padded_size_is_refused(tmp_path):
+    """``--vocab-size`` replaced the script's padded size without a word (8.924 s became 8.447 s)."""
+    plan = read_script(_script(tmp_path, "--padded-vocab-size 65536"))
+    with pytest.raises(AutoparError, match=r"--vocab-size=32000 conflicts with job.sh: --padded-vocab-size 65536 "
+                       r"\(Megatron builds"):
+        plan.model_spec(32000)
+    assert plan.model_spec(65536).vocab_size == 65536  # the same size is no conflict

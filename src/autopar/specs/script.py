@@ -79,9 +79,15 @@ class ScriptPlan:
         """The :class:`ModelSpec`; ``vocab_size`` overrides the script's.
 
         Raises:
-            AutoparError: vocabulary unknown, or an invalid shape.
+            AutoparError: vocabulary unknown, an invalid shape, or ``vocab_size`` other than the
+                script's ``--padded-vocab-size`` (Megatron builds the embedding with the padded
+                size whatever the tokenizer's vocabulary, :mod:`autopar.specs.script_vocab`).
         """
         fields = dict(self.model_fields)
+        if vocab_size is not None and self.args.has("--padded-vocab-size") and vocab_size != fields["vocab_size"]:
+            raise AutoparError(f"--vocab-size={vocab_size} conflicts with {self.path.name}: --padded-vocab-size "
+                               f"{fields['vocab_size']} (Megatron builds the embedding and output layer with the "
+                               "padded size, whatever the tokenizer's vocabulary); drop --vocab-size")
         if vocab_size is not None:
             fields["vocab_size"] = vocab_size
         elif self.vocab_error:
