@@ -53,3 +53,19 @@ def test_margin_with_an_explicit_limit_is_refused():
     assert res.exit_code == 2
     assert res.stderr.strip() == ("error: --memory-margin=0.2 with --memory-limit-gib: that limit is used as given; "
                                   "drop one")
+
+
+def test_a_limit_above_the_device_memory_is_refused():
+    """--memory-limit-gib 200 on an 80 GB device printed a plan with 95 GiB stages, exit 0."""
+    r = runner.invoke(app, ["balance", *LLAMA70, "--memory-limit-gib", "200"])
+    assert r.exit_code == 2
+    assert "error: --memory-limit-gib=200: above the h100-80gb's 79.6 GiB" in r.output
+
+
+def test_no_fit_advice_does_not_ask_for_full_recompute_when_it_is_allowed():
+    r = runner.invoke(app, ["balance", *LLAMA70, "--memory-limit-gib", "30"])
+    assert r.exit_code == 2 and "fits with recompute in {none, selective, full}" in r.output
+    assert r.output.rstrip().endswith("; more stages or more memory")
+    r = runner.invoke(app, ["balance", *LLAMA70, "--memory-limit-gib", "30",
+                            "--options", "none,selective"])
+    assert r.exit_code == 2 and "allow full recompute (--options ...,full)" in r.output

@@ -313,6 +313,10 @@ def balance_command(
         if limit is None:
             device_bytes = p.cluster.device.memory_bytes
             limit = (1 - margin) * device_bytes
+        elif limit > p.cluster.device.memory_bytes:  # a plan over the device's memory was printed as fitting
+            raise AutoparError(f"--memory-limit-gib={memory_limit_gib:g}: above the {p.cluster.device.name}'s "
+                               f"{p.cluster.device.memory_bytes / GIB:.1f} GiB; give at most that, or another "
+                               "device memory with --device-set memory_bytes=...")
         table, num_vpp, sched = layer_table(p, s, limit, module_sets), s.vpp, s.schedule
         m = s.num_microbatches(p.train.global_batch_size)
         baseline = s.recompute if names is None or s.recompute in names else names[0]

@@ -225,10 +225,11 @@ def _no_fit(table: LayerTable, costs: ChunkCosts, names: tuple[str, ...], limit_
         for n in names)
     needs = "" if lightest is None else f" (an even split needs about {lightest / GIB:.1f} GiB)"
     limit_name = limit_name or f"memory_limit_bytes={table.memory_limit_bytes / GIB:.1f} GiB"
+    advice = ("more stages or more memory" if "full" in names
+              else "allow full recompute (--options ...,full), more stages or more memory")
     return NoFitError(
         f"{limit_name}: no split of {table.num_layers} layers over "
-        f"pp={table.pp} fits with recompute in {{{', '.join(names)}}}{needs}; allow full recompute, more "
-        "stages or more memory")
+        f"pp={table.pp} fits with recompute in {{{', '.join(names)}}}{needs}; {advice}")
 
 
 def _positional(table: LayerTable, costs: ChunkCosts, indices: np.ndarray, vpp: int, num_microbatches: int,
