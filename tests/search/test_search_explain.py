@@ -157,6 +157,16 @@ def test_with_script_a_changed_tp_keeps_the_scripts_sp_but_a_changed_pp_frees_it
     assert any(line.startswith("not given, set by the fastest fitting variant: vpp=") for line in doc["text"])
 
 
+def test_with_script_an_option_given_wins_over_the_scripts_value():
+    """The script recomputes in full; with --no-recompute the explanation took recompute=full from
+    the script and then answered "removed by the constraints: --no-recompute". The option wins, as
+    it does everywhere over a script: the key is left to the search and the line says why."""
+    doc = _explain("tp=2", "--no-recompute", base=SCRIPT)
+    assert "recompute" not in doc["filled_from_script"] and doc["overruled_script"] == {"recompute": "--no-recompute"}
+    assert doc["text"][0] == "not taken from --script (an option given wins): recompute=full (--no-recompute)"
+    assert doc["estimate"]["strategy"]["recompute"] == "none"
+
+
 def test_without_script_the_keys_the_search_filled_are_named():
     """Without --script, the keys left out are the fastest fitting variant's, now listed with
     their values (they were silently chosen)."""

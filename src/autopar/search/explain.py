@@ -184,6 +184,11 @@ def explain_layout(p: Problem, text: str, result: SearchResult, memory_margin: f
     stated = parse_layout(text)
     from_script = script_fill(stated, script_layout) if script_layout is not None else {}
     from_script = {k: v for k, v in from_script.items() if not _irrelevant(p, {**stated, **from_script}).get(k)}
+    # an option given wins over the script, as everywhere (--no-recompute against the script's full recompute)
+    overruled = {k: next(c.text for c in constraints if c.column == KEYS[k].column and v not in c.allowed)
+                 for k, v in from_script.items()
+                 if any(c.column == KEYS[k].column and v not in c.allowed for c in constraints)}
+    from_script = {k: v for k, v in from_script.items() if k not in overruled}
     wanted = {**stated, **from_script}
     hidden = {}  # full recompute of how many layers per stage: no --explain key, the script's when it recomputes so
     if script_layout is not None and script_layout.recompute == "full" and all(
@@ -196,6 +201,11 @@ def explain_layout(p: Problem, text: str, result: SearchResult, memory_margin: f
         explained.lines.insert(0, f"--explain leaves out {', '.join(shown)}: taken from --script's own layout: "
                                   + ", ".join(f"{k}={v}" for k, v in shown.items()))
         explained.details["filled_from_script"] = shown
+    if overruled:
+        script_values = _named({k: _strategy_codes(script_layout)[k] for k in overruled})
+        explained.lines.insert(0, "not taken from --script (an option given wins): " + ", ".join(
+            f"{k}={script_values[k]} ({overruled[k]})" for k in overruled))
+        explained.details["overruled_script"] = {k: overruled[k] for k in overruled}
     return explained
 
 
