@@ -112,8 +112,12 @@ def run_layerwise(console: Console, p: Problem, constraints: list[Constraint], a
         raise AutoparError(f"no layer-wise plan of {p.model.name} fits {1 - memory_margin:.0%} of "
                            f"{p.cluster.device.name} memory ({result.cells} (pp, chunks, dp type) cells searched)")
     plan, cost = result.plan, result.cost
-    doc = galvatron_layerwise.config(p, plan)
     uniform = best_uniform(p, constraints, memory_margin)
+    adopted = uniform is not None and uniform[1] < cost.step_time_s and _adopt_uniform(p, uniform[2], limit)
+    adopted = adopted if adopted and adopted[1].step_time_s < cost.step_time_s else None
+    if adopted:
+        plan, cost = adopted
+    doc = galvatron_layerwise.config(p, plan)
     if as_json:
         print_json("search-layerwise", {
             "plan": plan.model_dump(mode="json"), "step_time_s": cost.step_time_s,
@@ -121,6 +125,7 @@ def run_layerwise(console: Console, p: Problem, constraints: list[Constraint], a
             "stage_memory_bytes": cost.stage_memory_bytes, "search_seconds": result.seconds,
             "galvatron": doc, "galvatron_runtime_flags": ["--sequence-parallel"] if plan.sp else [],
             "uniform_best": None if uniform is None else {"layout": uniform[0], "step_time_s": uniform[1]},
+            "uniform_adopted": bool(adopted),
         })
         return
     console.print(f"[bold]{escape(p.model.name)}[/] on {p.cluster.num_nodes} x {p.cluster.devices_per_node} "
@@ -129,6 +134,10 @@ def run_layerwise(console: Console, p: Problem, constraints: list[Constraint], a
                   f"{'ddp' if plan.default_zero == 0 else 'zero2'}, vocabulary tp {plan.vocab_tp}"
                   f"{' + ZeRO-3' if plan.vocab_zero3 else ''}{', ' + sp_text(plan) if plan.sp else ''}",
                   highlight=False, soft_wrap=True)
+    if adopted:
+        console.print(f"the best uniform layout ({uniform[0]}) is faster than the dynamic programme's layer-wise plan "
+                      f"({result.cost.step_time_s:.3f} s, ranked by the closed-form 1F1B makespan): it is the plan "
+                      "below, every layer alike", highlight=False, soft_wrap=True)
     console.print(_runs_table(p, plan, cost))
     if any(plan.ulysses):
         console.print(TP_LEGEND, highlight=False, soft_wrap=True)
@@ -161,10 +170,28 @@ def sp_text(plan) -> str:
     return "sequence parallel (" + (", ".join(parts) or "no tp > 1 layer") + ")"
 
 
-def best_uniform(p: Problem, constraints: list[Constraint], memory_margin: float) -> tuple[str, float] | None:
-    """The best uniform layout ``search --target galvatron`` ranks for the same problem (its label
-    and step time, s), the layer-wise constraints (``--tp``, ``--pp``, ...) applied; None when none
-    fits or a constraint has no uniform meaning."""
+def _adopt_uniform(p: Problem, s, limit_bytes: float):
+    """``(plan, cost)`` of the uniform layout ``s`` as a layer-wise plan
+    (:meth:`autopar.layerwise.plan.LayerwisePlan.uniform`, costed by
+    :func:`autopar.layerwise.evaluate_plan` within ``limit_bytes``), or None where a layer-wise
+    plan cannot hold it (vpp, cp, ZeRO-1, selective recompute) or it does not fit. A uniform
+    layout is a layer-wise plan, so the plan returned is never slower than it (the dynamic
+    programme ranks plans by the closed-form makespan and can miss it by a little)."""
+    from autopar.layerwise import evaluate_plan
+    from autopar.layerwise.plan import LayerwisePlan
+
+    try:
+        plan = LayerwisePlan.uniform(p, s)
+        cost = evaluate_plan(p, plan, limit_bytes)
+    except AutoparError:
+        return None
+    return (plan, cost) if cost.fits else None
+
+
+def best_uniform(p: Problem, constraints: list[Constraint], memory_margin: float) -> tuple[str, float, object] | None:
+    """The best uniform layout ``search --target galvatron`` ranks for the same problem (its label,
+    step time (s) and :class:`~autopar.strategy.Strategy`), the layer-wise constraints (``--tp``,
+    ``--pp``, ...) applied; None when none fits or a constraint has no uniform meaning."""
     from autopar.report.table import layout_label
     from autopar.search import search
     from autopar.search.grid import for_target
@@ -175,7 +202,7 @@ def best_uniform(p: Problem, constraints: list[Constraint], memory_margin: float
     except AutoparError:
         return None
     s = best.strategy
-    return f"{layout_label(best)} mbs {s.mbs} zero {s.zero} recompute {s.recompute}", best.step_time_s
+    return f"{layout_label(best)} mbs {s.mbs} zero {s.zero} recompute {s.recompute}", best.step_time_s, s
 
 
 def uniform_line(layerwise_s: float, uniform: tuple[str, float], band_pct: float | None = None) -> str:
@@ -183,7 +210,7 @@ def uniform_line(layerwise_s: float, uniform: tuple[str, float], band_pct: float
     whether the difference is within autopar's step-time band ``band_pct`` (%; the ``≈1`` ties)."""
     from autopar.report.ties import within_band
 
-    label, step_s = uniform
+    label, step_s = uniform[:2]
     tie = within_band(layerwise_s, step_s, band_pct)
     return (f"best uniform layout for --target galvatron: {label}, step {step_s:.3f} s; the layer-wise plan is "
             f"{layerwise_s / step_s - 1:+.1%} against it" + (f", within autopar's ±{band_pct:g}% band: too close to "

@@ -125,14 +125,18 @@ class LayerwisePlan(BaseModel):
     @classmethod
     def uniform(cls, p: Problem, s: Strategy) -> LayerwisePlan:
         """The layer-wise form of one uniform layout ``s`` (every layer the same; its stage
-        recompute options as per-layer flags; ZeRO-1 is not a Galvatron type and is refused).
+        recompute options as per-layer flags; its vocabulary tp; ZeRO-1 is not a Galvatron type
+        and is refused).
 
         Raises:
-            AutoparError: ``s`` uses vpp, cp, ep, selective recompute or ZeRO-1.
+            AutoparError: ``s`` uses vpp, cp, ep, selective recompute, ZeRO-1, a sequence-split
+                vocabulary (``vocab_sp``) or non-consecutive TP groups, which a plan has not.
         """
-        if s.vpp > 1 or s.cp > 1 or s.ep > 1 or s.zero == 1 or "selective" in s.stage_recompute:
-            raise AutoparError("a layer-wise plan has no vpp, cp, ep, ZeRO-1 or selective recompute "
-                               f"(layout: vpp={s.vpp} cp={s.cp} ep={s.ep} zero={s.zero} recompute={s.recompute})")
+        if (s.vpp > 1 or s.cp > 1 or s.ep > 1 or s.zero == 1 or "selective" in s.stage_recompute or s.vocab_sp
+                or not s.tp_consecutive):
+            raise AutoparError("a layer-wise plan has no vpp, cp, ep, ZeRO-1, selective recompute, vocab_sp or "
+                               f"non-consecutive TP (layout: vpp={s.vpp} cp={s.cp} ep={s.ep} zero={s.zero} "
+                               f"recompute={s.recompute} vocab_sp={s.vocab_sp} tp_consecutive={s.tp_consecutive})")
         split = s.layers_per_stage or default_layers_per_stage(p.model.num_layers, s.pp)
         flags: list[bool] = []
         for n, option in zip(split, s.stage_recompute):
@@ -141,7 +145,7 @@ class LayerwisePlan(BaseModel):
         n = p.model.num_layers
         return cls(pp=s.pp, num_microbatches=s.num_microbatches(p.train.global_batch_size),
                    layers_per_stage=tuple(split), tp=(s.tp,) * n, zero3=(s.zero == 3,) * n, recompute=tuple(flags),
-                   default_zero=0 if s.zero == 0 else 2, vocab_tp=s.tp, vocab_zero3=s.zero == 3, sp=s.sp)
+                   default_zero=0 if s.zero == 0 else 2, vocab_tp=s.vocab_tp_size, vocab_zero3=s.zero == 3, sp=s.sp)
 
 
 def stage_slices(layers_per_stage: tuple[int, ...]) -> list[slice]:
