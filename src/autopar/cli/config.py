@@ -113,6 +113,14 @@ def _options(command: Any) -> dict[str, Any]:
     return out
 
 
+def _shown(value: Any) -> str:
+    """``value`` as the file wrote it, for an error line: JSON for a scalar (``"1:30"``, ``true``),
+    a list's items unquoted where they are the text of a number (``[1, true]``)."""
+    if isinstance(value, list):
+        return "[" + ", ".join(v if isinstance(v, str) else json.dumps(v) for v in value) + "]"
+    return json.dumps(value)
+
+
 def _refuse_true_false(param: Any, key: str, value: Any, path: str, section: str) -> None:
     """Refuse a YAML/JSON true/false for an option that takes a value (``gbs: true``): click
     would read it as 1 or 0 (Python's ``int(True)``), searching gbs 1 without a word. Flags
@@ -125,7 +133,7 @@ def _refuse_true_false(param: Any, key: str, value: Any, path: str, section: str
         return
     if isinstance(value, bool) or (isinstance(value, list) and any(isinstance(v, bool) for v in value)):
         option = next((o for o in param.opts if o.startswith("--")), param.name)
-        raise typer.BadParameter(f"{path}: key {key!r} in section {section!r} is {json.dumps(value)}: {option} takes "
+        raise typer.BadParameter(f"{path}: key {key!r} in section {section!r} is {_shown(value)}: {option} takes "
                                  "a value, not true/false")
 
 
@@ -182,6 +190,33 @@ def default_map(group: Any, data: Any, path: str, section: str = "") -> dict[str
     return out
 
 
+def _yaml_load(text: str) -> Any:
+    """YAML ``text`` with numbers left as the text written: ``gbs: 010`` is ``"010"``, which the
+    option's own reader then reads as the command line does (``--gbs 010`` is 10).
+
+    YAML 1.1's implicit number rules (PyYAML's ``SafeLoader``) read more than autopar's integer
+    reader (:data:`autopar.integers.INTEGER_RULE`): ``010`` as octal 8, ``1:30`` as base-60 90,
+    ``16:32`` (a ``gbs_range``) as 992, ``0x10`` as 16, ``4_096`` as 4096. Here the ``int`` and
+    ``float`` implicit resolvers are dropped, so every plain scalar but true/false and null is a
+    ``str`` and goes through the same parser as the command line. Keys given twice in one mapping
+    stay refused (:func:`autopar.specs.long_numbers.yaml_load`'s loader).
+
+    Raises:
+        yaml.YAMLError: as ``yaml.load``.
+    """
+    import yaml
+
+    from autopar.specs.long_numbers import _loader
+
+    base = _loader()
+    loader = type("_ConfigLoader", (base,), {})
+    loader.yaml_implicit_resolvers = {
+        first: [(tag, regexp) for tag, regexp in resolvers
+                if tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")]
+        for first, resolvers in base.yaml_implicit_resolvers.items()}
+    return yaml.load(text, Loader=loader)  # noqa: S506 (a SafeLoader subclass)
+
+
 def load_config(ctx: typer.Context, param: Any, path: str | None) -> str | None:
     """Eager ``--config`` callback: read ``path`` (JSON or YAML), check it against every command
     and set ``ctx.default_map`` (the whole file on the top-level group, the command's own section
@@ -194,8 +229,6 @@ def load_config(ctx: typer.Context, param: Any, path: str | None) -> str | None:
         return path
     import yaml  # only where a --config file is given
 
-    from autopar.specs.long_numbers import yaml_load
-
     try:
         text = Path(path).read_text()
     except OSError as err:
@@ -203,7 +236,7 @@ def load_config(ctx: typer.Context, param: Any, path: str | None) -> str | None:
     except UnicodeDecodeError:
         raise typer.BadParameter(f"{path}: not a text file (expected YAML or JSON)") from None
     try:
-        data = json.loads(text, object_pairs_hook=_once) if path.endswith(".json") else yaml_load(text)
+        data = json.loads(text, object_pairs_hook=_once) if path.endswith(".json") else _yaml_load(text)
     except (ValueError, yaml.YAMLError) as err:
         raise typer.BadParameter(f"{path}: not valid {'JSON' if path.endswith('.json') else 'YAML'} "
                                  f"({str(err).splitlines()[0]})") from None
