@@ -61,3 +61,38 @@ def test_numbers_the_command_line_refuses_are_refused_in_the_file(tmp_path, caps
     path = _config(tmp_path, f"search:\n  {line}\n")
     err = _error(["--config", path, *BASE], capsys)
     assert path in err and repr(line.split(":")[0]) in err and f'"{text}"' in err and "whole number" in err
+
+
+def _reproduce_line(folder) -> str:
+    """The ``Reproduce:`` command line of ``folder``'s report.html, HTML-unescaped."""
+    import html
+    import re
+
+    text = (folder / "report.html").read_text()
+    return html.unescape(re.search(r"Reproduce: <code>(.*?)</code>", text).group(1))
+
+
+@pytest.mark.parametrize("from_config", [False, True])
+def test_report_reproduce_line_repeats_device_set_once_per_value_and_reruns(tmp_path, monkeypatch, from_config):
+    import shlex
+
+    monkeypatch.chdir(tmp_path)
+    sets = ["memory_bytes=100e9", "name=x y"]
+    args = ["search", "-m", "llama3-8b", "--device", "h100-80gb", "--gbs", "8", "--top", "1"]
+    if from_config:
+        path = _config(tmp_path, "search:\n  device_set: [memory_bytes=100e9, 'name=x y']\n")
+        args = ["--config", path, *args]
+    else:
+        args += [w for s in sets for w in ("--device-set", s)]
+    out = runner.invoke(app, [*args, "--report", "r1"])
+    assert out.exit_code == 0, out.output
+    line = _reproduce_line(tmp_path / "r1")
+    assert "--device-set memory_bytes=100e9 --device-set 'name=x y'" in line and "[" not in line, line
+    words = shlex.split(line)
+    assert words[0] == "autopar"
+    words[words.index("--report") + 1] = "r2"
+    rerun = runner.invoke(app, words[1:])
+    assert rerun.exit_code == 0, rerun.output
+    first = json.loads((tmp_path / "r1" / "result.json").read_text())
+    again = json.loads((tmp_path / "r2" / "result.json").read_text())
+    assert again["layouts"] == first["layouts"] and "x y" in json.dumps(again)

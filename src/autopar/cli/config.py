@@ -66,7 +66,9 @@ def given_command_line() -> str | None:
     """The running command as a command line that reproduces it: ``autopar`` and the command path,
     then every option given (on the command line or in a ``--config`` file, :func:`option_given`)
     with its value, ``--config`` itself left out (its values are spelled out), shell-quoted; a
-    flag's ``--no-...`` form where it is off. None outside a command."""
+    flag's ``--no-...`` form where it is off; a repeatable option (``--device-set``) once per
+    value, as it was given (not the Python list ``['memory_bytes=100e9', ...]``). None outside a
+    command."""
     import shlex
 
     ctx = _current_context()
@@ -81,6 +83,9 @@ def given_command_line() -> str | None:
         if getattr(param, "is_flag", False):
             flag = param.opts[0] if value else (param.secondary_opts or [None])[0]
             words += [flag] if flag else []
+        elif getattr(param, "multiple", False) and isinstance(value, (list, tuple)):
+            for item in value:  # a repeatable option once per item: --device-set K=V --device-set K2=V2
+                words += [param.opts[0], str(item)]
         elif value is not None:
             words += [param.opts[0], str(value)]
     return shlex.join(words)
