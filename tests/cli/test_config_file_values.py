@@ -96,3 +96,13 @@ def test_report_reproduce_line_repeats_device_set_once_per_value_and_reruns(tmp_
     first = json.loads((tmp_path / "r1" / "result.json").read_text())
     again = json.loads((tmp_path / "r2" / "result.json").read_text())
     assert again["layouts"] == first["layouts"] and "x y" in json.dumps(again)
+
+
+@pytest.mark.parametrize("first, second", [("no-cp: true", "no_cp: false"), ("seq-len: 2048", "seq_len: 8192"),
+                                           ("--gbs: 8", "gbs: 16")])
+def test_two_spellings_of_one_key_are_refused_as_a_duplicate(tmp_path, capsys, first, second):
+    path = _config(tmp_path, f"search:\n  {first}\n  {second}\n")
+    err = _error(["--config", path, *BASE], capsys)
+    a, b = first.split(":")[0], second.split(":")[0]
+    option = "--" + b.replace("_", "-")
+    assert f"keys {a!r} and {b!r} in section 'search' are both {option}: give it once" in err, err

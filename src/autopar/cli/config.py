@@ -165,13 +165,16 @@ def default_map(group: Any, data: Any, path: str, section: str = "") -> dict[str
 
     Raises:
         typer.BadParameter: a section that is no command, a key that is no option of its
-            section's command, or a section that is not a mapping (one line naming both).
+            section's command, two spellings of one option (``seq-len`` and ``seq_len``: YAML
+            and JSON see two keys, click would keep one), or a section that is not a mapping
+            (one line naming both).
     """
     where = f"section {section!r}" if section else "the top level"
     if not isinstance(data, dict):
         raise typer.BadParameter(f"{path}: {where} must map names to values, got {type(data).__name__}")
     commands = getattr(group, "commands", None)
     out: dict[str, Any] = {}
+    first_key: dict[str, Any] = {}  # option name -> the key that gave it
     for key, value in data.items():
         name = f"{section} {key}".strip()
         if commands is not None:  # a group: keys are command names
@@ -185,6 +188,11 @@ def default_map(group: Any, data: Any, path: str, section: str = "") -> dict[str
             raise typer.BadParameter(f"{path}: unknown key {key!r} in section {section!r}; allowed "
                                      f"{', '.join(sorted(names))}")
         param = accepted[_key(str(key))]
+        if param.name in first_key:  # seq-len and seq_len (or --seq-len): one option given twice
+            option = next((o for o in param.opts if o.startswith("--")), param.name)
+            raise typer.BadParameter(f"{path}: keys {first_key[param.name]!r} and {key!r} in section {section!r} are "
+                                     f"both {option}: give it once")
+        first_key[param.name] = key
         _refuse_true_false(param, key, value, path, section)
         _refuse_loose_integer(param, key, value, path, section)
         if isinstance(value, list) and not param.multiple:
