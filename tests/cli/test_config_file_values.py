@@ -106,3 +106,16 @@ def test_two_spellings_of_one_key_are_refused_as_a_duplicate(tmp_path, capsys, f
     a, b = first.split(":")[0], second.split(":")[0]
     option = "--" + b.replace("_", "-")
     assert f"keys {a!r} and {b!r} in section 'search' are both {option}: give it once" in err, err
+
+
+@pytest.mark.parametrize("body, kind", [("- 1\n", "a list"), ("[]\n", "a list"), ("0\n", '"0"'),
+                                        ("''\n", '""'), ("false\n", "false")])
+def test_a_top_level_that_is_no_mapping_is_refused(tmp_path, capsys, body, kind):
+    path = _config(tmp_path, body)
+    err = _error(["--config", path, *BASE], capsys)
+    assert f"{path}: the top level must map names to values ('name: value' lines), got {kind}" in err, err
+
+
+def test_an_empty_config_file_is_no_options(tmp_path):
+    doc = _search(_config(tmp_path, ""), "--gbs", "8")
+    assert doc["problem"]["train"]["global_batch_size"] == 8

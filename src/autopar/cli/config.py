@@ -171,7 +171,8 @@ def default_map(group: Any, data: Any, path: str, section: str = "") -> dict[str
     """
     where = f"section {section!r}" if section else "the top level"
     if not isinstance(data, dict):
-        raise typer.BadParameter(f"{path}: {where} must map names to values, got {type(data).__name__}")
+        raise typer.BadParameter(f"{path}: {where} must map names to values ('name: value' lines), "
+                                 f"got {'a list' if isinstance(data, list) else _shown(data)}")
     commands = getattr(group, "commands", None)
     out: dict[str, Any] = {}
     first_key: dict[str, Any] = {}  # option name -> the key that gave it
@@ -254,7 +255,8 @@ def load_config(ctx: typer.Context, param: Any, path: str | None) -> str | None:
         raise typer.BadParameter(f"{path}: not valid {'JSON' if path.endswith('.json') else 'YAML'} "
                                  f"({str(err).splitlines()[0]})") from None
     root = ctx.find_root()
-    full = default_map(root.command, data or {}, path)
+    # only an empty file is no options: a top level of [], '' or 0 is refused as a list is
+    full = default_map(root.command, {} if data is None else data, path)
     ctx.meta.setdefault(CONFIG_FILES, []).append(path)  # an input no output may overwrite (cli/paths.py)
     if ctx.parent is None:
         ctx.default_map = full
