@@ -119,3 +119,15 @@ def test_a_top_level_that_is_no_mapping_is_refused(tmp_path, capsys, body, kind)
 def test_an_empty_config_file_is_no_options(tmp_path):
     doc = _search(_config(tmp_path, ""), "--gbs", "8")
     assert doc["problem"]["train"]["global_batch_size"] == 8
+
+
+def test_gbs_range_with_gbs_is_refused(capsys):
+    # the range's searches ignored --gbs 64 (a search per gbs 16..256 ran, exit 0)
+    err = _error([*BASE[:3], "--device", "h100-80gb", "--gbs-range", "16:256", "--gbs", "64"], capsys)
+    assert "--gbs-range='16:256' searches each gbs of its range; --gbs=64 is one gbs: drop one of them" in err, err
+
+
+def test_gbs_range_in_a_config_with_gbs_on_the_command_line_is_refused(tmp_path, capsys):
+    path = _config(tmp_path, "search:\n  gbs_range: 16:64\n")
+    err = _error(["--config", path, *BASE[:5], "--gbs", "64"], capsys)
+    assert "--gbs-range='16:64'" in err and "--gbs=64" in err, err
