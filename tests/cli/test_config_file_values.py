@@ -131,3 +131,44 @@ def test_gbs_range_in_a_config_with_gbs_on_the_command_line_is_refused(tmp_path,
     path = _config(tmp_path, "search:\n  gbs_range: 16:64\n")
     err = _error(["--config", path, *BASE[:5], "--gbs", "64"], capsys)
     assert "--gbs-range='16:64'" in err and "--gbs=64" in err, err
+
+
+@pytest.mark.parametrize("line, message", [
+    # was click's "Invalid value for '--gbs': Input should be a valid integer, ... (got '64,128')"
+    ("gbs: [64, 128]", "key 'gbs' in section 'search' is [64, 128]: --gbs takes one whole number, not a list"),
+    # was "Input should be a valid number, unable to parse string as a number"
+    ('memory_margin: "10%"', "key 'memory_margin' in section 'search' is \"10%\": --memory-margin takes a number"),
+    # was "Input should be a valid boolean, unable to interpret input"
+    ('flash_attention: "nope"', "key 'flash_attention' in section 'search' is \"nope\": "
+                                "--flash-attention/--no-flash-attention is a flag: give true or false"),
+])
+def test_a_value_of_the_wrong_kind_names_the_file_key_value_and_what_is_allowed(tmp_path, capsys, line, message):
+    path = _config(tmp_path, f"search:\n  {line}\n")
+    err = _error(["--config", path, *BASE], capsys)
+    assert f"{path}: {message}" in err and "Input should be" not in err, err
+
+
+def test_memory_margin_in_a_config_is_still_read(tmp_path):
+    doc = _search(_config(tmp_path, "search:\n  memory_margin: 0.2\n  flash_attention: true\n"), "--gbs", "8")
+    assert doc["problem"]["train"]["global_batch_size"] == 8
+
+
+def test_device_set_unknown_field_names_the_option_and_lists_the_fields(capsys):
+    err = _error([*BASE, "--device-set", "mem_gib=1"], capsys)
+    assert "--device-set='mem_gib=1': unknown device field 'mem_gib'; allowed: name, description" in err, err
+    assert "memory_bytes" in err
+
+
+@pytest.mark.parametrize("value, message", [
+    ("tp=", "--explain='tp=': tp='': one value per key, a whole number in 1..1048576 (e.g. tp=4)"),
+    ("tp=1,2", "--explain='tp=1,2': '2' is not key=value; --explain takes one value per key"),
+    ("recompute=x", "recompute='x': one value per key, none, selective, full (e.g. recompute=none)"),
+])
+def test_explain_errors_ask_for_one_value_per_key_not_a_set(capsys, value, message):
+    err = _error([*BASE, "--explain", value], capsys)
+    assert message in err and "comma-separated set" not in err, err
+
+
+def test_gbs_range_with_four_parts_says_so(capsys):
+    err = _error([*BASE[:5], "--gbs-range", "16:64:16:2"], capsys)
+    assert "--gbs-range='16:64:16:2': 4 ':'-separated numbers; give 2 or 3" in err and "FIRST <= LAST" not in err

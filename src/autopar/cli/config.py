@@ -142,6 +142,38 @@ def _refuse_true_false(param: Any, key: str, value: Any, path: str, section: str
                                  "a value, not true/false")
 
 
+def _refuse_wrong_kind(param: Any, key: str, value: Any, path: str, section: str) -> None:
+    """Refuse, before click reads it with the library's own wording ("Input should be a valid
+    boolean, unable to interpret input"), a value of the wrong kind for its option: a flag not
+    true/false (``flash_attention: nope``), a list for an option that takes one value and is no
+    comma-separated set (``gbs: [64, 128]``), a number option's text that is no number
+    (``memory_margin: "10%"``). The line names the file, the key, the value and what is allowed.
+
+    Raises:
+        typer.BadParameter: ``FILE: key 'gbs' in section 'search' is [64, 128]: --gbs takes one
+            whole number, not a list``.
+    """
+    annotation = getattr(getattr(param, "type_descriptor", None), "annotation", None)
+    option = next((o for o in param.opts if o.startswith("--")), param.name)
+    where = f"{path}: key {key!r} in section {section!r} is {_shown(value)}"
+    if getattr(param, "is_flag", False) or annotation is bool:
+        if value is not None and not isinstance(value, bool):  # null: as if not given
+            pair = "/".join([option, *getattr(param, "secondary_opts", [])])
+            raise typer.BadParameter(f"{where}: {pair} is a flag: give true or false")
+        return
+    kind = "whole number" if annotation is int else "number" if annotation is float else None
+    if isinstance(value, list) and not param.multiple and annotation is not str:
+        raise typer.BadParameter(f"{where}: {option} takes one {kind or 'value'}, not a list")
+    if annotation is float:
+        for item in value if isinstance(value, list) else [value]:
+            try:
+                float(item)
+            except (TypeError, ValueError):
+                example = f", e.g. {param.default:g}" if isinstance(param.default, float) else ""
+                raise typer.BadParameter(f"{where}: {option} takes a number (digits, '.', an exponent such as "
+                                         f"1e-2){example}") from None
+
+
 def _refuse_loose_integer(param: Any, key: str, value: Any, path: str, section: str) -> None:
     """For an ``int`` option, a number that is not whole (``tp: 2.0``) or a text that is not
     :data:`autopar.integers.INTEGER_RULE` (``tp: "1_0"``), as on the command line.
@@ -195,6 +227,7 @@ def default_map(group: Any, data: Any, path: str, section: str = "") -> dict[str
                                      f"both {option}: give it once")
         first_key[param.name] = key
         _refuse_true_false(param, key, value, path, section)
+        _refuse_wrong_kind(param, key, value, path, section)
         _refuse_loose_integer(param, key, value, path, section)
         if isinstance(value, list) and not param.multiple:
             value = ",".join(map(str, value))
