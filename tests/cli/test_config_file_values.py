@@ -139,8 +139,8 @@ def test_gbs_range_in_a_config_with_gbs_on_the_command_line_is_refused(tmp_path,
     # was "Input should be a valid number, unable to parse string as a number"
     ('memory_margin: "10%"', "key 'memory_margin' in section 'search' is \"10%\": --memory-margin takes a number"),
     # was "Input should be a valid boolean, unable to interpret input"
-    ('flash_attention: "nope"', "key 'flash_attention' in section 'search' is \"nope\": "
-                                "--flash-attention/--no-flash-attention is a flag: give true or false"),
+    ('flash_attention: "nope"', ("key 'flash_attention' in section 'search' is \"nope\": "
+                                 "--flash-attention/--no-flash-attention is a flag: give true or false")),
 ])
 def test_a_value_of_the_wrong_kind_names_the_file_key_value_and_what_is_allowed(tmp_path, capsys, line, message):
     path = _config(tmp_path, f"search:\n  {line}\n")
