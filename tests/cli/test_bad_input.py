@@ -173,7 +173,7 @@ def test_profile_device_without_profile_db():
 
 # ----- device overrides (--device-set, --device-file) ------------------------------------------
 @pytest.mark.parametrize("override, needle", [
-    ("memory_gb=80", "device.memory_gb: unknown field; allowed: name, description"),
+    ("memory_gb=80", "--device-set='memory_gb=80': unknown device field 'memory_gb'; allowed: name, description"),
     ("memory_bytes=true", "memory_bytes=True: expected a number, not true/false"),
     ("peak_flops.bf16=yes", "peak_flops.bf16=True: expected a number, not true/false"),
     ("gemm_efficiency=1e-300", "device.gemm_efficiency='1e-300': Input should be greater than or equal to 0.01"),
@@ -189,7 +189,8 @@ def test_absurd_or_mistyped_device_override(override, needle):
 def test_device_file_with_an_unknown_field(tmp_path):
     path = tmp_path / "dev.yaml"
     path.write_text("base: h100-80gb\nhbm_bw: 3e12\n")
-    assert "device.hbm_bw: unknown field" in one_line_error(["search", "-m", "llama3-8b", "--device-file", str(path)])
+    line = one_line_error(["search", "-m", "llama3-8b", "--device-file", str(path)])
+    assert f"--device-file {str(path)!r}: unknown device field 'hbm_bw'; allowed: name," in line, line
 
 
 # ----- balance --layers FILE, and micro-batch counts the simulation cannot reach -----------------

@@ -66,7 +66,9 @@ def given_command_line() -> str | None:
     """The running command as a command line that reproduces it: ``autopar`` and the command path,
     then every option given (on the command line or in a ``--config`` file, :func:`option_given`)
     with its value, ``--config`` itself left out (its values are spelled out), shell-quoted; a
-    flag's ``--no-...`` form where it is off. None outside a command."""
+    flag's ``--no-...`` form where it is off; a repeatable option (``--device-set``) once per
+    value, as it was given (not the Python list ``['memory_bytes=100e9', ...]``). None outside a
+    command."""
     import shlex
 
     ctx = _current_context()
@@ -81,6 +83,9 @@ def given_command_line() -> str | None:
         if getattr(param, "is_flag", False):
             flag = param.opts[0] if value else (param.secondary_opts or [None])[0]
             words += [flag] if flag else []
+        elif getattr(param, "multiple", False) and isinstance(value, (list, tuple)):
+            for item in value:  # a repeatable option once per item: --device-set K=V --device-set K2=V2
+                words += [param.opts[0], str(item)]
         elif value is not None:
             words += [param.opts[0], str(value)]
     return shlex.join(words)
@@ -113,6 +118,14 @@ def _options(command: Any) -> dict[str, Any]:
     return out
 
 
+def _shown(value: Any) -> str:
+    """``value`` as the file wrote it, for an error line: JSON for a scalar (``"1:30"``, ``true``),
+    a list's items unquoted where they are the text of a number (``[1, true]``)."""
+    if isinstance(value, list):
+        return "[" + ", ".join(v if isinstance(v, str) else json.dumps(v) for v in value) + "]"
+    return json.dumps(value)
+
+
 def _refuse_true_false(param: Any, key: str, value: Any, path: str, section: str) -> None:
     """Refuse a YAML/JSON true/false for an option that takes a value (``gbs: true``): click
     would read it as 1 or 0 (Python's ``int(True)``), searching gbs 1 without a word. Flags
@@ -125,8 +138,40 @@ def _refuse_true_false(param: Any, key: str, value: Any, path: str, section: str
         return
     if isinstance(value, bool) or (isinstance(value, list) and any(isinstance(v, bool) for v in value)):
         option = next((o for o in param.opts if o.startswith("--")), param.name)
-        raise typer.BadParameter(f"{path}: key {key!r} in section {section!r} is {json.dumps(value)}: {option} takes "
+        raise typer.BadParameter(f"{path}: key {key!r} in section {section!r} is {_shown(value)}: {option} takes "
                                  "a value, not true/false")
+
+
+def _refuse_wrong_kind(param: Any, key: str, value: Any, path: str, section: str) -> None:
+    """Refuse, before click reads it with the library's own wording ("Input should be a valid
+    boolean, unable to interpret input"), a value of the wrong kind for its option: a flag not
+    true/false (``flash_attention: nope``), a list for an option that takes one value and is no
+    comma-separated set (``gbs: [64, 128]``), a number option's text that is no number
+    (``memory_margin: "10%"``). The line names the file, the key, the value and what is allowed.
+
+    Raises:
+        typer.BadParameter: ``FILE: key 'gbs' in section 'search' is [64, 128]: --gbs takes one
+            whole number, not a list``.
+    """
+    annotation = getattr(getattr(param, "type_descriptor", None), "annotation", None)
+    option = next((o for o in param.opts if o.startswith("--")), param.name)
+    where = f"{path}: key {key!r} in section {section!r} is {_shown(value)}"
+    if getattr(param, "is_flag", False) or annotation is bool:
+        if value is not None and not isinstance(value, bool):  # null: as if not given
+            pair = "/".join([option, *getattr(param, "secondary_opts", [])])
+            raise typer.BadParameter(f"{where}: {pair} is a flag: give true or false")
+        return
+    kind = "whole number" if annotation is int else "number" if annotation is float else None
+    if isinstance(value, list) and not param.multiple and annotation is not str:
+        raise typer.BadParameter(f"{where}: {option} takes one {kind or 'value'}, not a list")
+    if annotation is float:
+        for item in value if isinstance(value, list) else [value]:
+            try:
+                float(item)
+            except (TypeError, ValueError):
+                example = f", e.g. {param.default:g}" if isinstance(param.default, float) else ""
+                raise typer.BadParameter(f"{where}: {option} takes a number (digits, '.', an exponent such as "
+                                         f"1e-2){example}") from None
 
 
 def _refuse_loose_integer(param: Any, key: str, value: Any, path: str, section: str) -> None:
@@ -152,13 +197,17 @@ def default_map(group: Any, data: Any, path: str, section: str = "") -> dict[str
 
     Raises:
         typer.BadParameter: a section that is no command, a key that is no option of its
-            section's command, or a section that is not a mapping (one line naming both).
+            section's command, two spellings of one option (``seq-len`` and ``seq_len``: YAML
+            and JSON see two keys, click would keep one), or a section that is not a mapping
+            (one line naming both).
     """
     where = f"section {section!r}" if section else "the top level"
     if not isinstance(data, dict):
-        raise typer.BadParameter(f"{path}: {where} must map names to values, got {type(data).__name__}")
+        raise typer.BadParameter(f"{path}: {where} must map names to values ('name: value' lines), "
+                                 f"got {'a list' if isinstance(data, list) else _shown(data)}")
     commands = getattr(group, "commands", None)
     out: dict[str, Any] = {}
+    first_key: dict[str, Any] = {}  # option name -> the key that gave it
     for key, value in data.items():
         name = f"{section} {key}".strip()
         if commands is not None:  # a group: keys are command names
@@ -172,7 +221,13 @@ def default_map(group: Any, data: Any, path: str, section: str = "") -> dict[str
             raise typer.BadParameter(f"{path}: unknown key {key!r} in section {section!r}; allowed "
                                      f"{', '.join(sorted(names))}")
         param = accepted[_key(str(key))]
+        if param.name in first_key:  # seq-len and seq_len (or --seq-len): one option given twice
+            option = next((o for o in param.opts if o.startswith("--")), param.name)
+            raise typer.BadParameter(f"{path}: keys {first_key[param.name]!r} and {key!r} in section {section!r} are "
+                                     f"both {option}: give it once")
+        first_key[param.name] = key
         _refuse_true_false(param, key, value, path, section)
+        _refuse_wrong_kind(param, key, value, path, section)
         _refuse_loose_integer(param, key, value, path, section)
         if isinstance(value, list) and not param.multiple:
             value = ",".join(map(str, value))
@@ -180,6 +235,33 @@ def default_map(group: Any, data: Any, path: str, section: str = "") -> dict[str
             value = [value]
         out[param.name] = value
     return out
+
+
+def _yaml_load(text: str) -> Any:
+    """YAML ``text`` with numbers left as the text written: ``gbs: 010`` is ``"010"``, which the
+    option's own reader then reads as the command line does (``--gbs 010`` is 10).
+
+    YAML 1.1's implicit number rules (PyYAML's ``SafeLoader``) read more than autopar's integer
+    reader (:data:`autopar.integers.INTEGER_RULE`): ``010`` as octal 8, ``1:30`` as base-60 90,
+    ``16:32`` (a ``gbs_range``) as 992, ``0x10`` as 16, ``4_096`` as 4096. Here the ``int`` and
+    ``float`` implicit resolvers are dropped, so every plain scalar but true/false and null is a
+    ``str`` and goes through the same parser as the command line. Keys given twice in one mapping
+    stay refused (:func:`autopar.specs.long_numbers.yaml_load`'s loader).
+
+    Raises:
+        yaml.YAMLError: as ``yaml.load``.
+    """
+    import yaml
+
+    from autopar.specs.long_numbers import _loader
+
+    base = _loader()
+    loader = type("_ConfigLoader", (base,), {})
+    loader.yaml_implicit_resolvers = {
+        first: [(tag, regexp) for tag, regexp in resolvers
+                if tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")]
+        for first, resolvers in base.yaml_implicit_resolvers.items()}
+    return yaml.load(text, Loader=loader)  # noqa: S506 (a SafeLoader subclass)
 
 
 def load_config(ctx: typer.Context, param: Any, path: str | None) -> str | None:
@@ -194,8 +276,6 @@ def load_config(ctx: typer.Context, param: Any, path: str | None) -> str | None:
         return path
     import yaml  # only where a --config file is given
 
-    from autopar.specs.long_numbers import yaml_load
-
     try:
         text = Path(path).read_text()
     except OSError as err:
@@ -203,12 +283,13 @@ def load_config(ctx: typer.Context, param: Any, path: str | None) -> str | None:
     except UnicodeDecodeError:
         raise typer.BadParameter(f"{path}: not a text file (expected YAML or JSON)") from None
     try:
-        data = json.loads(text, object_pairs_hook=_once) if path.endswith(".json") else yaml_load(text)
+        data = json.loads(text, object_pairs_hook=_once) if path.endswith(".json") else _yaml_load(text)
     except (ValueError, yaml.YAMLError) as err:
         raise typer.BadParameter(f"{path}: not valid {'JSON' if path.endswith('.json') else 'YAML'} "
                                  f"({str(err).splitlines()[0]})") from None
     root = ctx.find_root()
-    full = default_map(root.command, data or {}, path)
+    # only an empty file is no options: a top level of [], '' or 0 is refused as a list is
+    full = default_map(root.command, {} if data is None else data, path)
     ctx.meta.setdefault(CONFIG_FILES, []).append(path)  # an input no output may overwrite (cli/paths.py)
     if ctx.parent is None:
         ctx.default_map = full

@@ -206,6 +206,7 @@ def search(
         refuse_modes(target, {"--gbs-range": gbs_range, "--explain": explain, "--write-script": write_script,
                               "--report": report, "--verify": verify is not None})
         target = target or "galvatron"
+    S.refuse_gbs_with_range(gbs_range, gbs)
     from autopar.cli.config import option_given
 
     # --write-script without --top writes the best layout's script only, not one per row shown

@@ -100,6 +100,18 @@ def _on_off(flag: bool | None) -> str | None:
     return None if flag is None else ("on" if flag else "off")
 
 
+def refuse_gbs_with_range(gbs_range: str | None, gbs: int | None) -> None:
+    """Refuse ``--gbs-range`` with ``--gbs`` (on the command line or in a ``--config`` file): the
+    range runs one search per gbs of its own and ignored ``--gbs`` without a word.
+
+    Raises:
+        AutoparError: ``--gbs-range='16:256' searches each gbs of its range; --gbs=64 is one gbs: ...``.
+    """
+    if gbs_range and gbs is not None:
+        raise AutoparError(f"--gbs-range={gbs_range!r} searches each gbs of its range; --gbs={gbs} is one gbs: drop "
+                           "one of them")
+
+
 def check_modes(gbs_range: str | None, plot: str | None, explain: str | None, write_script: str | None,
                 report: str | None) -> None:
     """Refuse option combinations before any search runs: ``--plot`` without ``--gbs-range``,

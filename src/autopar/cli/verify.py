@@ -124,6 +124,13 @@ def verify(
     from autopar.verify.launch import SlurmOptions, check_sbatch_options
     from autopar.verify.run import run_jobs
 
+    if record is not None:  # first: refused before any other check, any job or a --report-only reading
+        if report_only:
+            raise AutoparError(f"--record={record!r} with --report-only: --report-only reads the logs in --out and "
+                               "stores nothing; drop --record, or run verify without --report-only to store the runs")
+        from autopar.profile.opdb import refuse_unusable_db
+
+        refuse_unusable_db(record, "--record")
     if report_only:
         from autopar.verify.run import stored_results
 
@@ -153,10 +160,6 @@ def verify(
         raise AutoparError(f"--budget-s={budget_s:g}: must be > 0 seconds")
     refuse_overwriting_inputs({"--script": script, "--toml": toml, "--from": from_result, "--model": model,
                                "--device-file": device_file, "--record": record}, {"--out": (out, [Path(out)])})
-    if record is not None:  # refused now, not after the runs it would store
-        from autopar.profile.opdb import refuse_unusable_db
-
-        refuse_unusable_db(record, "--record")
     if from_result:  # the result carries its problem: options left out take its values, given ones must match
         from autopar.export.result import result_problem
 

@@ -30,7 +30,8 @@ def parse_gbs_range(text: str) -> list[int]:
     (arithmetic) or a comma-separated list; sorted, without repeats.
 
     Raises:
-        AutoparError: a non-integer, a value outside 1..2^30, FIRST > LAST, a step < 1, or more than
+        AutoparError: a non-integer, other than 2 or 3 ':'-separated numbers, a value outside
+            1..2^30, FIRST > LAST, a step < 1, or more than
             :data:`MAX_POINTS` batch sizes.
     """
     form = "FIRST:LAST (FIRST doubled up to LAST: FIRST, 2 FIRST, 4 FIRST, ...), FIRST:LAST:STEP or a list such as " \
@@ -42,7 +43,9 @@ def parse_gbs_range(text: str) -> list[int]:
     parts = [int(t) for t in text.split(":")] if ":" in text else None
     values = [int(t) for t in text.split(",")] if parts is None else []
     if parts is not None:
-        if len(parts) not in (2, 3) or any(v < 1 for v in parts) or parts[0] > parts[1]:
+        if len(parts) not in (2, 3):
+            raise AutoparError(f"--gbs-range={text!r}: {len(parts)} ':'-separated numbers; give 2 or 3, as {form}")
+        if any(v < 1 for v in parts) or parts[0] > parts[1]:
             raise AutoparError(f"--gbs-range={text!r}: FIRST <= LAST and STEP >= 1, all positive, as {form}")
         first, last = parts[:2]
         if len(parts) == 3:

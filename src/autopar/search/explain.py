@@ -50,15 +50,28 @@ def parse_layout(text: str) -> dict[str, int]:
     wanted: dict[str, int] = {}
     if "=" in text:
         for item in filter(None, (t.strip() for t in text.split(","))):
-            key, _, value = item.partition("=")
+            key, sep, value = item.partition("=")
+            if not sep:  # tp=1,2: a set is no layout
+                raise AutoparError(f"--explain={text!r}: {item!r} is not key=value; --explain takes one value per "
+                                   "key (e.g. tp=4,pp=2), not a set")
             key = key.strip().lstrip("-").replace("-", "_")
             if key not in KEYS:
                 raise AutoparError(f"--explain={text!r}: unknown key {key!r}; allowed {', '.join(KEYS)}")
             spec = KEYS[key]
-            codes = parse_values(FieldSpec(f"--explain {key}", spec.column, spec.names, spec.lowest, spec.highest),
-                                 value.strip())
-            if len(codes) != 1 or key in wanted:
+            if key in wanted:
                 raise AutoparError(f"--explain={text!r}: give {key} once, with one value")
+            try:  # --explain takes one value per key: parse_values' "or a comma-separated set" does not apply
+                codes = parse_values(FieldSpec(f"--explain {key}", spec.column, spec.names, spec.lowest,
+                                               spec.highest), value.strip())
+            except AutoparError:
+                codes = frozenset()
+            if len(codes) != 1:
+                allowed = (", ".join(spec.names) if spec.names is not None
+                           else f"a whole number in {spec.lowest}..{spec.highest}")
+                example = (next(iter(spec.names)) if spec.names is not None
+                           else 4 if spec.lowest <= 4 <= spec.highest else spec.lowest)
+                raise AutoparError(f"--explain={text!r}: {key}={value.strip()!r}: one value per key, {allowed} "
+                                   f"(e.g. {key}={example})")
             wanted[key] = next(iter(codes))
     else:
         for part in text.split():

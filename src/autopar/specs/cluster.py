@@ -302,8 +302,12 @@ def load_device(
         if why:
             raise AutoparError(why)
     unknown = sorted(set(fields) - set(DeviceSpec.model_fields))
-    if unknown:
-        raise AutoparError(f"device.{unknown[0]}: unknown field; allowed: {', '.join(DeviceSpec.model_fields)}")
+    if unknown:  # named by where it was given: --device-set KEY=VALUE or the --device-file
+        allowed = ", ".join(DeviceSpec.model_fields)
+        typed = next((o for o in overrides or [] if o.partition("=")[0].strip() == unknown[0]), None)
+        where = (f"--device-set={typed!r}" if typed is not None
+                 else f"--device-file {device_file!r}" if unknown[0] in extra else "device")
+        raise AutoparError(f"{where}: unknown device field {unknown[0]!r}; allowed: {allowed}")
     fields.setdefault("name", Path(device_file).stem if device_file else "custom")
     try:
         return DeviceSpec(**fields)
