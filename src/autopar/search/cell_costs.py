@@ -224,12 +224,11 @@ def own_views(cells: SpaceCells, c: Cells) -> list[np.ndarray]:
 
 def view_values(cells: SpaceCells, c: Cells, factors: frozenset[str], fn, first: int = 0) -> list:
     """``fn(rows, stages)`` for each view from ``first`` on, on the entries of ``c`` where the
-    view is a stage of its own (:func:`own_views`), once per distinct cell of ``factors``; None
-    for the views before ``first`` or without such entries."""
-    out = []
-    for view, own in enumerate(own_views(cells, c)):
-        out.append(cells.evaluate(c.take(own), factors, view, fn) if view >= first and len(own) else None)
-    return out
+    view is a stage of its own (:func:`own_views`), once per distinct cell of ``factors``, all
+    views in one call (:meth:`SpaceCells.evaluate_views`); None for the views before ``first``
+    or without such entries."""
+    return cells.evaluate_views([c.take(own) if view >= first and len(own) else None
+                                 for view, own in enumerate(own_views(cells, c))], factors, fn)
 
 
 def full_views(cells: SpaceCells, c: Cells, own_values: list[np.ndarray]) -> list[np.ndarray]:

@@ -304,3 +304,27 @@ class SpaceCells:
         first, inverse = one_of_each(code)
         once = cells.take(first)
         return scatter(fn(self.rows(once), self.stages(once, view)), inverse)
+
+    def evaluate_views(self, per_view: list[Cells | None], factors: frozenset[str], fn) -> list:
+        """:meth:`evaluate` of ``per_view[j]`` on stage view ``j`` for each view given (None: not
+        costed, None returned), the distinct cells of all views in one ``fn`` call (the cost
+        functions are row-wise, so each view gets what its own call gives)."""
+        starts = self.starts(factors)
+        parts, at = [], 0  # per view costed: its distinct cells, each entry's row in the one call
+        for view, c in enumerate(per_view):
+            if c is None:
+                continue
+            first, inverse = one_of_each(self.index(c, factors, starts))
+            parts.append((view, c.take(first), at + inverse))
+            at += len(first)
+        if not parts:
+            return [None] * len(per_view)
+        rows = LayoutBatch.concat([self.rows(once) for _, once, _ in parts])
+        stages = self.views[parts[0][0]].take(parts[0][1].block) if len(parts) == 1 else Stages(
+            *(np.concatenate([getattr(self.views[view], f)[once.block] for view, once, _ in parts])
+              for f in ("index", "start", "layers")))
+        value = fn(rows, stages)
+        out: list = [None] * len(per_view)
+        for view, _, inverse in parts:
+            out[view] = scatter(value, inverse)
+        return out
