@@ -155,14 +155,15 @@ def _static_ends_s(fwd: np.ndarray, bwd: np.ndarray, rec: np.ndarray, p2p_s: np.
     c = p2p_s.shape[1]
     graph = _graph(schedule, pp, vpp, ms)
     backward, chunk, rank, after, needs, hop, cuts = graph[:7]
-    first = np.repeat(np.where(backward, rec[:, rank, chunk], fwd[:, rank, chunk]), c, axis=0)
-    second = np.repeat(np.where(backward, bwd[:, rank, chunk], 0.0), c, axis=0)
-    delay = p2p_s.reshape(-1, 1) * hop
-    end = np.zeros((len(delay), first.shape[1] + 1))
+    # op-major (ops, rows): each depth's gathers copy whole rows
+    first = np.repeat(np.where(backward, rec[:, rank, chunk], fwd[:, rank, chunk]), c, axis=0).T.copy()
+    second = np.repeat(np.where(backward, bwd[:, rank, chunk], 0.0), c, axis=0).T.copy()
+    delay = (p2p_s.reshape(-1, 1) * hop).T.copy()
+    end = np.zeros((first.shape[0] + 1, delay.shape[1]))
     for a, b in zip(cuts[:-1], cuts[1:]):
-        start = np.maximum(end[:, after[a:b]], end[:, needs[a:b]] + delay[:, a:b])
-        end[:, a:b] = (start + first[:, a:b]) + second[:, a:b]
-    return end[:, :-1], graph
+        start = np.maximum(end[after[a:b]], end[needs[a:b]] + delay[a:b])
+        end[a:b] = (start + first[a:b]) + second[a:b]
+    return end[:-1].T, graph
 
 
 def _simulate_static(fwd: np.ndarray, bwd: np.ndarray, rec: np.ndarray, p2p_s: np.ndarray, ms: tuple[int, ...],
