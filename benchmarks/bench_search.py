@@ -16,19 +16,26 @@ CPU time is reported because wall time on a shared, loaded machine is inflated; 
 (the targets are checked by reading the table). Issue 20's targets: DeepSeek-V3 on 16,384 H100
 <= 1.0 s; Llama-3.1-405B on 16,384 H100 <= 0.3 s; the CLI run <= 0.8 s; peak RSS <= 300 MiB.
 
-Last run (h/speed5 against main 72b1a31, 2 shared cores, one run): DeepSeek-V3 16,384 H100 1.88 ->
-1.64 s (133 MiB), 2,048 H100 1.45 -> 1.19 s; Llama-3.1-405B 16,384 H100 0.41 -> 0.37 s; Llama-2-70B
-1,024 A100 0.25 -> 0.27 s (noise: a second run gave 0.27 -> 0.23); the sweep 0.0008-0.0015 ->
-0.0007-0.0013 s per 1,000 valid layouts up to 131,072 devices; the CLI run 0.70 -> 0.66 s. What
-speed5 removed: each layer's activation bytes costed once per memory call (the kept and
-no-recompute variants share their terms, the MTP block reuses them; the memory term 0.40 -> 0.23
-s), one MoE pass_comm_s per stage_time, the MoE MLP's GEMM seconds and the output / embedding
-forward handed on instead of costed again, plain GEMMs without the ``/ 1.0 * 1.0 + 0.0`` passes,
-and the top-k re-costed in one vectorised pass (``estimate_many``; re-costing DeepSeek-V3's top 10
-0.31 -> 0.07 s under cProfile). What DeepSeek-V3 still spends (cProfile, ~1.6 s): the memory pass
-~0.8 s (of it ~0.35 s in the search's cell bookkeeping, ``search/cells.py`` ``index``/``scatter``/
-``rows``, and ~0.35 s in the memory terms), the floors and timing ~0.8 s (``stage_time`` ~0.5 s
-over ~270,000 rows: about 1.2 us per row plus ~4 ms per call, spread over some 40 cost terms).
+Last run (h/speed6 against main 7f5e677, 2 shared cores, one run): Llama-3.1-405B 16,384 H100 0.38 ->
+0.28 s (an earlier run of the branch a commit before: 0.40 -> 0.30); DeepSeek-V3 16,384 H100 1.41 ->
+1.46 s and 2,048 H100 1.19 -> 1.08 s (the earlier run: 1.67 -> 1.47 and 1.25 -> 1.12: within the
+load's noise, no gain shown for DeepSeek-V3); Llama-2-70B 1,024 A100 0.24 -> 0.22 s; the sweep
+0.0007-0.0014 -> 0.0006-0.0011 s per 1,000 valid layouts up to 131,072 devices; the CLI run 0.65 ->
+0.62 s. What speed6 removed (each checked in-process, min of several runs, A/B against the previous
+commit): the top k's layer tables built in one stage_time / stage_memory pass
+(``layers.layer_tables``, ``TableCache.fill``) and the uneven layouts' chunk op times in one
+(``chunk_op_times_many_s``; the 405B re-costing phase ~0.16 -> ~0.07 s under cProfile);
+``estimate_many`` hands each layout's ``all_stages`` rows to the pass as they are (no per-stage
+take and re-concatenation); the cells' ``index`` with per-block strides cached per factor set and
+``rows`` gathering each factor from a per-group table (DeepSeek-V3's 250 index calls ~27% less);
+the stage views' floors and times, and each data-parallel / optimizer term, costed in one call for
+the three views (``SpaceCells.evaluate_views``; 405B 0.35 -> 0.32 s); the blocks' factor tables
+concatenated once per space in ``count_space`` (405B 0.287 -> 0.274 s); the static pipeline
+simulation op-major (17 -> 12 ms). Tried and dropped: the memory terms of the three views in one
+call per term (DeepSeek-V3's memory pass 0.67 -> 0.78 s: concatenating its large row sets costs
+more than the calls saved). What DeepSeek-V3 still spends (cProfile): the memory pass ~0.7 s over
+1.33 million memory cells (the terms' values spread to every cell by ``scatter`` and summed by
+``assemble_memory``; the activations term alone has 332,000 cells), ``stage_time`` ~0.5 s.
 """
 
 from __future__ import annotations

@@ -151,14 +151,12 @@ def estimate_many(p: Problem, strategies: list[Strategy], memory_margin: float =
                 s = s.model_copy(update={"layers_per_stage": layout_of(p, s).layers_per_stage})
             else:
                 s = s.model_copy(update=split_fields(layout_of(p, s)))
-        batch, stages = all_stages(p, s)
-        rows = [batch.take(np.array([i])) for i in range(s.pp)]  # stage i with its own recompute option
-        views = [stages.take(np.array([i])) for i in range(s.pp)]
+        batch, stages = all_stages(p, s)  # row i: stage i with its own recompute option
         if s.pp > 1 and (len(set(stages.layers.tolist())) > 1 or s.recompute_per_stage):  # uneven: simulate
             uneven.append(len(costed))
         costed.append((s, batch, stages))
-        staged.append((rows, views))
-    # every layout's stages in one pass, each combined alone (as evaluate(p, rows[0], views, ...) would)
+        staged.append((batch, stages))
+    # every layout's stages in one pass, each combined alone (as evaluate(p, batch[0], views, ...) would)
     costed = [(*item, costs) for item, costs in zip(costed, evaluate_stages_many(p, staged))]
     for i, costs in zip(uneven, simulated_costs_many(p, [costed[i] for i in uneven])):
         costed[i] = (*costed[i][:3], costs)

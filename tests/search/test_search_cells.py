@@ -9,6 +9,7 @@ from functools import lru_cache
 
 import numpy as np
 import pytest
+from conftest import make_problem
 
 from autopar.cost.memory import stage_activation_bytes, stage_state
 from autopar.cost.stage import bounding_stages
@@ -18,7 +19,6 @@ from autopar.search.constraints import parse_constraints, widen_space
 from autopar.search.grid import for_search
 from autopar.search.valid_space import count_space, valid_layouts
 from autopar.space import FACTORS, enumerate_layouts
-from conftest import make_problem
 
 SPACES = [  # dense; MoE (experts and recompute merged by a rule); a pinned space whose groups interleave
     ("llama3-8b", 1, 64, 4096, "megatron", {}),
@@ -85,6 +85,29 @@ def test_a_term_costed_per_cell_is_the_term_of_every_layout(i):
                 for f in fields(want):
                     assert np.array_equal(np.broadcast_to(getattr(got, f.name), len(rows)),
                                           np.broadcast_to(getattr(want, f.name), len(rows))), f.name
+
+
+@pytest.mark.parametrize("i", range(len(SPACES)))
+def test_views_costed_in_one_call_equal_each_view_costed_alone(i):
+    """evaluate_views: each view's layouts (a different subset per view, one view skipped) get
+    what evaluate gives them view by view, the three views' distinct cells costed in one call."""
+    p, options, constraints, count, cells = _space(i)
+    every = cells.cells(np.flatnonzero(count.valid_per_block), frozenset(FACTORS))
+    picks = [every.take(np.arange(0, len(every), 3)), None, every.take(np.arange(1, len(every), 2))]
+    reads = frozenset(FACTORS) - {"zero"}
+    calls = []
+
+    def fn(b, s):
+        calls.append(len(b))
+        return stage_time(p, b, s)
+
+    got = cells.evaluate_views(picks, reads, fn)
+    assert len(calls) == 1 and got[1] is None
+    for view in (0, 2):
+        want = cells.evaluate(picks[view], reads, view, lambda b, s: stage_time(p, b, s))
+        for f in fields(want):
+            assert np.array_equal(np.broadcast_to(getattr(got[view], f.name), len(picks[view])),
+                                  np.broadcast_to(getattr(want, f.name), len(picks[view]))), f.name
 
 
 def test_interleaved_groups_rank_and_count_as_the_whole_batch(monkeypatch):

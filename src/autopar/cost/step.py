@@ -117,34 +117,51 @@ def evaluate(p: Problem, batch: LayoutBatch, views: list[Stages], counts: list[n
     return combine(p, batch, counts, times, dp, opt, peak, memories)
 
 
-def evaluate_stages_many(p: Problem, layouts: list[tuple[list[LayoutBatch], list[Stages]]]) -> list[StepCosts]:
-    """:func:`evaluate` of several layouts given stage by stage, each as ``(rows, views)``: one
-    batch of one row and one :class:`Stages` view of one stage per pipeline stage (each view
-    counted once), as ``autopar estimate`` costs them. The stages of all layouts are costed in
-    one vectorised pass (every cost term is row-wise), then each layout is combined alone, so each
-    result equals its own ``evaluate(p, rows[0], views, [ones(1)] * len(views), rows)`` (which
+def evaluate_stages_many(p: Problem, layouts: list[tuple[LayoutBatch, Stages]]) -> list[StepCosts]:
+    """:func:`evaluate` of several layouts given stage by stage, each as ``(rows, stages)``: the
+    layout repeated once per pipeline stage (row ``j`` with stage ``j``'s own recompute option)
+    and its stages (:func:`autopar.cost.stage.all_stages`), each stage a view of its own counted
+    once, as ``autopar estimate`` costs them. The stages of all layouts are costed in one
+    vectorised pass (every cost term is row-wise), then each layout is combined alone, so each
+    result equals its own ``evaluate(p, rows[0], views, [ones(1)] * pp, rows_by_stage)`` (which
     costs a layout's few rows in one pass too) while the per-pass overhead is paid once.
 
-    Layouts whose views set different optional fields (``mtp``, ``in_flight``) are costed in
-    separate passes, since a concatenation keeps a field only where every view has it."""
+    Layouts whose stages set different optional fields (``mtp``, ``in_flight``) are costed in
+    separate passes, since a concatenation keeps a field only where every layout has it."""
     out: list[StepCosts | None] = [None] * len(layouts)
     kinds: dict[tuple[bool, bool], list[int]] = {}
-    for i, (_, views) in enumerate(layouts):
-        kinds.setdefault((all(v.mtp is not None for v in views), all(v.in_flight is not None for v in views)),
-                         []).append(i)
-    for members in kinds.values():
-        rows = [r for i in members for r in layouts[i][0]]
-        views = [v for i in members for v in layouts[i][1]]
-        times, memories, dp, opt = _cost_views(p, rows, views)
+    for i, (_, stages) in enumerate(layouts):
+        kinds.setdefault((stages.mtp is not None, stages.in_flight is not None), []).append(i)
+    for (has_mtp, has_in_flight), members in kinds.items():
+        rows = LayoutBatch.concat([layouts[i][0] for i in members])
+        parts = [layouts[i][1] for i in members]
+        stages = Stages(*(np.concatenate([getattr(v, f) for v in parts]) for f in ("index", "start", "layers")))
+        stages.mtp = np.concatenate([v.mtp for v in parts]) if has_mtp else None
+        stages.in_flight = np.concatenate([v.in_flight for v in parts]) if has_in_flight else None
+        times, memories, dp, opt = _split_rows(p, rows, stages)
         at = 0
         for i in members:
-            k = len(layouts[i][1])
+            k = len(layouts[i][0])
             span = slice(at, at + k)
             at += k
             mem = memories[span]
             peak = np.max(np.stack([m.total_bytes for m in mem]), axis=0)
-            out[i] = combine(p, layouts[i][0][0], [np.ones(1)] * k, times[span], dp[span], opt[span], peak, mem)
+            out[i] = combine(p, layouts[i][0].take(np.zeros(1, dtype=np.int64)), [np.ones(1)] * k, times[span],
+                             dp[span], opt[span], peak, mem)
     return out  # type: ignore[return-value]
+
+
+def _split_rows(p: Problem, rows: LayoutBatch, stages: Stages) -> tuple[list, list, list, list]:
+    """Stage times, memories, exposed DP time and optimizer time of each of the ``(layout, stage)``
+    rows as a view of one row, from one vectorised pass (:func:`_cost_views` with a view per row)."""
+    k = len(rows)
+    t, dp_s, opt_s = view_time(p, rows, stages)
+    mem = stage_memory(p, rows, stages)
+    t_parts = {f.name: _split(getattr(t, f.name), k, 1) for f in fields(T.StageTime)}
+    m_parts = {f.name: _split(getattr(mem, f.name), k, 1) for f in fields(MemoryBreakdown)}
+    times = [T.StageTime(**{name: part[j] for name, part in t_parts.items()}) for j in range(k)]
+    memories = [MemoryBreakdown(**{name: part[j] for name, part in m_parts.items()}) for j in range(k)]
+    return times, memories, _split(dp_s, k, 1), _split(opt_s, k, 1)
 
 
 _LAST_FLOPS: list = [None, 0.0]  # the last Problem combined and its model FLOPs per token

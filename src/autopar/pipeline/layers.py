@@ -99,6 +99,19 @@ def op_times_s(p: Problem, batch: LayoutBatch, stages: Stages) -> np.ndarray:
     return compute + share * comm
 
 
+def _without_layers(stages: Stages) -> Stages:
+    """``stages`` with no decoder layer: each stage's fixed part (embedding, output layer, loss)."""
+    return Stages(index=stages.index, start=stages.start, layers=np.zeros_like(stages.layers), mtp=stages.mtp)
+
+
+def _concat_stages(parts: list[Stages]) -> Stages:
+    """The rows of ``parts`` one after another (``mtp`` kept only where every part has it,
+    ``in_flight`` left out)."""
+    mtp = None if any(x.mtp is None for x in parts) else np.concatenate([x.mtp for x in parts])
+    return Stages(index=np.concatenate([x.index for x in parts]), start=np.concatenate([x.start for x in parts]),
+                  layers=np.concatenate([x.layers for x in parts]), mtp=mtp)
+
+
 def chunk_op_times_s(p: Problem, s: Strategy, batch: LayoutBatch, stages: Stages) -> np.ndarray:
     """``(3, pp, vpp)`` forward, backward, recompute seconds per micro-batch of each model chunk.
 
@@ -112,9 +125,35 @@ def chunk_op_times_s(p: Problem, s: Strategy, batch: LayoutBatch, stages: Stages
     rank 0 holds the first and the last virtual stage, and its fixed part (embedding, output
     layer, loss) goes to its chunk 1 (:mod:`autopar.pipeline.placement`).
     """
-    op = op_times_s(p, batch, stages)
-    fixed = op_times_s(p, batch, Stages(index=stages.index, start=stages.start, layers=np.zeros_like(stages.layers),
-                                        mtp=stages.mtp))
+    return chunk_op_times_many_s(p, [(s, batch, stages)])[0]
+
+
+def chunk_op_times_many_s(p: Problem, layouts: list[tuple[Strategy, LayoutBatch, Stages]]) -> list[np.ndarray]:
+    """:func:`chunk_op_times_s` of each ``(s, batch, stages)``, ``(3, pp, vpp)`` each: the stages
+    of all layouts, with and without their layers, costed in one :func:`op_times_s` pass (every
+    cost term is row-wise, so each layout gets exactly what it gets alone). Layouts whose stages
+    differ in having ``mtp`` are costed in separate passes; ``in_flight`` is left out (it enters
+    memory, not time)."""
+    out: list[np.ndarray | None] = [None] * len(layouts)
+    kinds: dict[bool, list[int]] = {}
+    for i, (_, _, stages) in enumerate(layouts):
+        kinds.setdefault(stages.mtp is None, []).append(i)
+    for members in kinds.values():
+        batches = [layouts[i][1] for i in members]
+        views = [layouts[i][2] for i in members]
+        op = op_times_s(p, LayoutBatch.concat(batches + batches),
+                        _concat_stages(views + [_without_layers(v) for v in views]))
+        bounds = np.cumsum([0] + [len(b) for b in batches] * 2)
+        k = len(members)
+        for j, i in enumerate(members):
+            out[i] = _chunk_times(p, layouts[i][0], layouts[i][2], op[:, bounds[j]:bounds[j + 1]],
+                                  op[:, bounds[k + j]:bounds[k + j + 1]])
+    return out  # type: ignore[return-value]
+
+
+def _chunk_times(p: Problem, s: Strategy, stages: Stages, op: np.ndarray, fixed: np.ndarray) -> np.ndarray:
+    """``(3, pp, vpp)`` chunk times of ``s`` from its stages' op times ``op`` and those of the
+    same stages without layers ``fixed`` (``(3, pp)`` each; see :func:`chunk_op_times_s`)."""
     per_layer = (op - fixed) / np.maximum(stages.layers, 1)
     layout = layout_of(p, s)
     out = per_layer[:, :, None] * layout.decoder[None].astype(np.float64)
@@ -146,13 +185,68 @@ def layer_table(p: Problem, s: Strategy, memory_limit_bytes: float | None = None
     Raises:
         AutoparError: ``memory_limit_bytes`` is not positive.
     """
-    limit = p.cluster.device.memory_bytes if memory_limit_bytes is None else float(memory_limit_bytes)
-    if not limit > 0:
-        raise AutoparError(f"memory_limit_bytes={limit}: must be positive")
+    return layer_tables(p, [s], [memory_limit_bytes], module_sets)[0]
+
+
+def layer_tables(p: Problem, shapes: list[Strategy], memory_limits_bytes: list[float | None],
+                 module_sets: tuple[tuple[str, ...], ...] = ()) -> list[LayerTable]:
+    """:func:`layer_table` of each of ``shapes`` with its memory limit (None: the device's
+    memory): the rows of all tables are costed in one :func:`op_times_s` and one
+    :func:`~autopar.cost.memory.stage_memory` pass (every cost term is row-wise, so each table
+    equals the one built alone).
+
+    Raises:
+        AutoparError: a memory limit is not positive.
+    """
+    limits = [p.cluster.device.memory_bytes if x is None else float(x) for x in memory_limits_bytes]
+    for limit in limits:
+        if not limit > 0:
+            raise AutoparError(f"memory_limit_bytes={limit}: must be positive")
+    if not shapes:
+        return []
     names = RECOMPUTE_NAMES + tuple(module_set_option(m) for m in module_sets)
-    num_layers, pp, num_options = p.model.num_layers, s.pp, len(names)
-    one = LayoutBatch.from_strategy(s, p.train.global_batch_size)
-    # Rows: per option, L layer rows (stage 0 with one layer), L empty stage-0 rows, pp empty stages.
+    num_layers, num_options = p.model.num_layers, len(names)
+    ones = [LayoutBatch.from_strategy(s, p.train.global_batch_size) for s in shapes]
+    parts = [_table_rows(p, s, one, module_sets) for s, one in zip(shapes, ones)]
+    batch = LayoutBatch.concat([b for b, _ in parts])
+    stages = _concat_stages([v for _, v in parts])
+    times_all = op_times_s(p, batch, stages)
+    mem_all = stage_memory(p, batch, stages)
+    k = len(shapes)
+    in_flight_all = in_flight_microbatches(LayoutBatch.concat(ones), Stages(
+        np.zeros(k, np.int64), np.zeros(k, np.int64), np.ones(k, np.int64)))
+    bounds = np.cumsum([0] + [len(b) for b, _ in parts])
+    with_layer, without = slice(0, num_layers), slice(num_layers, 2 * num_layers)
+    out = []
+    for j, (s, one, limit) in enumerate(zip(shapes, ones, limits)):
+        rows = slice(bounds[j], bounds[j + 1])
+        per_option = 2 * num_layers + s.pp
+        times = times_all[:, rows].reshape(3, num_options, per_option)
+        pick = lambda x: x[rows].reshape(num_options, per_option)  # noqa: E731
+        static = pick(mem_all.weights_bytes + mem_all.grads_bytes + mem_all.optimizer_bytes)
+        total, act = pick(mem_all.total_bytes), pick(mem_all.activations_bytes)
+        layer_times = times[:, :, with_layer] - times[:, :, without]  # (3, R, L)
+        stage_times = times[:, :, 2 * num_layers:]  # (3, R, pp)
+        out.append(LayerTable(
+            options=names,
+            forward_s=layer_times[0].T, backward_s=layer_times[1].T, recompute_s=layer_times[2].T,
+            activation_bytes=((act[:, with_layer] - act[:, without]) / in_flight_all[j]).T,
+            static_bytes=static[0, with_layer] - static[0, without],
+            stage_forward_s=stage_times[0].T, stage_backward_s=stage_times[1].T,
+            stage_recompute_s=stage_times[2].T,
+            stage_bytes=total[:, 2 * num_layers:].T,
+            p2p_s=float(p2p_time_s(p, one)[0]) if s.pp > 1 else 0.0,
+            memory_limit_bytes=limit,
+        ))
+    return out
+
+
+def _table_rows(p: Problem, s: Strategy, one: LayoutBatch, module_sets: tuple[tuple[str, ...], ...]
+                ) -> tuple[LayoutBatch, Stages]:
+    """The rows :func:`layer_table` costs for ``s`` (``one``: ``s`` as a one-row batch): per
+    option, L layer rows (stage 0 with one layer), L empty stage-0 rows, pp empty stages."""
+    num_layers, pp = p.model.num_layers, s.pp
+    num_options = len(RECOMPUTE_NAMES) + len(module_sets)
     per_option = 2 * num_layers + pp
     batch = one.take(np.zeros(num_options * per_option, dtype=np.int64))
     codes = np.concatenate([np.arange(len(RECOMPUTE_NAMES)), np.ones(len(module_sets), dtype=np.int64)])
@@ -165,26 +259,4 @@ def layer_table(p: Problem, s: Strategy, memory_limit_bytes: float | None = None
     start = np.tile(np.concatenate([layer, layer, np.zeros(pp, dtype=np.int64)]), num_options)
     count = np.tile(np.concatenate([np.ones(num_layers, dtype=np.int64), np.zeros(num_layers + pp, dtype=np.int64)]),
                     num_options)
-    stages = Stages(index=index, start=start, layers=count)
-
-    times = op_times_s(p, batch, stages).reshape(3, num_options, per_option)
-    mem = stage_memory(p, batch, stages)
-    static = (mem.weights_bytes + mem.grads_bytes + mem.optimizer_bytes).reshape(num_options, per_option)
-    total = mem.total_bytes.reshape(num_options, per_option)
-    act = mem.activations_bytes.reshape(num_options, per_option)
-    in_flight_first = in_flight_microbatches(one, Stages(np.zeros(1, np.int64), np.zeros(1, np.int64),
-                                                         np.ones(1, np.int64)))[0]
-
-    with_layer, without = slice(0, num_layers), slice(num_layers, 2 * num_layers)
-    layer_times = times[:, :, with_layer] - times[:, :, without]  # (3, R, L)
-    stage_times = times[:, :, 2 * num_layers:]  # (3, R, pp)
-    return LayerTable(
-        options=names,
-        forward_s=layer_times[0].T, backward_s=layer_times[1].T, recompute_s=layer_times[2].T,
-        activation_bytes=((act[:, with_layer] - act[:, without]) / in_flight_first).T,
-        static_bytes=static[0, with_layer] - static[0, without],
-        stage_forward_s=stage_times[0].T, stage_backward_s=stage_times[1].T, stage_recompute_s=stage_times[2].T,
-        stage_bytes=total[:, 2 * num_layers:].T,
-        p2p_s=float(p2p_time_s(p, one)[0]) if pp > 1 else 0.0,
-        memory_limit_bytes=limit,
-    )
+    return batch, Stages(index=index, start=start, layers=count)

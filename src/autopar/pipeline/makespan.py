@@ -20,7 +20,7 @@ from autopar.cost.stage_time import p2p_time_s, tied_embedding_grad_s
 from autopar.cost.step import StepCosts
 from autopar.errors import AutoparError
 from autopar.layout_batch import LayoutBatch
-from autopar.pipeline.layers import chunk_op_times_s
+from autopar.pipeline.layers import chunk_op_times_many_s
 from autopar.pipeline.schedules import check_schedule
 from autopar.pipeline.simulate import PipelineTimes
 from autopar.pipeline.steady import RECURRENCE_REL_TOL, recurrence, simulate_bounded
@@ -155,14 +155,15 @@ def _static_ends_s(fwd: np.ndarray, bwd: np.ndarray, rec: np.ndarray, p2p_s: np.
     c = p2p_s.shape[1]
     graph = _graph(schedule, pp, vpp, ms)
     backward, chunk, rank, after, needs, hop, cuts = graph[:7]
-    first = np.repeat(np.where(backward, rec[:, rank, chunk], fwd[:, rank, chunk]), c, axis=0)
-    second = np.repeat(np.where(backward, bwd[:, rank, chunk], 0.0), c, axis=0)
-    delay = p2p_s.reshape(-1, 1) * hop
-    end = np.zeros((len(delay), first.shape[1] + 1))
+    # op-major (ops, rows): each depth's gathers copy whole rows
+    first = np.repeat(np.where(backward, rec[:, rank, chunk], fwd[:, rank, chunk]), c, axis=0).T.copy()
+    second = np.repeat(np.where(backward, bwd[:, rank, chunk], 0.0), c, axis=0).T.copy()
+    delay = (p2p_s.reshape(-1, 1) * hop).T.copy()
+    end = np.zeros((first.shape[0] + 1, delay.shape[1]))
     for a, b in zip(cuts[:-1], cuts[1:]):
-        start = np.maximum(end[:, after[a:b]], end[:, needs[a:b]] + delay[:, a:b])
-        end[:, a:b] = (start + first[:, a:b]) + second[:, a:b]
-    return end[:, :-1], graph
+        start = np.maximum(end[after[a:b]], end[needs[a:b]] + delay[a:b])
+        end[a:b] = (start + first[a:b]) + second[a:b]
+    return end[:-1].T, graph
 
 
 def _simulate_static(fwd: np.ndarray, bwd: np.ndarray, rec: np.ndarray, p2p_s: np.ndarray, ms: tuple[int, ...],
@@ -281,7 +282,8 @@ def simulated_costs_many(p: Problem, layouts: list[tuple[Strategy, LayoutBatch, 
     stages (:func:`autopar.cost.stage.all_stages`) and its ``costs``. A stage's per-micro-batch
     time (communication shared out as in :mod:`autopar.pipeline.layers`) goes to its ``vpp``
     chunks by their layers, the embedding/output-layer part to the chunk holding it
-    (:func:`chunk_op_times_s`). The time breakdown keeps its compute/communication terms;
+    (:func:`autopar.pipeline.layers.chunk_op_times_s`, all layouts in one pass). The time
+    breakdown keeps its compute/communication terms;
     ``pp_bubble`` becomes the simulated makespan without p2p minus ``m`` times the slowest stage
     and ``pp_comm`` the p2p hand-offs plus the tied-embedding gradient all-reduce
     (:func:`autopar.cost.stage_time.tied_embedding_grad_s`), so the breakdown still sums to the
@@ -295,14 +297,15 @@ def simulated_costs_many(p: Problem, layouts: list[tuple[Strategy, LayoutBatch, 
         AutoparError: as :func:`batch_makespans_s`.
     """
     inputs = []  # per layout: (op times (3, pp, vpp), m, schedule, p2p seconds, the layout's first row)
-    for s, batch, stages, _ in layouts:
+    chunk_times = chunk_op_times_many_s(p, [(s, batch, stages) for s, batch, stages, _ in layouts])
+    for (s, batch, stages, _), chunks in zip(layouts, chunk_times):
         m = s.num_microbatches(p.train.global_batch_size)
         # GPipe (Galvatron's pipeline_type gpipe) is simulated op by op; beyond MAX_STATIC_OPS its 1F1B twin
         # stands in (the same makespan for equal stages).
         gpipe = s.schedule == "gpipe" and 2 * s.pp * m <= MAX_STATIC_OPS
         schedule = "interleaved" if s.vpp > 1 else "gpipe" if gpipe else "1f1b"
         one = batch.take(np.zeros(1, dtype=np.int64))
-        inputs.append((np.asarray(chunk_op_times_s(p, s, batch, stages), dtype=float), m, schedule,
+        inputs.append((np.asarray(chunks, dtype=float), m, schedule,
                        float(p2p_time_s(p, one)[0]), one))
     spans: list = [None] * len(layouts)  # (makespan without p2p, with p2p) per layout
     shapes: dict[tuple, list[int]] = {}

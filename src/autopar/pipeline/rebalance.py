@@ -24,7 +24,8 @@ unchanged (``target``, an ``autopar export`` format):
   re-estimated with the simulated makespan, and the faster is kept.
 
 Layer tables depend on the shard shape, not on the recompute option or split, so one table per
-distinct shape is built and reused across the top k (:class:`TableCache`).
+distinct shape is built and reused across the top k (:class:`TableCache`); the top k's tables are
+built in one pass (:meth:`TableCache.fill`).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from autopar.estimate import Estimate, estimate_many
 from autopar.export.per_stage import PER_STAGE_OPTIONS
 from autopar.pipeline import ilp
 from autopar.pipeline.folded import FoldedTable, fold, surrogate_s
-from autopar.pipeline.layers import LayerTable, layer_table
+from autopar.pipeline.layers import LayerTable, layer_table, layer_tables
 from autopar.pipeline.schedules import in_flight_chunks
 from autopar.pipeline.split import dp_split, megatron_split, min_max_split
 from autopar.problem import Problem
@@ -63,14 +64,25 @@ class TableCache:
     def __len__(self) -> int:
         return len(self._tables)
 
-    def get(self, p: Problem, s: Strategy, memory_limit_bytes: float) -> LayerTable:
-        """The layer table of ``s`` (see :func:`autopar.pipeline.layers.layer_table`)."""
+    @staticmethod
+    def _key(s: Strategy, memory_limit_bytes: float) -> tuple:
         shape = s.model_copy(update={"recompute": "none", "recompute_layers": None, "layers_per_stage": None,
                                      "recompute_per_stage": None})
-        key = (shape, float(memory_limit_bytes))
+        return shape, float(memory_limit_bytes)
+
+    def get(self, p: Problem, s: Strategy, memory_limit_bytes: float) -> LayerTable:
+        """The layer table of ``s`` (see :func:`autopar.pipeline.layers.layer_table`)."""
+        key = self._key(s, memory_limit_bytes)
         if key not in self._tables:
-            self._tables[key] = layer_table(p, shape, memory_limit_bytes)
+            self._tables[key] = layer_table(p, *key)
         return self._tables[key]
+
+    def fill(self, p: Problem, wanted: list[tuple[Strategy, float]]) -> None:
+        """Build the missing tables of ``wanted`` (layout, memory limit) pairs in one pass
+        (:func:`autopar.pipeline.layers.layer_tables`); :meth:`get` then finds them."""
+        keys = list(dict.fromkeys(key for s, limit in wanted if (key := self._key(s, limit)) not in self._tables))
+        for key, table in zip(keys, layer_tables(p, [shape for shape, _ in keys], [limit for _, limit in keys])):
+            self._tables[key] = table
 
 
 def _folded(p: Problem, s: Strategy, table: LayerTable) -> FoldedTable | None:
@@ -205,9 +217,14 @@ def rebalance_many(p: Problem, estimates: list[Estimate], memory_margin: float, 
         raise AutoparError(f"target={target!r}: allowed {', '.join(TARGETS)}")
     capacity = p.cluster.device.memory_bytes
     cache = TableCache() if cache is None else cache  # an empty cache is falsy (__len__): keep the caller's
+    limits = [capacity if e.marginal else (1 - memory_margin) * capacity for e in estimates]
+    # the tables the loop below reads (the conditions of balanced_strategy / per_stage_candidates), built together
+    cache.fill(p, [(e.strategy, limit) for e, limit in zip(estimates, limits)
+                   if target not in EVEN_SPLIT_TARGETS and e.strategy.schedule not in V_SCHEDULE_NAMES
+                   and e.strategy.pp > 1 and (target in PER_STAGE_OPTIONS or (
+                       e.strategy.recompute_layers is None and not e.strategy.recompute_per_stage))])
     owners, candidates = [], []  # the index in ``estimates`` of each candidate layout
-    for k, e in enumerate(estimates):
-        limit = capacity if e.marginal else (1 - memory_margin) * capacity
+    for k, (e, limit) in enumerate(zip(estimates, limits)):
         if target in EVEN_SPLIT_TARGETS or e.strategy.schedule in V_SCHEDULE_NAMES:
             found = []
         elif target in PER_STAGE_OPTIONS:

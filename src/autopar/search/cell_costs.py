@@ -224,12 +224,11 @@ def own_views(cells: SpaceCells, c: Cells) -> list[np.ndarray]:
 
 def view_values(cells: SpaceCells, c: Cells, factors: frozenset[str], fn, first: int = 0) -> list:
     """``fn(rows, stages)`` for each view from ``first`` on, on the entries of ``c`` where the
-    view is a stage of its own (:func:`own_views`), once per distinct cell of ``factors``; None
-    for the views before ``first`` or without such entries."""
-    out = []
-    for view, own in enumerate(own_views(cells, c)):
-        out.append(cells.evaluate(c.take(own), factors, view, fn) if view >= first and len(own) else None)
-    return out
+    view is a stage of its own (:func:`own_views`), once per distinct cell of ``factors``, all
+    views in one call (:meth:`SpaceCells.evaluate_views`); None for the views before ``first``
+    or without such entries."""
+    return cells.evaluate_views([c.take(own) if view >= first and len(own) else None
+                                 for view, own in enumerate(own_views(cells, c))], factors, fn)
 
 
 def full_views(cells: SpaceCells, c: Cells, own_values: list[np.ndarray]) -> list[np.ndarray]:
@@ -254,15 +253,18 @@ def time_rows(p: Problem, cells: SpaceCells, reads: Reads, c: Cells, peak_bytes:
     """Step costs of the fitting layouts ``c`` (peaks ``peak_bytes``; ``times``: each view's
     stage times on the layouts where it is a stage of its own, :func:`own_views`): the exposed
     data-parallel and optimizer times of each view (:func:`view_time`, every term once per
-    distinct cell of what it reads), combined as :func:`autopar.search.costing.search_costs`
-    combines them."""
+    distinct cell of what it reads, the three views in one call), combined as
+    :func:`autopar.search.costing.search_costs` combines them."""
     batch = cells.rows(c)
-    parts = []
-    for view, rows in enumerate(_own_rows(batch)):
-        sub = c.take(rows)
+    own = _own_rows(batch)
+    subs = [c.take(rows) for rows in own]
+    values: dict[str, list] = {}  # each term on every view, costed in one call at its first request
 
-        def run(name, fn, sub=sub, view=view):
-            return cells.evaluate(sub, reads(name, fn), view, fn)
+    def run(name, fn, view):
+        if name not in values:  # fn reads only its (rows, stages) arguments, the same on every view
+            values[name] = cells.evaluate_views(subs, reads(name, fn), fn)
+        return values[name][view]
 
-        parts.append(view_time(p, batch.take(rows), cells.stages(sub, view), run, times[view]))
+    parts = [view_time(p, batch.take(rows), cells.stages(sub, view), lambda name, fn, view=view: run(name, fn, view),
+                       times[view]) for view, (rows, sub) in enumerate(zip(own, subs))]
     return combine_views(p, batch, parts, peak_bytes)

@@ -112,6 +112,8 @@ class SpaceCells:
         self.n_blocks = len(blocks)
         self._projections: dict[tuple[int, tuple[str, ...]], Projection] = {}
         self._member_lists: dict[tuple[int, tuple[str, ...]], tuple[np.ndarray, np.ndarray]] = {}
+        self._index_plans: dict[frozenset[str], list] = {}
+        self._passing_tables: dict[int, dict[str, np.ndarray]] = {}
         self.scalars = np.stack([b.scalars for b in blocks]).reshape(-1, 6)
         self.tables, self.table_starts = {}, {}
         for f in FACTORS:
@@ -189,16 +191,26 @@ class SpaceCells:
         """Each entry of ``cells``'s cell of ``factors``: its position among :meth:`cells` of the
         same ``factors`` listed from ``starts`` (:meth:`starts`)."""
         out = starts[cells.block]
-        stride = None
-        for k in reversed(range(len(self.count.groups))):
-            pr = self.projection(k, factors)
-            if pr.trivial:
-                continue
-            digit = pr.code[cells.pos[k]]
-            out = out + (digit if stride is None else digit * stride)
-            size = pr.sizes[cells.block]
-            stride = size if stride is None else stride * size
+        for k, code, stride in self._index_plan(factors):
+            digit = code[cells.pos[k]]
+            if stride is not None:
+                digit *= stride[cells.block]
+            out += digit
         return out
+
+    def _index_plan(self, factors: frozenset[str]) -> list[tuple[int, np.ndarray, np.ndarray | None]]:
+        """The mixed-radix digits of :meth:`index`: per group adding an axis (last group first),
+        its projection codes and each block's stride (``(blocks,)``; None for the fastest axis)."""
+        if factors not in self._index_plans:
+            plan, stride = [], None
+            for k in reversed(range(len(self.count.groups))):
+                pr = self.projection(k, factors)
+                if pr.trivial:
+                    continue
+                plan.append((k, pr.code, stride))
+                stride = pr.sizes.astype(np.int64) if stride is None else stride * pr.sizes
+            self._index_plans[factors] = plan
+        return self._index_plans[factors]
 
     def _members(self, g: int, factors: frozenset[str]) -> tuple[np.ndarray, np.ndarray]:
         """Group ``g``'s passing joint values by projection through ``factors``: their positions,
@@ -251,8 +263,24 @@ class SpaceCells:
         return assemble(self.scalars[block], values)
 
     def rows(self, cells: Cells) -> LayoutBatch:
-        """The layouts of ``cells`` as a :class:`LayoutBatch` (each cell's first joint values)."""
-        return batch_of(self.p, self._assemble(cells.block, self.factor_index(cells)))
+        """The layouts of ``cells`` as a :class:`LayoutBatch` (each cell's first joint values):
+        one gather per factor from :meth:`_passing_values` (a group's passing joint value
+        belongs to one block, so it fixes the factor's values)."""
+        values = {}
+        for k, group in enumerate(self.count.groups):
+            table = self._passing_values(k)
+            for f in group:
+                values[f] = table[f][cells.pos[k]]
+        return batch_of(self.p, assemble(self.scalars[cells.block], values))
+
+    def _passing_values(self, g: int) -> dict[str, np.ndarray]:
+        """Each factor of group ``g``: its values (``(passing, c)``) at each of the group's
+        passing joint values (positions as in :attr:`SpaceCount.passing`), built once."""
+        if g not in self._passing_tables:
+            owner, index = self.count.passing[g]
+            self._passing_tables[g] = {f: self.tables[f][self.table_starts[f][owner] + index[f]]
+                                       for f in self.count.groups[g]}
+        return self._passing_tables[g]
 
     def stages(self, cells: Cells, view: int) -> Stages:
         """Stage view ``view`` (0: stage 0, 1: stage 1, 2: stage pp-1) of ``cells``' layouts."""
@@ -276,3 +304,27 @@ class SpaceCells:
         first, inverse = one_of_each(code)
         once = cells.take(first)
         return scatter(fn(self.rows(once), self.stages(once, view)), inverse)
+
+    def evaluate_views(self, per_view: list[Cells | None], factors: frozenset[str], fn) -> list:
+        """:meth:`evaluate` of ``per_view[j]`` on stage view ``j`` for each view given (None: not
+        costed, None returned), the distinct cells of all views in one ``fn`` call (the cost
+        functions are row-wise, so each view gets what its own call gives)."""
+        starts = self.starts(factors)
+        parts, at = [], 0  # per view costed: its distinct cells, each entry's row in the one call
+        for view, c in enumerate(per_view):
+            if c is None:
+                continue
+            first, inverse = one_of_each(self.index(c, factors, starts))
+            parts.append((view, c.take(first), at + inverse))
+            at += len(first)
+        if not parts:
+            return [None] * len(per_view)
+        rows = LayoutBatch.concat([self.rows(once) for _, once, _ in parts])
+        stages = self.views[parts[0][0]].take(parts[0][1].block) if len(parts) == 1 else Stages(
+            *(np.concatenate([getattr(self.views[view], f)[once.block] for view, once, _ in parts])
+              for f in ("index", "start", "layers")))
+        value = fn(rows, stages)
+        out: list = [None] * len(per_view)
+        for view, _, inverse in parts:
+            out[view] = scatter(value, inverse)
+        return out

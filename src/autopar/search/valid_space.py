@@ -114,24 +114,37 @@ def _mixed_radix(sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return owner, np.concatenate([tables[i] for i in inverse.ravel()], axis=1).T
 
 
-def _block_rows(chosen: list[Block], owner: np.ndarray, index: dict[str, np.ndarray]) -> np.ndarray:
-    """The ``(n, 19)`` rows (:meth:`autopar.space.Block.rows`) of the layouts of blocks
-    ``chosen[owner]`` at the factor indices ``index`` (name -> ``(n,)``, every factor)."""
-    values = {}
+SpaceTables = tuple[dict[str, np.ndarray], dict[str, np.ndarray], np.ndarray]
+
+
+def _space_tables(space: list[Block]) -> SpaceTables:
+    """Each factor's values of every block of ``space`` concatenated (name -> ``(total, c)``),
+    each block's offset into them (name -> ``(blocks,)``) and the blocks' ``(blocks, 6)``
+    scalars (:attr:`autopar.space.Block.scalars`): built once per space for :func:`_block_rows`."""
+    values, offsets = {}, {}
     for f in FACTORS:
-        tables = [block.values[f] for block in chosen]
-        offsets = np.cumsum([0] + [len(t) for t in tables[:-1]])
-        values[f] = np.concatenate(tables)[offsets[owner] + index[f]]
-    return assemble(np.stack([block.scalars for block in chosen]).reshape(-1, 6)[owner], values)
+        tables = [block.values[f] for block in space]
+        offsets[f] = np.cumsum([0] + [len(t) for t in tables[:-1]])
+        values[f] = np.concatenate(tables)
+    return values, offsets, np.stack([block.scalars for block in space]).reshape(-1, 6)
 
 
-def _group_rows(space: list[Block], group: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+def _block_rows(tables: SpaceTables, owner: np.ndarray, index: dict[str, np.ndarray]) -> np.ndarray:
+    """The ``(n, 19)`` rows (:meth:`autopar.space.Block.rows`) of the layouts of blocks ``owner``
+    (of the space of ``tables``, :func:`_space_tables`) at the factor indices ``index`` (name ->
+    ``(n,)``, every factor)."""
+    values, offsets, scalars = tables
+    return assemble(scalars[owner], {f: values[f][offsets[f][owner] + index[f]] for f in FACTORS})
+
+
+def _group_rows(space: list[Block], tables: SpaceTables, group: tuple[str, ...]
+                ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
     """One row per (block, joint value of ``group``), the other factors at their first value:
     the ``(m, 19)`` rows, each row's block and its index into each factor of ``group``."""
     owner, digits = _mixed_radix(np.array([[len(block.values[f]) for f in group] for block in space], dtype=np.int64))
     index = {f: digits[:, k] for k, f in enumerate(group)}
     full = {f: index.get(f, np.zeros(len(owner), dtype=np.int64)) for f in FACTORS}
-    return _block_rows(space, owner, full), owner, index
+    return _block_rows(tables, owner, full), owner, index
 
 
 @dataclass
@@ -186,11 +199,12 @@ def count_space(p: Problem, options: SpaceOptions | None, constraints: list[Cons
 
     # One representative row per (block, group, joint value): the group's factors set, the others
     # first. Each check runs on the rows of the group it reads (a block-level one on one row per block).
-    per_group = [_group_rows(space, group) for group in groups]
+    tables = _space_tables(space)
+    per_group = [_group_rows(space, tables, group) for group in groups]
     n_blocks = len(space)
     firsts = [_first_failure(batch_of(p, rows), checks, np.flatnonzero(check_group == j), k)
               for j, (rows, _, _) in enumerate(per_group)]
-    one_per_block = _block_rows(space, np.arange(n_blocks), {f: np.zeros(n_blocks, dtype=np.int64) for f in FACTORS})
+    one_per_block = _block_rows(tables, np.arange(n_blocks), {f: np.zeros(n_blocks, dtype=np.int64) for f in FACTORS})
     block_first = _first_failure(batch_of(p, one_per_block), checks, np.flatnonzero(check_group < 0), k)
 
     # at_least[b, i]: layouts of block b whose first failure is at or after check i.
