@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 from conftest import make_problem
 
-from autopar.cli.layerwise import _adopt_uniform
 from autopar.errors import AutoparError
 from autopar.estimate import estimate
+from autopar.layerwise import uniform_plan
 from autopar.layerwise.plan import LayerwisePlan
 from autopar.search.grid import for_target
 from autopar.strategy import Strategy
@@ -31,8 +31,8 @@ def test_uniform_plan_keeps_the_vocabulary_tp():
 def test_adopted_uniform_plan_costs_what_estimate_gives():
     p = _p()
     s = estimate(p, Strategy(dp=16, mbs=1, zero=2)).strategy
-    plan, cost = _adopt_uniform(p, s, p.cluster.device.memory_bytes)
+    plan, cost = uniform_plan(p, s, p.cluster.device.memory_bytes)
     assert set(plan.tp) == {1} and plan.default_zero == 2
     assert cost.step_time_s == pytest.approx(estimate(p, s).step_time_s, rel=1e-12)
-    assert _adopt_uniform(p, s, 1e9) is None  # does not fit 1 GB
-    assert _adopt_uniform(p, estimate(p, Strategy(dp=16, mbs=1, zero=1)).strategy, 1e12) is None  # ZeRO-1
+    assert uniform_plan(p, s, 1e9) is None  # does not fit 1 GB
+    assert uniform_plan(p, estimate(p, Strategy(dp=16, mbs=1, zero=1)).strategy, 1e12) is None  # ZeRO-1

@@ -101,7 +101,7 @@ def run_layerwise(console: Console, p: Problem, constraints: list[Constraint], a
         AutoparError: a refused constraint, a MoE model, or no plan that fits.
     """
     from autopar.export import galvatron_layerwise
-    from autopar.layerwise import search_layerwise
+    from autopar.layerwise import search_layerwise, uniform_plan
 
     why = galvatron_layerwise.refusal(p)  # before searching
     if why:
@@ -113,7 +113,7 @@ def run_layerwise(console: Console, p: Problem, constraints: list[Constraint], a
                            f"{p.cluster.device.name} memory ({result.cells} (pp, chunks, dp type) cells searched)")
     plan, cost = result.plan, result.cost
     uniform = best_uniform(p, constraints, memory_margin)
-    adopted = uniform is not None and uniform[1] < cost.step_time_s and _adopt_uniform(p, uniform[2], limit)
+    adopted = uniform is not None and uniform[1] < cost.step_time_s and uniform_plan(p, uniform[2], limit)
     adopted = adopted if adopted and adopted[1].step_time_s < cost.step_time_s else None
     if adopted:
         plan, cost = adopted
@@ -168,24 +168,6 @@ def sp_text(plan) -> str:
     parts = ([f"Megatron sp on {megatron} tp layer{'s' * (megatron != 1)}"] if megatron else []) + (
         [f"Ulysses on {ulysses} layer{'s' * (ulysses != 1)}"] if ulysses else [])
     return "sequence parallel (" + (", ".join(parts) or "no tp > 1 layer") + ")"
-
-
-def _adopt_uniform(p: Problem, s, limit_bytes: float):
-    """``(plan, cost)`` of the uniform layout ``s`` as a layer-wise plan
-    (:meth:`autopar.layerwise.plan.LayerwisePlan.uniform`, costed by
-    :func:`autopar.layerwise.evaluate_plan` within ``limit_bytes``), or None where a layer-wise
-    plan cannot hold it (vpp, cp, ZeRO-1, selective recompute) or it does not fit. A uniform
-    layout is a layer-wise plan, so the plan returned is never slower than it (the dynamic
-    programme ranks plans by the closed-form makespan and can miss it by a little)."""
-    from autopar.layerwise import evaluate_plan
-    from autopar.layerwise.plan import LayerwisePlan
-
-    try:
-        plan = LayerwisePlan.uniform(p, s)
-        cost = evaluate_plan(p, plan, limit_bytes)
-    except AutoparError:
-        return None
-    return (plan, cost) if cost.fits else None
 
 
 def best_uniform(p: Problem, constraints: list[Constraint], memory_margin: float) -> tuple[str, float, object] | None:

@@ -11,8 +11,8 @@ candidate, read off autopar's cost model), :mod:`.dp` (the dynamic programme of 
 vocabulary tp around the dynamic programme).
 """
 
-from autopar.layerwise.evaluate import PlanCost, evaluate_plan
+from autopar.layerwise.evaluate import PlanCost, evaluate_plan, uniform_plan
 from autopar.layerwise.plan import LayerwisePlan
 from autopar.layerwise.search import LayerwiseResult, search_layerwise
 
-__all__ = ["LayerwisePlan", "LayerwiseResult", "PlanCost", "evaluate_plan", "search_layerwise"]
+__all__ = ["LayerwisePlan", "LayerwiseResult", "PlanCost", "evaluate_plan", "search_layerwise", "uniform_plan"]

@@ -34,6 +34,7 @@ from autopar.layerwise.plan import LayerwisePlan
 from autopar.layerwise.tables import PairTable, pair_table, reshard_s
 from autopar.problem import Problem
 from autopar.rules import check_strategy
+from autopar.strategy import Strategy
 
 
 @dataclass(frozen=True)
@@ -163,3 +164,17 @@ def evaluate_plan(p: Problem, plan: LayerwisePlan, memory_limit_bytes: float | N
     plan.check(p)
     return cost_from_tables(p, plan, plan_tables(p, plan), limit, simulate=True)
 
+
+
+def uniform_plan(p: Problem, s: Strategy, memory_limit_bytes: float) -> tuple[LayerwisePlan, PlanCost] | None:
+    """The uniform layout ``s`` as a layer-wise plan (:meth:`LayerwisePlan.uniform`) with its cost
+    (:func:`evaluate_plan` within ``memory_limit_bytes``), or None where a plan cannot hold it
+    (vpp, cp, ZeRO-1, selective recompute, ...) or it does not fit. A uniform layout is a
+    layer-wise plan, so ``search --layerwise`` gives it when it beats the dynamic programme's plan
+    (which ranks plans by the closed-form makespan and can miss it by a little)."""
+    try:
+        plan = LayerwisePlan.uniform(p, s)
+        cost = evaluate_plan(p, plan, memory_limit_bytes)
+    except AutoparError:
+        return None
+    return (plan, cost) if cost.fits else None
