@@ -113,8 +113,9 @@ def run_layerwise(console: Console, p: Problem, constraints: list[Constraint], a
                            f"{p.cluster.device.name} memory ({result.cells} (pp, chunks, dp type) cells searched)")
     plan, cost = result.plan, result.cost
     uniform = best_uniform(p, constraints, memory_margin)
-    adopted = uniform is not None and uniform[1] < cost.step_time_s and uniform_plan(p, uniform[2], limit)
-    adopted = adopted if adopted and adopted[1].step_time_s < cost.step_time_s else None
+    adopted = uniform_plan(p, uniform[2], limit) if uniform is not None else None
+    if adopted is not None and adopted[1].step_time_s >= cost.step_time_s:
+        adopted = None  # the dynamic programme's plan is at least as fast
     if adopted:
         plan, cost = adopted
     doc = galvatron_layerwise.config(p, plan)
