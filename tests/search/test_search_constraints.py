@@ -117,7 +117,8 @@ def test_apply_constraints_counts_each_row_once():
     (["--recompute", "partial"], "--recompute='partial': allowed none, selective, full"),
     (["--schedule", "zb"], "--schedule='zb': allowed 1f1b, interleaved"),
     (["--cp", "2", "--no-cp"], "--cp 2 with --no-cp: the switch leaves no value of --cp"),
-    (["--tp", "3"], "the constraints leave none of the 20,736 layouts"),
+    (["--tp", "3"], "the constraints leave none of the 20,736 layouts of llama3-8b on 8 devices (gbs=8); removed "
+                    "by: --tp 3 (20,736); tp sizes divide the 8 devices: 1, 2, 4, 8"),
     (["--cp-comm-type", "ring"], "--cp-comm-type='ring': allowed p2p, a2a, allgather, a2a+p2p"),
 ])
 def test_bad_constraints_get_one_error_line(args, message):

@@ -37,7 +37,7 @@ from autopar.search.constraints import Constraint, apply_constraints, widen_spac
 from autopar.search.costing import search_costs
 from autopar.search.stream import KEEP, stream_costs
 from autopar.search.valid_space import ValidSpace, count_space, valid_layouts
-from autopar.space import MAX_LAYOUTS, SpaceOptions, check_size, enumerate_layouts
+from autopar.space import MAX_LAYOUTS, SpaceOptions, check_size, divisors, enumerate_layouts
 from autopar.strategy import DEFAULT_RECOMPUTE_MODULES, SIMPLICITY_ORDER, Strategy
 
 GIB = 2**30
@@ -202,17 +202,23 @@ def undominated(batch: LayoutBatch, step_s: np.ndarray, peak_bytes: np.ndarray, 
         yield i
 
 
-def _refuse_empty(p: Problem, enumerated: int, removed: dict[str, int], rejected: dict[str, int], valid: int) -> None:
+def _refuse_empty(p: Problem, enumerated: int, removed: dict[str, int], rejected: dict[str, int], valid: int,
+                  constraints: list[Constraint]) -> None:
     """Refuse a space the constraints or the rules leave empty.
 
     Raises:
-        AutoparError: the constraints leave nothing (with what each removed), or no layout passes
-            the rules (with the rules that rejected most).
+        AutoparError: the constraints leave nothing (with what each removed and, for a parallel
+            size no layout can have, the sizes there are: the divisors of the world size,
+            :func:`autopar.space.divisors`), or no layout passes the rules (with the rules that
+            rejected most).
     """
     if removed and enumerated == sum(removed.values()):
         what = ", ".join(f"{text} ({count:,})" for text, count in removed.items())
+        sizes = ", ".join(str(d) for d in divisors(p.world_size))
+        allowed = "".join(f"; {c.column} sizes divide the {p.world_size:,} devices: {sizes}" for c in constraints
+                          if c.column in ("tp", "pp", "cp", "dp") and removed.get(c.text) == enumerated)
         raise AutoparError(f"the constraints leave none of the {enumerated:,} layouts of {p.model.name} on "
-                           f"{p.world_size} devices (gbs={p.train.global_batch_size}); removed by: {what}")
+                           f"{p.world_size} devices (gbs={p.train.global_batch_size}); removed by: {what}{allowed}")
     if valid == 0:
         why = ", ".join(f"{name} ({count})" for name, count in sorted(rejected.items(), key=lambda kv: -kv[1]))
         raise AutoparError(
@@ -279,7 +285,7 @@ def costed_grid(p: Problem, memory_margin: float, options: SpaceOptions | None =
         else:
             space, extra = valid_layouts(p, options, constraints), {}
     valid = space.valid
-    _refuse_empty(p, space.enumerated, space.removed, space.rejected, len(valid))
+    _refuse_empty(p, space.enumerated, space.removed, space.rejected, len(valid), constraints)
     capacity = p.cluster.device.memory_bytes
     with phase("cost", description=f"costing {len(valid):,} valid layouts"):
         costs = search_costs(p, valid, capacity, space.keys)
@@ -341,7 +347,7 @@ def _ranked(p: Problem, memory_margin: float, options: SpaceOptions, constraints
     constraints = constraints or []
     with phase("enumerate", description="counting the layouts"):
         count = count_space(p, widen_space(options, constraints), constraints)
-    _refuse_empty(p, count.enumerated, count.removed, count.rejected, count.valid)
+    _refuse_empty(p, count.enumerated, count.removed, count.rejected, count.valid, constraints)
     check_size(p, count.valid, "valid")
     streamed = stream_costs(p, count, memory_margin, keep)
     if streamed.top is None:
