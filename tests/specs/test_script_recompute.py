@@ -77,3 +77,12 @@ def test_full_without_a_layer_count_is_refused(tmp_path):
     with pytest.raises(AutoparError, match="--recompute-granularity full without --recompute-num-layers: Megatron-LM "
                        "raises 'When using recompute_granularity: full recompute_num_layers must be between 1"):
         _layout(tmp_path, "--recompute-granularity full;--recompute-method uniform")
+
+
+def test_uniform_chunks_of_several_layers_are_refused_not_costed_as_one(tmp_path):
+    """uniform N = 4 keeps one input per 4 layers and rebuilds 4 layers at once: a different peak
+    from N = 1, which autopar had costed instead (the same 12.53 GiB for N = 1, 2, 4, 8)."""
+    with pytest.raises(AutoparError, match=r"--recompute-method uniform --recompute-num-layers 4: not modelled "
+                       r"\(Megatron-Core checkpoints chunks of 4 layers.*use --recompute-num-layers 1, or "
+                       r"--recompute-method block"):
+        _layout(tmp_path, "--recompute-granularity full;--recompute-method uniform;--recompute-num-layers 4")

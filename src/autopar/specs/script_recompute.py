@@ -14,6 +14,11 @@ Sources (Megatron-LM ``megatron/training/arguments.py`` and
   "block" or "uniform"') and ``--recompute-num-layers`` (``TransformerConfig``: "recompute_num_layers
   must be between 1 and num_layers_per_pipeline_rank"); ``block`` N recomputes N layers per chunk,
   ``uniform`` every layer.
+
+``uniform`` with ``--recompute-num-layers`` N > 1 (Megatron-Core ``TransformerBlock._checkpointed_forward``:
+one checkpoint per chunk of N layers) keeps one layer input per N layers and rebuilds N layers'
+activations at once in backward; autopar models uniform chunks of one layer and ``block`` N, so N > 1
+is refused with that reason rather than costed as N = 1.
 """
 
 from __future__ import annotations
@@ -31,7 +36,8 @@ def recompute_fields(a: Args) -> dict[str, Any]:
     Raises:
         AutoparError: a granularity or method outside Megatron's argparse choices, or a combination
             Megatron-LM refuses (module docstring: selective with a method or layer count, full
-            without them), naming the flags and Megatron's message.
+            without them), naming the flags and Megatron's message; ``uniform`` with more than one
+            layer per chunk (not modelled, module docstring).
     """
     granularity = a.text("--recompute-granularity", "none")
     if granularity not in ("none", "selective", "full"):  # Megatron's argparse choices: full, selective
@@ -47,6 +53,12 @@ def recompute_fields(a: Args) -> dict[str, Any]:
     if granularity == "full":
         _check_full(a)
     layers = a.size("--recompute-num-layers", 1)
+    if granularity == "full" and method == "uniform" and layers > 1:
+        raise AutoparError(
+            f"{a.source}: --recompute-method uniform --recompute-num-layers {layers}: not modelled (Megatron-Core "
+            f"checkpoints chunks of {layers} layers, keeping one input per chunk and rebuilding {layers} layers at "
+            "once in backward; autopar costs uniform chunks of 1 layer and block N); use --recompute-num-layers 1, "
+            "or --recompute-method block")
     return dict(recompute=granularity, recompute_layers=layers if granularity == "full" and method == "block" else None,
                 recompute_modules=DEFAULT_RECOMPUTE_MODULES)
 
