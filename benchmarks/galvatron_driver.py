@@ -8,8 +8,10 @@ Usage (a Python where ``pip install hetu-galvatron==2.4.0`` and a CPU torch are 
       ``time.process_time``), ``SEARCH_WALL_SECONDS <s>`` and ``PLAN <path of the JSON it wrote>``
   PY galvatron_driver.py cost OUTDIR PLAN.json[,PLAN2.json,...] [same options]
       Galvatron's cost model on each JSON plan (its own or autopar's): prints one line per plan,
-      ``COST {"plan": path, "step_s": ..., "stage_memory_mb": [...], "fits": bool}`` (seconds per
-      step: Galvatron prints throughput = global_bsz / this)
+      ``COST {"plan": path, "step_s": ..., "stage_memory_mb": [...], "fits": bool, ...}`` (seconds
+      per step: Galvatron prints throughput = global_bsz / this), with per stage and micro-batch
+      the layers' seconds in its makespan, the ZeRO-3 all-gathers among them and the embedding and
+      head's (:func:`breakdown`)
 
 The inputs are the ones Galvatron's own search tests build (hetu-galvatron 2.4.0,
 ``tests/utils/search_configs.py``: ``create_static_time_config``, ``create_static_memory_config``,
@@ -158,9 +160,36 @@ def cost_one(eng, args, plan_path):
         total += float(np.ceil(c["other"][vtp][i]))
         stage_mb.append(total)
         start += n
+    layers_s, gathers_s = breakdown(eng, strategies, division, bsz, min_tp, chunk)
     print("COST " + json.dumps({"plan": plan_path, "step_s": float(step_s), "stage_memory_mb": stage_mb,
                                 "fits": bool(max(stage_mb) <= max_mem), "memory_budget_mb": max_mem,
-                                "chunks_costed": int(chunk)}))
+                                "chunks_costed": int(chunk), "stage_layers_s": layers_s,
+                                "stage_zero3_gathers_s": gathers_s, "stage_other_s": [float(x) for x in other[1][vtp]]}))
+
+
+def breakdown(eng, strategies, division, bsz, min_tp, chunk):
+    """Per stage, per micro-batch: the seconds of its layers that ``pipeline_costmodel`` puts in the
+    makespan (``TimeCostModel(..., no_comm=True)``: compute, TP collectives and, for ZeRO-3 layers,
+    one all-gather of the layer's weights), and of those the ZeRO-3 all-gathers alone (its
+    ``gen_result``: ``fsdp_allgather_message_size * dc``, added without overlap: "TODO: add overlap
+    when fsdp is used")."""
+    from galvatron.core.search_engine.cost_model import TimeCostModel, get_real_chunk
+    m = eng.model_args_list[0], eng.train_args_list[0], eng.parallel_args_list[0], eng.profile_model_args_list[0]
+    hw = eng.profile_hardware_args_list[0]
+    real = get_real_chunk(int(bsz / (strategies[0][1] * strategies[0][2] // min_tp)), chunk)
+    layers, gathers, start = [], [], 0
+    for n in division:
+        total = gather = 0.0
+        for s in strategies[start:start + n]:
+            t = TimeCostModel(s, bsz / real, no_comm=True, model_args=m[0], train_args=m[1], parallel_args=m[2],
+                              profile_model_args=m[3], profile_hardware_args=hw)
+            total += float(t.gen_result())
+            if t.fsdp:
+                gather += float(t.fsdp_allgather_message_size * t.dc * 0.001 * t.args.costmodel_coe / t.layer_num)
+        layers.append(total)
+        gathers.append(gather)
+        start += n
+    return layers, gathers
 
 
 if __name__ == "__main__":

@@ -29,11 +29,17 @@ def llama7b():
     Strategy(dp=1, tp=4, pp=2, mbs=2, zero=0, sp=True, recompute="full"),
     Strategy(dp=2, pp=4, mbs=1, zero=2),
     Strategy(dp=1, tp=2, pp=4, mbs=2, zero=3, recompute="full"),
+    Strategy(dp=8, mbs=1, zero=2, vocab_tp=2),
+    Strategy(dp=4, tp=2, mbs=2, zero=3, vocab_tp=1),
+    Strategy(dp=4, tp=1, pp=2, mbs=1, zero=2, vocab_tp=4),
+    Strategy(dp=2, tp=2, pp=2, mbs=1, zero=0, vocab_tp=4, recompute="full"),
 ])
 def test_uniform_plan_costs_what_estimate_says(llama7b, s):
     """A plan with every layer alike is the uniform layout: the sums of per-layer terms give
     estimate's step time and memory (the once-per-step terms are shared out per stage, so their
-    overlap with the stage's backward is the uniform layout's)."""
+    overlap with the stage's backward is the uniform layout's), also with the vocabulary on its
+    own tp (Galvatron's vtp): the stages' fixed parts are then the uniform layout's own, the
+    re-sharding to the layers' tp included (one formula, :mod:`autopar.cost.vocab`)."""
     e = estimate(llama7b, s)
     c = evaluate_plan(llama7b, LayerwisePlan.uniform(llama7b, s))
     assert c.peak_memory_bytes == pytest.approx(e.peak_memory_bytes, rel=1e-9)
@@ -44,6 +50,7 @@ def test_uniform_plan_costs_what_estimate_says(llama7b, s):
     Strategy(dp=2, tp=2, pp=2, mbs=1, zero=2, layers_per_stage=(17, 15)),
     Strategy(dp=2, tp=1, pp=4, mbs=1, zero=0, recompute="full", layers_per_stage=(6, 9, 9, 8)),
     Strategy(dp=1, tp=2, pp=4, mbs=1, zero=3, recompute="full", layers_per_stage=(8, 9, 9, 6)),
+    Strategy(dp=2, tp=2, pp=2, mbs=1, zero=2, layers_per_stage=(17, 15), vocab_tp=4),
 ])
 def test_uniform_plan_on_uneven_stages_costs_what_estimate_says(s):
     """Unequal stages (Galvatron-BMW's balanced splits of llama3-8b, whose 128k vocabulary weighs on

@@ -19,6 +19,22 @@ for pp = 1, GPipe and 1F1B alike). So, per stage:
   weights for every forward and backward (FSDP reshards after forward; Galvatron sets
   ``_needs_pre_backward_unshard``), overlapped layer by layer except one layer's gather.
 
+How the ZeRO-3 gathers overlap (hetu-galvatron 2.4.0 with torch 2.x): each decoder layer is its own
+FSDP unit (``core/runtime/parallel.py`` ``apply_fsdp``) built with ``limit_all_gathers=True`` and
+its ``backward_prefetch=...`` argument commented out in all three wrappers, so torch's default
+``BackwardPrefetch.BACKWARD_PRE`` applies (``FullyShardedDataParallel.__init__``): in backward
+the next layer's all-gather is issued before the current layer's gradient kernels; in forward
+(``forward_prefetch=False``) each layer's all-gather is issued on FSDP's unshard stream when the
+host reaches that layer, which with the host ahead of the GPU is while the previous layer
+computes (torch's docstring of ``forward_prefetch``: explicit prefetching "is only useful for
+CPU-bound workloads"; the rate limiter keeps at most two layers' gathered weights in flight).
+``FULL_SHARD`` frees the gathered weights after backward even inside ``no_sync`` (torch
+``fsdp/_runtime_utils.py`` ``_should_free_in_backward``), hence a gather per forward and per
+backward of every micro-batch. Galvatron's own cost model charges one forward all-gather per layer
+and micro-batch, added without overlap (``core/search_engine/cost_model.py``
+``TimeCostModel.gen_result``: "TODO: add overlap when fsdp is used"), where its runtime overlaps
+both as above.
+
 With one micro-batch nothing changes (``no_sync`` is not entered).
 """
 

@@ -146,8 +146,8 @@ def stage_time(p: Problem, batch: LayoutBatch, stages: Stages, floor: bool = Fal
     bwd_moe = tp_overlap.layer_backward_tp_s(p, batch, layer_pair,
                                              tp_overlap.overlap_gemms_s(p, batch, moe=True)[:1 + moe_mlp_pairs])
     # Galvatron's vtp/vsp: the embedding's and output layer's collectives on their own group (autopar.cost.vocab).
-    vocab_extra = (first + last) * np.where(vocab.own_layout(batch), vocab.layer_collective_s(p, batch) - one_collective,
-                                            0.0)
+    # ``ends`` counts both where one stage holds both (pp 1); ``first + last`` of two bool arrays is their OR.
+    vocab_extra = ends * np.where(vocab.own_layout(batch), vocab.layer_collective_s(p, batch) - one_collective, 0.0)
     tp = (fwd_pairs + recomputed_pairs) * layer_pair + selective_pairs * selective_pair \
         + ends * one_collective + n_dense * bwd_dense + n_moe * bwd_moe + vocab_extra
     # Strategy.tp_comm_overlap (TE userbuffers, torchtitan async TP, MindSpeed MC2): every collective
@@ -292,19 +292,29 @@ def dp_exposed_s(p: Problem, batch: LayoutBatch, params: StageParams, t: StageTi
     :func:`autopar.cost.framework.zero3_latency_s` adds, exposed: the gathers are issued
     on the critical path before each submodule runs); one layer's gather per forward and one
     layer's reduce-scatter per backward are never hidden. ``slack_s`` is time the stage waits for
-    the pipeline to drain anyway (later stages finish their last backward earlier).
+    the pipeline to drain anyway (later stages finish their last backward earlier). The
+    vocabulary matrices of Galvatron's ``vtp``/``vsp`` are reduced and gathered over their own
+    group by collectives of their own (:func:`autopar.cost.vocab.own_group_params`).
     """
     g = grad_comm_bytes(p)
     dense_group = batch.dp * batch.cp
     # Dense models have no expert collectives (a zero-byte ring would still pay its latency).
     expert_group = np.where(params.experts > 0, p.world_size // (batch.etp * batch.ep * batch.pp), 1)
     dp_stride = placement.dp_stride(batch)  # tp, or 1 with Galvatron's non-consecutive TP groups
-    ar = comm.all_reduce_s(p, params.dense * g, dense_group, dp_stride) + comm.all_reduce_s(
-        p, params.experts * g, expert_group, batch.etp * batch.ep)
-    rs = comm.reduce_scatter_s(p, params.dense * g, dense_group, dp_stride) + comm.reduce_scatter_s(
-        p, params.experts * g, expert_group, batch.etp * batch.ep)
-    ag = comm.all_gather_s(p, params.dense * 2, dense_group, dp_stride) + comm.all_gather_s(
-        p, params.experts * 2, expert_group, batch.etp * batch.ep)
+    # Galvatron's vtp/vsp: the vocabulary matrices on their own group, by collectives of their own (autopar.cost.vocab).
+    own_vocab = vocab.own_group_params(batch, params.vocab)
+    vocab_group = np.where(own_vocab > 0, vocab.data_parallel_ranks(batch), 1)
+    vocab_stride = vocab.data_parallel_stride(batch)
+    layers_dense = params.dense - own_vocab
+    ar = (comm.all_reduce_s(p, layers_dense * g, dense_group, dp_stride)
+          + comm.all_reduce_s(p, own_vocab * g, vocab_group, vocab_stride)
+          + comm.all_reduce_s(p, params.experts * g, expert_group, batch.etp * batch.ep))
+    rs = (comm.reduce_scatter_s(p, layers_dense * g, dense_group, dp_stride)
+          + comm.reduce_scatter_s(p, own_vocab * g, vocab_group, vocab_stride)
+          + comm.reduce_scatter_s(p, params.experts * g, expert_group, batch.etp * batch.ep))
+    ag = (comm.all_gather_s(p, layers_dense * 2, dense_group, dp_stride)
+          + comm.all_gather_s(p, own_vocab * 2, vocab_group, vocab_stride)
+          + comm.all_gather_s(p, params.experts * 2, expert_group, batch.etp * batch.ep))
     fwd, bwd = t.forward_s, t.backward_s + t.recompute_s
     m = batch.num_microbatches
     # DeepSpeed ZeRO-3 gathers module by module (autopar.cost.framework); only torchtitan pipelines ZeRO-3.
@@ -345,9 +355,13 @@ def dp_exposed_s(p: Problem, batch: LayoutBatch, params: StageParams, t: StageTi
 def optimizer_time_s(p: Problem, batch: LayoutBatch, params: StageParams) -> np.ndarray:
     """Adam step over the parameters this device updates (sharded for ZeRO >= 1): memory-bound
     for the share kept on the device, plus the host-link copies of the share offloaded with
-    ``--optimizer-cpu-offload`` (:func:`autopar.cost.offload.transfer_time_s`)."""
+    ``--optimizer-cpu-offload`` (:func:`autopar.cost.offload.transfer_time_s`). The vocabulary
+    matrices of Galvatron's ``vtp``/``vsp`` are sharded over their own group
+    (:func:`autopar.cost.vocab.data_parallel_ranks`), as :mod:`autopar.cost.memory` counts them."""
     dense_group = np.where(batch.zero >= 1, batch.dp * batch.cp, 1)
     expert_group = np.where(batch.zero >= 1, p.world_size // (batch.etp * batch.ep * batch.pp), 1)
-    local = params.dense / dense_group + params.experts / expert_group
+    own_vocab = vocab.own_group_params(batch, params.vocab)  # Galvatron's vtp/vsp: sharded over its own group
+    vocab_group = np.where(batch.zero >= 1, vocab.data_parallel_ranks(batch), 1)
+    local = (params.dense - own_vocab) / dense_group + own_vocab / vocab_group + params.experts / expert_group
     on_device = offload.device_optimizer_fraction(p) * local
     return C.memory_time_s(p, ADAM_BYTES_PER_PARAM * on_device) + offload.transfer_time_s(p, local)

@@ -11,7 +11,10 @@ use, on the same ``tp*dp*cp`` ranks of a pipeline stage; their data parallelism 
 What changes against the layers' own ``tp`` (``batch.tp``), per device of the first/last stage:
 
 * parameters: ``padded_vocab(vtp) * h / vtp`` elements of each vocabulary matrix (``vsp``: the
-  whole ``padded_vocab(1) * h``), their ZeRO group ``tp*dp*cp / vtp`` (``vsp``: ``tp*dp*cp``);
+  whole ``padded_vocab(1) * h``), their ZeRO group ``tp*dp*cp / vtp`` (``vsp``: ``tp*dp*cp``):
+  the model states (:mod:`autopar.cost.memory`), the gradient reduction and weight gathers
+  (:func:`autopar.cost.stage_time.dp_exposed_s`: collectives of their own over that group) and
+  the optimizer step's share (:func:`autopar.cost.stage_time.optimizer_time_s`);
 * compute and logits: unchanged: the stage's tokens are spread over all its ranks either way
   (``vtp`` ranks share ``1/vtp`` of the vocabulary for ``vtp/tp`` times the layers' tokens);
 * the vocabulary layer's own collective: one all-reduce over the ``vtp`` group of its tokens'
@@ -57,6 +60,23 @@ def data_parallel_ranks(batch: LayoutBatch) -> np.ndarray:
     (``vsp``: ``tp*dp*cp``); ``dp*cp`` when ``vtp == tp``. Example: tp 2, dp 4, vtp 8 -> 1."""
     stage = batch.tp * batch.dp * batch.cp
     return np.where(batch.vocab_sp, stage, stage // np.maximum(batch.vocab_tp, 1)).astype(np.float64)
+
+
+def data_parallel_stride(batch: LayoutBatch) -> np.ndarray:
+    """Rank distance between the members of the vocabulary matrices' data-parallel group, ``(n,)``:
+    ``vtp`` (its ``vtp`` groups are consecutive ranks, as Galvatron's ``hp_config_whole_model``
+    forms them; the ranks holding the same shard are ``vtp`` apart), 1 with ``vsp`` (every rank
+    of the stage holds the whole matrix). Example: vtp 2 on 16 ranks -> ranks 0, 2, ..., 14."""
+    return np.where(batch.vocab_sp, 1, batch.vocab_tp).astype(np.int64)
+
+
+def own_group_params(batch: LayoutBatch, vocab_params) -> np.ndarray:
+    """The vocabulary parameters of a stage that are reduced and ZeRO-sharded over their own group
+    (:func:`data_parallel_ranks`) rather than the decoder layers' ``dp*cp``, ``(n,)``: all of
+    ``vocab_params`` (:attr:`autopar.cost.params.StageParams.vocab`) where :func:`own_layout`,
+    else 0. Galvatron wraps the embedding and the output layer in their own FSDP modules over
+    that group, so their gradients are reduced by collectives of their own."""
+    return np.where(own_layout(batch), np.asarray(vocab_params, dtype=np.float64), 0.0)
 
 
 def layer_collective_s(p: Problem, batch: LayoutBatch) -> np.ndarray:

@@ -155,10 +155,12 @@ def stage_slices(layers_per_stage: tuple[int, ...]) -> list[slice]:
 
 
 def candidate_strategy(p: Problem, pp: int, num_microbatches: int, layers_per_stage: tuple[int, ...], tp: int,
-                       zero: int, recompute: bool, sp: bool, ulysses: bool = False) -> Strategy:
+                       zero: int, recompute: bool, sp: bool, ulysses: bool = False,
+                       vocab_tp: int | None = None) -> Strategy:
     """The uniform layout of one per-layer choice (see :meth:`LayerwisePlan.candidate`); for a
     Ulysses layer (``ulysses``, tp > 1) tp 1 with ``cp = tp`` and cp_comm_type ``a2a`` (module
-    docstring), the same dp and micro-batch.
+    docstring), the same dp and micro-batch. ``vocab_tp``: the embedding's and output layer's
+    own tp (Galvatron's ``vtp``; None: the layers' tp), for a Megatron-TP layer only.
 
     Raises:
         AutoparError: ``pp * tp`` does not divide the world, or ``dp * num_microbatches`` does
@@ -176,7 +178,7 @@ def candidate_strategy(p: Problem, pp: int, num_microbatches: int, layers_per_st
         return Strategy(dp=dp, tp=1, cp=tp, cp_comm_type="a2a", pp=pp, mbs=mbs, zero=zero, recompute=rec,
                         layers_per_stage=layers_per_stage)
     return Strategy(dp=dp, tp=tp, pp=pp, mbs=mbs, zero=zero, sp=sp and tp > 1, recompute=rec,
-                    layers_per_stage=layers_per_stage)
+                    layers_per_stage=layers_per_stage, vocab_tp=vocab_tp)
 
 
 def group_size(s: Strategy) -> int:

@@ -19,13 +19,13 @@ plus its once-per-step data-parallel and optimizer time; transitions cost ``m`` 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from autopar.errors import AutoparError
 from autopar.layerwise.dp import solve_stages
-from autopar.layerwise.evaluate import PlanCost, cost_from_tables
+from autopar.layerwise.evaluate import PlanCost, build_fixed_tables, cost_from_tables
 from autopar.layerwise.plan import LayerwisePlan, candidate_strategy, group_size, stage_slices
 from autopar.layerwise.splits import balanced_splits
 from autopar.layerwise.tables import Choices, PairTable, pair_tables
@@ -78,11 +78,12 @@ class _Best:
     cost: PlanCost | None = None
     costed: int = 0
     tables: dict | None = None  # the best plan's cell's pair tables, to cost it in full at the end
+    fixed: dict | None = None  # and its fixed parts' tables (autopar.layerwise.evaluate.fixed_parts)
 
-    def offer(self, plan: LayerwisePlan, cost: PlanCost, tables: dict | None = None) -> None:
+    def offer(self, plan: LayerwisePlan, cost: PlanCost, tables: dict | None = None, fixed: dict | None = None) -> None:
         self.costed += 1
         if cost.fits and (self.cost is None or cost.step_time_s < self.cost.step_time_s):
-            self.plan, self.cost, self.tables = plan, cost, tables
+            self.plan, self.cost, self.tables, self.fixed = plan, cost, tables, fixed
 
 
 @dataclass
@@ -98,6 +99,7 @@ class _Cell:
     pairs: list[PairTable]
     variants: list[Choices]
     sp: bool = False
+    fixed: dict = field(default_factory=dict)  # fixed parts' tables beyond ``tables`` (evaluate.fixed_parts)
 
     def slices(self) -> list[slice]:
         return stage_slices(self.split)
@@ -109,18 +111,21 @@ class _Cell:
         return sorted(k for k in self.tables if k[1] in zeros and not k[2])
 
     def lower_bound_s(self, limit: float) -> float:
-        """A step time no plan of the cell beats: every layer and stage part at its fastest choice,
-        memory ignored, in the makespan of :mod:`autopar.layerwise.evaluate`; inf where even each
-        layer's and the fixed part's least memory overflows a stage."""
+        """A step time no plan of the cell beats: every layer at its fastest choice and each stage's
+        fixed part at its least compute (its collectives, which re-shard to the next layer's tp
+        (:func:`autopar.layerwise.evaluate.fixed_parts`), and its once-per-step time left out:
+        its compute does not depend on the vocabulary's tp), memory ignored, in the makespan of
+        :mod:`autopar.layerwise.evaluate`; inf where even each layer's and the fixed part's least
+        memory (as the DP budgets it, at the vocabulary's own tp) overflows a stage."""
         c, vocab = self.variants[-1], [self.tables[k] for k in self.vocab_keys()]
         for i, sl in enumerate(self.slices()):
             least = (c.static_bytes[:, sl] + self.pairs[0].in_flight[i] * c.activation_bytes[:, sl]).min(axis=0).sum()
             if least + min(float(v.stage_bytes[i].min()) for v in vocab) > limit:
                 return float("inf")
-        t = [float(c.microbatch_s[:, sl].min(axis=0).sum()) + min(float(v.stage_microbatch_s[i].min()) for v in vocab)
+        t = [float(c.microbatch_s[:, sl].min(axis=0).sum())
+             + min(float(v.stage_compute_parts_s[:, i].sum(axis=0).min()) for v in vocab)
              for i, sl in enumerate(self.slices())]
-        step = [float(c.step_s[:, sl].min(axis=0).sum()) + min(float(v.stage_step_s[i]) for v in vocab)
-                for i, sl in enumerate(self.slices())]
+        step = [float(c.step_s[:, sl].min(axis=0).sum()) for i, sl in enumerate(self.slices())]
         return sum(t) + (self.m - 1) * max(t) + max(step)
 
     def plans(self, p: Problem, limit: float, bins: int) -> list[LayerwisePlan]:
@@ -290,7 +295,7 @@ def search_layerwise(p: Problem, *, pp_options: list[int] | None = None, max_tp:
             batch = make(_balanced_tables(p, keys, hopeful, zeros, sp_on, ulysses and sp_on), sp_on)
             cells, solved = cells + len(batch), solved + _branch_and_bound(p, batch, best, limit, bins)
     if best.plan is not None:  # the plan found by the closed form, costed as estimate costs a layout (simulated)
-        best.cost = cost_from_tables(p, best.plan, best.tables, limit, simulate=True)
+        best.cost = cost_from_tables(p, best.plan, best.tables, limit, simulate=True, fixed_tables=best.fixed)
     return LayerwiseResult(plan=best.plan, cost=best.cost, plans_costed=best.costed,
                            seconds=time.perf_counter() - t0, cells=cells, cells_solved=solved)
 
@@ -303,19 +308,22 @@ def _branch_and_bound(p: Problem, cells: list[_Cell], best: _Best, limit: float,
         if bound == float("inf") or (best.cost is not None and bound >= best.cost.step_time_s):
             break
         solved += 1
-        for plan in {(q.tp, q.zero3, q.recompute, q.vocab_tp, q.vocab_zero3, q.ulysses): q
-                     for q in cell.plans(p, limit, bins)}.values():
-            best.offer(plan, cost_from_tables(p, plan, cell.tables, limit), cell.tables)
+        plans = list({(q.tp, q.zero3, q.recompute, q.vocab_tp, q.vocab_zero3, q.ulysses): q
+                      for q in cell.plans(p, limit, bins)}.values())
+        build_fixed_tables(p, plans, cell.tables, cell.fixed)  # the plans' fixed parts, in one pass
+        for plan in plans:
+            best.offer(plan, cost_from_tables(p, plan, cell.tables, limit, fixed_tables=cell.fixed), cell.tables,
+                       cell.fixed)
     return solved
 
 
 def _split_free_bound_s(m: int, tables: dict[tuple[int, int, bool], PairTable]) -> float:
     """A step no plan of this (pp, m) beats under any split: the stages' per-micro-batch times
-    ``t_i`` sum to the same ``T`` (each layer at its fastest choice, each stage's fixed part at the
-    fastest vocabulary) whatever the split, so the 1F1B makespan ``sum_i t_i + (m - 1) max_i t_i``
-    is at least ``T + (m - 1) T / pp``."""
+    ``t_i`` sum to at least the same ``T`` (each layer at its fastest choice, each stage's fixed part
+    at its least compute, as :meth:`_Cell.lower_bound_s`) whatever the split, so the 1F1B makespan
+    ``sum_i t_i + (m - 1) max_i t_i`` is at least ``T + (m - 1) T / pp``."""
     pairs = list(tables.values())
     pp = len(pairs[0].in_flight)
     total = float(np.min([t.microbatch_s.min(axis=1) for t in pairs], axis=0).sum())
-    total += float(np.min([t.stage_microbatch_s.min(axis=1) for t in pairs], axis=0).sum())
+    total += float(np.min([t.stage_compute_parts_s.sum(axis=0).min(axis=1) for t in pairs], axis=0).sum())
     return total + (m - 1) * total / pp

@@ -67,6 +67,7 @@ class PairTable:
             loss, framework overhead); stage_compute_parts_s: ``(3, pp, 2)`` its forward, backward
             and recompute compute.
         stage_step_s: ``(pp,)`` the fixed part's data-parallel and optimizer time per step.
+        whole_step_s: ``(pp, 2)`` the whole stage's (its layers with the fixed part), per option.
         p2p_s: one activation send between stages; tied_grad_s: the tied-embedding all-reduce.
         in_flight: ``(pp,)`` micro-batches whose activations each stage holds at its peak (1F1B).
     """
@@ -81,6 +82,7 @@ class PairTable:
     stage_compute_parts_s: np.ndarray
     stage_bytes: np.ndarray
     stage_step_s: np.ndarray
+    whole_step_s: np.ndarray
     p2p_s: float
     tied_grad_s: float
     in_flight: np.ndarray
@@ -161,17 +163,20 @@ def pair_tables(p: Problem, strategies: list[Strategy]) -> list[PairTable | None
                            activation_bytes=((act[:, with_layer] - act[:, without]) / in_flight[0]).T,
                            static_bytes=st[0, with_layer] - st[0, without], step_s=share.T,
                            stage_microbatch_s=t[:, empty].T, stage_bytes=total[:, empty].T, stage_step_s=step[0, empty],
+                           whole_step_s=step[:, whole].T,
                            p2p_s=float(p2p[j]) if s.pp > 1 else 0.0, tied_grad_s=float(tied[j]), in_flight=in_flight)
         at += 2 * per_option
     return out
 
 
 def pair_table(p: Problem, pp: int, num_microbatches: int, layers_per_stage: tuple[int, ...], tp: int, zero: int,
-               sp: bool, ulysses: bool = False) -> PairTable | None:
+               sp: bool, ulysses: bool = False, vocab_tp: int | None = None) -> PairTable | None:
     """The costs of (tp, zero, ulysses) in this pp / split / micro-batch count, or None where the
-    uniform layout breaks a rule of :mod:`autopar.rules` or the batch does not divide."""
+    uniform layout breaks a rule of :mod:`autopar.rules` or the batch does not divide; with
+    ``vocab_tp``, that layout with the vocabulary layers on their own tp (its stage fixed parts:
+    :func:`autopar.layerwise.evaluate.fixed_parts`)."""
     try:
-        s = candidate_strategy(p, pp, num_microbatches, layers_per_stage, tp, zero, False, sp, ulysses)
+        s = candidate_strategy(p, pp, num_microbatches, layers_per_stage, tp, zero, False, sp, ulysses, vocab_tp)
     except AutoparError:
         return None
     return pair_tables(p, [s])[0]
