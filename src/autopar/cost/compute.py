@@ -50,7 +50,9 @@ def gemm_time_s(p: Problem, g: F.Gemm) -> np.ndarray:
     """Seconds for the GEMMs ``g`` on one device.
 
     Linear layers use the fp8 peak under fp8 training, plus their input quantisation
-    (:mod:`autopar.cost.fp8`; none where the norm before them writes the fp8 input, ``g.norm_input``).
+    (:mod:`autopar.cost.fp8`; none where the norm before them writes the fp8 input, ``g.norm_input``,
+    and once for GEMMs that share one input, ``g.cast_inputs``); their memory roofline reads the
+    quantised inputs and weights (:data:`LOW_PRECISION_OPERAND_BYTES`) and writes a bf16 output.
     A grouped GEMM is one kernel whose rows are padded to the M tile
     (:data:`autopar.cost.grouped_gemm.TILE_ROWS`), so few rows per group waste the tensor cores,
     and whose operands are all read once (the memory roofline); the routed experts' grouped GEMM

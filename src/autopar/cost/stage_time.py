@@ -12,7 +12,8 @@ collectives of its parallel groups:
   the column-parallel linears run under their weight-/data-gradient GEMMs
   (``TrainSpec.tp_backward_overlap``, :mod:`autopar.cost.tp_overlap`); with the layout's
   ``tp_comm_overlap`` (TE userbuffers, torchtitan async TP, MindSpeed MC2) only the first of tp
-  pipelined chunks and the excess over the GEMMs is exposed.
+  pipelined chunks and the excess over the GEMMs is exposed (torchtitan's also pays the device
+  copies of PyTorch's symmetric-memory ops, :func:`autopar.cost.tp_overlap.symmetric_memory_copies_s`).
 * CP (ring attention, Liu et al. 2023; Megatron ``cp_comm_type=p2p``; PyTorch/torchtitan
   ``context_parallel``): ``cp-1`` K/V block exchanges forward, K/V plus dK/dV backward, each
   overlapped with one ring step's attention kernel (only a step's excess is exposed; PyTorch

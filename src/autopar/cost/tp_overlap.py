@@ -40,7 +40,10 @@ input is one matmul: in the backward graph the input-gradient reduce-scatter of 
 block (attention's wq/wk/wv, the MLP's w1/w3) receives the *sum* of several matmuls and is left
 unfused (PyTorch PR #149946, review of 2025-03-28: "there were only valid scaled_mm-reduce-scatter
 patterns in the forward graph, but not in the backward graph ... the reduce-scatters are receiving as
-input the addition of various scaled_mms"), so it stays exposed (:func:`unfused_backward_s`).
+input the addition of various scaled_mms"), so it stays exposed (:func:`unfused_backward_s`); and PyTorch's symmetric-memory implementation of
+the fused ops adds device copies on the compute stream that NCCL's collectives do not need (the local
+shard into the peer-to-peer buffer, the stacked partial products summed after the reduce-scatter's
+pipeline: :func:`symmetric_memory_copies_s`).
 """
 
 from __future__ import annotations
@@ -56,9 +59,11 @@ from autopar.problem import Problem
 
 def overlap_gemms_s(p: Problem, batch: LayoutBatch, moe: bool) -> list[np.ndarray | None]:
     """Forward seconds of the column-parallel GEMMs behind each backward TP collective of one layer:
-    [QKV (``wq``, ``wk``, ``wv`` where they are separate, :func:`autopar.cost.flops.separate_projections`), FC1] (arrays over layouts); None where no GEMM hides it: MLA's attention (its
-    up-projections read the replicated latent, not the TP-reduced input) and a MoE layer's MLP
-    (its input gradient comes back through the token dispatcher, :mod:`autopar.cost.moe`)."""
+    [QKV (``wq``, ``wk``, ``wv`` where they are separate GEMMs,
+    :func:`autopar.cost.flops.separate_projections`), FC1] (arrays over layouts); None where no GEMM
+    hides it: MLA's attention (its up-projections read the replicated latent, not the TP-reduced
+    input) and a MoE layer's MLP (its input gradient comes back through the token dispatcher,
+    :mod:`autopar.cost.moe`)."""
     qkv = None if p.model.mla else sum(C.gemm_time_s(p, g) for g in F.attention_gemms(p, batch)[:-1])
     fc1 = None if moe else C.gemm_time_s(p, F.mlp_gemms(p, batch, moe=False)[0])
     return [qkv, fc1]
