@@ -134,3 +134,15 @@ def test_nemo_gpt3_rows_train_with_dropout_and_others_do_not():
     assert to_case(rows["NEMO2407-03"]).problem.model.dropout
     assert not to_case(rows["DGXC2411-N340B-BF16-128"]).problem.model.dropout
     assert not to_case(rows["NEMO2407-11"]).problem.model.dropout
+
+
+def test_dgxc_2411_nemotron_340b_recomputes_core_attention_and_15b_does_not():
+    # dgxc-benchmarking v24.11.1 nemotron4-340b-synth.yaml: activations_checkpoint_granularity
+    # selective (configure.sh leaves it); nemotron4-15b-synth.yaml: null. 25.05 rows run NeMo 2's
+    # performance scripts and keep the family default.
+    rows = {r.id: r for r in read_rows(MEASUREMENTS)}
+    big = to_case(rows["DGXC2411-N340B-FP8-128"])
+    assert big.strategy.recompute == "selective" and big.strategy.recompute_modules == ("core_attn",)
+    assert any(a.startswith("recompute=selective (dgxc 24.11 nemotron4-340b") for a in big.assumed)
+    assert to_case(rows["DGXC2411-N15B-BF16-16"]).strategy.recompute == "none"
+    assert to_case(rows["DGXC2505-N340B-H100-BF16-256"]).strategy.recompute == "none"

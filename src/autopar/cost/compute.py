@@ -39,6 +39,10 @@ from autopar.layout_batch import LayoutBatch
 from autopar.problem import Problem
 
 BF16_BYTES = F.BF16  # bytes per operand element of :attr:`autopar.cost.flops.Gemm.bytes`
+#: Bytes per input and weight element of a quantised GEMM, which reads its operands in the recipe's
+#: format and writes a bf16 output (Transformer Engine / torchao ``torch._scaled_mm``: float8_e4m3 /
+#: e5m2 operands, 1 B; NVFP4: 4-bit values, 0.5 B, block scales not counted).
+LOW_PRECISION_OPERAND_BYTES = {"fp8": 1.0, "fp4": 0.5}
 KERNEL_OVERHEAD_S = 4e-6  # per kernel: launch + tail effects (H100/A100 measurements, order 2-6 us)
 
 
@@ -46,7 +50,9 @@ def gemm_time_s(p: Problem, g: F.Gemm) -> np.ndarray:
     """Seconds for the GEMMs ``g`` on one device.
 
     Linear layers use the fp8 peak under fp8 training, plus their input quantisation
-    (:mod:`autopar.cost.fp8`; none where the norm before them writes the fp8 input, ``g.norm_input``).
+    (:mod:`autopar.cost.fp8`; none where the norm before them writes the fp8 input, ``g.norm_input``,
+    and once for GEMMs that share one input, ``g.cast_inputs``); their memory roofline reads the
+    quantised inputs and weights (:data:`LOW_PRECISION_OPERAND_BYTES`) and writes a bf16 output.
     A grouped GEMM is one kernel whose rows are padded to the M tile
     (:data:`autopar.cost.grouped_gemm.TILE_ROWS`), so few rows per group waste the tensor cores,
     and whose operands are all read once (the memory roofline); the routed experts' grouped GEMM
@@ -54,23 +60,28 @@ def gemm_time_s(p: Problem, g: F.Gemm) -> np.ndarray:
     :func:`autopar.cost.grouped_gemm.expert_gemm_flops_s`.
     """
     dev = p.cluster.device
-    peak = dev.peak(fp8.gemm_precision(p, g.fp8)) * fp8.gemm_efficiency(p, g.fp8)
+    precision = fp8.gemm_precision(p, g.fp8)
+    peak = dev.peak(precision) * fp8.gemm_efficiency(p, g.fp8)
     mem = dev.hbm_bandwidth_bytes_per_s * dev.memory_efficiency
-    cast_bytes = fp8.cast_bytes(p, g.m, g.k, g.count, g.fp8, g.norm_input)
+    cast_bytes = fp8.cast_bytes(p, g.m, g.k, g.count if g.cast_inputs is None else g.cast_inputs, g.fp8, g.norm_input)
+    if precision in LOW_PRECISION_OPERAND_BYTES:  # quantised inputs and weights, bf16 output
+        in_bytes = LOW_PRECISION_OPERAND_BYTES[precision]
+        g_bytes = (in_bytes * (g.m * g.k + g.k * g.n) + BF16_BYTES * g.m * g.n) * g.count
+    else:
+        g_bytes = g.bytes
     if not g.expert and not g.grouped and isinstance(g.count, float) and g.count == 1.0 \
             and isinstance(cast_bytes, float) and cast_bytes == 0.0:
         # One plain GEMM and no cast: the general line below without its ``/ 1.0``, ``* 1.0`` and
         # ``+ 0.0`` (IEEE identities, so the same bits) - most GEMMs of a search, at a third fewer array passes.
-        return np.maximum(2.0 * g.m * g.n * g.k / peak,
-                          BF16_BYTES * (g.m * g.k + g.k * g.n + g.m * g.n) / mem) + KERNEL_OVERHEAD_S
+        return np.maximum(2.0 * g.m * g.n * g.k / peak, g_bytes / mem) + KERNEL_OVERHEAD_S
     cast_s = memory_time_s(p, cast_bytes)
     if g.expert:
         flops_s = grouped_gemm.expert_gemm_flops_s(g.m, g.n, g.k, g.count, peak)
-        return np.maximum(flops_s, g.bytes / mem) + KERNEL_OVERHEAD_S + cast_s
+        return np.maximum(flops_s, g_bytes / mem) + KERNEL_OVERHEAD_S + cast_s
     if g.grouped:
         tiled_flops = 2.0 * grouped_gemm.padded_rows(g.m) * g.n * g.k * g.count
-        return np.maximum(tiled_flops / peak, g.bytes / mem) + KERNEL_OVERHEAD_S + cast_s
-    per_gemm = np.maximum(g.flops / g.count / peak, g.bytes / g.count / mem) + KERNEL_OVERHEAD_S
+        return np.maximum(tiled_flops / peak, g_bytes / mem) + KERNEL_OVERHEAD_S + cast_s
+    per_gemm = np.maximum(g.flops / g.count / peak, g_bytes / g.count / mem) + KERNEL_OVERHEAD_S
     return per_gemm * g.count + cast_s
 
 

@@ -48,6 +48,7 @@ class Gemm:
     grouped: bool = False  # the ``count`` GEMMs are one kernel (MoE grouped GEMM; unfused attention's bmm)
     norm_input: bool = False  # the input is a norm's output (TE LayerNormLinear: quantised by the norm kernel)
     expert: bool = False  # the routed experts' grouped GEMM (autopar.cost.grouped_gemm)
+    cast_inputs: float | None = None  # inputs it quantises under fp8 (None: ``count``; fewer where GEMMs share one)
 
     @property
     def flops(self) -> np.ndarray:
@@ -64,10 +65,26 @@ def tokens(p: Problem, batch: LayoutBatch) -> np.ndarray:
     return p.train.seq_len / batch.cp * batch.mbs
 
 
+def separate_projections(p: Problem) -> bool:
+    """Whether the model's projections that read one input run as separate GEMMs: torchtitan's
+    Llama (``torchtitan/models/llama3/model.py``: ``Attention`` holds ``wq``, ``wk``, ``wv`` as three
+    ``nn.Linear``, ``FeedForward`` ``w1`` and ``w3`` as two, ``xq, xk, xv = self.wq(x), self.wk(x),
+    self.wv(x)``; neither eager PyTorch nor ``torch.compile`` merges matmuls). Megatron-Core and
+    DeepSpeed's Megatron fuse them into one ``linear_qkv`` / ``linear_fc1`` GEMM. Separate GEMMs each
+    read the whole input, so a narrow one (Llama-3-8B's ``wk`` at tp 8: 128 of 4096 output columns)
+    is bound by HBM rather than by the tensor cores (:func:`autopar.cost.compute.gemm_time_s`)."""
+    return p.train.framework == "torchtitan"
+
+
 def attention_gemms(p: Problem, batch: LayoutBatch) -> list[Gemm]:
-    """QKV and output projections (MHA/GQA), or MLA's down/up projections."""
+    """QKV and output projections (MHA/GQA), or MLA's down/up projections: QKV as one GEMM, or
+    as ``wq`` and two ``wk``/``wv`` GEMMs (``count`` 2) where :func:`separate_projections`; the
+    output projection is always last."""
     m, n, t = p.model, tokens(p, batch), batch.tp
     h = m.hidden_size
+    if not m.mla and separate_projections(p):  # wq, then wk and wv on the same (already quantised) input
+        return [Gemm(n, m.q_width / t, h, norm_input=True),
+                Gemm(n, m.kv_width / t, h, count=2.0, norm_input=True, cast_inputs=0.0), Gemm(n, h, m.v_width / t)]
     if not m.mla:
         return [Gemm(n, (m.q_width + 2 * m.kv_width) / t, h, norm_input=True), Gemm(n, h, m.v_width / t)]
     # MLA (DeepSeek-V3 report sec. 2.1.1; Megatron-Core multi_latent_attention.py): the
@@ -88,7 +105,9 @@ def attention_gemms(p: Problem, batch: LayoutBatch) -> list[Gemm]:
 
 def mlp_gemms(p: Problem, batch: LayoutBatch, moe: bool, imbalance: bool = True) -> list[Gemm]:
     """Dense MLP, or router + routed experts + shared experts. Routed experts run on the busiest
-    rank's rows (``imbalance=False``: the balanced share, for model FLOPs)."""
+    rank's rows (``imbalance=False``: the balanced share, for model FLOPs). A dense gated MLP's up
+    projection is one GEMM of ``2 ffn / tp`` columns, or ``w1`` and ``w3`` as two GEMMs (``count`` 2,
+    one input quantised once) where :func:`separate_projections`."""
     m, n, t = p.model, tokens(p, batch), batch.tp
     h = m.hidden_size
     up = 2 if m.gated_mlp else 1
@@ -97,6 +116,9 @@ def mlp_gemms(p: Problem, batch: LayoutBatch, moe: bool, imbalance: bool = True)
         return [Gemm(rows, up * ffn / shard, h, count, grouped=grouped, expert=grouped, norm_input=norm_input),
                 Gemm(rows, h, ffn / shard, count, grouped=grouped, expert=grouped)]
 
+    if not moe and up == 2 and separate_projections(p):  # w1 and w3: two GEMMs on one input, quantised once
+        return [Gemm(n, m.ffn_hidden_size / t, h, 2.0, norm_input=True, cast_inputs=1.0),
+                Gemm(n, h, m.ffn_hidden_size / t)]
     if not moe:
         return mlp(n, m.ffn_hidden_size, t, norm_input=True)
     # Busiest expert rank: n*k*etp/tp token copies over its E/ep experts (autopar.cost.moe).

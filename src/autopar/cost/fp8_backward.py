@@ -63,5 +63,6 @@ def forward_cast_bytes(p: Problem, batch: LayoutBatch, gemms: list[F.Gemm]) -> n
     where :func:`applies` is false (the default backward stays)."""
     if not applies(p):
         return np.zeros(len(batch))
-    return sum(np.broadcast_to(fp8.cast_bytes(p, g.m, g.k, g.count, g.fp8, g.norm_input), (len(batch),))
+    return sum(np.broadcast_to(fp8.cast_bytes(p, g.m, g.k, g.count if g.cast_inputs is None else g.cast_inputs, g.fp8,
+                                                  g.norm_input), (len(batch),))
                for g in gemms)

@@ -12,7 +12,8 @@ collectives of its parallel groups:
   the column-parallel linears run under their weight-/data-gradient GEMMs
   (``TrainSpec.tp_backward_overlap``, :mod:`autopar.cost.tp_overlap`); with the layout's
   ``tp_comm_overlap`` (TE userbuffers, torchtitan async TP, MindSpeed MC2) only the first of tp
-  pipelined chunks and the excess over the GEMMs is exposed.
+  pipelined chunks and the excess over the GEMMs is exposed (torchtitan's also pays the device
+  copies of PyTorch's symmetric-memory ops, :func:`autopar.cost.tp_overlap.symmetric_memory_copies_s`).
 * CP (ring attention, Liu et al. 2023; Megatron ``cp_comm_type=p2p``; PyTorch/torchtitan
   ``context_parallel``): ``cp-1`` K/V block exchanges forward, K/V plus dK/dV backward, each
   overlapped with one ring step's attention kernel (only a step's excess is exposed; PyTorch
@@ -158,8 +159,13 @@ def stage_time(p: Problem, batch: LayoutBatch, stages: Stages, floor: bool = Fal
                                                            n_dense, n_moe, recomputed, moe.gemm_s)
         if floor:  # no excess over the GEMMs: only the first of the tp chunks of each block
             gemm_blocks = [np.full(len(batch), np.inf)] * len(gemm_blocks)
+        # torchtitan: the symmetric-memory copies of its fused collectives - per forward pair one
+        # gather and one scatter, the backward dY gathers (its input-gradient scatters stay unfused),
+        # the recomputed pairs, and the two gathers of each selectively recomputed layer.
+        gathers = 2 * fwd_pairs + recomputed_pairs + 2 * selective_pairs
+        copies = tp_overlap.symmetric_memory_copies_s(p, batch, gathers, fwd_pairs + recomputed_pairs, act_bytes)
         tp = np.where(batch.tp_comm_overlap,
-                      tp_overlap.comm_overlap_tp_s(batch, tp_blocks, gemm_blocks, unfused) + vocab_extra, tp)
+                      tp_overlap.comm_overlap_tp_s(batch, tp_blocks, gemm_blocks, unfused) + vocab_extra + copies, tp)
 
     # Context parallel (autopar.cost.attention): per ring step the next K/V block (backward: K/V
     # and the running dK/dV) travels while the step's attention kernel runs; the excess of a step

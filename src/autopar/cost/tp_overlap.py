@@ -40,14 +40,17 @@ input is one matmul: in the backward graph the input-gradient reduce-scatter of 
 block (attention's wq/wk/wv, the MLP's w1/w3) receives the *sum* of several matmuls and is left
 unfused (PyTorch PR #149946, review of 2025-03-28: "there were only valid scaled_mm-reduce-scatter
 patterns in the forward graph, but not in the backward graph ... the reduce-scatters are receiving as
-input the addition of various scaled_mms"), so it stays exposed (:func:`unfused_backward_s`).
+input the addition of various scaled_mms"), so it stays exposed (:func:`unfused_backward_s`); and PyTorch's symmetric-memory implementation of
+the fused ops adds device copies on the compute stream that NCCL's collectives do not need (the local
+shard into the peer-to-peer buffer, the stacked partial products summed after the reduce-scatter's
+pipeline: :func:`symmetric_memory_copies_s`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from autopar.cost import comm, placement
+from autopar.cost import comm, float8_tp, placement
 from autopar.cost import compute as C
 from autopar.cost import flops as F
 from autopar.layout_batch import LayoutBatch
@@ -55,11 +58,13 @@ from autopar.problem import Problem
 
 
 def overlap_gemms_s(p: Problem, batch: LayoutBatch, moe: bool) -> list[np.ndarray | None]:
-    """Forward seconds of the column-parallel GEMM behind each backward TP collective of one layer:
-    [QKV, FC1] (arrays over layouts); None where no GEMM hides it: MLA's attention (its
-    up-projections read the replicated latent, not the TP-reduced input) and a MoE layer's MLP
-    (its input gradient comes back through the token dispatcher, :mod:`autopar.cost.moe`)."""
-    qkv = None if p.model.mla else C.gemm_time_s(p, F.attention_gemms(p, batch)[0])
+    """Forward seconds of the column-parallel GEMMs behind each backward TP collective of one layer:
+    [QKV (``wq``, ``wk``, ``wv`` where they are separate GEMMs,
+    :func:`autopar.cost.flops.separate_projections`), FC1] (arrays over layouts); None where no GEMM
+    hides it: MLA's attention (its up-projections read the replicated latent, not the TP-reduced
+    input) and a MoE layer's MLP (its input gradient comes back through the token dispatcher,
+    :mod:`autopar.cost.moe`)."""
+    qkv = None if p.model.mla else sum(C.gemm_time_s(p, g) for g in F.attention_gemms(p, batch)[:-1])
     fc1 = None if moe else C.gemm_time_s(p, F.mlp_gemms(p, batch, moe=False)[0])
     return [qkv, fc1]
 
@@ -121,6 +126,41 @@ def unfused_backward_s(p: Problem, fwd_pairs: np.ndarray, one_collective_s: np.n
     if p.train.framework != "torchtitan":
         return np.zeros_like(one_collective_s)
     return 0.5 * fwd_pairs * one_collective_s
+
+
+def symmetric_memory_copies_s(p: Problem, batch: LayoutBatch, gathers: np.ndarray, scatters: np.ndarray,
+                              act_bytes: np.ndarray) -> np.ndarray:
+    """Compute-stream seconds of the HBM copies torchtitan's async TP adds to its fused collectives,
+    per micro-batch (0 for Megatron-LM and MindSpeed, and without ``tp_comm_overlap``).
+
+    PyTorch's symmetric-memory ops (``torch/distributed/_symmetric_memory/__init__.py``, 2024-08
+    onwards) that the micro-pipeline pass substitutes:
+
+    * ``fused_all_gather_matmul`` (``_pipelined_all_gather_and_consume``): the rank's own shard is
+      copied into its peer-to-peer buffer and into its chunk of the gathered output with device
+      copies (``copy_shard``/``copy_``), one of them on the compute stream before or after the
+      local shard's matmul: ``2 S_ag / tp`` bytes (read + write of one shard; ``S_ag`` the gathered
+      tensor at the dtype it travels in, fp8 under float8 TP, :mod:`autopar.cost.float8_tp`);
+    * ``fused_matmul_reduce_scatter`` (``_fused_matmul_reduce_scatter_impl``): the ``tp`` partial
+      products are pulled into ``stacked_partials`` and summed by one reduction kernel after the
+      pipeline (``reduce_fn``, ``torch.sum`` over the rank dimension): it reads all ``tp`` partials
+      (``S`` bytes, bf16) and writes the ``S / tp`` shard, on the compute stream, where NCCL's
+      reduce-scatter reduces inside its own kernel.
+
+    Args:
+        gathers: fused all-gathers per micro-batch (forward, recomputed and the backward gathers of
+            ``dY``); scatters: fused reduce-scatters (forward and recomputed).
+        act_bytes: the bf16 ``s/cp * b * h`` activation ``S`` of one micro-batch (bytes).
+
+    Example (test): tp 8, S = 1 GB, bf16, 6 gathers and 2 scatters per layer: 6 x 0.25 GB + 2 x
+    1.125 GB = 3.75 GB of HBM traffic per layer.
+    """
+    if p.train.framework != "torchtitan":
+        return np.zeros(len(batch))
+    t = batch.tp
+    gather_bytes = np.where(float8_tp.applies(p, batch), act_bytes * float8_tp.FP8_BYTES / F.BF16, act_bytes)
+    copies = gathers * 2 * gather_bytes / t + scatters * act_bytes * (1 + 1 / t)
+    return np.where(batch.tp_comm_overlap & (t > 1), C.memory_time_s(p, copies), 0.0)
 
 
 # Transformer Engine ``initialize_ub`` registers one userbuffer per overlapped GEMM: ring_exchange

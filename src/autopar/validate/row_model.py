@@ -135,8 +135,9 @@ def preset_model(row: Row, preset: ModelSpec, assumed: list[str]) -> ModelSpec:
 
 def generic_model(row: Row, dropout: bool, assumed: list[str]) -> ModelSpec:
     """A decoder from the row's dimensions: SwiGLU + RMSNorm + RoPE for Llama-like names
-    (:data:`_GATED`), else a GPT-style 4h MLP with LayerNorm and biases (learned positions for
-    GPT names; parameter-free positions else, as RoPE and BLOOM's ALiBi are). Unstated kv_heads (= heads), ffn (= 4 hidden) and vocabulary
+    (:data:`_GATED`), else a GPT-style 4h MLP with LayerNorm and biases (none for Nemotron, NeMo's
+    ``Nemotron4Config`` ``add_bias_linear=False``; learned positions for GPT names; parameter-free
+    positions else, as RoPE and BLOOM's ALiBi are). Unstated kv_heads (= heads), ffn (= 4 hidden) and vocabulary
     (Nemotron's 256000, else GPT-2's 51200) are recorded in ``assumed``.
 
     Raises:
@@ -157,7 +158,8 @@ def generic_model(row: Row, dropout: bool, assumed: list[str]) -> ModelSpec:
     if experts and not topk:
         raise Unscorable(f"topk={row['topk']!r}: a MoE row (num_experts={experts}) needs the experts per token")
     assumed.append(f"architecture from the name {name!r}: "
-                   + ("gated MLP, RMSNorm, RoPE" if gated else "4h-style MLP, LayerNorm, biases")
+                   + ("gated MLP, RMSNorm, RoPE" if gated else "4h-style MLP, LayerNorm, "
+                      + ("no biases" if nemotron else "biases"))
                    + (", learned positions" if gpt else ""))
     kv_heads, ffn, vocab = row.int("kv_heads"), row.int("ffn"), row.int("vocab")
     if kv_heads is None:

@@ -199,6 +199,13 @@ RECIPES: tuple[Recipe, ...] = (
     Recipe("NeMo GPT-3 configs: hidden and attention dropout 0.1",
            lambda row: row.id.startswith(("DGXC", "NEMO")) and row["model"].lower().startswith("gpt3"),
            dropout=True),
+    # dgxc-benchmarking v24.11.1 nemotron/nemotron4-340b-synth.yaml (NeMo 24.09):
+    # activations_checkpoint_granularity: selective, which nemotron/configure.sh does not override
+    # for 340b (it sets tp 8, pp 8, vp 12, mbs 1, SP and ub_tp_comm_overlap): Megatron-Core's
+    # selective recompute of the core attention. The 15b config sets it to null.
+    Recipe("dgxc 24.11 nemotron4-340b-synth.yaml: activations_checkpoint_granularity selective",
+           lambda row: row.id.startswith("DGXC2411") and row["model"].lower().startswith("nemotron4-340b"),
+           recompute="selective"),
     # dgxc-benchmarking deepseek_v3/pretraining/launch.sh (v25.05.04), NeMo 25.04 on GB200:
     # --recompute_modules core_attn (Megatron's selective recompute of the core attention), and
     # no fused attention for MLA: head_dim_qk 192 differs from head_dim_v 128, which
