@@ -24,7 +24,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from autopar.cost import stage_time as T
-from autopar.cost.memory import assemble_memory, stage_activation_bytes, stage_buffers, stage_state
+from autopar.cost.memory import activation_parts, assemble_memory, stage_activation_bytes, stage_buffers, stage_state
 from autopar.cost.step import StepCosts, makespan_lower_bound_s, step_lower_bound_s, view_time
 from autopar.problem import Problem
 from autopar.progress import advance
@@ -40,6 +40,8 @@ _SAMPLE_PER_BLOCK = 48  # layouts per sampled block
 ALL = frozenset(FACTORS)
 
 MEMORY_TERMS = {"state": stage_state, "activations": stage_activation_bytes, "buffers": stage_buffers}
+# Terms whose stage-independent part is costed once per cell and handed to every view (``parts=``).
+MEMORY_PARTS = {"activations": activation_parts}
 
 
 class Reads:
@@ -122,21 +124,25 @@ def memory_pass(p: Problem, cells: SpaceCells, reads: Reads, capacity_bytes: flo
         for name in terms:
             first, inverse = one_of_each(cells.index(c, term_reads[name], term_starts[name]))
             tc = c.take(first)
-            per_term[name] = (tc, cells.rows(tc), inverse, own_views(cells, tc))
+            rows = cells.rows(tc)
+            shared = MEMORY_PARTS[name](p, rows) if name in MEMORY_PARTS else None
+            per_term[name] = (tc, rows, inverse, own_views(cells, tc), shared)
         peak = None
         for view, own in enumerate(owns):
             if not len(own):
                 continue
             parts = []
-            for name, fn in terms.items():
-                tc, rows, inverse, term_owns = per_term[name]
+            for name, fn in MEMORY_TERMS.items():
+                tc, rows, inverse, term_owns, shared = per_term[name]
+                extra = {} if shared is None else {"parts": shared}
                 if view == 0:
-                    parts.append(scatter(fn(rows, cells.stages(tc, 0)), inverse))
+                    parts.append(scatter(fn(p, rows, cells.stages(tc, 0), **extra), inverse))
                     continue
                 at_term = term_owns[view]
                 renumber = np.full(len(tc), -1, dtype=np.int64)
                 renumber[at_term] = np.arange(len(at_term))
-                value = fn(rows.take(at_term), cells.stages(tc.take(at_term), view))
+                extra = {} if shared is None else {"parts": shared.take(at_term)}
+                value = fn(p, rows.take(at_term), cells.stages(tc.take(at_term), view), **extra)
                 parts.append(scatter(value, renumber[inverse[own]]))
             total = assemble_memory(p, *parts).total_bytes
             if view == 0:
