@@ -288,7 +288,7 @@ def assemble_memory(p: Problem, state: StageState, activations: np.ndarray, buff
         grads_bytes=s.dense_grads_bytes + s.expert_grads_bytes,
         optimizer_bytes=s.dense_optimizer_bytes + s.expert_optimizer_bytes,
         activations_bytes=activations,
-        other_bytes=np.broadcast_to(other, s.params.shape).astype(np.float64),
+        other_bytes=np.broadcast_to(other, np.broadcast_shapes(np.shape(other), s.params.shape)).astype(np.float64),
     )
 
 

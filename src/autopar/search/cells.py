@@ -247,6 +247,67 @@ class SpaceCells:
                 out *= pr.count[pr.starts[cells.block] + pr.code[cells.pos[k]]]
         return out
 
+    # -- grids: the cells of blocks of one shape as an array axis per group ------------------
+
+    def grid_shape(self, blocks: np.ndarray, factors: frozenset[str]) -> tuple[int, ...]:
+        """``(len(blocks), n_0, ..., n_g)``: the cells of ``factors`` in ``blocks`` as a grid, one
+        axis per factor group of its projections (``n_k``, the same in every block given); the grid
+        flattened in C order lists each block's cells as :meth:`cells` does."""
+        return (len(blocks),) + tuple(int(self.projection(g, factors).sizes[blocks[0]])
+                                      for g in range(len(self.count.groups)))
+
+    def _grid_axis(self, blocks: np.ndarray, g: int, factors: frozenset[str], values: np.ndarray,
+                   per_projection: bool = False) -> np.ndarray:
+        """``values`` (per passing joint value of group ``g``, or per projection of it through
+        ``factors``) of each grid cell of ``factors`` (:meth:`grid_shape`) along group ``g``'s
+        axis: an array broadcasting to the grid."""
+        pr = self.projection(g, factors)
+        n = int(pr.sizes[blocks[0]])
+        shape = [len(blocks)] + [1] * len(self.count.groups)
+        shape[1 + g] = n
+        at = pr.starts[blocks][:, None] + np.arange(n)
+        return (values[at] if per_projection else values[pr.first[at]]).reshape(shape)
+
+    def grid_index(self, blocks: np.ndarray, within: frozenset[str], factors: frozenset[str],
+                   starts: np.ndarray) -> np.ndarray:
+        """Each grid cell of ``within`` (:meth:`grid_shape`; ``within`` holds ``factors``)'s cell
+        of ``factors``: its position among :meth:`cells` of ``factors`` listed from ``starts``
+        (per block; :meth:`starts`), as :meth:`index` gives it; an int array broadcasting to the
+        grid, sized 1 along the axes ``factors`` does not read."""
+        out = starts[blocks].reshape((len(blocks),) + (1,) * len(self.count.groups))
+        stride = 1
+        for g in reversed(range(len(self.count.groups))):
+            pr = self.projection(g, factors)
+            size = int(pr.sizes[blocks[0]])
+            if size > 1:
+                out = out + self._grid_axis(blocks, g, within, pr.code) * stride
+                stride *= size
+        return out
+
+    def grid_multiplicity(self, blocks: np.ndarray, factors: frozenset[str]) -> np.ndarray:
+        """How many valid layouts each grid cell of ``factors`` (:meth:`grid_shape`) stands for
+        (:meth:`multiplicity`), broadcasting to the grid."""
+        out = np.ones((len(blocks),) + (1,) * len(self.count.groups), dtype=np.int64)
+        for g, pr in enumerate(self._projections_of(factors)):
+            if not pr.identity:
+                out = out * self._grid_axis(blocks, g, factors, pr.count, per_projection=True)
+        return out
+
+    def cells_at(self, factors: frozenset[str], positions: np.ndarray) -> Cells:
+        """The cells of ``factors`` at ``positions`` of the listing of every block's cells
+        (:meth:`cells` of all blocks, from :meth:`starts`)."""
+        sizes = self.sizes(factors)
+        block = np.searchsorted(self.starts(factors), positions, side="right") - 1
+        local = positions - self.starts(factors)[block]
+        pos = [np.zeros(0)] * len(self.count.groups)
+        for g in reversed(range(len(self.count.groups))):
+            pr = self.projection(g, factors)
+            digit = local % np.maximum(pr.sizes[block], 1)
+            local = local // np.maximum(pr.sizes[block], 1)
+            pos[g] = pr.first[pr.starts[block] + digit]
+        assert np.all(sizes[block] > 0)
+        return Cells(block, pos)
+
     # -- rows -------------------------------------------------------------------------------
 
     def factor_index(self, cells: Cells) -> dict[str, np.ndarray]:
