@@ -114,6 +114,7 @@ class SpaceCells:
         self._member_lists: dict[tuple[int, tuple[str, ...]], tuple[np.ndarray, np.ndarray]] = {}
         self._index_plans: dict[frozenset[str], list] = {}
         self._passing_tables: dict[int, dict[str, np.ndarray]] = {}
+        self._rows_plan: list[tuple[int, np.ndarray]] | None = None
         self.scalars = np.stack([b.scalars for b in blocks]).reshape(-1, 6)
         self.tables, self.table_starts = {}, {}
         for f in FACTORS:
@@ -325,14 +326,36 @@ class SpaceCells:
 
     def rows(self, cells: Cells) -> LayoutBatch:
         """The layouts of ``cells`` as a :class:`LayoutBatch` (each cell's first joint values):
-        one gather per factor from :meth:`_passing_values` (a group's passing joint value
-        belongs to one block, so it fixes the factor's values)."""
-        values = {}
-        for k, group in enumerate(self.count.groups):
-            table = self._passing_values(k)
-            for f in group:
-                values[f] = table[f][cells.pos[k]]
-        return batch_of(self.p, assemble(self.scalars[cells.block], values))
+        each column of :func:`autopar.space.assemble`'s rows gathered straight into place from
+        its group's passing values (:meth:`_row_plan`; a group's passing joint value belongs to
+        one block, so it fixes the factor's values) or the blocks' scalars."""
+        out = np.empty((len(self._row_plan()), len(cells)), dtype=np.int64)
+        for column, (g, values) in enumerate(self._row_plan()):
+            np.take(values, cells.block if g < 0 else cells.pos[g], out=out[column])
+        return batch_of(self.p, out.T)
+
+    def _row_plan(self) -> list[tuple[int, np.ndarray]]:
+        """For each column of :func:`autopar.space.assemble`'s rows: the factor group it comes
+        from (-1: the block's scalars) and its value at each passing joint value of the group (or
+        each block), contiguous; found once by assembling one row of distinct markers."""
+        if self._rows_plan is None:
+            sources, scalars, values = [], np.arange(6, dtype=np.int64)[None, :], {}
+            for f in FACTORS:
+                width = self.tables[f].shape[1]
+                values[f] = np.arange(len(sources) + 6, len(sources) + 6 + width, dtype=np.int64)[None, :]
+                sources += [(f, j) for j in range(width)]
+            marker = assemble(scalars, values)[0]
+            group_of = {f: g for g, group in enumerate(self.count.groups) for f in group}
+            plan = []
+            for m in marker:
+                if m < 6:
+                    plan.append((-1, np.ascontiguousarray(self.scalars[:, m])))
+                else:
+                    f, j = sources[m - 6]
+                    g = group_of[f]
+                    plan.append((g, np.ascontiguousarray(self._passing_values(g)[f][:, j])))
+            self._rows_plan = plan
+        return self._rows_plan
 
     def _passing_values(self, g: int) -> dict[str, np.ndarray]:
         """Each factor of group ``g``: its values (``(passing, c)``) at each of the group's
