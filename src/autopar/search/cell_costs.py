@@ -116,10 +116,11 @@ def _view_values(p: Problem, cells: SpaceCells, chunk: np.ndarray, term_reads: d
         rows = cells.rows(tc)
         shared = MEMORY_PARTS[name](p, rows) if name in MEMORY_PARTS else None
         sizes = cells.sizes(factors)
+        pp = cells.scalars[chunk, 2]
         for view, own in enumerate(own_views(cells, tc)):
             if not len(own):
                 continue
-            members = np.unique(tc.block[own])
+            members = chunk[pp >= (1, 3, 2)[view]]  # in the order of chunk, as the cells are listed
             starts = np.zeros(cells.n_blocks, dtype=np.int64)
             starts[members] = np.concatenate([[0], np.cumsum(sizes[members])[:-1]])
             extra = {} if shared is None else {"parts": shared if view == 0 else shared.take(own)}
@@ -148,7 +149,10 @@ def memory_pass(p: Problem, cells: SpaceCells, reads: Reads, capacity_bytes: flo
     in_view = [np.ones(cells.n_blocks, dtype=bool), pp >= 3, pp >= 2]
     shape_of = np.stack([cells.projection(g, f).sizes for f in (factors, *term_reads.values())
                          for g in range(n_groups)] + in_view[1:], axis=1)
-    for chunk in block_chunks(sizes, np.flatnonzero(sizes), CHUNK_CELLS):
+    nonempty = np.flatnonzero(sizes)
+    _, kind = np.unique(shape_of[nonempty], axis=0, return_inverse=True)
+    by_shape = nonempty[np.argsort(kind.ravel(), kind="stable")]  # few shapes per chunk: few grids to sum
+    for chunk in block_chunks(sizes, by_shape, CHUNK_CELLS):
         values = _view_values(p, cells, chunk, term_reads)
         _, kind = np.unique(shape_of[chunk], axis=0, return_inverse=True)
         for k in range(int(kind.max()) + 1):
