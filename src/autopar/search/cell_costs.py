@@ -123,6 +123,8 @@ def _view_values(p: Problem, cells: SpaceCells, chunk: np.ndarray, term_reads: d
             members = chunk[pp >= (1, 3, 2)[view]]  # in the order of chunk, as the cells are listed
             starts = np.zeros(cells.n_blocks, dtype=np.int64)
             starts[members] = np.concatenate([[0], np.cumsum(sizes[members])[:-1]])
+            if own[-1] - own[0] + 1 == len(own):  # a run of cells (see memory_pass): views, not copies
+                own = slice(int(own[0]), int(own[-1]) + 1)
             extra = {} if shared is None else {"parts": shared if view == 0 else shared.take(own)}
             at = tc if view == 0 else tc.take(own)
             value = fn(p, rows if view == 0 else rows.take(own), cells.stages(at, view), **extra)
@@ -147,8 +149,9 @@ def memory_pass(p: Problem, cells: SpaceCells, reads: Reads, capacity_bytes: flo
     n_groups = len(cells.count.groups)
     pp = cells.scalars[:, 2]
     in_view = [np.ones(cells.n_blocks, dtype=bool), pp >= 3, pp >= 2]
-    shape_of = np.stack([cells.projection(g, f).sizes for f in (factors, *term_reads.values())
-                         for g in range(n_groups)] + in_view[1:], axis=1)
+    # The views first: sorted by shape, a chunk's blocks where view 1 or 2 is a stage come last.
+    shape_of = np.stack(in_view[:0:-1] + [cells.projection(g, f).sizes for f in (factors, *term_reads.values())
+                                          for g in range(n_groups)], axis=1)
     nonempty = np.flatnonzero(sizes)
     _, kind = np.unique(shape_of[nonempty], axis=0, return_inverse=True)
     by_shape = nonempty[np.argsort(kind.ravel(), kind="stable")]  # few shapes per chunk: few grids to sum
