@@ -229,7 +229,7 @@ def floor_pass(p: Problem, cells: SpaceCells, factors: frozenset[str], memory: M
     least = least[np.isfinite(floor[least])]
     block_floor = np.full(cells.n_blocks, np.inf)
     block_floor[owner[least]] = floor[least]
-    return FloorPass(floor, block_floor, cells.cells(np.flatnonzero(sizes), factors).take(least), total)
+    return FloorPass(floor, block_floor, cells.cells_at(factors, least), total)
 
 
 def take_time(t: T.StageTime, index: np.ndarray) -> T.StageTime:
