@@ -16,26 +16,41 @@ CPU time is reported because wall time on a shared, loaded machine is inflated; 
 (the targets are checked by reading the table). Issue 20's targets: DeepSeek-V3 on 16,384 H100
 <= 1.0 s; Llama-3.1-405B on 16,384 H100 <= 0.3 s; the CLI run <= 0.8 s; peak RSS <= 300 MiB.
 
-Last run (h/speed6 against main 7f5e677, 2 shared cores, one run): Llama-3.1-405B 16,384 H100 0.38 ->
-0.28 s (an earlier run of the branch a commit before: 0.40 -> 0.30); DeepSeek-V3 16,384 H100 1.41 ->
-1.46 s and 2,048 H100 1.19 -> 1.08 s (the earlier run: 1.67 -> 1.47 and 1.25 -> 1.12: within the
-load's noise, no gain shown for DeepSeek-V3); Llama-2-70B 1,024 A100 0.24 -> 0.22 s; the sweep
-0.0007-0.0014 -> 0.0006-0.0011 s per 1,000 valid layouts up to 131,072 devices; the CLI run 0.65 ->
-0.62 s. What speed6 removed (each checked in-process, min of several runs, A/B against the previous
-commit): the top k's layer tables built in one stage_time / stage_memory pass
-(``layers.layer_tables``, ``TableCache.fill``) and the uneven layouts' chunk op times in one
-(``chunk_op_times_many_s``; the 405B re-costing phase ~0.16 -> ~0.07 s under cProfile);
-``estimate_many`` hands each layout's ``all_stages`` rows to the pass as they are (no per-stage
-take and re-concatenation); the cells' ``index`` with per-block strides cached per factor set and
-``rows`` gathering each factor from a per-group table (DeepSeek-V3's 250 index calls ~27% less);
-the stage views' floors and times, and each data-parallel / optimizer term, costed in one call for
-the three views (``SpaceCells.evaluate_views``; 405B 0.35 -> 0.32 s); the blocks' factor tables
-concatenated once per space in ``count_space`` (405B 0.287 -> 0.274 s); the static pipeline
-simulation op-major (17 -> 12 ms). Tried and dropped: the memory terms of the three views in one
-call per term (DeepSeek-V3's memory pass 0.67 -> 0.78 s: concatenating its large row sets costs
-more than the calls saved). What DeepSeek-V3 still spends (cProfile): the memory pass ~0.7 s over
-1.33 million memory cells (the terms' values spread to every cell by ``scatter`` and summed by
-``assemble_memory``; the activations term alone has 332,000 cells), ``stage_time`` ~0.5 s.
+Last run (h/speed7 against main f4c1134, 2 shared cores loaded by other jobs (load average 2.3-2.8),
+one run each; a second run in brackets):
+
+====================================  ===============  ===============  ============
+problem                               main CPU s       h/speed7 CPU s   peak RSS MiB
+====================================  ===============  ===============  ============
+Llama-2-7B, 8 A100                    0.067 (0.053)    0.064 (0.054)    52 -> 51
+Llama-2-70B, 1,024 A100               0.226 (0.197)    0.197 (0.193)    90 -> 69
+Llama-3.1-405B, 16,384 H100           0.289 (0.282)    0.308 (0.285)    87 -> 71
+DeepSeek-V3, 2,048 H100               1.083 (1.110)    0.990 (0.889)    127 -> 102
+DeepSeek-V3, 16,384 H100              1.504 (1.517)    1.224 (1.264)    140 -> 122
+====================================  ===============  ===============  ============
+
+Two more DeepSeek-V3 runs: 2,048 H100 0.997 -> 0.873 and 1.206 -> 0.968 s, 16,384 H100 1.522 ->
+1.175 and 1.524 -> 1.251 s. In-process A/B (min of 3 searches, same minute): DeepSeek-V3 16,384 H100
+1.27-1.37 -> 0.97-1.07 s when the machine was quieter; Llama-3.1-405B 0.282-0.289 -> 0.270-0.279 s (the
+single bench runs above are within noise). The sweep 0.0006-0.0012 -> 0.0005-0.0011 s per 1,000 valid
+layouts up to 131,072 devices; the CLI run 0.66 -> 0.66 s. Every search's JSON (top 20, minus
+timings) unchanged on the bench problems and 9 more (fp8, MoE, DeepSpeed, torchtitan, Galvatron,
+MindSpeed, activation offload, refusals). What speed7 changed: the activations' stage-independent
+parts (``memory.activation_parts``: layer bytes, MTP, logits, dispatcher buffers) costed once per
+cell and shared by the three stage views; the memory pass sums the terms per grid shape by
+broadcasting each term's grid of cells to the memory cells' grid (``SpaceCells.grid_index``,
+``grid_multiplicity``, ``cells_at``) instead of gathering every term's fields to each of the 1.33
+million memory cells and listing them (memory pass ~0.67 -> ~0.44 s); the blocks taken grouped by
+grid shape with the blocks where views 1 and 2 are stages last (about 80 grids instead of 200, each
+view's rows slices rather than copies); ``SpaceCells.rows`` gathers each column straight into place
+(131,072 rows 12.5 -> 5.2 ms); the floor pass finds each block's least cell by position. Measured and
+dropped: larger memory chunks (2^18 cells: no gain, +30 MiB), other floor chunk sizes (2^12-2^14: no
+gain), one grid index per term shared by the views, ``np.sum(where=)`` for the counts, ``KEEP`` 80
+(1-4% faster but closer to the rerun limit). What DeepSeek-V3 16,384 H100 still spends (in-process,
+quiet): the memory pass ~0.40 s (the state, activation and buffer terms on 200k / 332k / 4.5k cells
+on up to three views ~0.2 s, the broadcast sums ~0.1 s), the floor pass ~0.24 s (``stage_time``
+with ``floor`` on 207k cells, ~1 us a row), the timed walk ~0.22 s, counting the space ~0.06 s: the
+rest is the cost formulas' own per-row work.
 """
 
 from __future__ import annotations

@@ -69,6 +69,36 @@ def test_each_cell_stands_for_its_layouts(i):
 
 
 @pytest.mark.parametrize("i", range(len(SPACES)))
+def test_grids_of_blocks_of_one_shape_index_as_the_cells_do(i):
+    """grid_index / grid_multiplicity over the blocks of one grid shape, flattened, give what index /
+    multiplicity give the cells listed block after block; cells_at finds the cells at positions of
+    the whole listing."""
+    p, options, constraints, count, cells = _space(i)
+    within = frozenset({"experts", "recompute", "mbs", "zero", "tp_modes"})
+    sets = (frozenset({"experts", "mbs", "zero"}), frozenset({"mbs", "tp_modes"}), frozenset({"recompute"}), within)
+    blocks = np.flatnonzero(cells.sizes(within))
+    shape_of = np.stack([cells.projection(g, f).sizes[blocks] for f in (within,) + sets
+                         for g in range(len(count.groups))], axis=1)
+    _, kind = np.unique(shape_of, axis=0, return_inverse=True)
+    assert kind.max() > 0  # several shapes
+    for k in range(int(kind.max()) + 1):
+        group = blocks[kind.ravel() == k]
+        shape = cells.grid_shape(group, within)
+        listed = cells.cells(group, within)
+        assert int(np.prod(shape)) == len(listed)
+        for factors in sets:
+            starts = cells.starts(factors)
+            got = np.broadcast_to(cells.grid_index(group, within, factors, starts), shape).ravel()
+            assert np.array_equal(got, cells.index(listed, factors, starts))
+        weight = np.broadcast_to(cells.grid_multiplicity(group, within), shape).ravel()
+        assert np.array_equal(weight, cells.multiplicity(listed, within))
+    every = cells.cells(blocks, within)
+    picked = np.arange(0, len(every), 7)
+    at = cells.cells_at(within, picked)
+    assert np.array_equal(cells.full_index(at), cells.full_index(every.take(picked)))
+
+
+@pytest.mark.parametrize("i", range(len(SPACES)))
 def test_a_term_costed_per_cell_is_the_term_of_every_layout(i):
     p, options, constraints, count, cells = _space(i)
     every = cells.cells(np.flatnonzero(count.valid_per_block), frozenset(FACTORS))

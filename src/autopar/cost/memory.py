@@ -37,7 +37,7 @@ warm-up chunks, which gives Megatron's ``1 + (pp-1)/(pp*vpp)`` factor on stage 0
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -155,11 +155,50 @@ def stored_layer_bytes(p: Problem, batch: LayoutBatch, stages: Stages, layers: L
     return out
 
 
-def stage_activation_bytes(p: Problem, batch: LayoutBatch, stages: Stages) -> np.ndarray:
-    """Peak activation bytes of each (layout, stage) row, including embedding/logits terms; less what
-    activation CPU offloading moves to the host (:mod:`autopar.cost.activation_offload`)."""
-    n_moe = layer_kinds(p.model, stages)[1]
+@dataclass
+class ActivationParts:
+    """The parts of :func:`stage_activation_bytes` that read only the layout, not the stage, per
+    row (``(n,)`` arrays, bytes): the decoder layers' :class:`LayerBytes`, one layer's input
+    (``layer_input``, what full recompute keeps), the backward working set of one layer
+    (``working``), the embedding output and the logits/loss bytes of one micro-batch
+    (``embedding``, ``output``), the MTP block's activations (``mtp``) and the MoE dispatcher's
+    buffers (``dispatch``). Costed once per layout and shared by its stages (the search's three
+    stage views)."""
+
+    layers: LayerBytes
+    layer_input: np.ndarray
+    working: np.ndarray
+    embedding: np.ndarray
+    output: np.ndarray
+    mtp: np.ndarray
+    dispatch: np.ndarray
+
+    def take(self, index: np.ndarray) -> "ActivationParts":
+        """The rows at ``index``."""
+        layers = LayerBytes(*(getattr(self.layers, f.name)[index] for f in fields(LayerBytes)))
+        return ActivationParts(layers, *(getattr(self, f.name)[index] for f in fields(self)[1:]))
+
+
+def activation_parts(p: Problem, batch: LayoutBatch) -> ActivationParts:
+    """The stage-independent :class:`ActivationParts` of each row of ``batch``."""
     layers = layer_bytes(p, batch)
+    full = batch.recompute == 2
+    # Recomputing a layer in backward rebuilds that layer's activations once (no recompute).
+    working = np.where(full, np.maximum(layers.dense_full, layers.moe_full), 0.0)
+    working = working + act.unfused_backward_transient_bytes(p, batch)  # one layer's, in its backward
+    return ActivationParts(layers, act.layer_input_bytes(p, batch), working, act.embedding_bytes(p, batch),
+                           fw_mem.output_bytes(p, batch), mtp.activation_bytes(p, batch, layers),
+                           moe_cost.dispatcher_buffer_bytes(p, batch))
+
+
+def stage_activation_bytes(p: Problem, batch: LayoutBatch, stages: Stages,
+                           parts: ActivationParts | None = None) -> np.ndarray:
+    """Peak activation bytes of each (layout, stage) row, including embedding/logits terms; less what
+    activation CPU offloading moves to the host (:mod:`autopar.cost.activation_offload`).
+    ``parts``: the rows' :func:`activation_parts` when the caller has them (costed here when None)."""
+    n_moe = layer_kinds(p.model, stages)[1]
+    parts = activation_parts(p, batch) if parts is None else parts
+    layers = parts.layers
     stored = stored_layer_bytes(p, batch, stages, layers)  # per micro-batch, no full recompute
 
     full = batch.recompute == 2
@@ -167,20 +206,16 @@ def stage_activation_bytes(p: Problem, batch: LayoutBatch, stages: Stages) -> np
                          -(-stages.layers // batch.vpp))  # ceil: the embedding/loss chunks hold one layer fewer
     recomputed = np.where(full, np.minimum(stages.layers, per_chunk * batch.vpp), 0)
     mean_layer = stored / np.maximum(stages.layers, 1)
-    kept = (stages.layers - recomputed) * mean_layer + recomputed * act.layer_input_bytes(p, batch)
+    kept = (stages.layers - recomputed) * mean_layer + recomputed * parts.layer_input
     kept = kept - activation_offload.saved_bytes(p, stages.layers, mean_layer)
-    # Recomputing a layer in backward rebuilds that layer's activations once (no recompute).
-    working = np.where(full, np.maximum(layers.dense_full, layers.moe_full), 0.0)
-    working = working + act.unfused_backward_transient_bytes(p, batch)  # one layer's, in its backward
 
     in_flight = in_flight_microbatches(batch, stages)
     first, last = stages.is_first(), stages.is_last(batch)
     embedding_in_flight = np.where(batch.gpipe, batch.num_microbatches, np.minimum(batch.pp, batch.num_microbatches))
-    embedding = np.where(first, embedding_in_flight * act.embedding_bytes(p, batch), 0.0)
-    output = np.where(last, fw_mem.output_bytes(p, batch), 0.0) + np.where(stages.holds_mtp(batch),
-                                                                           mtp.activation_bytes(p, batch, layers), 0.0)
-    dispatch = np.where(n_moe > 0, moe_cost.dispatcher_buffer_bytes(p, batch), 0.0)  # one MoE layer at a time
-    return in_flight * kept + fw_mem.backward_transient_bytes(p, working, output) + embedding + dispatch
+    embedding = np.where(first, embedding_in_flight * parts.embedding, 0.0)
+    output = np.where(last, parts.output, 0.0) + np.where(stages.holds_mtp(batch), parts.mtp, 0.0)
+    dispatch = np.where(n_moe > 0, parts.dispatch, 0.0)  # one MoE layer at a time
+    return in_flight * kept + fw_mem.backward_transient_bytes(p, parts.working, output) + embedding + dispatch
 
 
 @dataclass
@@ -253,7 +288,7 @@ def assemble_memory(p: Problem, state: StageState, activations: np.ndarray, buff
         grads_bytes=s.dense_grads_bytes + s.expert_grads_bytes,
         optimizer_bytes=s.dense_optimizer_bytes + s.expert_optimizer_bytes,
         activations_bytes=activations,
-        other_bytes=np.broadcast_to(other, s.params.shape).astype(np.float64),
+        other_bytes=np.broadcast_to(other, np.broadcast_shapes(np.shape(other), s.params.shape)).astype(np.float64),
     )
 
 

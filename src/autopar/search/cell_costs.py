@@ -6,8 +6,9 @@
   bounding stage views that are stages of their own, summed by
   :func:`autopar.cost.memory.assemble_memory` per *memory cell* (a distinct value of every factor
   a memory term reads: the layouts of a cell differ only in factors no memory term reads, e.g. the
-  CP algorithm, and share its peak); the counts of fitting and marginal layouts are the cells'
-  counts times how many layouts each stands for.
+  CP algorithm, and share its peak), the blocks of one grid shape at once by broadcasting each
+  term's grid of cells to the memory cells' (no per-cell gather of every term); the counts of
+  fitting and marginal layouts are the cells' counts times how many layouts each stands for.
 * :func:`floor_pass`: a lower bound of the step time of every layout, the number of micro-batches
   times the first stage's time floor over every recompute setting
   (:func:`autopar.cost.stage_time.stage_time` with ``floor``), costed once per cell of what the
@@ -24,11 +25,11 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from autopar.cost import stage_time as T
-from autopar.cost.memory import assemble_memory, stage_activation_bytes, stage_buffers, stage_state
+from autopar.cost.memory import activation_parts, assemble_memory, stage_activation_bytes, stage_buffers, stage_state
 from autopar.cost.step import StepCosts, makespan_lower_bound_s, step_lower_bound_s, view_time
 from autopar.problem import Problem
 from autopar.progress import advance
-from autopar.search.cells import Cells, SpaceCells, one_of_each, scatter
+from autopar.search.cells import Cells, SpaceCells, scatter
 from autopar.search.costing import _own_rows, combine_views, spread_views
 from autopar.search.valid_space import _factors_read
 from autopar.space import FACTORS
@@ -40,6 +41,8 @@ _SAMPLE_PER_BLOCK = 48  # layouts per sampled block
 ALL = frozenset(FACTORS)
 
 MEMORY_TERMS = {"state": stage_state, "activations": stage_activation_bytes, "buffers": stage_buffers}
+# Terms whose stage-independent part is costed once per cell and handed to every view (``parts=``).
+MEMORY_PARTS = {"activations": activation_parts}
 
 
 class Reads:
@@ -101,64 +104,84 @@ def block_chunks(sizes: np.ndarray, blocks: np.ndarray, limit: int) -> list[np.n
     return out
 
 
+def _view_values(p: Problem, cells: SpaceCells, chunk: np.ndarray, term_reads: dict[str, frozenset[str]]) -> dict:
+    """Each memory term on each bounding view where it is a stage of its own (view 1 where pp >= 3,
+    view 2 where pp >= 2, :func:`own_views`), once per cell of what the term reads in the blocks
+    ``chunk``: (name, view) -> (the term's values over those cells, where each block's cells start
+    among them (``(blocks,)``))."""
+    out = {}
+    for name, fn in MEMORY_TERMS.items():
+        factors = term_reads[name]
+        tc = cells.cells(chunk, factors)
+        rows = cells.rows(tc)
+        shared = MEMORY_PARTS[name](p, rows) if name in MEMORY_PARTS else None
+        sizes = cells.sizes(factors)
+        pp = cells.scalars[chunk, 2]
+        for view, own in enumerate(own_views(cells, tc)):
+            if not len(own):
+                continue
+            members = chunk[pp >= (1, 3, 2)[view]]  # in the order of chunk, as the cells are listed
+            starts = np.zeros(cells.n_blocks, dtype=np.int64)
+            starts[members] = np.concatenate([[0], np.cumsum(sizes[members])[:-1]])
+            if own[-1] - own[0] + 1 == len(own):  # a run of cells (see memory_pass): views, not copies
+                own = slice(int(own[0]), int(own[-1]) + 1)
+            extra = {} if shared is None else {"parts": shared if view == 0 else shared.take(own)}
+            at = tc if view == 0 else tc.take(own)
+            value = fn(p, rows if view == 0 else rows.take(own), cells.stages(at, view), **extra)
+            out[name, view] = (value, starts)
+    return out
+
+
 def memory_pass(p: Problem, cells: SpaceCells, reads: Reads, capacity_bytes: float, marginal_bytes: float,
                 fit_sets: list[frozenset[str]]) -> MemoryPass:
     """The peak of every memory cell and the counts (see the module docstring); ``fit_sets``:
-    factor sets whose cells holding a fitting layout the later passes need."""
-    terms = {name: (lambda b, s, fn=fn: fn(p, b, s)) for name, fn in MEMORY_TERMS.items()}
-    term_reads = {name: reads(name, fn) for name, fn in terms.items()}
+    factor sets whose cells holding a fitting layout the later passes need. Each term is costed
+    per cell of what it reads (:func:`_view_values`); blocks of one grid shape (the same number of
+    cells of each term along each factor group, the same views) are summed at once by broadcasting
+    the terms' grids (:meth:`SpaceCells.grid_index`) to the memory cells' grid."""
+    term_reads = {name: reads(name, lambda b, s, fn=fn: fn(p, b, s)) for name, fn in MEMORY_TERMS.items()}
     factors = frozenset().union(*term_reads.values())
-    term_starts = {name: cells.starts(r) for name, r in term_reads.items()}
     starts, sizes = cells.starts(factors), cells.sizes(factors)
     peak_all = np.empty(int(sizes.sum()))
     fit_starts = {s: cells.starts(s) for s in fit_sets}
     fit_any = {s: np.zeros(int(cells.sizes(s).sum()), dtype=bool) for s in fit_sets}
     fitting = marginal = 0
-    lightest, lightest_peak = None, np.inf
-    for chunk in block_chunks(sizes, np.flatnonzero(sizes), CHUNK_CELLS):
-        c = cells.cells(chunk, factors)
-        owns = own_views(cells, c)
-        per_term = {}  # name -> (its cells, their rows, each memory cell's term cell, views' own term cells)
-        for name in terms:
-            first, inverse = one_of_each(cells.index(c, term_reads[name], term_starts[name]))
-            tc = c.take(first)
-            per_term[name] = (tc, cells.rows(tc), inverse, own_views(cells, tc))
-        peak = None
-        for view, own in enumerate(owns):
-            if not len(own):
-                continue
-            parts = []
-            for name, fn in terms.items():
-                tc, rows, inverse, term_owns = per_term[name]
-                if view == 0:
-                    parts.append(scatter(fn(rows, cells.stages(tc, 0)), inverse))
+    n_groups = len(cells.count.groups)
+    pp = cells.scalars[:, 2]
+    in_view = [np.ones(cells.n_blocks, dtype=bool), pp >= 3, pp >= 2]
+    # The views first: sorted by shape, a chunk's blocks where view 1 or 2 is a stage come last.
+    shape_of = np.stack(in_view[:0:-1] + [cells.projection(g, f).sizes for f in (factors, *term_reads.values())
+                                          for g in range(n_groups)], axis=1)
+    nonempty = np.flatnonzero(sizes)
+    _, kind = np.unique(shape_of[nonempty], axis=0, return_inverse=True)
+    by_shape = nonempty[np.argsort(kind.ravel(), kind="stable")]  # few shapes per chunk: few grids to sum
+    for chunk in block_chunks(sizes, by_shape, CHUNK_CELLS):
+        values = _view_values(p, cells, chunk, term_reads)
+        _, kind = np.unique(shape_of[chunk], axis=0, return_inverse=True)
+        for k in range(int(kind.max()) + 1):
+            blocks = chunk[kind.ravel() == k]
+            shape = cells.grid_shape(blocks, factors)
+            peak = None
+            for view in range(3):
+                if not in_view[view][blocks[0]]:
                     continue
-                at_term = term_owns[view]
-                renumber = np.full(len(tc), -1, dtype=np.int64)
-                renumber[at_term] = np.arange(len(at_term))
-                value = fn(rows.take(at_term), cells.stages(tc.take(at_term), view))
-                parts.append(scatter(value, renumber[inverse[own]]))
-            total = assemble_memory(p, *parts).total_bytes
-            if view == 0:
-                peak = np.array(total, dtype=np.float64)
-            else:
-                peak[own] = np.maximum(peak[own], total)
-        at = starts[chunk[0]]
-        peak_all[at:at + len(c)] = peak
-        weight = cells.multiplicity(c, factors)
-        fits = peak <= capacity_bytes
-        fitting += int(weight[fits].sum())
-        marginal += int(weight[fits & (peak > marginal_bytes)].sum())
-        light = float(peak.min())
-        if light < lightest_peak:  # ties: the first in the full enumeration
-            ties = c.take(np.flatnonzero(peak == light))
-            lightest, lightest_peak = ties.take(np.asarray([int(np.argmin(cells.full_index(ties)))])), light
-        fit_cells = c.take(fits)
-        for s in fit_sets:
-            fit_any[s][cells.index(fit_cells, s, fit_starts[s])] = True
-        advance(int(weight.sum()))
-    assert lightest is not None  # the caller refuses an empty space first
-    return MemoryPass(factors, starts, peak_all, fitting, marginal, lightest, lightest_peak, fit_any)
+                parts = [scatter(values[name, view][0], cells.grid_index(blocks, factors, r, values[name, view][1]))
+                         for name, r in term_reads.items()]
+                total = assemble_memory(p, *parts).total_bytes
+                peak = total if peak is None else np.maximum(peak, total)
+            peak = np.broadcast_to(peak, shape)
+            weight = np.broadcast_to(cells.grid_multiplicity(blocks, factors), shape)
+            fits = peak <= capacity_bytes
+            fitting += int(weight[fits].sum())
+            marginal += int(weight[fits & (peak > marginal_bytes)].sum())
+            peak_all[starts[blocks][:, None] + np.arange(int(np.prod(shape[1:])))] = peak.reshape(len(blocks), -1)
+            for s in fit_sets:
+                fit_any[s][np.broadcast_to(cells.grid_index(blocks, factors, s, fit_starts[s]), shape)[fits]] = True
+        advance(int(cells.count.valid_per_block[chunk].sum()))
+    light = float(peak_all.min())  # ties: the first in the full enumeration
+    ties = cells.cells_at(factors, np.flatnonzero(peak_all == light))
+    lightest = ties.take(np.asarray([int(np.argmin(cells.full_index(ties)))]))
+    return MemoryPass(factors, starts, peak_all, fitting, marginal, lightest, light, fit_any)
 
 
 def microbatches(p: Problem, cells: SpaceCells, c: Cells) -> np.ndarray:
@@ -206,7 +229,7 @@ def floor_pass(p: Problem, cells: SpaceCells, factors: frozenset[str], memory: M
     least = least[np.isfinite(floor[least])]
     block_floor = np.full(cells.n_blocks, np.inf)
     block_floor[owner[least]] = floor[least]
-    return FloorPass(floor, block_floor, cells.cells(np.flatnonzero(sizes), factors).take(least), total)
+    return FloorPass(floor, block_floor, cells.cells_at(factors, least), total)
 
 
 def take_time(t: T.StageTime, index: np.ndarray) -> T.StageTime:

@@ -114,6 +114,7 @@ class SpaceCells:
         self._member_lists: dict[tuple[int, tuple[str, ...]], tuple[np.ndarray, np.ndarray]] = {}
         self._index_plans: dict[frozenset[str], list] = {}
         self._passing_tables: dict[int, dict[str, np.ndarray]] = {}
+        self._rows_plan: list[tuple[int, np.ndarray]] | None = None
         self.scalars = np.stack([b.scalars for b in blocks]).reshape(-1, 6)
         self.tables, self.table_starts = {}, {}
         for f in FACTORS:
@@ -247,6 +248,67 @@ class SpaceCells:
                 out *= pr.count[pr.starts[cells.block] + pr.code[cells.pos[k]]]
         return out
 
+    # -- grids: the cells of blocks of one shape as an array axis per group ------------------
+
+    def grid_shape(self, blocks: np.ndarray, factors: frozenset[str]) -> tuple[int, ...]:
+        """``(len(blocks), n_0, ..., n_g)``: the cells of ``factors`` in ``blocks`` as a grid, one
+        axis per factor group of its projections (``n_k``, the same in every block given); the grid
+        flattened in C order lists each block's cells as :meth:`cells` does."""
+        return (len(blocks),) + tuple(int(self.projection(g, factors).sizes[blocks[0]])
+                                      for g in range(len(self.count.groups)))
+
+    def _grid_axis(self, blocks: np.ndarray, g: int, factors: frozenset[str], values: np.ndarray,
+                   per_projection: bool = False) -> np.ndarray:
+        """``values`` (per passing joint value of group ``g``, or per projection of it through
+        ``factors``) of each grid cell of ``factors`` (:meth:`grid_shape`) along group ``g``'s
+        axis: an array broadcasting to the grid."""
+        pr = self.projection(g, factors)
+        n = int(pr.sizes[blocks[0]])
+        shape = [len(blocks)] + [1] * len(self.count.groups)
+        shape[1 + g] = n
+        at = pr.starts[blocks][:, None] + np.arange(n)
+        return (values[at] if per_projection else values[pr.first[at]]).reshape(shape)
+
+    def grid_index(self, blocks: np.ndarray, within: frozenset[str], factors: frozenset[str],
+                   starts: np.ndarray) -> np.ndarray:
+        """Each grid cell of ``within`` (:meth:`grid_shape`; ``within`` holds ``factors``)'s cell
+        of ``factors``: its position among :meth:`cells` of ``factors`` listed from ``starts``
+        (per block; :meth:`starts`), as :meth:`index` gives it; an int array broadcasting to the
+        grid, sized 1 along the axes ``factors`` does not read."""
+        out = starts[blocks].reshape((len(blocks),) + (1,) * len(self.count.groups))
+        stride = 1
+        for g in reversed(range(len(self.count.groups))):
+            pr = self.projection(g, factors)
+            size = int(pr.sizes[blocks[0]])
+            if size > 1:
+                out = out + self._grid_axis(blocks, g, within, pr.code) * stride
+                stride *= size
+        return out
+
+    def grid_multiplicity(self, blocks: np.ndarray, factors: frozenset[str]) -> np.ndarray:
+        """How many valid layouts each grid cell of ``factors`` (:meth:`grid_shape`) stands for
+        (:meth:`multiplicity`), broadcasting to the grid."""
+        out = np.ones((len(blocks),) + (1,) * len(self.count.groups), dtype=np.int64)
+        for g, pr in enumerate(self._projections_of(factors)):
+            if not pr.identity:
+                out = out * self._grid_axis(blocks, g, factors, pr.count, per_projection=True)
+        return out
+
+    def cells_at(self, factors: frozenset[str], positions: np.ndarray) -> Cells:
+        """The cells of ``factors`` at ``positions`` of the listing of every block's cells
+        (:meth:`cells` of all blocks, from :meth:`starts`)."""
+        sizes = self.sizes(factors)
+        block = np.searchsorted(self.starts(factors), positions, side="right") - 1
+        local = positions - self.starts(factors)[block]
+        pos = [np.zeros(0)] * len(self.count.groups)
+        for g in reversed(range(len(self.count.groups))):
+            pr = self.projection(g, factors)
+            digit = local % np.maximum(pr.sizes[block], 1)
+            local = local // np.maximum(pr.sizes[block], 1)
+            pos[g] = pr.first[pr.starts[block] + digit]
+        assert np.all(sizes[block] > 0)
+        return Cells(block, pos)
+
     # -- rows -------------------------------------------------------------------------------
 
     def factor_index(self, cells: Cells) -> dict[str, np.ndarray]:
@@ -264,14 +326,36 @@ class SpaceCells:
 
     def rows(self, cells: Cells) -> LayoutBatch:
         """The layouts of ``cells`` as a :class:`LayoutBatch` (each cell's first joint values):
-        one gather per factor from :meth:`_passing_values` (a group's passing joint value
-        belongs to one block, so it fixes the factor's values)."""
-        values = {}
-        for k, group in enumerate(self.count.groups):
-            table = self._passing_values(k)
-            for f in group:
-                values[f] = table[f][cells.pos[k]]
-        return batch_of(self.p, assemble(self.scalars[cells.block], values))
+        each column of :func:`autopar.space.assemble`'s rows gathered straight into place from
+        its group's passing values (:meth:`_row_plan`; a group's passing joint value belongs to
+        one block, so it fixes the factor's values) or the blocks' scalars."""
+        out = np.empty((len(self._row_plan()), len(cells)), dtype=np.int64)
+        for column, (g, values) in enumerate(self._row_plan()):
+            np.take(values, cells.block if g < 0 else cells.pos[g], out=out[column])
+        return batch_of(self.p, out.T)
+
+    def _row_plan(self) -> list[tuple[int, np.ndarray]]:
+        """For each column of :func:`autopar.space.assemble`'s rows: the factor group it comes
+        from (-1: the block's scalars) and its value at each passing joint value of the group (or
+        each block), contiguous; found once by assembling one row of distinct markers."""
+        if self._rows_plan is None:
+            sources, scalars, values = [], np.arange(6, dtype=np.int64)[None, :], {}
+            for f in FACTORS:
+                width = self.tables[f].shape[1]
+                values[f] = np.arange(len(sources) + 6, len(sources) + 6 + width, dtype=np.int64)[None, :]
+                sources += [(f, j) for j in range(width)]
+            marker = assemble(scalars, values)[0]
+            group_of = {f: g for g, group in enumerate(self.count.groups) for f in group}
+            plan = []
+            for m in marker:
+                if m < 6:
+                    plan.append((-1, np.ascontiguousarray(self.scalars[:, m])))
+                else:
+                    f, j = sources[m - 6]
+                    g = group_of[f]
+                    plan.append((g, np.ascontiguousarray(self._passing_values(g)[f][:, j])))
+            self._rows_plan = plan
+        return self._rows_plan
 
     def _passing_values(self, g: int) -> dict[str, np.ndarray]:
         """Each factor of group ``g``: its values (``(passing, c)``) at each of the group's
