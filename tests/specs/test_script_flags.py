@@ -112,7 +112,7 @@ CHANGES = {
     "--n-shared-experts": (MOE, MOE + "--n-shared-experts 1"),
     "--moe-expert-capacity-factor": (MOE + "--moe-expert-capacity-factor -1",
                                      MOE + "--moe-expert-capacity-factor 1.5 --moe-pad-expert-input-to-capacity"),
-    "--moe-token-dispatcher-type": (MOE, MOE + "--moe-token-dispatcher-type allgather"),
+    "--moe-token-dispatcher-type": (MOE, MOE + "--moe-token-dispatcher-type alltoall"),  # default allgather
     "--moe-flex-dispatcher-backend": (MOE + "--moe-token-dispatcher-type flex",
                                       MOE + "--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend hybridep"),
     "--moe-enable-deepep": (MOE, MOE + "--moe-token-dispatcher-type flex --moe-enable-deepep"),

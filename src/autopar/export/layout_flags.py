@@ -170,17 +170,22 @@ def _moe_flags(p: Problem, s: Strategy, dialect: Dialect) -> dict[str, FlagValue
     deepep/hybridep, ``--overlap-moe-expert-parallel-comm``; the older ``--moe-enable-deepep`` is
     never written.
 
+    The dispatcher is always written, since Megatron-LM's default (``allgather``,
+    ``transformer_config.py``) is not the one every layout uses. MindSpeed-LLM runs Megatron-Core's
+    ``alltoall`` and ``allgather`` dispatchers (its examples pass both, e.g.
+    ``examples/mcore/deepseek2_lite``).
+
     Raises:
-        AutoparError: a dispatcher other than alltoall, or the EP overlap, in MindSpeed-LLM's dialect
+        AutoparError: a flex dispatcher, or the EP overlap, in MindSpeed-LLM's dialect
             (its MoE overlap and dispatch flags are other mechanisms, not modelled).
     """
     if not p.model.is_moe:
         return dict.fromkeys(("--moe-token-dispatcher-type", "--moe-flex-dispatcher-backend", "--moe-enable-deepep",
                               "--overlap-moe-expert-parallel-comm"))
-    if dialect == "mindspeed" and (s.moe_dispatcher != "alltoall" or s.moe_ep_overlap):
+    if dialect == "mindspeed" and (s.moe_dispatcher not in ("alltoall", "allgather") or s.moe_ep_overlap):
         raise AutoparError(f"MindSpeed-LLM cannot express this layout: moe_dispatcher={s.moe_dispatcher}, "
                            f"moe_ep_overlap={s.moe_ep_overlap} (its MoE dispatch/overlap flags are other mechanisms "
-                           "autopar does not model); use the alltoall dispatcher without EP overlap")
+                           "autopar does not model); use the alltoall or allgather dispatcher without EP overlap")
     flex = s.moe_dispatcher in ("deepep", "hybridep")
     return {"--moe-token-dispatcher-type": "flex" if flex else s.moe_dispatcher,
             "--moe-flex-dispatcher-backend": s.moe_dispatcher if flex else None, "--moe-enable-deepep": None,
