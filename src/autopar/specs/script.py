@@ -34,6 +34,7 @@ from autopar.specs.script_attention import attention_fields
 from autopar.specs.script_comm import comm_fields
 from autopar.specs.script_flags import check_flags
 from autopar.specs.script_fsdp import check_torch_fsdp2
+from autopar.specs.script_knob_asserts import check_knob_asserts
 from autopar.specs.script_launch import Args, find_launch
 from autopar.specs.script_layers import apply_noop_layers
 from autopar.specs.script_moe import dispatcher_fields, runtime_fields
@@ -167,6 +168,7 @@ def read_script(path: str | Path, text: str | None = None) -> ScriptPlan:
                            "has none (no --num-experts); use attn or mlp")
     if fields.get("num_experts"):
         train["moe"] = runtime_fields(a, layout["moe_dispatcher"])
+    check_knob_asserts(a, fields, layout, train)  # Megatron-LM main's asserts among modelled knobs
     return ScriptPlan(path=path, text=text, framework=framework, args=a, num_nodes=launch.nnodes,
                       devices_per_node=launch.nproc_per_node, model_fields=fields, vocab_error=vocab_error,
                       train_fields=train, layout=layout)
@@ -188,8 +190,9 @@ def train_spec(plan: ScriptPlan, **overrides: Any) -> TrainSpec:
 
 
 def flash_attention(a: Args) -> bool:
-    """Fused attention unless ``--attention-backend unfused|local`` (Megatron's default ``auto``
-    picks a fused kernel; ``--use-flash-attn`` is the older/MindSpeed switch)."""
+    """Fused attention unless ``--attention-backend unfused`` (Megatron's default ``auto`` picks a
+    fused kernel; ``local`` is refused by :mod:`autopar.specs.script_knob_asserts`; ``--use-flash-attn``
+    is the older/MindSpeed switch)."""
     backend = a.text("--attention-backend", "auto")
     if backend not in ("flash", "fused", "unfused", "local", "auto"):  # Megatron's AttnBackend enum
         raise AutoparError(f"{a.source}: --attention-backend={backend!r}: allowed flash, fused, unfused, local, auto")
