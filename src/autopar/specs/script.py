@@ -8,7 +8,8 @@ train.py``, found by :mod:`autopar.specs.script_launch`) gives the cluster shape
 
 Documented defaults (what Megatron itself does when a flag is absent): ``--ffn-hidden-size`` 4h,
 or ``int(4h*2/3/64)*64`` with ``--swiglu``; ``--kv-channels`` h/heads; LayerNorm; tied
-embeddings; linear biases on; learned absolute positions; dropout 0.1; ``--moe-router-topk`` 2;
+embeddings; linear biases on; learned absolute positions (``--use-rotary-position-embeddings`` makes them
+rope whatever ``--position-embedding-type`` says, as ``validate_args`` does); dropout 0.1; ``--moe-router-topk`` 2;
 ``--moe-ffn-hidden-size`` = FFN; MLA ranks ``--kv-lora-rank`` 32, ``--qk-head-dim`` 128,
 ``--qk-pos-emb-head-dim`` 64, ``--v-head-dim`` 128; ``--micro-batch-size`` 1; global batch
 mbs*dp; ``--make-vocab-size-divisible-by`` 128; torchrun's ``--nnodes 1 --nproc_per_node 1``.
@@ -41,7 +42,7 @@ from autopar.specs.script_moe import dispatcher_fields, runtime_fields
 from autopar.specs.script_optimizer import optimizer_fields
 from autopar.specs.script_precision import precision, recipe_fields
 from autopar.specs.script_recompute import recompute_fields
-from autopar.specs.script_vocab import padded_vocab_size, vocab_size
+from autopar.specs.script_vocab import null_tokenizer_vocab, padded_vocab_size, vocab_size
 from autopar.specs.train import MOE_CUDA_GRAPH_SCOPES, TrainSpec
 from autopar.strategy import Strategy
 
@@ -143,6 +144,8 @@ def read_script(path: str | Path, text: str | None = None) -> ScriptPlan:
     framework = "mindspeed" if any(a.has(f) for f in MINDSPEED_FLAGS) else "megatron"
     check_transformer_impl(a, framework)
     fields, vocab_error = model_fields(a, path)
+    if fields.get("vocab_size") is not None:  # MindSpeed-LLM's NullTokenizer appends an end-of-document id
+        fields["vocab_size"] = null_tokenizer_vocab(a, fields["vocab_size"], framework)
     mbs = a.integer("--micro-batch-size", 1)
     layout = layout_fields(a, fields["num_layers"])
     layout.update(comm_fields(a, framework, fields["num_layers"], layout))
@@ -228,9 +231,11 @@ def model_fields(a: Args, path: Path) -> tuple[dict[str, Any], str | None]:
     mla = a.has("--multi-latent-attention")
     kv = a.require("--num-query-groups") if a.has("--group-query-attention") and not mla else heads
     seq = a.require("--seq-length")
-    pos = a.text("--position-embedding-type", "rope" if a.has("--use-rotary-position-embeddings") else "learned_absolute")
+    pos = a.text("--position-embedding-type", "learned_absolute")
     if pos not in _POSITION_TYPES:  # an unknown type was costed as rope
         raise AutoparError(f"{a.source}: --position-embedding-type={pos!r}: allowed {', '.join(_POSITION_TYPES)}")
+    if a.has("--use-rotary-position-embeddings"):  # Megatron-LM arguments.py validate_args, "Legacy RoPE
+        pos = "rope"  # arguments": it sets position_embedding_type = 'rope' whatever the type flag says
     norm = a.text("--normalization", "RMSNorm" if a.has("--use-fused-rmsnorm") else "LayerNorm")
     if norm not in ("RMSNorm", "LayerNorm"):
         raise AutoparError(f"{a.source}: --normalization={norm!r}: allowed RMSNorm, LayerNorm")
