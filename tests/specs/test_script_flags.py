@@ -45,6 +45,8 @@ CHANGES = {
                                              "--account-for-loss-in-pipeline-split --num-layers 8"),
     "--add-qkv-bias": ("", "--add-qkv-bias"),
     "--attention-backend": ("", "--attention-backend unfused"),
+    # MindSpeed runs Megatron's unfused attention without it (autopar.specs.script.flash_attention)
+    "--use-flash-attn": (MINDSPEED, MINDSPEED + "--use-flash-attn"),
     "--attention-dropout": ("--hidden-dropout 0", "--hidden-dropout 0 --attention-dropout 0"),
     "--hidden-dropout": ("--attention-dropout 0", "--attention-dropout 0 --hidden-dropout 0"),
     "--bf16": ("--fp16", "--bf16"),

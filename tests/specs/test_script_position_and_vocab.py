@@ -48,3 +48,41 @@ def test_null_tokenizer_vocabulary_per_framework(tmp_path):
     assert mindspeed.framework == "mindspeed" and mindspeed.model_spec().vocab_size == 32001
     other = read_script(_llama(tmp_path, "--vocab-size 32000 --use-fused-rmsnorm"))
     assert other.model_spec().vocab_size == 32000
+
+
+def _ms_estimate(path: Path):
+    from autopar.estimate import estimate
+    from autopar.problem import Problem
+    from autopar.specs import load_device, make_cluster
+    from autopar.specs.script import train_spec
+
+    plan = read_script(path)
+    p = Problem(plan.model_spec(), make_cluster(load_device("ascend-910b"), 2, 8), train_spec(plan))
+    return plan, estimate(p, plan.strategy(16, plan.model_spec().num_layers))
+
+
+def test_mindspeed_without_use_flash_attn_runs_unfused_attention(tmp_path):
+    """MindSpeed's dot_product_attention_forward_wrapper runs its fused kernel only ``if
+    get_args().use_flash_attn``, else Megatron's unfused DotProductAttention: costed as
+    --attention-backend unfused (it was costed as fused)."""
+    fused, fused_est = _ms_estimate(_llama(tmp_path, "--vocab-size 32000 --use-fused-rmsnorm"))
+    path = _llama(tmp_path, "--vocab-size 32000 --use-fused-rmsnorm")
+    path.write_text(path.read_text().replace("--use-flash-attn", ""))
+    plain, plain_est = _ms_estimate(path)
+    assert fused.framework == plain.framework == "mindspeed"
+    assert fused.train_fields["flash_attention"] and not plain.train_fields["flash_attention"]
+    assert plain_est.step_time_s > fused_est.step_time_s
+    megatron = _llama(tmp_path, "--vocab-size 32000")
+    megatron.write_text(megatron.read_text().replace("--use-flash-attn", ""))
+    assert read_script(megatron).train_fields["flash_attention"]  # Megatron's default backend auto is fused
+
+
+def test_tp_comm_overlap_in_a_mindspeed_script_is_refused(tmp_path):
+    """MindSpeed's validate_args sets tp_comm_overlap = False; the estimate was byte-identical."""
+    import pytest
+
+    from autopar.errors import AutoparError
+
+    with pytest.raises(AutoparError, match="--tp-comm-overlap in a MindSpeed-LLM script: MindSpeed switches it off"):
+        read_script(_llama(tmp_path, "--vocab-size 32000 --use-fused-rmsnorm --tp-comm-overlap"))
+    assert read_script(_llama(tmp_path, "--vocab-size 32000 --tp-comm-overlap")).layout["tp_comm_overlap"]

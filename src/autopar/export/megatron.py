@@ -180,8 +180,10 @@ def parallel_args(p: Problem, s: Strategy, dialect: Dialect = "megatron") -> lis
     if p.train.cuda_graph_impl != "none":  # autopar.cost.cuda_graph; MindSpeed refuses it (layout_flags)
         args.append(cuda_graph_flags(p))
     args.extend(optimizer_state_args(p, dialect))
-    if p.train.flash_attention:
-        args.append("--attention-backend auto" if dialect == "megatron" else "--use-flash-attn")
+    if dialect == "megatron":  # Megatron-LM's AttnBackend: auto picks a fused kernel; unfused is the full score matrix
+        args.append("--attention-backend " + ("auto" if p.train.flash_attention else "unfused"))
+    elif p.train.flash_attention:  # MindSpeed runs Megatron's unfused attention without it (specs.script.flash_attention)
+        args.append("--use-flash-attn")
     return args
 
 

@@ -158,7 +158,7 @@ def read_script(path: str | Path, text: str | None = None) -> ScriptPlan:
     world = launch.nnodes * launch.nproc_per_node
     dp = max(1, world // (layout["tp"] * layout["pp"] * layout["cp"]))
     train = dict(global_batch_size=a.integer("--global-batch-size", mbs * dp), seq_len=a.require("--seq-length"),
-                 precision=precision(a), flash_attention=flash_attention(a),
+                 precision=precision(a), flash_attention=flash_attention(a, framework),
                  make_vocab_size_divisible_by=1 if padded else a.integer("--make-vocab-size-divisible-by", 128),
                  # Megatron-LM reduces gradients after the last backward unless told to overlap
                  overlap_grad_reduce=a.has("--overlap-grad-reduce"),
@@ -192,13 +192,25 @@ def train_spec(plan: ScriptPlan, **overrides: Any) -> TrainSpec:
         raise from_validation_error(err, f"{plan.path.name}: training") from None
 
 
-def flash_attention(a: Args) -> bool:
-    """Fused attention unless ``--attention-backend unfused`` (Megatron's default ``auto`` picks a
-    fused kernel; ``local`` is refused by :mod:`autopar.specs.script_knob_asserts`; ``--use-flash-attn``
-    is the older/MindSpeed switch)."""
+def flash_attention(a: Args, framework: str = "megatron") -> bool:
+    """Whether the script runs fused attention.
+
+    Megatron-LM: fused unless ``--attention-backend unfused`` (the default ``auto`` picks a fused
+    kernel; ``local`` is refused by :mod:`autopar.specs.script_knob_asserts`). MindSpeed-LLM
+    (``framework`` mindspeed): fused only with ``--use-flash-attn``, since MindSpeed's
+    ``mindspeed/core/transformer/dot_product_attention.py`` ``dot_product_attention_forward_wrapper``
+    runs its fused kernel ``if get_args().use_flash_attn`` and otherwise Megatron's unfused
+    ``DotProductAttention.forward`` (the full score matrix), which autopar costs as
+    ``--attention-backend unfused``.
+
+    Raises:
+        AutoparError: an ``--attention-backend`` outside Megatron's ``AttnBackend`` choices.
+    """
     backend = a.text("--attention-backend", "auto")
     if backend not in ("flash", "fused", "unfused", "local", "auto"):  # Megatron's AttnBackend enum
         raise AutoparError(f"{a.source}: --attention-backend={backend!r}: allowed flash, fused, unfused, local, auto")
+    if framework == "mindspeed" and not a.has("--use-flash-attn"):
+        return False
     return backend not in ("unfused", "local")
 
 
