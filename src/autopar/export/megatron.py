@@ -14,7 +14,7 @@ from autopar.errors import AutoparError
 from autopar.export.layout_flags import Dialect, flag_words, layout_flags
 from autopar.export.layout_flags import needs_max_connections_env as needs_env
 from autopar.problem import Problem
-from autopar.specs.script_attention import attention_args
+from autopar.specs.script_attention import attention_args, dropout_args
 from autopar.strategy import Strategy
 
 
@@ -55,8 +55,8 @@ def model_args(p: Problem, dialect: Dialect = "megatron") -> list[str]:
     # Megatron asserts the flag is set (arguments.py validate_args); a config without it gets the sequence length.
     args.append(f"--max-position-embeddings {max(m.max_position_embeddings or 0, p.train.seq_len)}")
     args.append(f"--vocab-size {m.vocab_size} --make-vocab-size-divisible-by {p.train.make_vocab_size_divisible_by}")
-    if not m.dropout:
-        args.append("--attention-dropout 0.0 --hidden-dropout 0.0")
+    # both rates always (ModelSpec.dropout is both masks; the Megatron default is 0.1 each)
+    args.append(dropout_args(m))
     if m.is_moe:
         args += moe_args(p, dialect)
     if m.mla:

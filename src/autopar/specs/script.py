@@ -259,7 +259,7 @@ def model_fields(a: Args, path: Path) -> tuple[dict[str, Any], str | None]:
         tie_word_embeddings=not a.has("--untie-embeddings-and-output-weights"), gated_mlp=gated,
         norm=norm.lower(), qkv_bias=a.has("--add-qkv-bias"), linear_bias=not a.has("--disable-bias-linear"),
         qk_norm=a.has("--qk-layernorm"), position_embedding="learned" if pos == "learned_absolute" else "rope",
-        dropout=a.probability("--attention-dropout", 0.1) > 0 or a.probability("--hidden-dropout", 0.1) > 0,
+        dropout=dropout_switch(a),
         mtp_num_layers=a.integer("--mtp-num-layers", 0),
         # Megatron's --rotary-base / --norm-epsilon, kept so an export from --script writes them back
         rope_theta=a.number("--rotary-base", 0.0) if a.has("--rotary-base") else None,
@@ -275,6 +275,27 @@ def model_fields(a: Args, path: Path) -> tuple[dict[str, Any], str | None]:
     if vocab is not None:
         fields["vocab_size"] = vocab
     return fields, error
+
+
+def dropout_switch(a: Args) -> bool:
+    """``ModelSpec.dropout`` of a script: ``--attention-dropout`` and ``--hidden-dropout`` (Megatron-LM
+    defaults 0.1 each, ``_add_regularization_args``) both > 0, or both 0.
+
+    ``ModelSpec.dropout`` is one switch for the attention-probability dropout and the hidden (residual,
+    embedding) dropout masks together (:mod:`autopar.cost.dropout`, :mod:`autopar.cost.activations`);
+    the rate itself changes no cost.
+
+    Raises:
+        AutoparError: one of them 0 and the other > 0 (autopar would cost both masks, or neither).
+    """
+    attention, hidden = a.probability("--attention-dropout", 0.1), a.probability("--hidden-dropout", 0.1)
+    if (attention > 0) != (hidden > 0):
+        given = lambda flag: "" if a.has(flag) else " (Megatron-LM's default)"  # noqa: E731
+        raise AutoparError(f"{a.source}: --attention-dropout={attention:g}{given('--attention-dropout')} with "
+                           f"--hidden-dropout={hidden:g}{given('--hidden-dropout')}: autopar costs dropout as one "
+                           "switch (the attention and the hidden dropout masks together), so one of them 0 and the "
+                           "other not is not modelled; give both > 0 or both 0")
+    return attention > 0
 
 
 def _moe_fields(a: Args, num_layers: int, ffn: int) -> dict[str, Any]:

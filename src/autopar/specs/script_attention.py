@@ -71,3 +71,13 @@ def attention_args(m) -> list[str]:
     if m.attention_sinks:
         args.append("--softmax-type learnable")
     return args
+
+
+def dropout_args(m) -> str:
+    """``--attention-dropout`` and ``--hidden-dropout`` of a :class:`~autopar.specs.model.ModelSpec`
+    ``m``, both always written as costed: ``ModelSpec.dropout`` is both masks
+    (:func:`autopar.specs.script.dropout_switch`), at Megatron-LM's default rate 0.1 each
+    (``_add_regularization_args``; the rate changes no cost), else 0.0 each. Writing only one would let
+    Megatron run the other at its default 0.1."""
+    rate = "0.1" if m.dropout else "0.0"
+    return f"--attention-dropout {rate} --hidden-dropout {rate}"
