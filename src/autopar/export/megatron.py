@@ -254,7 +254,9 @@ def optimizer_state_args(p: Problem, dialect: Dialect = "megatron") -> list[str]
     """Gradient / optimizer-state dtypes and optimizer offload, as :mod:`autopar.specs.script_optimizer`
     reads them back: ``--use-precision-aware-optimizer`` with the dtypes that are not fp32,
     ``--optimizer-cpu-offload --optimizer-offload-fraction F`` (``--overlap-cpu-optimizer-d2h-h2d``);
-    bf16 main gradients alone are ``--grad-reduce-in-bf16``. Nothing for Megatron's defaults.
+    bf16 main gradients alone are ``--grad-reduce-in-bf16``; fp16 training with fp32 gradients is
+    ``--accumulate-allreduce-grads-in-fp32`` (Megatron keeps fp16 gradients without it). Nothing for
+    Megatron's defaults.
 
     Raises:
         AutoparError: any of them for MindSpeed-LLM (``dialect='mindspeed'``), whose flags autopar
@@ -262,15 +264,19 @@ def optimizer_state_args(p: Problem, dialect: Dialect = "megatron") -> list[str]
     """
     t = p.train
     aware = t.optimizer_dtypes_set or t.optimizer_offload_fraction > 0
-    if not (aware or t.grad_dtype != "fp32"):
-        return []
+    # fp16 training: fp16 gradients unless --accumulate-allreduce-grads-in-fp32 (Megatron-LM main training.py:
+    # grad_reduce_in_fp32 = args.accumulate_allreduce_grads_in_fp32; MindSpeed-LLM's Megatron-Core reads it too)
+    fp16_grads = ["--accumulate-allreduce-grads-in-fp32"] if t.precision == "fp16" and t.grad_dtype == "fp32" else []
+    if not (aware or (t.grad_dtype != "fp32" and t.precision != "fp16")):
+        return fp16_grads
     if dialect != "megatron":
         raise AutoparError("optimizer dtypes / optimizer offload / bf16 main gradients: MindSpeed-LLM's flags for "
                            "them are not known to autopar; export --format megatron")
     if not aware:
         return ["--grad-reduce-in-bf16"]
-    words = ["--use-precision-aware-optimizer"]
-    dtypes = {"--main-grads-dtype": t.grad_dtype, "--main-params-dtype": t.main_params_dtype,
+    words = fp16_grads + ["--use-precision-aware-optimizer"]
+    dtypes = {"--main-grads-dtype": t.grad_dtype if t.precision != "fp16" else "fp32",
+              "--main-params-dtype": t.main_params_dtype,
               "--exp-avg-dtype": t.exp_avg_dtype, "--exp-avg-sq-dtype": t.exp_avg_sq_dtype}
     words += [f"{flag} {value}" for flag, value in dtypes.items() if value != "fp32"]
     if t.optimizer_offload_fraction > 0:

@@ -65,9 +65,10 @@ class TrainSpec(BaseModel):
     global_batch_size: int = Field(gt=0, description="sequences per optimizer step (gbs)")
     seq_len: int = Field(gt=0, description="tokens per sequence")
     precision: Precision = "bf16"
-    grad_dtype: Literal["fp32", "bf16"] = Field(
+    grad_dtype: Literal["fp32", "bf16", "fp16"] = Field(
         default="fp32", description="main gradients (Megatron --main-grads-dtype, or bf16 with "
-        "--grad-reduce-in-bf16 / Megatron-Bridge ddp.grad_reduce_in_fp32=False): bytes per gradient "
+        "--grad-reduce-in-bf16 / Megatron-Bridge ddp.grad_reduce_in_fp32=False; fp16 = the fp16 parameters' own "
+        "dtype, Megatron's fp16 training without --accumulate-allreduce-grads-in-fp32): bytes per gradient "
         "in memory and on the data-parallel wire")
     main_params_dtype: Literal["fp32", "fp16"] = Field(
         default="fp32", description="optimizer master weights (Megatron --main-params-dtype; "
@@ -162,6 +163,14 @@ class TrainSpec(BaseModel):
         if self.framework != "megatron" and (self.optimizer_offload_fraction or self.optimizer_dtypes_set):
             raise ValueError(f"framework={self.framework}: optimizer offload and optimizer dtypes are "
                              "Megatron-LM's (--optimizer-cpu-offload, --use-precision-aware-optimizer)")
+        return self
+
+    @model_validator(mode="after")
+    def _fp16_grads_need_fp16(self) -> "TrainSpec":
+        """fp16 gradients are the parameters' dtype of fp16 training (Megatron-Core
+        ``param_and_grad_buffer.py``: ``grad_dtype = torch.float if grad_reduce_in_fp32 else param.dtype``)."""
+        if self.grad_dtype == "fp16" and self.precision != "fp16":
+            raise ValueError(f"grad_dtype=fp16 is fp16 training's own gradient dtype; precision is {self.precision}")
         return self
 
     @model_validator(mode="after")
