@@ -60,3 +60,12 @@ def test_an_fp16_script_exports_its_fp16_gradients(tmp_path):
     assert out.exit_code == 0, out.output
     assert "--fp16" in out.output and "--accumulate-allreduce-grads-in-fp32" not in out.output
     assert "--grad-reduce-in-bf16" not in out.output
+
+
+def test_fp16_gradients_stay_with_the_scripts_precision(tmp_path):
+    """--precision bf16 on an fp16 script: the script's fp16 gradients are fp16 training's own dtype, so
+    the bf16 plan gets Megatron's fp32 gradients (the script's state carried over would be invalid)."""
+    path = _fp16(tmp_path)
+    out = CliRunner().invoke(app, ["estimate", "--script", str(path), "--device", "h100-80gb", "--precision",
+                                   "bf16"])
+    assert out.exit_code == 0, out.output

@@ -109,12 +109,13 @@ def _split_flags(p: Problem, s: Strategy, dialect: Dialect) -> dict[str, FlagVal
     return flags
 
 
-def _zero_flags(s: Strategy, dialect: Dialect, overlap: bool = True) -> dict[str, FlagValue]:
+def _zero_flags(s: Strategy, dialect: Dialect, overlap: bool = True, wgrad_fusion: bool = True) -> dict[str, FlagValue]:
     """Optimizer sharding and DP overlap (ecosystem.md 1.2; rule 28: param-gather overlap needs
     the distributed optimizer and grad-reduce overlap). ``overlap``: ``TrainSpec.overlap_grad_reduce``,
     which the costs follow (:func:`autopar.cost.stage_time.dp_exposed_s`): the gradient reduce
     overlap for any ZeRO stage (Megatron's DDP overlaps with or without the distributed optimizer),
-    the parameter-gather overlap with it where the optimizer is sharded.
+    the parameter-gather overlap with it where the optimizer is sharded. ``wgrad_fusion``:
+    ``TrainSpec.grad_accumulation_fusion``; off, ``--no-gradient-accumulation-fusion`` is written.
 
     Raises:
         AutoparError: ZeRO-2/3 for MindSpeed-LLM (no Megatron FSDP there).
@@ -130,7 +131,9 @@ def _zero_flags(s: Strategy, dialect: Dialect, overlap: bool = True) -> dict[str
         "--use-distributed-optimizer": sharded or None,
         "--use-megatron-fsdp": fsdp or None,
         "--data-parallel-sharding-strategy": FSDP_STRATEGY.get(s.zero),
-        "--no-gradient-accumulation-fusion": True if fsdp else KEEP,
+        # also whenever the plan is costed without the fusion (TrainSpec.grad_accumulation_fusion,
+        # autopar.cost.wgrad_accumulation)
+        "--no-gradient-accumulation-fusion": True if fsdp or not wgrad_fusion else KEEP,
         "--ckpt-format": "fsdp_dtensor" if fsdp else KEEP,
         "--overlap-grad-reduce": overlap or None,
         "--overlap-param-gather": (sharded and overlap) or None,
@@ -237,7 +240,7 @@ def layout_flags(p: Problem, s: Strategy, dialect: Dialect = "megatron") -> dict
         flags["--hierarchical-context-parallel-sizes"] = f"{a2a} {s.cp // a2a}" if hierarchical else None
     flags.update(_moe_flags(p, s, dialect))
     flags.update(_split_flags(p, s, dialect))
-    flags.update(_zero_flags(s, dialect, p.train.overlap_grad_reduce))
+    flags.update(_zero_flags(s, dialect, p.train.overlap_grad_reduce, p.train.grad_accumulation_fusion))
     flags.update(_recompute_flags(s, dialect))
     flags.update(dict.fromkeys(_ALWAYS_ABSENT))
     return flags

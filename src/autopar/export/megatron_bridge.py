@@ -275,6 +275,7 @@ def overrides(p: Problem, s: Strategy) -> dict[str, Any]:
             out["model.hierarchical_context_parallel_sizes"] = [s.cp_a2a_size, s.cp // s.cp_a2a_size]
     if fsdp:
         out["checkpoint.ckpt_format"] = "fsdp_dtensor"
+    if fsdp or not p.train.grad_accumulation_fusion:  # as costed (autopar.cost.wgrad_accumulation)
         out["model.gradient_accumulation_fusion"] = False
     if p.model.is_moe:
         moe, flex = p.train.moe, s.moe_dispatcher in ("deepep", "hybridep")

@@ -31,7 +31,7 @@ from autopar.errors import AutoparError, from_validation_error, read_text
 from autopar.specs.bash import ShellScript, check_script_size
 from autopar.specs.model import ModelSpec
 from autopar.specs.script_asserts import check_megatron_asserts, check_transformer_impl
-from autopar.specs.script_attention import attention_fields
+from autopar.specs.script_attention import attention_fields, dropout_switch
 from autopar.specs.script_comm import comm_fields
 from autopar.specs.script_flags import check_flags
 from autopar.specs.script_fsdp import check_torch_fsdp2
@@ -162,6 +162,8 @@ def read_script(path: str | Path, text: str | None = None) -> ScriptPlan:
                  make_vocab_size_divisible_by=1 if padded else a.integer("--make-vocab-size-divisible-by", 128),
                  # Megatron-LM reduces gradients after the last backward unless told to overlap
                  overlap_grad_reduce=a.has("--overlap-grad-reduce"),
+                 # Megatron-LM's --no-gradient-accumulation-fusion (autopar.cost.wgrad_accumulation)
+                 grad_accumulation_fusion=not a.has("--no-gradient-accumulation-fusion"),
                  **optimizer_fields(a))
     check_megatron_asserts(a)  # after precision(): a script without --bf16/--fp16 is named fp32 first
     train.update(recipe_fields(a, train["precision"]))  # fp8 recipe and weight storage, CUDA graphs
@@ -275,27 +277,6 @@ def model_fields(a: Args, path: Path) -> tuple[dict[str, Any], str | None]:
     if vocab is not None:
         fields["vocab_size"] = vocab
     return fields, error
-
-
-def dropout_switch(a: Args) -> bool:
-    """``ModelSpec.dropout`` of a script: ``--attention-dropout`` and ``--hidden-dropout`` (Megatron-LM
-    defaults 0.1 each, ``_add_regularization_args``) both > 0, or both 0.
-
-    ``ModelSpec.dropout`` is one switch for the attention-probability dropout and the hidden (residual,
-    embedding) dropout masks together (:mod:`autopar.cost.dropout`, :mod:`autopar.cost.activations`);
-    the rate itself changes no cost.
-
-    Raises:
-        AutoparError: one of them 0 and the other > 0 (autopar would cost both masks, or neither).
-    """
-    attention, hidden = a.probability("--attention-dropout", 0.1), a.probability("--hidden-dropout", 0.1)
-    if (attention > 0) != (hidden > 0):
-        given = lambda flag: "" if a.has(flag) else " (Megatron-LM's default)"  # noqa: E731
-        raise AutoparError(f"{a.source}: --attention-dropout={attention:g}{given('--attention-dropout')} with "
-                           f"--hidden-dropout={hidden:g}{given('--hidden-dropout')}: autopar costs dropout as one "
-                           "switch (the attention and the hidden dropout masks together), so one of them 0 and the "
-                           "other not is not modelled; give both > 0 or both 0")
-    return attention > 0
 
 
 def _moe_fields(a: Args, num_layers: int, ffn: int) -> dict[str, Any]:

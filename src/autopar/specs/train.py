@@ -127,6 +127,11 @@ class TrainSpec(BaseModel):
         description="decoder layers whose saved activations go to host memory in forward and come back for "
         "backward (Megatron-Core cpu_offloading + cpu_offloading_num_layers; Megatron-LM "
         "--cpu-offloading-num-layers on main); needs pp 1 and no recompute (autopar.cost.activation_offload)")
+    grad_accumulation_fusion: bool = Field(
+        default=True,
+        description="weight-gradient GEMMs accumulate into the fp32 main gradients (Megatron-LM's default; "
+        "--no-gradient-accumulation-fusion turns it off): off, each weight gradient is written to param.grad and "
+        "added into main_grad per micro-batch (autopar.cost.wgrad_accumulation)")
     overlap_grad_reduce: bool = Field(default=True, description="DP gradient reduction and parameter "
                                       "gather overlapped with backward/forward (Megatron --overlap-grad-reduce)")
     tp_backward_overlap: bool = Field(
