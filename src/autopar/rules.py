@@ -306,6 +306,14 @@ RULES: tuple[Rule, ...] = (
         "(shared/reference/ecosystem.md rule 27; autopar.cost.activation_offload); use pp 1 and recompute none",
     ),
     Rule(
+        "cuda_graph_no_full_recompute",
+        lambda p, b: (b.recompute != 2) | (p.train.cuda_graph_impl == "none")
+        | ("full_iteration" in p.train.cuda_graph_scope),
+        lambda p, s: f"CUDA graphs (--cuda-graph-impl {p.train.cuda_graph_impl}) with recompute=full: Megatron-LM "
+        "main asserts 'full recompute is only supported with full iteration CUDA graph.' "
+        "(megatron/core/transformer/transformer_config.py); use recompute selective or none",
+    ),
+    Rule(
         "fp8_bf16_layers_per_stage",
         lambda p, b: max(p.train.bf16_end_layers) <= _layers(p) // b.pp,
         lambda p, s: f"fp8 bf16 layers {p.train.bf16_end_layers[0]},{p.train.bf16_end_layers[1]} with pp={s.pp}: "

@@ -6,7 +6,8 @@ supported with expert model parallelism", "... is supported with alltoall/flex t
 "virtual_pipeline_model_parallel_size must be specified when pipeline_model_parallel_size > 1",
 "Disable moe_shared_expert_overlap when enabling overlap_moe_expert_parallel_comm", "disable moe in
 recompute_modules ...", "MTP supports at most one layer ...", "overlap_moe_expert_parallel_comm must be
-enabled when enabling delay_wgrad_compute"). Appended
+enabled when enabling delay_wgrad_compute"; Megatron-LM main's "moe_shared_expert_overlap only works
+with alltoall or flex token dispatcher." with shared experts). Appended
 to :data:`autopar.rules.RULES`.
 """
 
@@ -59,6 +60,12 @@ MOE_RULES = (
           lambda p, b: ~b.moe_ep_overlap | (p.model.mtp_num_layers <= 1),
           lambda p, s: f"moe_ep_overlap with {p.model.mtp_num_layers} MTP layers: Megatron-Core asserts 'MTP supports at "
           "most one layer when enabling overlap_moe_expert_parallel_comm'"),
+    _rule("shared_overlap_dispatcher",
+          lambda p, b: ~b.dispatcher_is("allgather") | (not p.train.moe.shared_expert_overlap)
+          | (p.model.shared_expert_ffn_hidden_size == 0),
+          lambda p, s: "--moe-shared-expert-overlap with the allgather dispatcher: Megatron-LM main raises "
+          "'moe_shared_expert_overlap only works with alltoall or flex token dispatcher.' "
+          "(megatron/core/transformer/transformer_config.py); use alltoall or flex"),
     _rule("delay_wgrad_needs_ep_overlap",
           lambda p, b: b.moe_ep_overlap | (not p.train.moe.delay_wgrad),
           lambda p, s: "--delay-wgrad-compute without moe_ep_overlap (--overlap-moe-expert-parallel-comm): "

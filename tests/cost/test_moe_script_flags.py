@@ -24,6 +24,10 @@ BASE = ("--num-layers 4 --hidden-size 7168 --ffn-hidden-size 18432 --num-attenti
 
 
 def _estimate(tmp_path: Path, extra: str, imbalance: float = 1.0):
+    """The estimate of BASE + ``extra``; the alltoall dispatcher unless ``extra`` names one (Megatron-LM's
+    default is allgather, test_a_script_without_a_dispatcher_runs_allgather)."""
+    if "--moe-token-dispatcher-type" not in extra:
+        extra = "--moe-token-dispatcher-type alltoall " + extra
     path = tmp_path / f"job{abs(hash(extra))}.sh"
     path.write_text(f"torchrun --nnodes 4 --nproc_per_node 8 pretrain_gpt.py {BASE} {extra}\n")
     plan = read_script(path)
@@ -47,6 +51,18 @@ def test_dispatcher_type_allgather_costs_its_gather(tmp_path, base):
     top-8 the gather is the cheaper (autopar.cost.moe_dispatch)."""
     est, p = _estimate(tmp_path, "--moe-token-dispatcher-type allgather")
     assert est.strategy.moe_dispatcher == "allgather" and 0 < _ep_s(est) < _ep_s(base)
+
+
+def test_a_script_without_a_dispatcher_runs_allgather(tmp_path):
+    """Megatron-LM main transformer_config.py: ``moe_token_dispatcher_type ... = "allgather"`` (the argument
+    parser's default); autopar read such a script as alltoall."""
+    path = tmp_path / "job.sh"
+    path.write_text(f"torchrun --nnodes 4 --nproc_per_node 8 pretrain_gpt.py {BASE}\n")
+    plan = read_script(path)
+    assert plan.layout["moe_dispatcher"] == "allgather"
+    gathered, _ = _estimate(tmp_path, "--moe-token-dispatcher-type allgather")
+    p = Problem(plan.model_spec(), make_cluster(load_device("h100-80gb"), 4, 8), train_spec(plan))
+    assert _ep_s(estimate(p, plan.strategy(32, 4))) == pytest.approx(_ep_s(gathered))
 
 
 def test_flex_deepep_sends_less_across_nodes(tmp_path, base):

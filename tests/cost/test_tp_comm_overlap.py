@@ -109,13 +109,14 @@ def test_script_flag_without_sp_is_one_error_line(tmp_path):
 
 
 def test_mindspeed_overlap_is_mc2(tmp_path):
-    # MindSpeed sets tp_comm_overlap = False itself (mindspeed/arguments.py); its overlap is MC2.
-    ignored = read_script(_script(tmp_path, "--sequence-parallel --tp-comm-overlap --use-fused-rmsnorm", "a.sh"))
+    # MindSpeed sets tp_comm_overlap = False itself (mindspeed/arguments.py): refused with that reason (it was
+    # read as no overlap, silently); its overlap is MC2.
+    with pytest.raises(AutoparError, match="--tp-comm-overlap in a MindSpeed-LLM script: MindSpeed switches it off"):
+        read_script(_script(tmp_path, "--sequence-parallel --tp-comm-overlap --use-fused-rmsnorm", "a.sh"))
     mc2 = read_script(_script(tmp_path, "--sequence-parallel --use-ascend-mc2 --use-fused-rmsnorm", "b.sh"))
     old = read_script(_script(tmp_path, "--sequence-parallel --use-mc2", "c.sh"))
-    assert ignored.framework == mc2.framework == old.framework == "mindspeed"
-    assert (ignored.layout["tp_comm_overlap"], mc2.layout["tp_comm_overlap"], old.layout["tp_comm_overlap"]) == \
-        (False, True, True)
+    assert mc2.framework == old.framework == "mindspeed"
+    assert (mc2.layout["tp_comm_overlap"], old.layout["tp_comm_overlap"]) == (True, True)
     with pytest.raises(AutoparError, match="--use-ascend-mc2 needs --sequence-parallel"):
         read_script(_script(tmp_path, "--use-ascend-mc2", "d.sh"))
 

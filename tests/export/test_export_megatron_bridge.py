@@ -35,9 +35,11 @@ SHARDING = {0: "no_shard", 1: "no_shard", 2: "optim_grads", 3: "optim_grads_para
 
 
 def _value(text: str):
-    """One Hydra override value: null, true/false, integer, [a,b] list or a bare string."""
+    """One Hydra override value: null, true/false, integer, decimal number, [a,b] list or a bare string."""
     if text.startswith("[") and text.endswith("]"):
         return [_value(x) for x in text[1:-1].split(",") if x]
+    if text.lstrip("-").replace(".", "", 1).isdigit() and "." in text:
+        return float(text)
     return {"null": None, "true": True, "false": False}.get(text, int(text) if text.lstrip("-").isdigit() else text)
 
 

@@ -45,8 +45,11 @@ CHANGES = {
                                              "--account-for-loss-in-pipeline-split --num-layers 8"),
     "--add-qkv-bias": ("", "--add-qkv-bias"),
     "--attention-backend": ("", "--attention-backend unfused"),
-    "--attention-dropout": ("--hidden-dropout 0", "--hidden-dropout 0 --attention-dropout 0"),
-    "--hidden-dropout": ("--attention-dropout 0", "--attention-dropout 0 --hidden-dropout 0"),
+    # MindSpeed runs Megatron's unfused attention without it (autopar.specs.script.flash_attention)
+    "--use-flash-attn": (MINDSPEED, MINDSPEED + "--use-flash-attn"),
+    # autopar.specs.script.dropout_switch: one 0 and the other > 0 is refused
+    "--attention-dropout": ("", "--hidden-dropout 0 --attention-dropout 0"),
+    "--hidden-dropout": ("", "--attention-dropout 0 --hidden-dropout 0"),
     "--bf16": ("--fp16", "--bf16"),
     "--fp16": ("--bf16", "--fp16"),
     "--fp8-format": ("--bf16", "--bf16 --fp8-format e4m3"),
@@ -112,7 +115,7 @@ CHANGES = {
     "--n-shared-experts": (MOE, MOE + "--n-shared-experts 1"),
     "--moe-expert-capacity-factor": (MOE + "--moe-expert-capacity-factor -1",
                                      MOE + "--moe-expert-capacity-factor 1.5 --moe-pad-expert-input-to-capacity"),
-    "--moe-token-dispatcher-type": (MOE, MOE + "--moe-token-dispatcher-type allgather"),
+    "--moe-token-dispatcher-type": (MOE, MOE + "--moe-token-dispatcher-type alltoall"),  # default allgather
     "--moe-flex-dispatcher-backend": (MOE + "--moe-token-dispatcher-type flex",
                                       MOE + "--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend hybridep"),
     "--moe-enable-deepep": (MOE, MOE + "--moe-token-dispatcher-type flex --moe-enable-deepep"),

@@ -55,7 +55,7 @@ def test_noop_layers_renumber_moe_layers(tmp_path):
 
 def test_noop_layers_cost_like_the_real_layer_count(tmp_path):
     args = ["--device", "h100-80gb", "--json", "--cp", "1", "--gbs", "64"]
-    noop = runner.invoke(app, ["estimate", "--script", script_with(tmp_path, "--noop-layers 6,7", 8, 1)] + args)
+    noop = runner.invoke(app, ["estimate", "--script", script_with(tmp_path, "--noop-layers 6,7 --use-flash-attn", 8, 1)] + args)
     (tmp_path / "b").mkdir()
     real = runner.invoke(app, ["estimate", "--script", script_with(tmp_path / "b", "", 6, 1)] + args)
     assert noop.exit_code == 0 and real.exit_code == 0, noop.output + real.output

@@ -33,7 +33,8 @@ def test_llama2_script_values():
                                account_for_loss=False, recompute_modules=("core_attn",), pipeline_layout=None,
                                tp_comm_overlap=False, cp_comm_type="p2p", cp_a2a=None)
     assert plan.train_fields == dict(global_batch_size=256, seq_len=4096, precision="bf16", flash_attention=True,
-                                     make_vocab_size_divisible_by=1, overlap_grad_reduce=False)
+                                     make_vocab_size_divisible_by=1, overlap_grad_reduce=False,
+                                     grad_accumulation_fusion=False)
     with pytest.raises(AutoparError, match="add --vocab-size N"):
         plan.model_spec()
     m = plan.model_spec(32000)

@@ -64,13 +64,16 @@ def recompute_modules_option(p: Problem, text: str | None) -> tuple[str, ...] | 
 SCRIPT_STATE_FIELDS = ("moe", "grad_dtype", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype",
                        "optimizer_offload_fraction", "optimizer_offload_overlap", "fp8_param_storage", "fp8_recipe",
                        "cuda_graph_impl", "cuda_graph_scope", "activation_offload_layers", "fp8_bf16_layers",
-                       "overlap_grad_reduce")
+                       "overlap_grad_reduce", "grad_accumulation_fusion")
 
 
 def script_state_fields(plan, precision: str) -> dict[str, Any]:
     """The :data:`SCRIPT_STATE_FIELDS` a script set (``plan`` a ScriptPlan or None); its
-    ``--fp8-param-gather`` and fp8 recipe only when the planned ``precision`` is still fp8."""
+    ``--fp8-param-gather`` and fp8 recipe only when the planned ``precision`` is still fp8, its fp16
+    gradients only when it is still fp16."""
     fields = {k: v for k, v in (plan.train_fields.items() if plan else ()) if k in SCRIPT_STATE_FIELDS}
+    if precision != "fp16" and fields.get("grad_dtype") == "fp16":  # an fp16 script's own gradient dtype
+        fields.pop("grad_dtype")
     if precision != "fp8":
         fields.pop("fp8_param_storage", None)
         fields.pop("fp8_recipe", None)

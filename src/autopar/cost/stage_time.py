@@ -51,6 +51,7 @@ from autopar.cost import (
     placement,
     tp_overlap,
     vocab,
+    wgrad_accumulation,
 )
 from autopar.cost import attention as attn
 from autopar.cost import compute as C
@@ -194,6 +195,7 @@ def stage_time(p: Problem, batch: LayoutBatch, stages: Stages, floor: bool = Fal
     else:
         ep = np.zeros(len(batch))
     backward = 2 * (forward - layers_fwd) + n_dense * dense.backward() + n_moe * moe.backward() + bf16_bwd
+    backward = backward + wgrad_accumulation.unfused_backward_s(p, batch, stages)  # --no-gradient-accumulation-fusion
     if p.train.activation_offload_layers and not floor:  # host-link copies beyond the layers they hide under
         layers = np.maximum(stages.layers, 1)
         backward = backward + activation_offload.exposed_s(

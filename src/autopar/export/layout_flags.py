@@ -109,12 +109,13 @@ def _split_flags(p: Problem, s: Strategy, dialect: Dialect) -> dict[str, FlagVal
     return flags
 
 
-def _zero_flags(s: Strategy, dialect: Dialect, overlap: bool = True) -> dict[str, FlagValue]:
+def _zero_flags(s: Strategy, dialect: Dialect, overlap: bool = True, wgrad_fusion: bool = True) -> dict[str, FlagValue]:
     """Optimizer sharding and DP overlap (ecosystem.md 1.2; rule 28: param-gather overlap needs
     the distributed optimizer and grad-reduce overlap). ``overlap``: ``TrainSpec.overlap_grad_reduce``,
     which the costs follow (:func:`autopar.cost.stage_time.dp_exposed_s`): the gradient reduce
     overlap for any ZeRO stage (Megatron's DDP overlaps with or without the distributed optimizer),
-    the parameter-gather overlap with it where the optimizer is sharded.
+    the parameter-gather overlap with it where the optimizer is sharded. ``wgrad_fusion``:
+    ``TrainSpec.grad_accumulation_fusion``; off, ``--no-gradient-accumulation-fusion`` is written.
 
     Raises:
         AutoparError: ZeRO-2/3 for MindSpeed-LLM (no Megatron FSDP there).
@@ -130,7 +131,9 @@ def _zero_flags(s: Strategy, dialect: Dialect, overlap: bool = True) -> dict[str
         "--use-distributed-optimizer": sharded or None,
         "--use-megatron-fsdp": fsdp or None,
         "--data-parallel-sharding-strategy": FSDP_STRATEGY.get(s.zero),
-        "--no-gradient-accumulation-fusion": True if fsdp else KEEP,
+        # also whenever the plan is costed without the fusion (TrainSpec.grad_accumulation_fusion,
+        # autopar.cost.wgrad_accumulation)
+        "--no-gradient-accumulation-fusion": True if fsdp or not wgrad_fusion else KEEP,
         "--ckpt-format": "fsdp_dtensor" if fsdp else KEEP,
         "--overlap-grad-reduce": overlap or None,
         "--overlap-param-gather": (sharded and overlap) or None,
@@ -170,17 +173,22 @@ def _moe_flags(p: Problem, s: Strategy, dialect: Dialect) -> dict[str, FlagValue
     deepep/hybridep, ``--overlap-moe-expert-parallel-comm``; the older ``--moe-enable-deepep`` is
     never written.
 
+    The dispatcher is always written, since Megatron-LM's default (``allgather``,
+    ``transformer_config.py``) is not the one every layout uses. MindSpeed-LLM runs Megatron-Core's
+    ``alltoall`` and ``allgather`` dispatchers (its examples pass both, e.g.
+    ``examples/mcore/deepseek2_lite``).
+
     Raises:
-        AutoparError: a dispatcher other than alltoall, or the EP overlap, in MindSpeed-LLM's dialect
+        AutoparError: a flex dispatcher, or the EP overlap, in MindSpeed-LLM's dialect
             (its MoE overlap and dispatch flags are other mechanisms, not modelled).
     """
     if not p.model.is_moe:
         return dict.fromkeys(("--moe-token-dispatcher-type", "--moe-flex-dispatcher-backend", "--moe-enable-deepep",
                               "--overlap-moe-expert-parallel-comm"))
-    if dialect == "mindspeed" and (s.moe_dispatcher != "alltoall" or s.moe_ep_overlap):
+    if dialect == "mindspeed" and (s.moe_dispatcher not in ("alltoall", "allgather") or s.moe_ep_overlap):
         raise AutoparError(f"MindSpeed-LLM cannot express this layout: moe_dispatcher={s.moe_dispatcher}, "
                            f"moe_ep_overlap={s.moe_ep_overlap} (its MoE dispatch/overlap flags are other mechanisms "
-                           "autopar does not model); use the alltoall dispatcher without EP overlap")
+                           "autopar does not model); use the alltoall or allgather dispatcher without EP overlap")
     flex = s.moe_dispatcher in ("deepep", "hybridep")
     return {"--moe-token-dispatcher-type": "flex" if flex else s.moe_dispatcher,
             "--moe-flex-dispatcher-backend": s.moe_dispatcher if flex else None, "--moe-enable-deepep": None,
@@ -232,7 +240,7 @@ def layout_flags(p: Problem, s: Strategy, dialect: Dialect = "megatron") -> dict
         flags["--hierarchical-context-parallel-sizes"] = f"{a2a} {s.cp // a2a}" if hierarchical else None
     flags.update(_moe_flags(p, s, dialect))
     flags.update(_split_flags(p, s, dialect))
-    flags.update(_zero_flags(s, dialect, p.train.overlap_grad_reduce))
+    flags.update(_zero_flags(s, dialect, p.train.overlap_grad_reduce, p.train.grad_accumulation_fusion))
     flags.update(_recompute_flags(s, dialect))
     flags.update(dict.fromkeys(_ALWAYS_ABSENT))
     return flags

@@ -14,7 +14,7 @@ from autopar.errors import AutoparError
 from autopar.export.layout_flags import Dialect, flag_words, layout_flags
 from autopar.export.layout_flags import needs_max_connections_env as needs_env
 from autopar.problem import Problem
-from autopar.specs.script_attention import attention_args
+from autopar.specs.script_attention import attention_args, dropout_args
 from autopar.strategy import Strategy
 
 
@@ -55,8 +55,8 @@ def model_args(p: Problem, dialect: Dialect = "megatron") -> list[str]:
     # Megatron asserts the flag is set (arguments.py validate_args); a config without it gets the sequence length.
     args.append(f"--max-position-embeddings {max(m.max_position_embeddings or 0, p.train.seq_len)}")
     args.append(f"--vocab-size {m.vocab_size} --make-vocab-size-divisible-by {p.train.make_vocab_size_divisible_by}")
-    if not m.dropout:
-        args.append("--attention-dropout 0.0 --hidden-dropout 0.0")
+    # both rates always (ModelSpec.dropout is both masks; the Megatron default is 0.1 each)
+    args.append(dropout_args(m))
     if m.is_moe:
         args += moe_args(p, dialect)
     if m.mla:
@@ -180,8 +180,10 @@ def parallel_args(p: Problem, s: Strategy, dialect: Dialect = "megatron") -> lis
     if p.train.cuda_graph_impl != "none":  # autopar.cost.cuda_graph; MindSpeed refuses it (layout_flags)
         args.append(cuda_graph_flags(p))
     args.extend(optimizer_state_args(p, dialect))
-    if p.train.flash_attention:
-        args.append("--attention-backend auto" if dialect == "megatron" else "--use-flash-attn")
+    if dialect == "megatron":  # Megatron-LM's AttnBackend: auto picks a fused kernel; unfused is the full score matrix
+        args.append("--attention-backend " + ("auto" if p.train.flash_attention else "unfused"))
+    elif p.train.flash_attention:  # MindSpeed runs Megatron's unfused attention without it (specs.script.flash_attention)
+        args.append("--use-flash-attn")
     return args
 
 
@@ -252,7 +254,9 @@ def optimizer_state_args(p: Problem, dialect: Dialect = "megatron") -> list[str]
     """Gradient / optimizer-state dtypes and optimizer offload, as :mod:`autopar.specs.script_optimizer`
     reads them back: ``--use-precision-aware-optimizer`` with the dtypes that are not fp32,
     ``--optimizer-cpu-offload --optimizer-offload-fraction F`` (``--overlap-cpu-optimizer-d2h-h2d``);
-    bf16 main gradients alone are ``--grad-reduce-in-bf16``. Nothing for Megatron's defaults.
+    bf16 main gradients alone are ``--grad-reduce-in-bf16``; fp16 training with fp32 gradients is
+    ``--accumulate-allreduce-grads-in-fp32`` (Megatron keeps fp16 gradients without it). Nothing for
+    Megatron's defaults.
 
     Raises:
         AutoparError: any of them for MindSpeed-LLM (``dialect='mindspeed'``), whose flags autopar
@@ -260,15 +264,19 @@ def optimizer_state_args(p: Problem, dialect: Dialect = "megatron") -> list[str]
     """
     t = p.train
     aware = t.optimizer_dtypes_set or t.optimizer_offload_fraction > 0
-    if not (aware or t.grad_dtype != "fp32"):
-        return []
+    # fp16 training: fp16 gradients unless --accumulate-allreduce-grads-in-fp32 (Megatron-LM main training.py:
+    # grad_reduce_in_fp32 = args.accumulate_allreduce_grads_in_fp32; MindSpeed-LLM's Megatron-Core reads it too)
+    fp16_grads = ["--accumulate-allreduce-grads-in-fp32"] if t.precision == "fp16" and t.grad_dtype == "fp32" else []
+    if not (aware or (t.grad_dtype != "fp32" and t.precision != "fp16")):
+        return fp16_grads
     if dialect != "megatron":
         raise AutoparError("optimizer dtypes / optimizer offload / bf16 main gradients: MindSpeed-LLM's flags for "
                            "them are not known to autopar; export --format megatron")
     if not aware:
         return ["--grad-reduce-in-bf16"]
-    words = ["--use-precision-aware-optimizer"]
-    dtypes = {"--main-grads-dtype": t.grad_dtype, "--main-params-dtype": t.main_params_dtype,
+    words = fp16_grads + ["--use-precision-aware-optimizer"]
+    dtypes = {"--main-grads-dtype": t.grad_dtype if t.precision != "fp16" else "fp32",
+              "--main-params-dtype": t.main_params_dtype,
               "--exp-avg-dtype": t.exp_avg_dtype, "--exp-avg-sq-dtype": t.exp_avg_sq_dtype}
     words += [f"{flag} {value}" for flag, value in dtypes.items() if value != "fp32"]
     if t.optimizer_offload_fraction > 0:

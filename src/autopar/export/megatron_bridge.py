@@ -31,8 +31,8 @@ from typing import Any
 from autopar.errors import AutoparError
 from autopar.export.comm_knobs import te_a2a_heads_reason
 from autopar.export.layout_flags import FSDP_STRATEGY
-from autopar.pipeline.layout import layout_of
 from autopar.export.per_stage import require_uniform_recompute
+from autopar.pipeline.layout import layout_of
 from autopar.problem import Problem
 from autopar.strategy import Strategy
 
@@ -191,7 +191,11 @@ def overrides(p: Problem, s: Strategy) -> dict[str, Any]:
       for zero 2/3 (``ddp.use_megatron_fsdp``, ``ddp.data_parallel_sharding_strategy``
       optim_grads/optim_grads_params, ``checkpoint.ckpt_format=fsdp_dtensor``,
       ``model.gradient_accumulation_fusion=false``), ``no_shard`` otherwise; DP overlap
-      (``ddp``/``optimizer`` ``overlap_grad_reduce``/``overlap_param_gather``) with the distributed optimizer;
+      (``ddp.overlap_grad_reduce`` as planned, with or without the distributed optimizer, as the
+      Megatron export's ``--overlap-grad-reduce``; ``ddp``/``optimizer`` ``overlap_param_gather``
+      with the distributed optimizer);
+    * dropout: ``model.attention_dropout`` and ``model.hidden_dropout`` (0.1 each with
+      ``ModelSpec.dropout``, else 0.0: the recipes' own values are replaced);
     * precision: ``mixed_precision`` = :data:`MIXED_PRECISION` of the plan; fp32 optimizer
       states and main gradients (:data:`OPTIMIZER_DTYPES`, ``use_precision_aware_optimizer=false``);
     * overlap: ``comm_overlap=null`` and ``model.tp_comm_overlap=false`` (the recipes' userbuffers
@@ -235,6 +239,9 @@ def overrides(p: Problem, s: Strategy) -> dict[str, Any]:
         "++dataset.sequence_length": p.train.seq_len,
         "model.seq_length": p.train.seq_len,
         "model.make_vocab_size_divisible_by": p.train.make_vocab_size_divisible_by,
+        # ModelSpec.dropout is both masks (autopar.specs.script_attention.dropout_args); TransformerConfig fields
+        "model.attention_dropout": 0.1 if p.model.dropout else 0.0,
+        "model.hidden_dropout": 0.1 if p.model.dropout else 0.0,
         "model.recompute_granularity": None if s.recompute == "none" else s.recompute,
         "model.recompute_method": ("block" if s.recompute_layers else "uniform") if full else None,
         "model.recompute_num_layers": (s.recompute_layers or 1) if full else None,
@@ -243,7 +250,9 @@ def overrides(p: Problem, s: Strategy) -> dict[str, Any]:
         "optimizer.use_distributed_optimizer": sharded,
         "ddp.use_megatron_fsdp": fsdp,
         "ddp.data_parallel_sharding_strategy": FSDP_STRATEGY.get(s.zero, "no_shard"),
-        "ddp.overlap_grad_reduce": sharded and p.train.overlap_grad_reduce,
+        # as the Megatron export's --overlap-grad-reduce, with or without the distributed optimizer (Megatron-Core
+        # DistributedDataParallelConfig.overlap_grad_reduce); the estimate costs the reduce overlapped when set
+        "ddp.overlap_grad_reduce": p.train.overlap_grad_reduce,
         "ddp.overlap_param_gather": sharded and p.train.overlap_grad_reduce,
         "optimizer.overlap_param_gather": sharded and p.train.overlap_grad_reduce,
         "optimizer.use_precision_aware_optimizer": False,
@@ -266,6 +275,7 @@ def overrides(p: Problem, s: Strategy) -> dict[str, Any]:
             out["model.hierarchical_context_parallel_sizes"] = [s.cp_a2a_size, s.cp // s.cp_a2a_size]
     if fsdp:
         out["checkpoint.ckpt_format"] = "fsdp_dtensor"
+    if fsdp or not p.train.grad_accumulation_fusion:  # as costed (autopar.cost.wgrad_accumulation)
         out["model.gradient_accumulation_fusion"] = False
     if p.model.is_moe:
         moe, flex = p.train.moe, s.moe_dispatcher in ("deepep", "hybridep")

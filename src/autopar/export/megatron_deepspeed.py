@@ -35,6 +35,7 @@ from pathlib import Path
 from autopar.errors import AutoparError
 from autopar.export.deepspeed import config
 from autopar.problem import Problem
+from autopar.specs.script_attention import dropout_args
 from autopar.strategy import Strategy
 
 CONFIG_NAME = "ds_config.json"
@@ -91,8 +92,8 @@ def model_args(p: Problem) -> list[str]:
     if not m.linear_bias:
         args.append("--disable-bias-linear")
     args.append(f"--make-vocab-size-divisible-by {p.train.make_vocab_size_divisible_by} --no-query-key-layer-scaling")
-    if not m.dropout:
-        args.append("--attention-dropout 0 --hidden-dropout 0")
+    # both rates always (ModelSpec.dropout is both masks; the Megatron default is 0.1 each)
+    args.append(dropout_args(m))
     return args
 
 

@@ -79,6 +79,33 @@ def model_refusal(p: Problem, s: Strategy) -> str | None:
     return None
 
 
+def plan_refusal(p: Problem) -> str | None:
+    """Why torchtitan 0.2.2 cannot run ``p``'s costed settings, or None. Each was written as the same
+    TOML as the plan without it, so the job ran something other than the estimate:
+
+    * unfused attention (``TrainSpec.flash_attention`` off): torchtitan's models call
+      ``F.scaled_dot_product_attention`` or flex attention (``torchtitan/models/attention.py``),
+      fused kernels with no job-config switch to a materialised score matrix;
+    * dropout (``ModelSpec.dropout``): torchtitan's llama3 / qwen3 / deepseek_v3 models have no
+      dropout layers;
+    * fp8 parameter storage (``TrainSpec.fp8_param_storage``, Megatron's ``--fp8-param-gather``):
+      torchtitan's FSDP2 keeps the sharded parameters in fp32 (``mixed_precision_param`` is the
+      compute copy) and ``enable_fsdp_float8_all_gather`` only casts them to float8 for the all-gather;
+      no weight is stored in fp8 alone.
+    """
+    if not p.train.flash_attention:
+        return ("unfused attention (--no-flash-attention): torchtitan's models run SDPA or flex attention "
+                "(torchtitan/models/attention.py), fused kernels with no unfused switch; plan with fused attention")
+    if p.model.dropout:
+        return (f"dropout: model {p.model.name} is costed with dropout masks, and torchtitan's models have no "
+                "dropout; plan the model without dropout")
+    if p.train.precision == "fp8" and p.train.fp8_param_storage:
+        return ("fp8 parameter storage (--fp8-param-storage): torchtitan's FSDP2 keeps fp32 sharded parameters and "
+                "only casts them to float8 for the all-gather (enable_fsdp_float8_all_gather); plan without "
+                "--fp8-param-storage")
+    return None
+
+
 def _dp_degrees(s: Strategy, other: int) -> tuple[int, int, str]:
     """(dp_replicate, dp_shard, fsdp_reshard_after_forward) for our ZeRO stage.
 
@@ -157,6 +184,8 @@ def config(p: Problem, s: Strategy) -> dict[str, Any]:
         raise _refuse(why)
     if s.tp > 1 and not s.sp:
         raise _refuse(f"tp={s.tp} without sequence parallelism (torchtitan's TP always shards activations)")
+    if (why := plan_refusal(p)) is not None:
+        raise _refuse(why)
     require_cp_algorithms("torchtitan", s, ("p2p",))  # PyTorch's ring attention (context_parallel)
     require_default_moe("torchtitan", s, "its MoE dispatches with its own all-to-all, no flex backend or "
                         "1F1B EP overlap switch")

@@ -8,7 +8,8 @@ train.py``, found by :mod:`autopar.specs.script_launch`) gives the cluster shape
 
 Documented defaults (what Megatron itself does when a flag is absent): ``--ffn-hidden-size`` 4h,
 or ``int(4h*2/3/64)*64`` with ``--swiglu``; ``--kv-channels`` h/heads; LayerNorm; tied
-embeddings; linear biases on; learned absolute positions; dropout 0.1; ``--moe-router-topk`` 2;
+embeddings; linear biases on; learned absolute positions (``--use-rotary-position-embeddings`` makes them
+rope whatever ``--position-embedding-type`` says, as ``validate_args`` does); dropout 0.1; ``--moe-router-topk`` 2;
 ``--moe-ffn-hidden-size`` = FFN; MLA ranks ``--kv-lora-rank`` 32, ``--qk-head-dim`` 128,
 ``--qk-pos-emb-head-dim`` 64, ``--v-head-dim`` 128; ``--micro-batch-size`` 1; global batch
 mbs*dp; ``--make-vocab-size-divisible-by`` 128; torchrun's ``--nnodes 1 --nproc_per_node 1``.
@@ -30,17 +31,18 @@ from autopar.errors import AutoparError, from_validation_error, read_text
 from autopar.specs.bash import ShellScript, check_script_size
 from autopar.specs.model import ModelSpec
 from autopar.specs.script_asserts import check_megatron_asserts, check_transformer_impl
-from autopar.specs.script_attention import attention_fields
+from autopar.specs.script_attention import attention_fields, dropout_switch
 from autopar.specs.script_comm import comm_fields
 from autopar.specs.script_flags import check_flags
 from autopar.specs.script_fsdp import check_torch_fsdp2
+from autopar.specs.script_knob_asserts import check_knob_asserts
 from autopar.specs.script_launch import Args, find_launch
 from autopar.specs.script_layers import apply_noop_layers
 from autopar.specs.script_moe import dispatcher_fields, runtime_fields
 from autopar.specs.script_optimizer import optimizer_fields
 from autopar.specs.script_precision import precision, recipe_fields
 from autopar.specs.script_recompute import recompute_fields
-from autopar.specs.script_vocab import padded_vocab_size, vocab_size
+from autopar.specs.script_vocab import null_tokenizer_vocab, padded_vocab_size, vocab_size
 from autopar.specs.train import MOE_CUDA_GRAPH_SCOPES, TrainSpec
 from autopar.strategy import Strategy
 
@@ -142,6 +144,8 @@ def read_script(path: str | Path, text: str | None = None) -> ScriptPlan:
     framework = "mindspeed" if any(a.has(f) for f in MINDSPEED_FLAGS) else "megatron"
     check_transformer_impl(a, framework)
     fields, vocab_error = model_fields(a, path)
+    if fields.get("vocab_size") is not None:  # MindSpeed-LLM's NullTokenizer appends an end-of-document id
+        fields["vocab_size"] = null_tokenizer_vocab(a, fields["vocab_size"], framework)
     mbs = a.integer("--micro-batch-size", 1)
     layout = layout_fields(a, fields["num_layers"])
     layout.update(comm_fields(a, framework, fields["num_layers"], layout))
@@ -154,10 +158,12 @@ def read_script(path: str | Path, text: str | None = None) -> ScriptPlan:
     world = launch.nnodes * launch.nproc_per_node
     dp = max(1, world // (layout["tp"] * layout["pp"] * layout["cp"]))
     train = dict(global_batch_size=a.integer("--global-batch-size", mbs * dp), seq_len=a.require("--seq-length"),
-                 precision=precision(a), flash_attention=flash_attention(a),
+                 precision=precision(a), flash_attention=flash_attention(a, framework),
                  make_vocab_size_divisible_by=1 if padded else a.integer("--make-vocab-size-divisible-by", 128),
                  # Megatron-LM reduces gradients after the last backward unless told to overlap
                  overlap_grad_reduce=a.has("--overlap-grad-reduce"),
+                 # Megatron-LM's --no-gradient-accumulation-fusion (autopar.cost.wgrad_accumulation)
+                 grad_accumulation_fusion=not a.has("--no-gradient-accumulation-fusion"),
                  **optimizer_fields(a))
     check_megatron_asserts(a)  # after precision(): a script without --bf16/--fp16 is named fp32 first
     train.update(recipe_fields(a, train["precision"]))  # fp8 recipe and weight storage, CUDA graphs
@@ -167,6 +173,7 @@ def read_script(path: str | Path, text: str | None = None) -> ScriptPlan:
                            "has none (no --num-experts); use attn or mlp")
     if fields.get("num_experts"):
         train["moe"] = runtime_fields(a, layout["moe_dispatcher"])
+    check_knob_asserts(a, fields, layout, train)  # Megatron-LM main's asserts among modelled knobs
     return ScriptPlan(path=path, text=text, framework=framework, args=a, num_nodes=launch.nnodes,
                       devices_per_node=launch.nproc_per_node, model_fields=fields, vocab_error=vocab_error,
                       train_fields=train, layout=layout)
@@ -187,12 +194,25 @@ def train_spec(plan: ScriptPlan, **overrides: Any) -> TrainSpec:
         raise from_validation_error(err, f"{plan.path.name}: training") from None
 
 
-def flash_attention(a: Args) -> bool:
-    """Fused attention unless ``--attention-backend unfused|local`` (Megatron's default ``auto``
-    picks a fused kernel; ``--use-flash-attn`` is the older/MindSpeed switch)."""
+def flash_attention(a: Args, framework: str = "megatron") -> bool:
+    """Whether the script runs fused attention.
+
+    Megatron-LM: fused unless ``--attention-backend unfused`` (the default ``auto`` picks a fused
+    kernel; ``local`` is refused by :mod:`autopar.specs.script_knob_asserts`). MindSpeed-LLM
+    (``framework`` mindspeed): fused only with ``--use-flash-attn``, since MindSpeed's
+    ``mindspeed/core/transformer/dot_product_attention.py`` ``dot_product_attention_forward_wrapper``
+    runs its fused kernel ``if get_args().use_flash_attn`` and otherwise Megatron's unfused
+    ``DotProductAttention.forward`` (the full score matrix), which autopar costs as
+    ``--attention-backend unfused``.
+
+    Raises:
+        AutoparError: an ``--attention-backend`` outside Megatron's ``AttnBackend`` choices.
+    """
     backend = a.text("--attention-backend", "auto")
     if backend not in ("flash", "fused", "unfused", "local", "auto"):  # Megatron's AttnBackend enum
         raise AutoparError(f"{a.source}: --attention-backend={backend!r}: allowed flash, fused, unfused, local, auto")
+    if framework == "mindspeed" and not a.has("--use-flash-attn"):
+        return False
     return backend not in ("unfused", "local")
 
 
@@ -225,9 +245,11 @@ def model_fields(a: Args, path: Path) -> tuple[dict[str, Any], str | None]:
     mla = a.has("--multi-latent-attention")
     kv = a.require("--num-query-groups") if a.has("--group-query-attention") and not mla else heads
     seq = a.require("--seq-length")
-    pos = a.text("--position-embedding-type", "rope" if a.has("--use-rotary-position-embeddings") else "learned_absolute")
+    pos = a.text("--position-embedding-type", "learned_absolute")
     if pos not in _POSITION_TYPES:  # an unknown type was costed as rope
         raise AutoparError(f"{a.source}: --position-embedding-type={pos!r}: allowed {', '.join(_POSITION_TYPES)}")
+    if a.has("--use-rotary-position-embeddings"):  # Megatron-LM arguments.py validate_args, "Legacy RoPE
+        pos = "rope"  # arguments": it sets position_embedding_type = 'rope' whatever the type flag says
     norm = a.text("--normalization", "RMSNorm" if a.has("--use-fused-rmsnorm") else "LayerNorm")
     if norm not in ("RMSNorm", "LayerNorm"):
         raise AutoparError(f"{a.source}: --normalization={norm!r}: allowed RMSNorm, LayerNorm")
@@ -239,7 +261,7 @@ def model_fields(a: Args, path: Path) -> tuple[dict[str, Any], str | None]:
         tie_word_embeddings=not a.has("--untie-embeddings-and-output-weights"), gated_mlp=gated,
         norm=norm.lower(), qkv_bias=a.has("--add-qkv-bias"), linear_bias=not a.has("--disable-bias-linear"),
         qk_norm=a.has("--qk-layernorm"), position_embedding="learned" if pos == "learned_absolute" else "rope",
-        dropout=a.probability("--attention-dropout", 0.1) > 0 or a.probability("--hidden-dropout", 0.1) > 0,
+        dropout=dropout_switch(a),
         mtp_num_layers=a.integer("--mtp-num-layers", 0),
         # Megatron's --rotary-base / --norm-epsilon, kept so an export from --script writes them back
         rope_theta=a.number("--rotary-base", 0.0) if a.has("--rotary-base") else None,

@@ -8,7 +8,7 @@ Megatron-LM (``megatron/training/arguments.py``): ``--tp-comm-overlap`` (asserts
 (``A * P = cp``, asserted; A is the all-to-all group).
 
 MindSpeed-LLM (``mindspeed/arguments.py``): ``--tp-comm-overlap`` is switched off
-(``args.tp_comm_overlap = False``); its TP overlap is MC2, ``--use-ascend-mc2`` (``--use-mc2`` in
+(``args.tp_comm_overlap = False``), so a MindSpeed script that gives it is refused with that reason; its TP overlap is MC2, ``--use-ascend-mc2`` (``--use-mc2`` in
 older MindSpeed-LLM scripts), which needs tp > 1 and SP (``features_manager/tensor_parallel/mc2.py``).
 ``--context-parallel-algo`` ``megatron_cp_algo`` (default; the ring), ``ulysses_cp_algo``
 (all-to-all over cp), ``hybrid_cp_algo`` (all-to-all over ``--ulysses-degree-in-cp`` U, ring over
@@ -36,10 +36,16 @@ def comm_fields(a: Args, framework: str, num_layers: int, layout: dict[str, Any]
         num_layers: ``--num-layers`` (positions; a per-layer ``--cp-comm-type`` has one entry each).
         layout: the fields read so far (``tp``, ``cp``, ``sp``).
     Raises:
-        AutoparError: TP overlap without SP and tp > 1; a ``--cp-comm-type`` value outside Megatron's
+        AutoparError: ``--tp-comm-overlap`` in a MindSpeed-LLM script (switched off there); TP overlap
+            without SP and tp > 1; a ``--cp-comm-type`` value outside Megatron's
             choices, a list of the wrong length or of several algorithms; ``a2a+p2p`` or
             ``hybrid_cp_algo`` without or with inconsistent group sizes; an adaptive MindSpeed algorithm.
     """
+    if framework == "mindspeed" and a.has("--tp-comm-overlap"):  # was read and costed as no overlap, silently
+        raise AutoparError(f"{a.source}: --tp-comm-overlap in a MindSpeed-LLM script: MindSpeed switches it off "
+                           "(mindspeed/arguments.py validate_args: 'if args.tp_comm_overlap: args.tp_comm_overlap = "
+                           "False'), so the overlap it asks for never runs; drop it, or use --use-ascend-mc2 "
+                           "(MindSpeed's TP overlap on Ascend, modelled)")
     overlap_flags = MC2_FLAGS if framework == "mindspeed" else ("--tp-comm-overlap",)
     given = next((f for f in overlap_flags if a.has(f)), None)
     if given and not (layout["sp"] and layout["tp"] > 1):

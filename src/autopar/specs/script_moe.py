@@ -5,7 +5,9 @@ overlap, delayed weight gradients, forced balance and the expert capacity (``Tra
 :func:`autopar.cost.moe.token_factor`.
 
 Megatron-LM (``megatron/training/arguments.py`` ``_add_moe_args``): ``--moe-token-dispatcher-type``
-``allgather``, ``alltoall`` (default) or ``flex``; ``--moe-flex-dispatcher-backend deepep|hybridep``
+``allgather`` (the default: Megatron-LM main ``megatron/core/transformer/transformer_config.py``
+``moe_token_dispatcher_type: Literal['allgather', 'alltoall', 'flex'] = "allgather"``, which the
+argument parser takes as its default; MindSpeed-LLM keeps it), ``alltoall`` or ``flex``; ``--moe-flex-dispatcher-backend deepep|hybridep``
 (default deepep; the older ``--moe-enable-deepep`` means flex with DeepEP);
 ``--overlap-moe-expert-parallel-comm``, ``--delay-wgrad-compute``, ``--moe-permute-fusion``,
 ``--moe-router-fusion``, ``--moe-shared-expert-overlap``, ``--moe-router-force-load-balancing``
@@ -22,6 +24,8 @@ from autopar.errors import AutoparError
 from autopar.specs.script_launch import Args
 
 DISPATCHER_TYPES = ("alltoall", "allgather", "flex")
+#: ``--moe-token-dispatcher-type`` when a script does not give it (Megatron-LM's TransformerConfig default).
+DEFAULT_DISPATCHER = "allgather"
 FLEX_BACKENDS = ("deepep", "hybridep")
 DROP_POLICIES = ("probs", "position")
 
@@ -33,7 +37,8 @@ def dispatcher_fields(a: Args) -> dict[str, Any]:
         AutoparError: a dispatcher type or flex backend outside Megatron's choices, or a flex
             backend with another dispatcher type.
     """
-    kind = a.text("--moe-token-dispatcher-type", "flex" if a.has("--moe-enable-deepep") else "alltoall")
+    # Megatron-LM's default is allgather (module docstring); it was read as alltoall
+    kind = a.text("--moe-token-dispatcher-type", "flex" if a.has("--moe-enable-deepep") else DEFAULT_DISPATCHER)
     if kind not in DISPATCHER_TYPES:
         raise AutoparError(f"{a.source}: --moe-token-dispatcher-type={kind!r}: allowed {', '.join(DISPATCHER_TYPES)}")
     backend = a.text("--moe-flex-dispatcher-backend", "deepep")

@@ -11,6 +11,13 @@ Megatron-LM ``megatron/training/arguments.py`` (core_v0.15.0):
   and neither it nor ``--main-grads-dtype bf16`` Megatron forces fp32 main gradients
   (``accumulate_allreduce_grads_in_fp32 = True``); ``--accumulate-allreduce-grads-in-fp32`` with
   ``--main-grads-dtype bf16`` is asserted against.
+* ``--fp16``: Megatron-LM forces fp32 gradients for bf16 only (``validate_args``, the ``if args.bf16``
+  block); with fp16 the DDP gradient buffer is in the parameters' dtype unless
+  ``--accumulate-allreduce-grads-in-fp32`` (Megatron-LM main ``megatron/training/training.py``:
+  ``grad_reduce_in_fp32 = args.accumulate_allreduce_grads_in_fp32``;
+  ``megatron/core/distributed/param_and_grad_buffer.py``: ``grad_dtype = torch.float if
+  grad_reduce_in_fp32 else param.dtype``), so an fp16 script without it has fp16 gradients
+  (``grad_dtype`` fp16: 2 B per gradient in memory and on the data-parallel wire).
 * ``--optimizer-cpu-offload`` (asserts ``--use-precision-aware-optimizer``, and the delayed fp8
   recipe with ``--fp8-param-gather``),
   ``--optimizer-offload-fraction F`` (default 1.0 in ``arguments.py``),
@@ -38,8 +45,9 @@ def optimizer_fields(a: Args) -> dict[str, Any]:
 
     Raises:
         AutoparError: a dtype outside Megatron's choices, a dtype or offload flag without
-            ``--use-precision-aware-optimizer``, an offload fraction outside [0, 1], or
-            ``--accumulate-allreduce-grads-in-fp32`` with bf16 main gradients.
+            ``--use-precision-aware-optimizer``, an offload fraction outside [0, 1],
+            ``--accumulate-allreduce-grads-in-fp32`` with bf16 main gradients, or bf16 gradients
+            with ``--fp16``.
     """
     fields: dict[str, Any] = {}
     aware = a.has("--use-precision-aware-optimizer")
@@ -55,6 +63,14 @@ def optimizer_fields(a: Args) -> dict[str, Any]:
         fields[name] = value
     if a.has("--grad-reduce-in-bf16"):
         fields["grad_dtype"] = "bf16"
+    if a.has("--fp16") and not a.has("--bf16"):
+        if fields.get("grad_dtype", "fp32") != "fp32":
+            flag = "--grad-reduce-in-bf16" if a.has("--grad-reduce-in-bf16") else "--main-grads-dtype bf16"
+            raise AutoparError(f"{a.source}: --fp16 with {flag}: Megatron-LM reads bf16 gradients for bf16 training "
+                               "only (fp16 keeps fp16 gradients, or fp32 with --accumulate-allreduce-grads-in-fp32); "
+                               "drop it")
+        # Megatron's fp16 gradients are the parameters' dtype unless accumulated in fp32 (module docstring)
+        fields["grad_dtype"] = "fp32" if a.has("--accumulate-allreduce-grads-in-fp32") else "fp16"
     if fields.get("grad_dtype") == "bf16" and a.has("--accumulate-allreduce-grads-in-fp32"):
         raise AutoparError(f"{a.source}: --accumulate-allreduce-grads-in-fp32 with bf16 main gradients: Megatron-LM "
                            "asserts --main-grads-dtype fp32 then; drop one")

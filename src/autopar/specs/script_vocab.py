@@ -8,6 +8,14 @@ to a multiple of ``--make-vocab-size-divisible-by`` x tp only when it is not giv
 (``megatron/training/tokenizer/tokenizer.py``; ``mindspeed_llm/training/tokenizer/tokenizer.py``:
 ``if getattr(args, "padded_vocab_size", None) is None``), and ``GPTModel`` is built with
 ``vocab_size=args.padded_vocab_size``. :func:`padded_vocab_size` reads it.
+
+``--tokenizer-type NullTokenizer`` (synthetic data) makes the vocabulary ``--vocab-size`` itself on
+Megatron-LM main (``megatron/core/tokenizers/text/libraries/null_tokenizer.py``: ``vocab_size``
+returns ``self._vocab_size``, the end-of-document token is ``vocab_size - 1``, since #4057,
+2026-04-22), but ``--vocab-size`` + 1 on the Megatron-Core MindSpeed-LLM runs (core_v0.12.1,
+``megatron/training/tokenizer/tokenizer.py`` ``_NullTokenizer.vocab_size``: ``return
+self._vocab_size_without_eod + 1``, the end-of-document token appended):
+:func:`null_tokenizer_vocab`.
 """
 
 from __future__ import annotations
@@ -106,3 +114,13 @@ def padded_vocab_size(a: Args, vocab: int | None, tp: int) -> int | None:
                            f"--tensor-model-parallel-size={tp}: Megatron-Core's VocabParallelEmbedding asserts "
                            f"'{padded} is not divisible by {tp}' (megatron/core/utils.py ensure_divisibility)")
     return padded
+
+
+def null_tokenizer_vocab(a: Args, vocab: int | None, framework: str) -> int | None:
+    """The vocabulary a script's tokenizer builds from ``vocab`` (its ``--vocab-size``): ``vocab`` + 1
+    for ``--tokenizer-type NullTokenizer`` read as MindSpeed-LLM (``framework`` ``mindspeed``; module
+    docstring), else ``vocab`` (Megatron-LM main's NullTokenizer, and every other tokenizer)."""
+    if vocab is not None and framework == "mindspeed" and a.text("--tokenizer-type") == "NullTokenizer" \
+            and a.has("--vocab-size"):
+        return vocab + 1
+    return vocab

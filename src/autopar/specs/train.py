@@ -65,9 +65,10 @@ class TrainSpec(BaseModel):
     global_batch_size: int = Field(gt=0, description="sequences per optimizer step (gbs)")
     seq_len: int = Field(gt=0, description="tokens per sequence")
     precision: Precision = "bf16"
-    grad_dtype: Literal["fp32", "bf16"] = Field(
+    grad_dtype: Literal["fp32", "bf16", "fp16"] = Field(
         default="fp32", description="main gradients (Megatron --main-grads-dtype, or bf16 with "
-        "--grad-reduce-in-bf16 / Megatron-Bridge ddp.grad_reduce_in_fp32=False): bytes per gradient "
+        "--grad-reduce-in-bf16 / Megatron-Bridge ddp.grad_reduce_in_fp32=False; fp16 = the fp16 parameters' own "
+        "dtype, Megatron's fp16 training without --accumulate-allreduce-grads-in-fp32): bytes per gradient "
         "in memory and on the data-parallel wire")
     main_params_dtype: Literal["fp32", "fp16"] = Field(
         default="fp32", description="optimizer master weights (Megatron --main-params-dtype; "
@@ -126,6 +127,11 @@ class TrainSpec(BaseModel):
         description="decoder layers whose saved activations go to host memory in forward and come back for "
         "backward (Megatron-Core cpu_offloading + cpu_offloading_num_layers; Megatron-LM "
         "--cpu-offloading-num-layers on main); needs pp 1 and no recompute (autopar.cost.activation_offload)")
+    grad_accumulation_fusion: bool = Field(
+        default=True,
+        description="weight-gradient GEMMs accumulate into the fp32 main gradients (Megatron-LM's default; "
+        "--no-gradient-accumulation-fusion turns it off): off, each weight gradient is written to param.grad and "
+        "added into main_grad per micro-batch (autopar.cost.wgrad_accumulation)")
     overlap_grad_reduce: bool = Field(default=True, description="DP gradient reduction and parameter "
                                       "gather overlapped with backward/forward (Megatron --overlap-grad-reduce)")
     tp_backward_overlap: bool = Field(
@@ -162,6 +168,14 @@ class TrainSpec(BaseModel):
         if self.framework != "megatron" and (self.optimizer_offload_fraction or self.optimizer_dtypes_set):
             raise ValueError(f"framework={self.framework}: optimizer offload and optimizer dtypes are "
                              "Megatron-LM's (--optimizer-cpu-offload, --use-precision-aware-optimizer)")
+        return self
+
+    @model_validator(mode="after")
+    def _fp16_grads_need_fp16(self) -> "TrainSpec":
+        """fp16 gradients are the parameters' dtype of fp16 training (Megatron-Core
+        ``param_and_grad_buffer.py``: ``grad_dtype = torch.float if grad_reduce_in_fp32 else param.dtype``)."""
+        if self.grad_dtype == "fp16" and self.precision != "fp16":
+            raise ValueError(f"grad_dtype=fp16 is fp16 training's own gradient dtype; precision is {self.precision}")
         return self
 
     @model_validator(mode="after")

@@ -1,0 +1,49 @@
+"""Dropout is one switch (ModelSpec.dropout: the attention and hidden masks together): a script with
+one rate 0 and the other not is refused, and exports write both rates as costed (issue 15: an export of
+attention 0.1 / hidden 0.0 wrote no dropout flag, so Megatron-LM ran hidden dropout 0.1, its default)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from conftest import SCRIPTS
+from typer.testing import CliRunner
+
+from autopar.cli.app import app
+from autopar.errors import AutoparError
+from autopar.specs.script import read_script
+
+
+def _llama(tmp_path: Path, attention: str | None, hidden: str | None) -> Path:
+    """The shipped llama2-7b script (attention and hidden dropout 0.0) with the given rates (None: the
+    flag removed, Megatron's default 0.1)."""
+    text = (SCRIPTS / "pretrain_llama2_7b.sh").read_text().replace("--bf16\n", "--bf16 --vocab-size 32000\n")
+    text = text.replace("--attention-dropout 0.0", f"--attention-dropout {attention}" if attention else "")
+    text = text.replace("--hidden-dropout 0.0", f"--hidden-dropout {hidden}" if hidden else "")
+    path = tmp_path / "job.sh"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("attention, hidden, needle", [
+    ("0.1", "0.0", "--attention-dropout=0.1 with --hidden-dropout=0:"),
+    ("0.0", None, "--attention-dropout=0 with --hidden-dropout=0.1 (Megatron-LM's default):"),
+])
+def test_dropout_rates_on_and_off_are_refused(tmp_path, attention, hidden, needle):
+    with pytest.raises(AutoparError, match=re.escape(f"{needle} autopar costs dropout as one switch")):
+        read_script(_llama(tmp_path, attention, hidden))
+
+
+@pytest.mark.parametrize("attention, hidden, written", [
+    (None, None, "--attention-dropout 0.1 --hidden-dropout 0.1"),
+    ("0.05", "0.1", "--attention-dropout 0.1 --hidden-dropout 0.1"),
+    ("0.0", "0.0", "--attention-dropout 0.0 --hidden-dropout 0.0"),
+])
+@pytest.mark.parametrize("fmt", ["megatron", "deepspeed"])
+def test_exports_write_both_dropout_rates(tmp_path, attention, hidden, written, fmt):
+    out = CliRunner().invoke(app, ["export", "--script", str(_llama(tmp_path, attention, hidden)), "--device",
+                                   "h100-80gb", "--format", fmt, "--tp", "2", "--pp", "4"])
+    assert out.exit_code == 0, out.output
+    assert written in out.output
