@@ -24,6 +24,9 @@ NUMERICS = "changes numerics only, not memory or step time"
 MOE_ROUTING = "router loss or routing detail: the router's memory and time are costed the same"
 
 NO_EFFECT_FLAGS: dict[str, tuple[str, ...]] = {
+    "the attention softmax computed in fp32: fused attention kernels (flash, cuDNN) already do, and the unfused "
+    "path (Megatron FusedScaleMaskSoftmax) casts the probabilities back to the 16-bit dtype it keeps, so the "
+    "stored activations and GEMMs are unchanged": ("--attention-softmax-in-fp32",),
     "eager training steps before the CUDA graphs are captured: the steady-state step autopar costs is "
     "the same": ("--cuda-graph-warmup-steps",),
     FUSION: ("--no-masked-softmax-fusion", "--no-bias-gelu-fusion", "--no-bias-swiglu-fusion",
@@ -148,7 +151,7 @@ REFUSED_FLAGS: dict[str, tuple[str, ...]] = {
     "rank placement other than Megatron's tp-cp-ep-dp-pp order changes which groups share a node": (
         "--use-tp-pp-dp-mapping",),
     "fp32 residuals, fp32 norms or fp16 logits change activation memory autopar counts in the training dtype": (
-        "--fp32-residual-connection", "--fp16-lm-cross-entropy", "--attention-softmax-in-fp32",
+        "--fp32-residual-connection", "--fp16-lm-cross-entropy",
         "--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl", "--input-layernorm-in-fp32",
         "--rmsnorm-weight-in-fp32", "--init-norm-weight-in-fp32"),
     "a gated activation other than --swiglu changes the FFN autopar builds": ("--quick-geglu", "--geglu"),

@@ -268,6 +268,12 @@ def test_no_effect_flags_leave_the_parse_unchanged(tmp_path):
     assert parsed(script(tmp_path, extra)) == parsed(script(tmp_path, ""))
 
 
+def test_softmax_in_fp32_is_accepted_without_effect(tmp_path):
+    """Common in MindSpeed-LLM scripts; it had been refused with the reason for fp32 residuals."""
+    assert FLAGS["--attention-softmax-in-fp32"]["class"] == "no_effect"
+    assert parsed(script(tmp_path, "--attention-softmax-in-fp32")) == parsed(script(tmp_path, ""))
+
+
 def test_only_values_are_checked(tmp_path):
     assert FLAGS["--optimizer"].get("only") == ["adam"]
     with pytest.raises(AutoparError, match=r"--optimizer='sgd': autopar costs only adam"):
