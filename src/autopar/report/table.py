@@ -8,7 +8,7 @@ from rich.table import Table
 
 from autopar.estimate import Estimate
 from autopar.problem import Problem
-from autopar.report.ties import rank_marks, ties_note
+from autopar.report.ties import rank_marks, sharding_note, ties_note
 from autopar.search import SearchResult
 from autopar.specs import DeviceSpec
 from autopar.strategy import DEFAULT_RECOMPUTE_MODULES, RECOMPUTE_MODULES, Strategy, default_layers_per_stage
@@ -206,8 +206,8 @@ def search_table(result: SearchResult, certainty: Certainty | None = None, p: Pr
                           ("recompute", "left"), ("GiB", "right"), ("step s", "right"),
                           ("tok/s/dev", "right"), ("MFU", "right"), ("bubble", "right"), ("note", "left")]:
         table.add_column(name, justify=justify, no_wrap=True)
-    notes = [n for n in (table_notes(result.layouts), p and mfu_note(p), certainty and ties_note(certainty, marks))
-             if n]
+    notes = [n for n in (table_notes(result.layouts), p and mfu_note(p), certainty and ties_note(certainty, marks),
+                         p and sharding_note(p, result)) if n]
     table.caption, table.caption_justify = "\n".join(notes) or None, "left"
     for mark, e in zip(marks, result.layouts):
         bubble = e.time_breakdown_s["pp_bubble"] / e.step_time_s

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from autopar.validate.bands import Certainty, certainty
+from autopar.validate.bands import Certainty, certainty, sharded_rows_note
 
 if TYPE_CHECKING:
     from autopar.problem import Problem
@@ -78,10 +78,18 @@ def problem_certainty(p: Problem) -> Certainty:
     return certainty(p.model.is_moe, p.train.precision, p.cluster.device.name)
 
 
+def sharding_note(p: Problem, result: SearchResult) -> str | None:
+    """:func:`autopar.validate.bands.sharded_rows_note` for the layouts of ``result`` on ``p``'s framework."""
+    return sharded_rows_note(p.train.framework, (e.strategy.zero for e in result.layouts))
+
+
 def search_document(p: Problem, result: SearchResult) -> dict[str, Any]:
     """The search JSON of ``result`` (``search --json`` and ``--report``'s ``result.json``):
-    :meth:`SearchResult.to_dict` with :func:`annotate`'s bands and the peak MFU is of
-    (``mfu_peak_flops_per_s``; no ``schema_version`` yet)."""
+    :meth:`SearchResult.to_dict` with :func:`annotate`'s bands (``certainty.sharding_note``:
+    :func:`sharding_note`, or None) and the peak MFU is of (``mfu_peak_flops_per_s``; no
+    ``schema_version`` yet)."""
     from autopar.cost.step import mfu_peak_flops_per_s
 
-    return {**annotate(result.to_dict(), problem_certainty(p)), "mfu_peak_flops_per_s": mfu_peak_flops_per_s(p)}
+    doc = annotate(result.to_dict(), problem_certainty(p))
+    doc["certainty"]["sharding_note"] = sharding_note(p, result)
+    return {**doc, "mfu_peak_flops_per_s": mfu_peak_flops_per_s(p)}

@@ -64,9 +64,10 @@ def similarity_keys(is_moe: bool, precision: str, device_name: str) -> dict[str,
 
 def row_errors(results: Iterable) -> list[dict[str, Any]]:
     """One record per scored row with an error: ``{"id", "kind": step_time | memory, "family",
-    "precision", "device_class", "error_pct"}`` (signed, 100 (predicted - measured) / measured,
-    rounded to 0.01), from :class:`autopar.validate.score.Result` objects; OOM rows and rows of
-    other metrics are left out."""
+    "precision", "device_class", "framework", "zero", "error_pct"}`` (``framework``: the row's
+    ``TrainSpec.framework``; ``zero``: its layout's ZeRO stage; ``error_pct`` signed, 100 (predicted -
+    measured) / measured, rounded to 0.01), from :class:`autopar.validate.score.Result` objects;
+    OOM rows and rows of other metrics are left out."""
     from autopar.validate.score import THROUGHPUT
 
     out = []
@@ -79,6 +80,7 @@ def row_errors(results: Iterable) -> list[dict[str, Any]]:
         p = r.case.problem
         out.append({"id": r.row.id, "kind": kind, **similarity_keys(p.model.is_moe, r.case.precision,
                                                                     p.cluster.device.name),
+                    "framework": p.train.framework, "zero": r.case.strategy.zero,
                     "error_pct": round(r.error_pct, 2)})
     return out
 
@@ -149,6 +151,34 @@ def certainty(is_moe: bool, precision: str, device_name: str) -> Certainty:
     keys = similarity_keys(is_moe, precision, device_name)
     records = list(shipped_errors())
     return Certainty(band_from(records, "step_time", keys), band_from(records, "memory", keys))
+
+
+#: The name of sharded weights (ZeRO-3) or gradients (ZeRO-2) in each framework, for :func:`sharded_rows_note`.
+SHARDED_NAMES = {"megatron": "Megatron-FSDP", "deepspeed": "DeepSpeed ZeRO-2/3", "torchtitan": "FSDP2"}
+
+
+def sharded_rows(framework: str, kind: str = "step_time") -> tuple[str, ...]:
+    """Ids of the shipped validation rows of ``kind`` that ran ``framework`` with ZeRO 2 or 3 (sharded
+    gradients or weights: Megatron-FSDP, DeepSpeed ZeRO-2/3, torchtitan FSDP2)."""
+    return tuple(r["id"] for r in shipped_errors()
+                 if r["kind"] == kind and r["framework"] == framework and r["zero"] >= 2)
+
+
+def sharded_rows_note(framework: str, zero_stages: Iterable[int], min_rows: int = MIN_ROWS) -> str | None:
+    """A caveat for a ranking whose layouts include ZeRO 2/3 (``zero_stages``: theirs) when fewer than
+    ``min_rows`` validation rows measured that framework's sharded data parallelism: the band comes
+    from rows that mostly ran without it, so such layouts' step times are less certain than it says.
+    E.g. ``zero 2/3 layouts (Megatron-FSDP): 1 measured step-time row (MBR-...), fewer than 5: ...``.
+    None when no layout shards or enough rows exist."""
+    if not any(z >= 2 for z in zero_stages):
+        return None
+    rows = sharded_rows(framework)
+    if len(rows) >= min_rows:
+        return None
+    which = f" ({', '.join(rows)})" if rows else ""
+    return (f"zero 2/3 layouts ({SHARDED_NAMES.get(framework, framework)}): {len(rows)} measured step-time "
+            f"row{'' if len(rows) == 1 else 's'}{which}, fewer than {min_rows}: their step times are less certain "
+            f"than the band says")
 
 
 def write_errors(path: Path = ERRORS_PATH) -> Path:
