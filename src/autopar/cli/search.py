@@ -153,10 +153,7 @@ def search(
     write_script: Annotated[Optional[str], typer.Option(help="with --script: write it back with the best layout "
                                                         "(--top N writes OUT.sh, OUT.2.sh, ... up to N; an "
                                                         "existing file there is replaced)")] = None,
-    min_gain_pct: Annotated[Optional[float], typer.Option(help="--write-script: least predicted gain over the "
-                                                          "script's own layout, % [default: autopar's step-time "
-                                                          "MAPE on similar validation rows: 4.5 dense, 5.7 fp8, "
-                                                          "16.3 MoE]")] = None,
+    min_gain_pct: Annotated[Optional[float], typer.Option(help=S.MIN_GAIN_HELP)] = None,
     report: Annotated[Optional[str], typer.Option(help="write result.json, PNG charts and report.html here")] = None,
     profile_db: ProfileDb = None, profile_device: ProfileDevice = None, profile_stands_for: ProfileStandsFor = None,
     moe_token_imbalance: MoeImbalance = None, fp8_param_storage: Fp8ParamStorage = None,

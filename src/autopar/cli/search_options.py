@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from autopar.errors import AutoparError
+from autopar.export.rewrite_checks import MIN_GAIN_PCT
 from autopar.search.constraints import Constraint, parse_constraints
 
 if TYPE_CHECKING:
@@ -69,6 +70,9 @@ NoEp = Annotated[bool, _off("--no-ep", "expert parallelism (ep 1)")]
 NoVpp = Annotated[bool, _off("--no-vpp", "interleaving (vpp 1)")]
 NoFsdp = Annotated[bool, _off("--no-fsdp", "FSDP (ZeRO-3)")]
 NoRecompute = Annotated[bool, _off("--no-recompute", "activation recompute (recompute none)")]
+MIN_GAIN_HELP = ("--write-script: least predicted gain over the script's own layout, % [default: autopar's "
+                 "step-time MAPE on the validation rows of the problem's kind: " + ", ".join(
+                     f"{pct:g} {kind}" for kind, pct in MIN_GAIN_PCT.items()) + "]")
 Explain = Annotated[Optional[str], typer.Option(
     "--explain", help="where this layout ranks and why, or what drops it: 'tp=4,pp=4,vpp=5,cp=2,mbs=1' "
     "(keys: tp pp dp cp vpp ep etp mbs zero recompute schedule sp num_microbatches tp_comm_overlap "
