@@ -320,6 +320,8 @@ def search(
         print_json("search", doc)
         return
     console.print(problem_title(p))
+    if explained:  # where it ranks first, the table and the Megatron arguments after; the reasons at the end
+        console.print(explained.summary(), highlight=False, markup=False, soft_wrap=True)
     console.print(search_table(result, problem_certainty(p), p))
     console.print(search_summary(result), highlight=False, soft_wrap=True)
     if knobs_line:
