@@ -161,8 +161,14 @@ class _Editor:
 
 
 def _target_flags(plan: ScriptPlan, p: Problem, s: Strategy) -> dict[str, FlagValue]:
+    """The flags the rewrite sets (:func:`layout_flags` of the script's framework and the sequence
+    length). MindSpeed's MC2 keeps the script's spelling: a script that runs ``--use-mc2`` (older
+    MindSpeed-LLM's name, :data:`autopar.specs.script_comm.MC2_FLAGS`) keeps it where the layout
+    keeps MC2 on, rather than having it replaced by ``--use-ascend-mc2``."""
     flags = layout_flags(p, s, plan.framework)  # type: ignore[arg-type]
     flags["--seq-length"] = str(p.train.seq_len)
+    if flags.get("--use-ascend-mc2") is True and plan.args.has("--use-mc2") and not plan.args.has("--use-ascend-mc2"):
+        flags["--use-mc2"], flags["--use-ascend-mc2"] = True, None
     return flags
 
 
