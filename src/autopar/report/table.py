@@ -91,7 +91,8 @@ def label_legend(layouts: list[Estimate], target: str = "megatron") -> str | Non
     if any(s.sp for s in ss):
         parts.append("+sp sequence parallelism")
     if any(s.tp_comm_overlap for s in ss):
-        parts.append(f"+ov TP communication overlapped with the GEMMs ({TP_OVERLAP_FLAGS.get(target, '--tp-comm-overlap')})")
+        flag = TP_OVERLAP_FLAGS.get(target, "--tp-comm-overlap")
+        parts.append(f"+ov TP communication overlapped with the GEMMs ({flag})")
     if any(s.vpp > 1 for s in ss):
         parts.append("ppPxV V virtual stages (model chunks) per pipeline rank, interleaved")
     parts += [text for algo, text in _CP_ALGORITHMS.items() if any(s.cp > 1 and s.cp_comm_type == algo for s in ss)]
@@ -211,7 +212,7 @@ def search_table(result: SearchResult, certainty: Certainty | None = None, p: Pr
                           ("recompute", "left"), ("GiB", "right"), ("step s", "right"),
                           ("tok/s/dev", "right"), ("MFU", "right"), ("bubble", "right"), ("note", "left")]:
         table.add_column(name, justify=justify, no_wrap=True)
-    notes = [n for n in (table_notes(result.layouts, result.target), p and mfu_note(p),
+    notes = [n for n in (table_notes(result.layouts, getattr(result, "target", "megatron")), p and mfu_note(p),
                          certainty and ties_note(certainty, marks)) if n]
     table.caption, table.caption_justify = "\n".join(notes) or None, "left"
     for mark, e in zip(marks, result.layouts):

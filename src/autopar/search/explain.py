@@ -33,7 +33,8 @@ KEYS: dict[str, FieldSpec] = {f.option[2:].replace("-", "_"): f for f in FIELDS}
 MAX_RANK = 2000  # the rank walk checks the target's writer per layout; deeper ranks are reported as "below"
 _LABEL = re.compile(r"^(?:tp(?P<tp>\d+)(?P<sp>\+sp)?(?P<ov>\+ov)?|pp(?P<pp>\d+)(?:x(?P<vpp>\d+))?(?:\+e?l?)?~?"
                     r"|cp(?P<cp>\d+)(?::(?P<cp_algo>a2a|allgather|a2a\d+\+p2p))?"
-                    r"|dp(?P<dp>\d+)|ep(?P<ep>\d+)(?:/etp(?P<etp>\d+))?(?::(?P<disp>allgather|deepep|hybridep))?(?P<a2a>\+a2a)?"
+                    r"|dp(?P<dp>\d+)|ep(?P<ep>\d+)(?:/etp(?P<etp>\d+))?"
+                    r"(?::(?P<disp>allgather|deepep|hybridep))?(?P<a2a>\+a2a)?"
                     r"|mbs(?P<mbs>\d+)"
                     r"|vtp(?P<vocab_tp>\d+)|vsp(?P<vsp>\d+)|(?P<gpipe>gpipe)|(?P<nc>tp-nc)|(?P<v>zbv|dualpipev))$",
                     re.ASCII)  # \d: the digits 0-9 only (autopar.integers)
