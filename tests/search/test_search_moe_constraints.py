@@ -21,7 +21,7 @@ MIXTRAL = ["search", "--model", "mixtral-8x7b", "--device", "h100-80gb", "--node
            "--seq-len", "4096", "--top", "5", "--json"]
 
 
-def _layouts(*extra: str) -> list[dict]:
+def _layouts(*extra: str) -> tuple[dict, list[dict]]:
     out = runner.invoke(app, [*MIXTRAL, *extra])
     assert out.exit_code == 0, out.output
     doc = json.loads(out.stdout)
