@@ -265,7 +265,8 @@ RULES: tuple[Rule, ...] = (
         lambda p, s: f"etp*ep*pp = {s.expert_tp}*{s.ep}*{s.pp} = {s.expert_tp * s.ep * s.pp} must divide the "
         f"world size {p.world_size}, i.e. etp*ep must divide the dense grid dp*cp*tp = {s.dp * s.cp * s.tp} "
         "(Megatron-Core parallel_state: 'world_size is not divisible by "
-        "expert_tensor_model_pipeline_parallel size'; etp defaults to tp)",
+        f"expert_tensor_model_pipeline_parallel size'; etp is {s.expert_tp} here, Megatron's default when unset "
+        f"is tp = {s.tp})",
     ),
     Rule(
         "etp_divides_moe_ffn",

@@ -238,3 +238,12 @@ def test_moe_layer_tp_collectives_follow_the_dispatcher(shared_ffn, framework, p
     one = float(comm.all_reduce_s(p, 2 * 8 * 16, 2, 1))  # bf16 x (s/cp * mbs = 8 tokens) x h=16
     assert stage_time(p, batch, stages).tp_s[0] == pytest.approx((8 + 2 * per_moe_layer + 2) * one, rel=1e-12)
     assert moe.mlp_tp_collective_pairs(p) == (per_moe_layer - 2) // 2
+
+
+def test_c08_expert_grid_reason_says_the_etp_it_computed_with():
+    """The reason said 'etp defaults to tp' while computing with etp 1 (tp 2): it names the etp used."""
+    p = _qwen_c08()
+    with pytest.raises(LayoutError) as err:
+        check_strategy(p, Strategy(dp=2, tp=2, pp=2, ep=8, etp=1, sp=True))
+    assert "etp is 1 here, Megatron's default when unset is tp = 2" in str(err.value)
+    assert "etp defaults to tp" not in str(err.value)

@@ -91,8 +91,9 @@ def test_targets_without_them_refuse_with_the_reason():
 
 
 @pytest.mark.parametrize("target, dispatchers, overlap", [
-    # megatron-bridge also offers Qwen3-30B-A3B's recipe dispatcher, HybridEP (autopar.export.bridge_moe_recipes)
-    ("megatron", {"alltoall", "deepep"}, True), ("megatron-bridge", {"alltoall", "deepep", "hybridep"}, True),
+    # megatron-bridge offers Qwen3-30B-A3B's recipe dispatcher, HybridEP (autopar.export.bridge_moe_recipes),
+    # instead of DeepEP: on 8-GPU nodes the two cost the same (autopar.export.comm_knobs.flex_backends_tie)
+    ("megatron", {"alltoall", "deepep"}, True), ("megatron-bridge", {"alltoall", "hybridep"}, True),
     ("torchtitan", {"alltoall"}, False), ("mindspeed", {"alltoall"}, False)])
 def test_search_offers_the_choices_where_the_target_writes_them(target, dispatchers, overlap):
     p, options = for_search(make_problem("qwen3-30b-a3b", nodes=2), target, SpaceOptions(mbs=(1,), zero=(1,)))

@@ -36,9 +36,11 @@ def test_models_without_a_moe_recipe_assume_nothing():
 
 
 def test_search_offers_the_recipe_dispatcher_last():
-    """Last: the one kept when the space must shrink (autopar.space.blocks)."""
+    """Last: the one kept when the space must shrink (autopar.space.blocks). On H100 deepep and
+    hybridep cost the same (autopar.export.comm_knobs.flex_backends_tie): the recipe's hybridep
+    only, not a silent tie with deepep."""
     _, options = for_search(make_problem("qwen3-30b-a3b", nodes=2), "megatron-bridge", SpaceOptions())
-    assert options.moe_dispatchers == ("alltoall", "deepep", "hybridep")
+    assert options.moe_dispatchers == ("alltoall", "hybridep")
     _, options = for_search(make_problem("gpt-oss-120b", nodes=2), "megatron-bridge", SpaceOptions())
     assert options.moe_dispatchers == ("deepep", "alltoall")
 

@@ -155,3 +155,27 @@ def test_checkpoint_warning_per_format(tmp_path):
     assert "tools/checkpoint/convert.py" in checkpoint_warning(legacy, {"tp": 1, "pp": 4, "ep": 1}, "torch")
     no_load = _plan(tmp_path, base.replace("    --load $CKPT_LOAD_DIR \\\n", ""))
     assert checkpoint_warning(no_load, {"tp": 8, "pp": 1, "ep": 1}, "fsdp_dtensor") is None
+
+
+def test_min_gain_help_is_built_from_the_constant():
+    """The help said 4.5 / 5.7 / 16.3 while MIN_GAIN_PCT held 4.4 / 5.9 / 16.3 (a new user's report)."""
+    from autopar.cli.search_options import MIN_GAIN_HELP
+
+    for kind, pct in MIN_GAIN_PCT.items():
+        assert f"{pct:g} {kind}" in MIN_GAIN_HELP
+    assert "4.5" not in MIN_GAIN_HELP and "5.7" not in MIN_GAIN_HELP
+
+
+def test_refusal_says_which_figure_is_the_threshold_and_which_the_band():
+    """Mixtral on H100: the default threshold is the MAPE on every MoE row (16.3), the table's ≈1
+    band the MAPE on the MoE bf16 Hopper rows (problem_certainty): the refusal names both."""
+    from autopar.export.rewrite import _band_aside
+    from autopar.report.ties import problem_certainty
+
+    p = make_problem("mixtral-8x7b", nodes=4)
+    step = problem_certainty(p).step_time
+    assert step.band_pct != MIN_GAIN_PCT["MoE (any precision)"]
+    aside = _band_aside(p, MIN_GAIN_PCT["MoE (any precision)"])
+    assert aside == (f" (the table's ±{step.band_pct:g}% band is the MAPE on the {len(step.rows)} {step.group}, "
+                     "the rows most like this problem)")
+    assert _band_aside(p, step.band_pct) == ""  # one figure: nothing to tell apart

@@ -135,3 +135,19 @@ def test_a_range_beyond_memory_names_the_largest_that_fits():
     assert sweep.memory_limits_gbs is True
 
     assert sweep_summary(sweep, 4.3)[-1] == "largest that fits: gbs 32 (memory limits the batch above it)"
+
+
+def test_the_chart_marks_where_the_text_says_throughput_saturates(monkeypatch):
+    """The --plot chart circled only the most tokens/s (the range's largest gbs on a flat sweep)
+    while the text says throughput saturates at the smallest gbs within the band: it marks both,
+    as the text names them (gbs 128 most; gbs 32 first within 4.3 % of 1,177, floor 1,126.4)."""
+    import autopar.report.batch as report_batch
+    from autopar.search.batch import BatchSearch
+
+    monkeypatch.setattr(report_batch, "layout_label", lambda e: "tp8")
+    sweep = BatchSearch([_point(16, 900), _point(32, 1150), _point(64, 1170), _point(128, 1177)], "megatron")
+    marks = report_batch.chart_marks(sweep, 4.3)
+    assert [(pt.gbs, text) for pt, text in marks] == [
+        (128, "most tokens/s: gbs 128 (tp8)"),
+        (32, "saturates: gbs 32 (within ±4.3% of the most, autopar's step-time band)")]
+    assert [pt.gbs for pt, _ in report_batch.chart_marks(sweep, None)] == [128]  # no band: no saturation point

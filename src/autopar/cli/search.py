@@ -153,10 +153,7 @@ def search(
     write_script: Annotated[Optional[str], typer.Option(help="with --script: write it back with the best layout "
                                                         "(--top N writes OUT.sh, OUT.2.sh, ... up to N; an "
                                                         "existing file there is replaced)")] = None,
-    min_gain_pct: Annotated[Optional[float], typer.Option(help="--write-script: least predicted gain over the "
-                                                          "script's own layout, % [default: autopar's step-time "
-                                                          "MAPE on similar validation rows: 4.5 dense, 5.7 fp8, "
-                                                          "16.3 MoE]")] = None,
+    min_gain_pct: Annotated[Optional[float], typer.Option(help=S.MIN_GAIN_HELP)] = None,
     report: Annotated[Optional[str], typer.Option(help="write result.json, PNG charts and report.html here")] = None,
     profile_db: ProfileDb = None, profile_device: ProfileDevice = None, profile_stands_for: ProfileStandsFor = None,
     moe_token_imbalance: MoeImbalance = None, fp8_param_storage: Fp8ParamStorage = None,
@@ -173,7 +170,8 @@ def search(
     etp: S.Etp = None, mbs: S.Mbs = None, num_microbatches: S.Microbatches = None, zero: S.Zero = None,
     recompute: S.Recompute = None, schedule: S.Schedule = None, sp: S.Sp = None,
     tp_comm_overlap: S.TpCommOverlap = None, cp_comm_type: S.CpCommType = None, vocab_tp: S.VocabTp = None,
-    vocab_sp: S.VocabSp = None, tp_consecutive: S.TpConsecutive = None, no_tp: S.NoTp = False,
+    vocab_sp: S.VocabSp = None, tp_consecutive: S.TpConsecutive = None, moe_dispatcher: S.MoeDispatcher = None,
+    moe_ep_overlap: S.MoeEpOverlap = None, no_tp: S.NoTp = False,
     no_pp: S.NoPp = False, no_cp: S.NoCp = False, no_ep: S.NoEp = False, no_vpp: S.NoVpp = False,
     no_fsdp: S.NoFsdp = False, no_recompute: S.NoRecompute = False, explain: S.Explain = None,
     gbs_range: S.GbsRange = None, plot: S.Plot = None, config: Config = None,
@@ -216,7 +214,7 @@ def search(
         tp, pp, dp, cp, vpp, ep, etp, mbs, num_microbatches, zero, recompute, schedule, sp,
         {"--no-tp": no_tp, "--no-pp": no_pp, "--no-cp": no_cp, "--no-ep": no_ep, "--no-vpp": no_vpp,
          "--no-fsdp": no_fsdp, "--no-recompute": no_recompute}, tp_comm_overlap, cp_comm_type,
-        (vocab_tp, vocab_sp, tp_consecutive))
+        (vocab_tp, vocab_sp, tp_consecutive), (moe_dispatcher, moe_ep_overlap))
     p = problem_from_options(model, device, nodes, devices_per_node, gbs, seq_len, precision, device_file, device_set,
                  flash_attention, vocab_pad, script, vocab_size, moe_token_imbalance, fp8_param_storage,
                                  fp8_recipe=fp8_recipe, knobs=given_knobs(
@@ -224,6 +222,7 @@ def search(
     if etp is not None and p.model.num_experts == 0:  # estimate refuses it too (cli.inputs); it pinned tp to etp
         raise AutoparError(f"--etp={etp}: model {p.model.name} has no routed experts; expert tensor "
                            "parallelism applies to MoE models only (leave --etp unset)")
+    S.refuse_moe_on_dense(p, moe_dispatcher, moe_ep_overlap)
     from autopar.search.grid import for_target
     from autopar.specs.targets import check_target, default_target
 
@@ -295,6 +294,8 @@ def search(
         verified = verify_search(p, result.layouts, verify, script, target)
     from autopar.report.ties import problem_certainty, search_document
 
+    flex_note = None if moe_dispatcher else _flex_note(p, target, result.layouts)  # pinned: the user's choice
+
     if as_json:
         doc = search_document(p, result)
         doc["megatron_args"] = best_args
@@ -308,6 +309,8 @@ def search(
             doc["explain"] = explained.to_dict()
         if knobs_line:
             doc["search_knobs"] = knobs_line
+        if flex_note:
+            doc["moe_dispatcher_note"] = flex_note
         if target == "megatron-bridge":
             from autopar.export.bridge_moe_recipes import note
 
@@ -317,10 +320,14 @@ def search(
         print_json("search", doc)
         return
     console.print(problem_title(p))
+    if explained:  # where it ranks first, the table and the Megatron arguments after; the reasons at the end
+        console.print(explained.summary(), highlight=False, markup=False, soft_wrap=True)
     console.print(search_table(result, problem_certainty(p), p))
     console.print(search_summary(result), highlight=False, soft_wrap=True)
     if knobs_line:
         console.print(escape(knobs_line), highlight=False, soft_wrap=True)
+    if flex_note:
+        console.print(escape(flex_note), highlight=False, soft_wrap=True)
     if target != "megatron":  # the target's own config, not Megatron-LM flags it does not read
         print_target_config(p, best.strategy, target)
     elif best_args is None:
@@ -335,3 +342,13 @@ def search(
     print_calibration(calibration)
     if explained:
         console.print("\n" + explained.text(), highlight=False, markup=False, soft_wrap=True)
+
+
+def _flex_note(p: Problem, target: str, layouts: list) -> str | None:
+    """:func:`autopar.export.comm_knobs.flex_tie_note` where a listed layout runs a flex dispatcher
+    (deepep / hybridep), else None."""
+    from autopar.export.comm_knobs import FLEX_BACKENDS, flex_tie_note
+
+    if not any(e.strategy.ep > 1 and e.strategy.moe_dispatcher in FLEX_BACKENDS for e in layouts):
+        return None
+    return flex_tie_note(p, target)

@@ -7,12 +7,16 @@ set of values (``--pp 1,2,4``); see :mod:`autopar.search.constraints`.
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
 from autopar.errors import AutoparError
+from autopar.export.rewrite_checks import MIN_GAIN_PCT
 from autopar.search.constraints import Constraint, parse_constraints
+
+if TYPE_CHECKING:
+    from autopar.problem import Problem
 
 
 def _set(option: str, what: str, example: str = "1,2,4") -> object:
@@ -53,6 +57,12 @@ TpCommOverlap = Annotated[Optional[bool], typer.Option(
     rich_help_panel="Constraints")]
 CpCommType = Annotated[Optional[str], _set("--cp-comm-type", "context-parallel algorithm: p2p | a2a | allgather | "
                                            "a2a+p2p", "p2p,a2a")]
+MoeDispatcher = Annotated[Optional[str], _set("--moe-dispatcher", "MoE token dispatcher: alltoall | allgather | deepep "
+                                              "| hybridep (as estimate's; deepep/hybridep run Megatron's flex "
+                                              "dispatcher and need those libraries)", "alltoall,allgather")]
+MoeEpOverlap = Annotated[Optional[bool], typer.Option(
+    "--moe-ep-overlap/--no-moe-ep-overlap", help="keep only layouts with (without) the EP all-to-all overlapped with "
+    "another micro-batch (Megatron --overlap-moe-expert-parallel-comm)", rich_help_panel="Constraints")]
 NoTp = Annotated[bool, _off("--no-tp", "tensor parallelism (tp 1)")]
 NoPp = Annotated[bool, _off("--no-pp", "pipeline parallelism (pp 1)")]
 NoCp = Annotated[bool, _off("--no-cp", "context parallelism (cp 1)")]
@@ -60,10 +70,14 @@ NoEp = Annotated[bool, _off("--no-ep", "expert parallelism (ep 1)")]
 NoVpp = Annotated[bool, _off("--no-vpp", "interleaving (vpp 1)")]
 NoFsdp = Annotated[bool, _off("--no-fsdp", "FSDP (ZeRO-3)")]
 NoRecompute = Annotated[bool, _off("--no-recompute", "activation recompute (recompute none)")]
+MIN_GAIN_HELP = ("--write-script: least predicted gain over the script's own layout, % [default: autopar's "
+                 "step-time MAPE on the validation rows of the problem's kind: " + ", ".join(
+                     f"{pct:g} {kind}" for kind, pct in MIN_GAIN_PCT.items()) + "]")
 Explain = Annotated[Optional[str], typer.Option(
     "--explain", help="where this layout ranks and why, or what drops it: 'tp=4,pp=4,vpp=5,cp=2,mbs=1' "
-    "(keys: tp pp dp cp vpp ep etp mbs zero recompute schedule sp num_microbatches vocab_tp vocab_sp "
-    "tp_consecutive) or a table label "
+    "(keys: tp pp dp cp vpp ep etp mbs zero recompute schedule sp num_microbatches tp_comm_overlap "
+    "cp_comm_type vocab_tp vocab_sp tp_consecutive moe_dispatcher moe_ep_overlap; a key left out is free) or a "
+    "table label (exact: a part without +ov is TP overlap off, cp without :a2a the ring) "
     "such as 'tp4+sp pp4x5 cp2 dp2'")]
 GbsRange = Annotated[Optional[str], typer.Option(
     "--gbs-range", help="batch-size search instead of one search: FIRST:LAST (FIRST doubled up to LAST: "
@@ -80,9 +94,10 @@ def constraints_from_options(tp: str | None, pp: str | None, dp: str | None, cp:
                              switches: dict[str, bool], tp_comm_overlap: bool | None = None,
                              cp_comm_type: str | None = None,
                              galvatron: tuple[str | None, bool | None, bool | None] = (None, None, None),
-                             ) -> list[Constraint]:
+                             moe: tuple[str | None, bool | None] = (None, None)) -> list[Constraint]:
     """The :class:`Constraint` list of ``search``'s options (None / False = not given);
-    ``galvatron``: ``--vocab-tp``, ``--vocab-sp``, ``--tp-consecutive``.
+    ``galvatron``: ``--vocab-tp``, ``--vocab-sp``, ``--tp-consecutive``; ``moe``:
+    ``--moe-dispatcher``, ``--moe-ep-overlap``.
 
     Raises:
         AutoparError: a bad value or a contradicting switch (:func:`parse_constraints`).
@@ -91,7 +106,8 @@ def constraints_from_options(tp: str | None, pp: str | None, dp: str | None, cp:
               "--num-microbatches": num_microbatches, "--zero": zero, "--recompute": recompute,
               "--schedule": schedule, "--sp": _on_off(sp), "--tp-comm-overlap": _on_off(tp_comm_overlap),
               "--cp-comm-type": cp_comm_type, "--vocab-tp": galvatron[0], "--vocab-sp": _on_off(galvatron[1]),
-              "--tp-consecutive": _on_off(galvatron[2])}
+              "--tp-consecutive": _on_off(galvatron[2]), "--moe-dispatcher": moe[0],
+              "--moe-ep-overlap": _on_off(moe[1])}
     return parse_constraints(pinned, switches)
 
 
@@ -129,3 +145,18 @@ def check_modes(gbs_range: str | None, plot: str | None, explain: str | None, wr
                            "--report take one search: drop them or --gbs-range")
     if explain:
         parse_layout(explain)
+
+
+def refuse_moe_on_dense(p: Problem, moe_dispatcher: str | None, moe_ep_overlap: bool | None) -> None:
+    """Refuse ``--moe-dispatcher`` / ``--moe-ep-overlap`` for a model without routed experts (a
+    dense layout has no dispatcher: the constraint would keep or drop everything silently).
+
+    Raises:
+        AutoparError: ``--moe-dispatcher=deepep: model llama3-8b has no routed experts; ...``.
+    """
+    given = {"--moe-dispatcher": moe_dispatcher, "--moe-ep-overlap": None if moe_ep_overlap is None
+             else "on" if moe_ep_overlap else "off"}
+    for option, value in given.items():
+        if value is not None and p.model.num_experts == 0:
+            raise AutoparError(f"{option}={value}: model {p.model.name} has no routed experts; the MoE dispatcher "
+                               f"and EP overlap apply to MoE models only (leave {option} unset)")

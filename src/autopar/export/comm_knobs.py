@@ -90,3 +90,47 @@ TP_OVERLAP_TARGETS = frozenset({"megatron", "mindspeed", "torchtitan"})
 CP_ALGORITHMS: dict[str, tuple[str, ...]] = {"megatron": ("p2p", "a2a", "allgather", "a2a+p2p"),
                                              "megatron-bridge": ("p2p", "a2a", "allgather", "a2a+p2p"),
                                              "mindspeed": ("p2p", "a2a", "a2a+p2p"), "deepspeed": ("a2a",)}
+FLEX_BACKENDS = ("deepep", "hybridep")
+
+
+def flex_backends_tie(p: Problem) -> bool:
+    """Whether ``deepep`` and ``hybridep`` cost the same on ``p``'s cluster: where the NVLink
+    domain holds at most DeepEP's 8 NVLink peers (an 8-GPU H100/H200/B200 node) both forward
+    tokens to the same GPUs over NVLink and over the NICs between nodes, which
+    :func:`autopar.cost.moe_dispatch.flex_a2a_s` costs at DeepEP's measured fractions (DeepEP
+    ``docs/legacy.md``, H800); HybridEP's own published numbers are for NVLink domains beyond a
+    node (Megatron-LM's DeepSeek-V3 GB200 guide), which is where autopar costs it differently."""
+    from autopar.cost.moe_dispatch import DEEPEP_MAX_NVL_PEERS
+
+    return p.cluster.fast_domain_size <= DEEPEP_MAX_NVL_PEERS
+
+
+def preferred_flex(p: Problem, target: str) -> tuple[str, str]:
+    """(the flex backend the search offers for ``p`` on ``target``, why): the backend the
+    target's recipe for the model runs on the device (Megatron-Bridge's MoE recipes,
+    :func:`autopar.export.bridge_moe_recipes.layout_fallbacks`: DeepSeek-V3 and Qwen3-30B-A3B run
+    ``hybridep``, Qwen3-235B-A22B ``deepep`` on H100) where the two cost the same
+    (:func:`flex_backends_tie`), else :func:`flex_backend` (the cheaper where they differ)."""
+    if target == "megatron-bridge" and flex_backends_tie(p):
+        from autopar.export.bridge_moe_recipes import layout_fallbacks
+
+        recipe = layout_fallbacks(p).get("moe_dispatcher")
+        if recipe in FLEX_BACKENDS:
+            return recipe, f"the one Megatron-Bridge's {p.model.name} recipe runs on {p.cluster.device.name}"
+    backend = flex_backend(p)
+    if backend == "deepep":
+        return backend, "DeepEP's (HybridEP gains where the NVLink domain spans more than a node)"
+    return backend, f"the NVLink domain ({p.cluster.fast_domain_size} GPUs) is larger than DeepEP's 8 NVLink peers"
+
+
+def flex_tie_note(p: Problem, target: str) -> str | None:
+    """One line saying which flex backend the search offered where ``deepep`` and ``hybridep``
+    cost the same (:func:`flex_backends_tie`), or None where they do not or the target offers no
+    MoE choice."""
+    if not (p.model.is_moe and target in MOE_CHOICE_TARGETS and flex_backends_tie(p)):
+        return None
+    offered, why = preferred_flex(p, target)
+    other = next(b for b in FLEX_BACKENDS if b != offered)
+    return (f"MoE dispatcher: deepep and hybridep cost the same on {p.cluster.fast_domain_size}-GPU NVLink domains "
+            f"(both forward tokens within the node at DeepEP's measured bandwidths); the search offers {offered}, "
+            f"{why}. --moe-dispatcher {other} (or alltoall, for a cluster without DeepEP/HybridEP) pins another.")

@@ -161,8 +161,14 @@ class _Editor:
 
 
 def _target_flags(plan: ScriptPlan, p: Problem, s: Strategy) -> dict[str, FlagValue]:
+    """The flags the rewrite sets (:func:`layout_flags` of the script's framework and the sequence
+    length). MindSpeed's MC2 keeps the script's spelling: a script that runs ``--use-mc2`` (older
+    MindSpeed-LLM's name, :data:`autopar.specs.script_comm.MC2_FLAGS`) keeps it where the layout
+    keeps MC2 on, rather than having it replaced by ``--use-ascend-mc2``."""
     flags = layout_flags(p, s, plan.framework)  # type: ignore[arg-type]
     flags["--seq-length"] = str(p.train.seq_len)
+    if flags.get("--use-ascend-mc2") is True and plan.args.has("--use-mc2") and not plan.args.has("--use-ascend-mc2"):
+        flags["--use-mc2"], flags["--use-ascend-mc2"] = True, None
     return flags
 
 
@@ -271,6 +277,21 @@ def script_paths(out: str | Path, count: int) -> list[Path]:
     return [out] + [stem.with_name(f"{stem.name}.{i}{out.suffix}") for i in range(2, count + 1)]
 
 
+def _band_aside(p: Problem, threshold_pct: float) -> str:
+    """Where the table's step-time band (:func:`autopar.report.ties.problem_certainty`, the MAPE
+    on the validation rows most like ``p``: same family, precision and device generation) is
+    another figure than the default threshold (the MAPE on every row of ``p``'s family), the
+    aside that says which is which; else empty. E.g. Mixtral on H100: the threshold 16.3 (all MoE
+    rows), the band ±9.9 (6 MoE bf16/fp16 rows on Hopper)."""
+    from autopar.report.ties import problem_certainty
+
+    step = problem_certainty(p).step_time
+    if step.band_pct is None or f"{step.band_pct:g}" == f"{threshold_pct:g}":
+        return ""
+    return (f" (the table's ±{step.band_pct:g}% band is the MAPE on the {len(step.rows)} {step.group}, the rows "
+            "most like this problem)")
+
+
 def write_scripts(script: str | Path, p: Problem, result: SearchResult, out: str | Path,
                   min_gain_pct: float | None = None, count: int | None = None) -> list[str]:
     """Rewrite ``script`` for the first ``count`` ranked layouts of ``result`` (None: all) worth it,
@@ -313,7 +334,8 @@ def write_scripts(script: str | Path, p: Problem, result: SearchResult, out: str
                            "name another file")
     threshold = default_min_gain_pct(p) if min_gain_pct is None else min_gain_pct
     why = (f"--min-gain-pct {threshold:g}" if min_gain_pct is not None else
-           f"the default --min-gain-pct {threshold:g}, autopar's step-time MAPE on {target_set(p)} validation rows")
+           f"the default --min-gain-pct {threshold:g}, autopar's step-time MAPE on all {target_set(p)} validation "
+           f"rows{_band_aside(p, threshold)}")
     baseline = script_baseline(plan, p)
     chosen = []
     for rank, (path, e) in enumerate(zip(paths, layouts), 1):

@@ -15,7 +15,7 @@ from autopar.problem import Problem
 from autopar.report.plots import GIB, _png, plt
 from autopar.report.table import layout_label, mfu_note, recompute_label
 from autopar.schemas import versioned
-from autopar.search.batch import BatchSearch, batch_search, parse_gbs_range
+from autopar.search.batch import BatchPoint, BatchSearch, batch_search, parse_gbs_range
 from autopar.search.constraints import Constraint
 from autopar.space import SpaceOptions
 
@@ -45,18 +45,32 @@ def batch_table(sweep: BatchSearch, band_pct: float | None = None) -> Table:
     return table
 
 
-def batch_chart(sweep: BatchSearch, title: str) -> bytes:
+def chart_marks(sweep: BatchSearch, band_pct: float | None) -> list[tuple[BatchPoint, str]]:
+    """The points :func:`batch_chart` marks, with their legend text, as :func:`sweep_summary`
+    names them: the gbs with the most tokens/s per device, then, where it is another, the gbs
+    where throughput saturates (:meth:`BatchSearch.saturating`)."""
+    best, saturating = sweep.best_throughput, sweep.saturating(band_pct)
+    marks = [(best, f"most tokens/s: gbs {best.gbs:,} ({layout_label(best.best)})")]
+    if saturating is not None and saturating is not best:
+        marks.append((saturating, f"saturates: gbs {saturating.gbs:,} (within ±{band_pct:g}% of the most, "
+                                  "autopar's step-time band)"))
+    return marks
+
+
+def batch_chart(sweep: BatchSearch, title: str, band_pct: float | None = None) -> bytes:
     """PNG: tokens/s per device (top) and peak memory against the device's (bottom) of each gbs's
-    best layout, gbs on a log-2 axis; the best-throughput gbs is circled."""
+    best layout, gbs on a log-2 axis; the best-throughput gbs is circled and, as the text under the
+    table says (:func:`sweep_summary`), the gbs where throughput saturates (the smallest within
+    ``band_pct`` % of the best, :meth:`BatchSearch.saturating`) is marked with a diamond."""
     fitting = sweep.fitting
     if not fitting:
         raise AutoparError("--plot: no batch size of --gbs-range has a layout that fits; nothing to draw")
     gbs = [pt.gbs for pt in fitting]
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 6.5), sharex=True, height_ratios=(2, 1))
     top.plot(gbs, [pt.best.tokens_per_s_per_device for pt in fitting], "o-", color="#4c72b0")
-    best = sweep.best_throughput
-    top.plot([best.gbs], [best.best.tokens_per_s_per_device], "o", ms=14, mfc="none", mec="#c44e52", mew=2,
-             label=f"best: gbs {best.gbs:,} ({layout_label(best.best)})")
+    for (pt, label), (marker, colour) in zip(chart_marks(sweep, band_pct), (("o", "#c44e52"), ("D", "#55a868"))):
+        top.plot([pt.gbs], [pt.best.tokens_per_s_per_device], marker, ms=13, mfc="none", mec=colour, mew=2,
+                 label=label)
     previous = None
     for pt in fitting:  # the layout is named where it changes
         label = layout_label(pt.best)
@@ -69,7 +83,8 @@ def batch_chart(sweep: BatchSearch, title: str) -> bytes:
     top.set_title(title, fontsize=10, pad=10)
     top.legend(fontsize=8, loc="lower right")
     bottom.plot(gbs, [pt.best.peak_memory_bytes / GIB for pt in fitting], "s-", color="#dd8452", label="peak")
-    bottom.axhline(fitting[0].best.device_memory_bytes / GIB, color="#8c8c8c", ls="--", label="device memory")
+    capacity = fitting[0].best.device_memory_bytes / GIB
+    bottom.axhline(capacity, color="#8c8c8c", ls="--", label=f"device memory {capacity:.1f} GiB")
     bottom.set_ylim(0, max(fitting[0].best.device_memory_bytes, *(pt.best.peak_memory_bytes for pt in fitting)) / GIB * 1.1)
     bottom.set_ylabel("peak GiB per device")
     bottom.set_xlabel("global batch size (sequences)")
@@ -120,7 +135,8 @@ def run_batch_search(console: Console, p: Problem, gbs_range: str, plot: str | N
     sweep = batch_search(p, parse_gbs_range(gbs_range), memory_margin, options, target, constraints)
     band_pct = problem_certainty(p).step_time.band_pct
     if plot:
-        png = batch_chart(sweep, f"{p.model.name} on {p.world_size} x {p.cluster.device.name}, seq {p.train.seq_len}")
+        png = batch_chart(sweep, f"{p.model.name} on {p.world_size} x {p.cluster.device.name}, seq {p.train.seq_len}",
+                          band_pct)
         try:
             Path(plot).write_bytes(png)
         except OSError as err:

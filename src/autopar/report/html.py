@@ -130,7 +130,7 @@ def _table(result: SearchResult, details: dict[int, str] | None = None, certaint
     if details:
         hint += ("; click a layout to show its memory per stage and its pipeline timeline"
                  + (f" (the first {len(details)}; the other {more} are in the table and result.json)" if more else ""))
-    legend = table_notes(result.layouts)
+    legend = table_notes(result.layouts, getattr(result, "target", "megatron"))
     notes = legend.split("\n") if legend else []
     tie = certainty and ties_note(certainty, marks)
     if tie:

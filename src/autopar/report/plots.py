@@ -89,7 +89,7 @@ def draw_stage_memory(ax, e: Estimate, title: str) -> None:
         ax.bar(xs, heights, bottom=bottom, color=colour, label=name, width=0.7)
         bottom = [a + b for a, b in zip(bottom, heights)]
     limit = e.device_memory_bytes / GIB
-    ax.axhline(limit, color="#c44e52", linestyle="--", linewidth=1.5, label=f"device {limit:.0f} GiB")
+    ax.axhline(limit, color="#c44e52", linestyle="--", linewidth=1.5, label=f"device {limit:.1f} GiB")
     ax.set_xticks(xs, [f"{m.stage}\n({m.layers} L)" for m in stages], fontsize=8)
     ax.set_xlabel("pipeline stage (layers)")
     ax.set_ylabel("memory per device (GiB)")

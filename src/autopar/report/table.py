@@ -74,19 +74,25 @@ _CP_ALGORITHMS = {"a2a": "cpN:a2a Ulysses all-to-all", "allgather": "cpN:allgath
 _DISPATCHERS = ("allgather", "deepep", "hybridep")
 
 
-def label_legend(layouts: list[Estimate]) -> str | None:
+#: The setting each target writes for TP communication overlap (:mod:`autopar.export.comm_knobs`).
+TP_OVERLAP_FLAGS = {"mindspeed": "--use-ascend-mc2", "torchtitan": "parallelism.enable_async_tensor_parallel"}
+
+
+def label_legend(layouts: list[Estimate], target: str = "megatron") -> str | None:
     """What the :func:`layout_label` suffixes used by ``layouts`` mean, in one line (only those
     that appear; the split marks are :func:`split_legend`'s), or None when no label has one:
     ``+sp`` Megatron sequence parallelism, ``+ov`` TP communication overlap, ``ppPxV`` V virtual
     stages per rank, a context-parallel algorithm other than the ring, ``epE/etpT`` with a MoE
     dispatcher other than alltoall (``:deepep``) and the EP all-to-all overlap (``+a2a``), and
-    Galvatron's and torchtitan's marks (:func:`galvatron_marks`, ``zbv``, ``dualpipev``)."""
+    Galvatron's and torchtitan's marks (:func:`galvatron_marks`, ``zbv``, ``dualpipev``). The
+    ``+ov`` text names ``target``'s setting (:data:`TP_OVERLAP_FLAGS`; Megatron's ``--tp-comm-overlap``)."""
     ss = [e.strategy for e in layouts]
     parts = []
     if any(s.sp for s in ss):
         parts.append("+sp sequence parallelism")
     if any(s.tp_comm_overlap for s in ss):
-        parts.append("+ov TP communication overlapped with the GEMMs (--tp-comm-overlap)")
+        flag = TP_OVERLAP_FLAGS.get(target, "--tp-comm-overlap")
+        parts.append(f"+ov TP communication overlapped with the GEMMs ({flag})")
     if any(s.vpp > 1 for s in ss):
         parts.append("ppPxV V virtual stages (model chunks) per pipeline rank, interleaved")
     parts += [text for algo, text in _CP_ALGORITHMS.items() if any(s.cp > 1 and s.cp_comm_type == algo for s in ss)]
@@ -115,12 +121,12 @@ BUBBLE_NOTE = ("bubble: pp_bubble / step, the time the pipeline's fill and drain
                "(a timeline's 'ranks idle' also counts faster stages waiting for slower ones)")
 
 
-def table_notes(layouts: list[Estimate]) -> str | None:
+def table_notes(layouts: list[Estimate], target: str = "megatron") -> str | None:
     """The legends a ranking table needs (:func:`label_legend`, :func:`split_legend`, :func:`recompute_notes`, and
     :data:`BUBBLE_NOTE` when a row is pipelined), one per line, or None when no row uses a mark,
     a short form or a pipeline."""
     bubble = [BUBBLE_NOTE] if any(e.strategy.pp > 1 for e in layouts) else []
-    legends = [n for n in (label_legend(layouts), split_legend(layouts)) if n]
+    legends = [n for n in (label_legend(layouts, target), split_legend(layouts)) if n]
     return "\n".join(legends + recompute_notes(layouts) + bubble) or None
 
 
@@ -206,8 +212,8 @@ def search_table(result: SearchResult, certainty: Certainty | None = None, p: Pr
                           ("recompute", "left"), ("GiB", "right"), ("step s", "right"),
                           ("tok/s/dev", "right"), ("MFU", "right"), ("bubble", "right"), ("note", "left")]:
         table.add_column(name, justify=justify, no_wrap=True)
-    notes = [n for n in (table_notes(result.layouts), p and mfu_note(p), certainty and ties_note(certainty, marks),
-                         p and sharding_note(p, result)) if n]
+    notes = [n for n in (table_notes(result.layouts, getattr(result, "target", "megatron")), p and mfu_note(p),
+                         certainty and ties_note(certainty, marks), p and sharding_note(p, result)) if n]
     table.caption, table.caption_justify = "\n".join(notes) or None, "left"
     for mark, e in zip(marks, result.layouts):
         bubble = e.time_breakdown_s["pp_bubble"] / e.step_time_s

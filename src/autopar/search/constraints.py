@@ -20,7 +20,7 @@ import numpy as np
 from autopar.errors import AutoparError
 from autopar.layout_batch import LayoutBatch
 from autopar.space import SpaceOptions
-from autopar.strategy import CP_COMM_TYPES, RECOMPUTE_CODES
+from autopar.strategy import CP_COMM_TYPES, MOE_DISPATCHERS, RECOMPUTE_CODES
 
 MAX_VALUE = 2**20  # no layout degree is larger (a pinned value above it is a typo)
 
@@ -48,6 +48,8 @@ FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec("--cp-comm-type", "cp_comm", names={name: i for i, name in enumerate(CP_COMM_TYPES)}),
     FieldSpec("--vocab-tp", "vocab_tp"), FieldSpec("--vocab-sp", "vocab_sp", names={"off": 0, "on": 1}),
     FieldSpec("--tp-consecutive", "tp_consecutive", names={"off": 0, "on": 1}),
+    FieldSpec("--moe-dispatcher", "moe_dispatcher", names={name: i for i, name in enumerate(MOE_DISPATCHERS)}),
+    FieldSpec("--moe-ep-overlap", "moe_ep_overlap", names={"off": 0, "on": 1}),
 )
 FIELD_BY_OPTION = {f.option: f for f in FIELDS}
 
@@ -102,7 +104,7 @@ def parse_values(spec: FieldSpec, text: str) -> frozenset[int]:
 
 
 # The on/off fields, shown as their flag pair (``--sp`` / ``--no-sp``).
-_ON_OFF = ("--sp", "--tp-comm-overlap", "--vocab-sp", "--tp-consecutive")
+_ON_OFF = ("--sp", "--tp-comm-overlap", "--vocab-sp", "--tp-consecutive", "--moe-ep-overlap")
 
 
 def _field_option(c: Constraint) -> str:
@@ -149,15 +151,28 @@ def parse_constraints(pinned: dict[str, str | None], switches: dict[str, bool]) 
 
 def widen_space(options: SpaceOptions, constraints: list[Constraint]) -> SpaceOptions:
     """``options`` widened so the enumeration holds every pinned ``--mbs`` and ``--vpp`` value
-    (the default space has mbs 1, 2, 4, 8 and vpp up to 16); other fields are enumerated in full."""
+    (the default space has mbs 1, 2, 4, 8 and vpp up to 16); other fields are enumerated in full.
+
+    A pinned ``--moe-dispatcher`` set replaces the dispatchers offered where the target offers a
+    choice (``SpaceOptions.moe_dispatchers`` longer than alltoall alone, or the EP overlap on;
+    :mod:`autopar.export.comm_knobs`): the pinned ones only, the target's preferred last (the space
+    offers the EP overlap with the last one, :func:`autopar.space._expert_options`), so
+    ``--moe-dispatcher alltoall`` is searched with and without the overlap, and ``hybridep`` on an
+    8-GPU node is enumerated though the target would offer ``deepep`` there. A target without MoE
+    choices keeps alltoall; the constraint then removes what it does not allow."""
     mbs = set(options.mbs)
     max_vpp = options.max_vpp
+    dispatchers = options.moe_dispatchers
     for c in constraints:
         if c.column == "mbs":
             mbs |= c.allowed
         elif c.column == "vpp":
             max_vpp = max(max_vpp, *c.allowed)
-    return replace(options, mbs=tuple(sorted(mbs)), max_vpp=max_vpp)
+        elif c.column == "moe_dispatcher" and (len(dispatchers) > 1 or options.moe_ep_overlap):
+            pinned = [MOE_DISPATCHERS[code] for code in sorted(c.allowed)]
+            dispatchers = tuple(d for d in pinned if d not in dispatchers) + tuple(d for d in dispatchers
+                                                                                  if d in pinned)
+    return replace(options, mbs=tuple(sorted(mbs)), max_vpp=max_vpp, moe_dispatchers=dispatchers)
 
 
 def apply_constraints(batch: LayoutBatch, constraints: list[Constraint]) -> tuple[np.ndarray, dict[str, int]]:

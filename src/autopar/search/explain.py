@@ -22,7 +22,7 @@ import numpy as np
 from autopar.errors import AutoparError
 from autopar.estimate import Estimate, estimate
 from autopar.problem import Problem
-from autopar.report.table import galvatron_marks
+from autopar.report.table import galvatron_marks, layout_label
 from autopar.rules import RULES
 from autopar.search.constraints import FIELDS, Constraint, FieldSpec, apply_constraints, parse_values
 from autopar.search.grid import GIB, SearchResult, costed_grid, for_search, refusal, undominated
@@ -33,7 +33,9 @@ KEYS: dict[str, FieldSpec] = {f.option[2:].replace("-", "_"): f for f in FIELDS}
 MAX_RANK = 2000  # the rank walk checks the target's writer per layout; deeper ranks are reported as "below"
 _LABEL = re.compile(r"^(?:tp(?P<tp>\d+)(?P<sp>\+sp)?(?P<ov>\+ov)?|pp(?P<pp>\d+)(?:x(?P<vpp>\d+))?(?:\+e?l?)?~?"
                     r"|cp(?P<cp>\d+)(?::(?P<cp_algo>a2a|allgather|a2a\d+\+p2p))?"
-                    r"|dp(?P<dp>\d+)|ep(?P<ep>\d+)(?:/etp(?P<etp>\d+))?|mbs(?P<mbs>\d+)"
+                    r"|dp(?P<dp>\d+)|ep(?P<ep>\d+)(?:/etp(?P<etp>\d+))?"
+                    r"(?::(?P<disp>allgather|deepep|hybridep))?(?P<a2a>\+a2a)?"
+                    r"|mbs(?P<mbs>\d+)"
                     r"|vtp(?P<vocab_tp>\d+)|vsp(?P<vsp>\d+)|(?P<gpipe>gpipe)|(?P<nc>tp-nc)|(?P<v>zbv|dualpipev))$",
                     re.ASCII)  # \d: the digits 0-9 only (autopar.integers)
 
@@ -80,7 +82,7 @@ def parse_layout(text: str) -> dict[str, int]:
                 raise AutoparError(f"--explain={text!r}: cannot read {part!r}; give key=value pairs "
                                    "(tp=4,pp=4,vpp=5) or a table label such as 'tp4+sp pp4x5 cp2 dp2'")
             wanted.update({k: int(v) for k, v in m.groupdict().items()
-                           if v and k not in ("sp", "ov", "cp_algo", "vsp", "gpipe", "nc", "v")})
+                           if v and k not in ("sp", "ov", "cp_algo", "vsp", "gpipe", "nc", "v", "disp", "a2a")})
             if m.group("vsp"):  # Galvatron's marks (autopar.report.table.galvatron_marks)
                 wanted.update(vocab_tp=int(m.group("vsp")), vocab_sp=1)
             if m.group("gpipe") or m.group("v"):  # schedule marks: gpipe, torchtitan's zbv / dualpipev
@@ -95,9 +97,32 @@ def parse_layout(text: str) -> dict[str, int]:
                 wanted["cp_comm_type"] = KEYS["cp_comm_type"].names[algo]
             if part.startswith("pp") and not m.group("vpp"):
                 wanted["vpp"] = 1
+            if part.startswith("ep"):  # the table marks a dispatcher other than alltoall and the EP overlap
+                wanted["moe_dispatcher"] = KEYS["moe_dispatcher"].names[m.group("disp") or "alltoall"]
+                wanted["moe_ep_overlap"] = int(bool(m.group("a2a")))
     if not wanted:
         raise AutoparError(f"--explain={text!r}: no layout field given (e.g. tp=4,pp=4)")
     return wanted
+
+
+#: Keys a table label fixes by a mark it leaves out, with the code it then means (``tp4`` without
+#: ``+ov``: TP overlap off; ``pp4`` without ``x``: vpp 1; ``cp2`` without ``:a2a``: the p2p ring).
+LABEL_IMPLIED = {"sp": 0, "tp_comm_overlap": 0, "vpp": 1, "cp_comm_type": 0, "moe_dispatcher": 0, "moe_ep_overlap": 0}
+_SIZES = ("tp", "pp", "vpp", "cp", "dp", "ep", "etp", "mbs")
+
+
+def label_note(text: str, stated: dict[str, int]) -> str | None:
+    """For a label-form ``--explain`` (no ``=``), the line saying which fields the label fixed
+    without a mark (:data:`LABEL_IMPLIED`, e.g. ``tp_comm_overlap=off, cp_comm_type=p2p``) and the
+    ``key=value`` form that leaves them free (its sizes only); None for the key=value form."""
+    if "=" in text:
+        return None
+    implied = {k: v for k, v in stated.items() if LABEL_IMPLIED.get(k) == v}
+    if not implied:
+        return None
+    sizes = ",".join(f"{k}={stated[k]}" for k in _SIZES if k in stated and k not in implied)
+    return (f"label form is exact: {_where(implied)} (a mark the label leaves out is fixed, not free); "
+            f"write key=value to leave a field free, e.g. --explain '{sizes}'")
 
 
 @dataclass
@@ -111,6 +136,13 @@ class Explanation:
     lines: list[str]
     rank: int | None = None
     details: dict[str, Any] = field(default_factory=dict)
+    headline: str = ""
+
+    def summary(self) -> str:
+        """One line for the top of the output: ``--explain LAYOUT: ranks #783 of 9,120 fitting
+        layouts, +11.7% against #1 (details below the table)``; the first line of the
+        explanation where it did not rank."""
+        return f"--explain {self.layout}: {self.headline or self.lines[0]} (details below the table)"
 
     def to_dict(self) -> dict[str, Any]:
         """The ``explain`` record of the search JSON."""
@@ -209,6 +241,9 @@ def explain_layout(p: Problem, text: str, result: SearchResult, memory_margin: f
         hidden["recompute_layers"] = script_layout.recompute_layers or 0  # 0: all layers (LayoutBatch)
     explained = _explain(p, wanted, result, memory_margin, options, target, constraints, hidden)
     explained.layout = _where(stated)
+    if (note := label_note(text, stated)) is not None:
+        explained.lines.insert(0, note)
+        explained.details["label_fixed"] = _named({k: v for k, v in stated.items() if LABEL_IMPLIED.get(k) == v})
     if from_script:
         shown = {**_named(from_script), **{k: v or "all" for k, v in hidden.items()}}
         explained.lines.insert(0, f"--explain leaves out {', '.join(shown)}: taken from --script's own layout: "
@@ -326,6 +361,13 @@ def _ranked(p: Problem, grid: Any, fitting: np.ndarray, where: str, result: Sear
     slower = e.step_time_s / best.step_time_s - 1
     lines.append(f"against #1 ({best.step_time_s:.3f} s): {slower:+.1%}" + (f"; largest differences: "
                                                                            f"{', '.join(worst)}" if worst else ""))
+    headline = f"{ranks} of {total:,} fitting layouts, {slower:+.1%} against #1"
+    runner_up = next((x for x in result.layouts if x.strategy != s), None) if rank == 1 else None
+    if runner_up is not None:
+        gap = runner_up.step_time_s / e.step_time_s - 1
+        lines.append(f"the next layout, {layout_label(runner_up)} ({runner_up.step_time_s:.3f} s), is {gap:+.1%} "
+                     "against it")
+        headline += f"; the next, {layout_label(runner_up)}, {gap:+.1%}"
     band = problem_certainty(p).step_time.band_pct
     tie = rank != 1 and within_band(e.step_time_s, best.step_time_s, band)
     if tie:
@@ -336,7 +378,7 @@ def _ranked(p: Problem, grid: Any, fitting: np.ndarray, where: str, result: Sear
     chosen = {k: v for k, v in {**free, **_strategy_codes(s)}.items() if k not in wanted and not irrelevant.get(k)}
     if chosen:
         lines.append(f"not given, set by the fastest fitting variant: {_where(chosen)}")
-    return Explanation(where, "ranked", lines, rank=rank,
+    return Explanation(where, "ranked", lines, rank=rank, headline=headline,
                        details={"fitting": total, "estimate": e.to_dict(result.global_batch_size),
                                 "time_vs_best_s": diff, "filled_by_search": _named(chosen), "within_band_of_best": tie})
 

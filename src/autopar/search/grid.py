@@ -25,7 +25,7 @@ import numpy as np
 
 from autopar.errors import AutoparError
 from autopar.estimate import DEFAULT_MEMORY_MARGIN, Estimate, estimate_many
-from autopar.export.comm_knobs import CP_ALGORITHMS, MOE_CHOICE_TARGETS, TP_OVERLAP_TARGETS, flex_backend
+from autopar.export.comm_knobs import CP_ALGORITHMS, MOE_CHOICE_TARGETS, TP_OVERLAP_TARGETS, preferred_flex
 from autopar.export.per_stage import MODULE_TARGETS, PER_STAGE_OPTIONS
 from autopar.layout_batch import LayoutBatch
 from autopar.pipeline.rebalance import TARGETS, TableCache, rank, rebalance_estimate, rebalance_many
@@ -151,11 +151,12 @@ def for_search(p: Problem, target: str, options: SpaceOptions | None) -> tuple[P
                                f"{', '.join(MODULE_TARGETS)} writes recompute modules other than core_attn")
         options = replace(options or SpaceOptions(), recompute_modules=DEFAULT_RECOMPUTE_MODULES)
     moe_choices = target in MOE_CHOICE_TARGETS and p.model.is_moe
-    dispatchers = ("alltoall", flex_backend(p))
+    flex = preferred_flex(p, target)[0]  # one flex backend where deepep and hybridep cost the same
+    dispatchers = ("alltoall", flex)
     if moe_choices and target == "megatron-bridge":  # also the model's recipe's (autopar.export.bridge_moe_recipes)
         from autopar.export.bridge_moe_recipes import layout_fallbacks
 
-        recipe = layout_fallbacks(p).get("moe_dispatcher", flex_backend(p))  # last: kept if the space is too big
+        recipe = layout_fallbacks(p).get("moe_dispatcher", flex)  # last: kept if the space is too big
         dispatchers = tuple(d for d in dispatchers if d != recipe) + (recipe,)
     options = replace(options or SpaceOptions(), tp_comm_overlap=target in TP_OVERLAP_TARGETS,
                       cp_comm_types=CP_ALGORITHMS.get(target, ("p2p",)),  # what the target can write
