@@ -23,6 +23,10 @@ def test_note_only_when_a_layout_shards_and_rows_are_few():
     assert note == ("zero 2/3 layouts (Megatron-FSDP): 1 measured step-time row (MBR-2511-H100-1), fewer than 5: "
                     "their step times are less certain than the band says")
     assert sharded_rows_note("torchtitan", [3]) is None  # enough FSDP2 rows
+    assert sharded_rows_note("galvatron", [3]) is None  # PyTorch FSDP: the FSDP2 rows measure it
+    assert sharded_rows_note("megatron-bridge", [3]).startswith("zero 2/3 layouts (Megatron-FSDP): 1 measured")
+    assert sharded_rows_note("sapp", [2]).startswith("zero 2/3 layouts (MindFormers optimizer parallelism): 0 measured "
+                                                     "step-time rows, fewer than 5")
     assert sharded_rows_note("megatron", [2], min_rows=1) is None
 
 

@@ -79,8 +79,8 @@ def problem_certainty(p: Problem) -> Certainty:
 
 
 def sharding_note(p: Problem, result: SearchResult) -> str | None:
-    """:func:`autopar.validate.bands.sharded_rows_note` for the layouts of ``result`` on ``p``'s framework."""
-    return sharded_rows_note(p.train.framework, (e.strategy.zero for e in result.layouts))
+    """:func:`autopar.validate.bands.sharded_rows_note` for the layouts of ``result`` (its export target)."""
+    return sharded_rows_note(getattr(result, "target", "megatron"), (e.strategy.zero for e in result.layouts))
 
 
 def search_document(p: Problem, result: SearchResult) -> dict[str, Any]:

@@ -153,32 +153,43 @@ def certainty(is_moe: bool, precision: str, device_name: str) -> Certainty:
     return Certainty(band_from(records, "step_time", keys), band_from(records, "memory", keys))
 
 
-#: The name of sharded weights (ZeRO-3) or gradients (ZeRO-2) in each framework, for :func:`sharded_rows_note`.
-SHARDED_NAMES = {"megatron": "Megatron-FSDP", "deepspeed": "DeepSpeed ZeRO-2/3", "torchtitan": "FSDP2"}
+#: Per export target: the ``framework`` of the validation rows that measured its sharded data
+#: parallelism (ZeRO 2/3; None: no row can) and its name, for :func:`sharded_rows_note`. Galvatron's
+#: ``sdp`` is PyTorch FSDP, which torchtitan's FSDP2 rows measure.
+SHARDED_BY_TARGET: dict[str, tuple[str | None, str]] = {
+    "megatron": ("megatron", "Megatron-FSDP"), "megatron-bridge": ("megatron", "Megatron-FSDP"),
+    "mindspeed": ("megatron", "Megatron-FSDP"), "torchtitan": ("torchtitan", "FSDP2"),
+    "galvatron": ("torchtitan", "PyTorch FSDP"), "deepspeed": ("deepspeed", "DeepSpeed ZeRO-2/3"),
+    "sapp": (None, "MindFormers optimizer parallelism"),
+}
 
 
-def sharded_rows(framework: str, kind: str = "step_time") -> tuple[str, ...]:
-    """Ids of the shipped validation rows of ``kind`` that ran ``framework`` with ZeRO 2 or 3 (sharded
-    gradients or weights: Megatron-FSDP, DeepSpeed ZeRO-2/3, torchtitan FSDP2)."""
+def sharded_rows(framework: str | None, kind: str = "step_time") -> tuple[str, ...]:
+    """Ids of the shipped validation rows of ``kind`` that ran ``framework`` (a row's
+    ``TrainSpec.framework``; None: none) with ZeRO 2 or 3 (sharded gradients or weights)."""
     return tuple(r["id"] for r in shipped_errors()
                  if r["kind"] == kind and r["framework"] == framework and r["zero"] >= 2)
 
 
-def sharded_rows_note(framework: str, zero_stages: Iterable[int], min_rows: int = MIN_ROWS) -> str | None:
-    """A caveat for a ranking whose layouts include ZeRO 2/3 (``zero_stages``: theirs) when fewer than
-    ``min_rows`` validation rows measured that framework's sharded data parallelism: the band comes
-    from rows that mostly ran without it, so such layouts' step times are less certain than it says.
-    E.g. ``zero 2/3 layouts (Megatron-FSDP): 1 measured step-time row (MBR-...), fewer than 5: ...``.
-    None when no layout shards or enough rows exist."""
+def sharded_rows_note(target: str, zero_stages: Iterable[int], min_rows: int = MIN_ROWS) -> str | None:
+    """A caveat for a ranking for export ``target`` whose layouts include ZeRO 2/3 (``zero_stages``:
+    theirs) when fewer than ``min_rows`` validation rows measured that target's sharded data parallelism
+    (:data:`SHARDED_BY_TARGET`): the band comes from rows that mostly ran without it, so such layouts'
+    step times are less certain than it says. E.g. ``zero 2/3 layouts (Megatron-FSDP): 1 measured
+    step-time row (MBR-...), fewer than 5: ...``. None when no layout shards or enough rows exist.
+
+    Raises:
+        KeyError: an unknown ``target``.
+    """
     if not any(z >= 2 for z in zero_stages):
         return None
+    framework, name = SHARDED_BY_TARGET[target]
     rows = sharded_rows(framework)
     if len(rows) >= min_rows:
         return None
     which = f" ({', '.join(rows)})" if rows else ""
-    return (f"zero 2/3 layouts ({SHARDED_NAMES.get(framework, framework)}): {len(rows)} measured step-time "
-            f"row{'' if len(rows) == 1 else 's'}{which}, fewer than {min_rows}: their step times are less certain "
-            f"than the band says")
+    return (f"zero 2/3 layouts ({name}): {len(rows)} measured step-time row{'' if len(rows) == 1 else 's'}{which}, "
+            f"fewer than {min_rows}: their step times are less certain than the band says")
 
 
 def write_errors(path: Path = ERRORS_PATH) -> Path:
