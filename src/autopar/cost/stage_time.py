@@ -86,8 +86,13 @@ class StageTime:
         return self.compute_s + self.tp_s + self.cp_s + self.ep_s
 
 
-def stage_time(p: Problem, batch: LayoutBatch, stages: Stages, floor: bool = False) -> StageTime:
+def stage_time(p: Problem, batch: LayoutBatch, stages: Stages, floor: bool = False,
+               layers: tuple[C.LayerTimes, C.LayerTimes] | None = None) -> StageTime:
     """Per-micro-batch times of each (layout, stage) row.
+
+    ``layers``: the rows' (dense, MoE) :func:`autopar.cost.compute.layer_forward_times` where the
+    caller has them (the search costs them once per distinct layer shape,
+    :mod:`autopar.search.layer_times`); None costs them here.
 
     ``floor``: instead, times whose ``total_s`` is at most the row's ``total_s`` under every
     recompute setting (:func:`without_recompute`; the search rules layouts out with it before
@@ -108,8 +113,11 @@ def stage_time(p: Problem, batch: LayoutBatch, stages: Stages, floor: bool = Fal
     if floor:
         batch = without_recompute(batch)
     n_dense, n_moe = layer_kinds(p.model, stages)
-    dense = C.layer_forward_times(p, batch, moe=False)
-    moe = C.layer_forward_times(p, batch, moe=True) if p.model.is_moe else dense
+    if layers is None:
+        dense = C.layer_forward_times(p, batch, moe=False)
+        moe = C.layer_forward_times(p, batch, moe=True) if p.model.is_moe else dense
+    else:
+        dense, moe = layers
     first, last = stages.is_first(), stages.is_last(batch)
     # fp8 training's bf16 first/last layers (autopar.cost.fp8_bf16_layers): their bf16-over-fp8 seconds
     bf16_fwd, bf16_bwd = fp8_bf16_layers.layer_time_deltas(p, batch, stages, dense, moe)

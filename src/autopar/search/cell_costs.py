@@ -31,6 +31,7 @@ from autopar.problem import Problem
 from autopar.progress import advance
 from autopar.search.cells import Cells, SpaceCells, scatter
 from autopar.search.costing import _own_rows, combine_views, spread_views
+from autopar.search.layer_times import LayerTimesOnce
 from autopar.search.valid_space import _factors_read
 from autopar.space import FACTORS
 
@@ -203,11 +204,12 @@ class FloorPass:
     total: np.ndarray  # per cell: the first stage's floor per micro-batch (s)
 
 
-def floor_pass(p: Problem, cells: SpaceCells, factors: frozenset[str], memory: MemoryPass) -> FloorPass:
+def floor_pass(p: Problem, cells: SpaceCells, factors: frozenset[str], memory: MemoryPass,
+               layer_times: LayerTimesOnce) -> FloorPass:
     """The step-time floor (s) of each cell of ``factors`` (what the stage time reads less the
     recompute option) that holds a fitting layout: :func:`autopar.cost.step.step_lower_bound_s`
     of the first stage's :func:`~autopar.cost.stage_time.stage_time` floor over every recompute
-    setting."""
+    setting, the layers' times costed once per distinct layer shape (``layer_times``)."""
     sizes = cells.sizes(factors)
     floor = np.full(int(sizes.sum()), np.inf)
     total = floor.copy()
@@ -220,15 +222,20 @@ def floor_pass(p: Problem, cells: SpaceCells, factors: frozenset[str], memory: M
         if not len(keep):
             continue
         c = c.take(keep)
-        t = T.stage_time(p, cells.rows(c), cells.stages(c, 0), floor=True)
+        rows = T.without_recompute(cells.rows(c))  # as the floor costs them
+        t = T.stage_time(p, rows, cells.stages(c, 0), floor=True, layers=layer_times(rows))
         total[starts[chunk[0]] + keep] = t.total_s
         floor[starts[chunk[0]] + keep] = step_lower_bound_s(microbatches(p, cells, c), t)
-    owner = np.repeat(np.arange(cells.n_blocks), sizes)
-    order = np.lexsort((floor, owner))  # by block, then floor: each block's least first
-    least = order[np.concatenate([[True], owner[order][1:] != owner[order][:-1]])] if len(order) else order
-    least = least[np.isfinite(floor[least])]
+    # Each block's least floor (its cells are contiguous from ``starts``) and the first cell holding it.
+    nonempty = np.flatnonzero(sizes)
     block_floor = np.full(cells.n_blocks, np.inf)
-    block_floor[owner[least]] = floor[least]
+    if len(nonempty):
+        block_floor[nonempty] = np.minimum.reduceat(floor, starts[nonempty])
+    owner = np.repeat(np.arange(cells.n_blocks), sizes)
+    at_least = np.flatnonzero(floor == block_floor[owner])
+    least = at_least[np.concatenate([[True], owner[at_least][1:] != owner[at_least][:-1]])] if len(at_least) \
+        else at_least
+    least = least[np.isfinite(floor[least])]
     return FloorPass(floor, block_floor, cells.cells_at(factors, least), total)
 
 

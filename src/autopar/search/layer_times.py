@@ -1,0 +1,109 @@
+"""The decoder layers' forward times of many rows, costed once per distinct value of the columns they read.
+
+A stage time (:func:`autopar.cost.stage_time.stage_time`) reads a layer's forward times
+(:func:`autopar.cost.compute.layer_forward_times`, dense and MoE) on every row, but these read only
+the layout's shape within a layer (tp, cp, mbs, sp, the CP and expert modes, ep, etp), not the
+pipeline or data-parallel columns: the search's floor and time passes hand ``stage_time`` rows of
+hundreds of blocks that differ in pp, vpp and dp but share the same few thousand layer shapes
+(DeepSeek-V3 on 16,384 H100: about 209,000 floor cells, 19,000 distinct MoE layer shapes).
+:class:`LayerTimesOnce` finds the columns each kind reads (once per search, on the recording batch
+of :func:`autopar.search.valid_space._factors_read`), costs one row per distinct value of those
+columns and gathers the results to the rows. The cost functions are row-wise (a row's numbers
+depend on its own columns only), so the gathered numbers are those of a pass over every row.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from autopar.cost import compute as C
+from autopar.layout_batch import LayoutBatch
+from autopar.problem import Problem
+from autopar.search.valid_space import _ColumnRecorder
+
+_MIN_ROWS = 1024  # fewer rows are costed as they are: finding the distinct ones would cost more than it saves
+
+
+def gather(value: Any, inverse: np.ndarray) -> Any:
+    """``value`` (an array over distinct rows, a tuple of them, or a dataclass of those) at each
+    row's distinct row ``inverse``; 0-d arrays and non-array values are shared as they are."""
+    if isinstance(value, np.ndarray):
+        return value[inverse] if value.ndim else value
+    if isinstance(value, tuple):
+        return tuple(gather(v, inverse) for v in value)
+    if dataclasses.is_dataclass(value):
+        return dataclasses.replace(value, **{f.name: gather(getattr(value, f.name), inverse)
+                                             for f in dataclasses.fields(value)})
+    return value
+
+
+def distinct_rows(batch: LayoutBatch, columns: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """One row of each distinct value of ``columns`` (integer columns of ``batch``), in increasing
+    order of their codes, and each row's index into those rows: each column ranked
+    among its own values by a table (the columns hold small non-negative integers), the ranks
+    combined in mixed radix, the combinations made dense by a table (or by sorting where there
+    are more combinations than 8 per row)."""
+    n = len(batch)
+    key, radix = np.zeros(n, dtype=np.int64), 1
+    for name in columns:
+        col = np.asarray(getattr(batch, name), dtype=np.int64)
+        low, high = int(col.min()), int(col.max())
+        if low == high:  # one value: no digit
+            continue
+        if high - low + 1 > 8 * n:  # a wide column: rank by sorting
+            values, rank = np.unique(col, return_inverse=True)
+            width = len(values)
+            rank = rank.ravel()
+        else:
+            present = np.zeros(high - low + 1, dtype=bool)
+            present[col - low] = True
+            ranks = np.cumsum(present) - 1
+            rank, width = ranks[col - low], int(ranks[-1]) + 1
+        key += rank * radix
+        radix *= width
+        if radix > 8 * n and radix > (1 << 20):  # too many combinations for a table: sort the rest
+            key = np.unique(key, return_inverse=True)[1].ravel()
+            radix = int(key.max()) + 1
+    if radix > 8 * n and radix > (1 << 20):
+        first, inverse = np.unique(key, return_index=True, return_inverse=True)[1:]
+        return first, inverse.ravel()
+    at = np.full(radix, -1, dtype=np.int64)
+    at[key] = np.arange(n)
+    present = at >= 0
+    return at[present], (np.cumsum(present) - 1)[key]
+
+
+class LayerTimesOnce:
+    """``(dense, moe)`` :class:`autopar.cost.compute.LayerTimes` of a batch's rows (``moe`` is
+    ``dense`` for a dense model, as :func:`autopar.cost.stage_time.stage_time` costs them), each
+    costed once per distinct value of the columns it reads; ``sample``: rows spread over the
+    search's space to record those columns on (a :class:`LayoutBatch`)."""
+
+    def __init__(self, p: Problem, sample: LayoutBatch) -> None:
+        self.p = p
+        self.columns = {moe: self._read(lambda b, moe=moe: C.layer_forward_times(p, b, moe=moe), sample)
+                        for moe in ((False, True) if p.model.is_moe else (False,))}
+
+    @staticmethod
+    def _read(fn, sample: LayoutBatch) -> list[str] | None:
+        """The columns ``fn(batch)`` reads, sorted; None if it cannot run on the recorder."""
+        recorder = _ColumnRecorder(sample)
+        try:
+            fn(recorder)
+        except (AttributeError, TypeError):
+            return None
+        return sorted(recorder.read)
+
+    def __call__(self, batch: LayoutBatch) -> tuple:
+        """The ``(dense, moe)`` layer times of ``batch``'s rows."""
+        out = []
+        for moe, columns in self.columns.items():
+            if columns is None or len(batch) < _MIN_ROWS or C._OP_TIMES.get() is not None:  # measured times: as they are
+                out.append(C.layer_forward_times(self.p, batch, moe=moe))
+                continue
+            first, inverse = distinct_rows(batch, columns)
+            out.append(gather(C.layer_forward_times(self.p, batch.take(first), moe=moe), inverse))
+        return (out[0], out[-1])

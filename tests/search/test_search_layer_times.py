@@ -1,0 +1,81 @@
+""":mod:`autopar.search.layer_times` costs the layers once per distinct layer shape and gives every
+row the numbers a pass over every row gives, and the stage time with them is the stage time."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+import numpy as np
+import pytest
+from conftest import make_problem
+
+from autopar.cost.compute import layer_forward_times
+from autopar.cost.stage import bounding_stages
+from autopar.cost.stage_time import stage_time, without_recompute
+from autopar.layout_batch import LayoutBatch
+from autopar.search.grid import for_search
+from autopar.search.layer_times import LayerTimesOnce, distinct_rows, gather
+from autopar.search.valid_space import valid_layouts
+
+CASES = [("llama3-8b", 8, 64), ("qwen3-30b-a3b", 8, 64)]  # dense; MoE (the expert columns)
+
+
+def _valid(model: str, nodes: int, gbs: int) -> tuple:
+    """The problem and up to 8,192 of its valid layouts, spread over the space."""
+    p, options = for_search(make_problem(model, nodes=nodes, gbs=gbs, seq=4096), "megatron", None)
+    valid = valid_layouts(p, options, []).valid
+    return p, valid.take(np.unique(np.linspace(0, len(valid) - 1, 8192).astype(np.int64)))
+
+
+def test_distinct_rows_numbers_each_distinct_value_once():
+    """Rows (tp, mbs) = (1,1), (8,2), (1,1), (8,1), (8,2): three distinct values, in increasing code
+    order (tp ranked first, the least digit): (1,1) -> 0, (8,1) -> 1, (8,2) -> 2."""
+    tp, mbs = np.array([1, 8, 1, 8, 8]), np.array([1, 2, 1, 1, 2])
+    batch = LayoutBatch(*([np.ones(5, dtype=np.int64)] * 13))
+    batch.tp, batch.mbs = tp, mbs
+    first, inverse = distinct_rows(batch, ["mbs", "tp"])
+    assert inverse.tolist() == [0, 2, 0, 1, 2]
+    assert first.tolist() == [2, 3, 4]  # the last row of each value (any row of it would do)
+    assert np.array_equal(tp[first][inverse], tp) and np.array_equal(mbs[first][inverse], mbs)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_layer_times_once_are_the_layer_times_of_every_row(case):
+    p, valid = _valid(*case)
+    assert len(valid) >= 1024  # large enough to be costed once per distinct shape
+    sample = valid.take(np.arange(0, len(valid), max(len(valid) // 64, 1)))
+    once = LayerTimesOnce(p, sample)
+    assert "tp" in once.columns[False] and "pp" not in once.columns[False] and "dp" not in once.columns[False]
+    assert all(len(distinct_rows(valid, c)[0]) < len(valid) // 2 for c in once.columns.values())  # costed fewer
+    dense, moe = once(valid)
+    for got, kind in ((dense, False), (moe, p.model.is_moe)):
+        want = layer_forward_times(p, valid, moe=kind)
+        for f in fields(want):
+            a, b = getattr(got, f.name), getattr(want, f.name)
+            if isinstance(b, tuple):
+                assert len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b)), f.name
+            else:
+                assert np.array_equal(np.broadcast_to(a, np.shape(b)), b), f.name
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_stage_time_with_layer_times_once_is_the_stage_time(case):
+    p, valid = _valid(*case)
+    sample = valid.take(np.arange(0, len(valid), max(len(valid) // 64, 1)))
+    once = LayerTimesOnce(p, sample)
+    for view, stages in enumerate(bounding_stages(p, valid)):
+        for floor in (False, True):
+            rows = without_recompute(valid) if floor else valid
+            got = stage_time(p, rows, stages, floor=floor, layers=once(rows))
+            want = stage_time(p, valid, stages, floor=floor)
+            for f in fields(want):
+                assert np.array_equal(getattr(got, f.name), getattr(want, f.name)), (view, floor, f.name)
+
+
+def test_gather_spreads_arrays_tuples_and_dataclasses_and_keeps_scalars():
+    t = layer_forward_times(*_valid("llama3-8b", 1, 64)[:1], _valid("llama3-8b", 1, 64)[1].take(np.arange(2)),
+                            moe=False)
+    out = gather(t, np.array([1, 1, 0]))
+    assert np.array_equal(out.gemm_s, t.gemm_s[[1, 1, 0]])
+    assert all(np.array_equal(a, b[[1, 1, 0]]) for a, b in zip(out.mlp_gemm_s, t.mlp_gemm_s))
+    assert gather(np.float64(2.0), np.array([0, 0])) == 2.0
