@@ -92,7 +92,7 @@ def stage_time(p: Problem, batch: LayoutBatch, stages: Stages, floor: bool = Fal
 
     ``layers``: the rows' (dense, MoE) :func:`autopar.cost.compute.layer_forward_times` where the
     caller has them (the search costs them once per distinct layer shape,
-    :mod:`autopar.search.layer_times`); None costs them here.
+    :mod:`autopar.search.distinct_rows`); None costs them here.
 
     ``floor``: instead, times whose ``total_s`` is at most the row's ``total_s`` under every
     recompute setting (:func:`without_recompute`; the search rules layouts out with it before

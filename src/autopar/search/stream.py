@@ -57,7 +57,7 @@ from autopar.search.cell_costs import (
     view_values,
 )
 from autopar.search.cells import Cells, SpaceCells
-from autopar.search.layer_times import LayerTimesOnce
+from autopar.search.distinct_rows import LayerTimesOnce
 from autopar.search.valid_space import SpaceCount
 from autopar.strategy import SIMPLICITY_ORDER
 
@@ -223,7 +223,7 @@ def stream_costs(p: Problem, count: SpaceCount, memory_margin: float, keep: int)
     reads = Reads(p, cells)
     time_factors = reads("stage_time", lambda b, s: T.stage_time(p, b, s))
     floor_factors = time_factors - {"recompute"}  # the floor overwrites the recompute columns
-    layer_times = LayerTimesOnce(p, cells.rows(reads.sample))
+    layer_times = LayerTimesOnce(p, reads.batch)
     timer = _Timer(p, cells, reads, floor_factors, time_factors, margin_bytes, keep, layer_times)
     with phase("cost", total=count.valid, description=f"costing {count.valid:,} valid layouts"):
         memory_factors = frozenset().union(*(reads(name, lambda b, s, fn=fn: fn(p, b, s))

@@ -1,5 +1,6 @@
-""":mod:`autopar.search.layer_times` costs the layers once per distinct layer shape and gives every
-row the numbers a pass over every row gives, and the stage time with them is the stage time."""
+""":mod:`autopar.search.distinct_rows` costs a pure row function once per distinct value of the
+columns it reads and gives every row the numbers a pass over every row gives; the stage time with
+the layer times so costed is the stage time."""
 
 from __future__ import annotations
 
@@ -10,11 +11,12 @@ import pytest
 from conftest import make_problem
 
 from autopar.cost.compute import layer_forward_times
+from autopar.cost.memory import activation_parts
 from autopar.cost.stage import bounding_stages
 from autopar.cost.stage_time import stage_time, without_recompute
 from autopar.layout_batch import LayoutBatch
+from autopar.search.distinct_rows import ColumnsOnce, LayerTimesOnce, distinct_rows, gather
 from autopar.search.grid import for_search
-from autopar.search.layer_times import LayerTimesOnce, distinct_rows, gather
 from autopar.search.valid_space import valid_layouts
 
 CASES = [("llama3-8b", 8, 64), ("qwen3-30b-a3b", 8, 64)]  # dense; MoE (the expert columns)
@@ -45,8 +47,9 @@ def test_layer_times_once_are_the_layer_times_of_every_row(case):
     assert len(valid) >= 1024  # large enough to be costed once per distinct shape
     sample = valid.take(np.arange(0, len(valid), max(len(valid) // 64, 1)))
     once = LayerTimesOnce(p, sample)
-    assert "tp" in once.columns[False] and "pp" not in once.columns[False] and "dp" not in once.columns[False]
-    assert all(len(distinct_rows(valid, c)[0]) < len(valid) // 2 for c in once.columns.values())  # costed fewer
+    columns = [kind.columns for kind in once.kinds]
+    assert "tp" in columns[0] and "pp" not in columns[0] and "dp" not in columns[0]
+    assert all(len(distinct_rows(valid, c)[0]) < len(valid) // 2 for c in columns)  # costed fewer
     dense, moe = once(valid)
     for got, kind in ((dense, False), (moe, p.model.is_moe)):
         want = layer_forward_times(p, valid, moe=kind)
@@ -79,3 +82,16 @@ def test_gather_spreads_arrays_tuples_and_dataclasses_and_keeps_scalars():
     assert np.array_equal(out.gemm_s, t.gemm_s[[1, 1, 0]])
     assert all(np.array_equal(a, b[[1, 1, 0]]) for a, b in zip(out.mlp_gemm_s, t.mlp_gemm_s))
     assert gather(np.float64(2.0), np.array([0, 0])) == 2.0
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_activation_parts_once_are_those_of_every_row(case):
+    p, valid = _valid(*case)
+    once = ColumnsOnce(lambda b: activation_parts(p, b), valid.take(np.arange(0, len(valid), 64)))
+    assert "pp" not in once.columns and "dp" not in once.columns and "mbs" in once.columns
+    got, want = once(valid), activation_parts(p, valid)
+    for f in fields(want):
+        a, b = getattr(got, f.name), getattr(want, f.name)
+        for g in fields(b) if hasattr(b, "__dataclass_fields__") else [None]:
+            x, y = (a, b) if g is None else (getattr(a, g.name), getattr(b, g.name))
+            assert np.array_equal(np.broadcast_to(x, np.shape(y)), y), (f.name, g and g.name)

@@ -1,21 +1,23 @@
-"""The decoder layers' forward times of many rows, costed once per distinct value of the columns they read.
+"""Pure row functions of many rows, costed once per distinct value of the columns they read.
 
-A stage time (:func:`autopar.cost.stage_time.stage_time`) reads a layer's forward times
-(:func:`autopar.cost.compute.layer_forward_times`, dense and MoE) on every row, but these read only
-the layout's shape within a layer (tp, cp, mbs, sp, the CP and expert modes, ep, etp), not the
-pipeline or data-parallel columns: the search's floor and time passes hand ``stage_time`` rows of
-hundreds of blocks that differ in pp, vpp and dp but share the same few thousand layer shapes
-(DeepSeek-V3 on 16,384 H100: about 209,000 floor cells, 19,000 distinct MoE layer shapes).
-:class:`LayerTimesOnce` finds the columns each kind reads (once per search, on the recording batch
-of :func:`autopar.search.valid_space._factors_read`), costs one row per distinct value of those
-columns and gathers the results to the rows. The cost functions are row-wise (a row's numbers
-depend on its own columns only), so the gathered numbers are those of a pass over every row.
+Some cost terms read a row's columns only, not its stage, and only some columns: a decoder layer's
+forward times (:func:`autopar.cost.compute.layer_forward_times`, dense and MoE) read the layout's
+shape within a layer (tp, cp, mbs, sp, the CP and expert modes, ep, etp), the stage-independent
+activation parts (:func:`autopar.cost.memory.activation_parts`) tp, cp, etp, mbs, sp and the
+recompute options; neither reads the pipeline or data-parallel columns. The search hands them
+rows of hundreds of blocks that differ in pp, vpp and dp but share a few thousand such values
+(DeepSeek-V3 on 16,384 H100: about 209,000 floor cells, 19,000 distinct MoE layer shapes; 332,000
+activation cells, 15,000 distinct). :class:`ColumnsOnce` finds the columns a function reads (once
+per search, on the recording batch of :func:`autopar.search.valid_space._factors_read`), costs one
+row per distinct value of those columns and gathers the results to the rows. The cost functions
+are row-wise (a row's numbers depend on its own columns only), so the gathered numbers are those
+of a pass over every row.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -76,34 +78,39 @@ def distinct_rows(batch: LayoutBatch, columns: list[str]) -> tuple[np.ndarray, n
     return at[present], (np.cumsum(present) - 1)[key]
 
 
+class ColumnsOnce:
+    """``fn(batch)`` (a pure row function of a :class:`LayoutBatch`) costed once per distinct value
+    of the columns it reads; ``sample``: rows spread over the search's space to record those
+    columns on (once). Under measured operator times (a profile database,
+    :func:`autopar.cost.compute.use_op_times`) or on small batches, ``fn`` runs on every row."""
+
+    def __init__(self, fn: Callable[[LayoutBatch], Any], sample: LayoutBatch) -> None:
+        self.fn = fn
+        recorder = _ColumnRecorder(sample)
+        try:
+            fn(recorder)  # type: ignore[arg-type]
+            self.columns: list[str] | None = sorted(recorder.read)
+        except (AttributeError, TypeError):
+            self.columns = None
+
+    def __call__(self, batch: LayoutBatch) -> Any:
+        """``fn``'s value on every row of ``batch``."""
+        if self.columns is None or len(batch) < _MIN_ROWS or C._OP_TIMES.get() is not None:
+            return self.fn(batch)
+        first, inverse = distinct_rows(batch, self.columns)
+        return gather(self.fn(batch.take(first)), inverse)
+
+
 class LayerTimesOnce:
     """``(dense, moe)`` :class:`autopar.cost.compute.LayerTimes` of a batch's rows (``moe`` is
     ``dense`` for a dense model, as :func:`autopar.cost.stage_time.stage_time` costs them), each
-    costed once per distinct value of the columns it reads; ``sample``: rows spread over the
-    search's space to record those columns on (a :class:`LayoutBatch`)."""
+    by :class:`ColumnsOnce`; ``sample`` as there."""
 
     def __init__(self, p: Problem, sample: LayoutBatch) -> None:
-        self.p = p
-        self.columns = {moe: self._read(lambda b, moe=moe: C.layer_forward_times(p, b, moe=moe), sample)
-                        for moe in ((False, True) if p.model.is_moe else (False,))}
-
-    @staticmethod
-    def _read(fn, sample: LayoutBatch) -> list[str] | None:
-        """The columns ``fn(batch)`` reads, sorted; None if it cannot run on the recorder."""
-        recorder = _ColumnRecorder(sample)
-        try:
-            fn(recorder)
-        except (AttributeError, TypeError):
-            return None
-        return sorted(recorder.read)
+        self.kinds = [ColumnsOnce(lambda b, moe=moe: C.layer_forward_times(p, b, moe=moe), sample)
+                      for moe in ((False, True) if p.model.is_moe else (False,))]
 
     def __call__(self, batch: LayoutBatch) -> tuple:
         """The ``(dense, moe)`` layer times of ``batch``'s rows."""
-        out = []
-        for moe, columns in self.columns.items():
-            if columns is None or len(batch) < _MIN_ROWS or C._OP_TIMES.get() is not None:  # measured times: as they are
-                out.append(C.layer_forward_times(self.p, batch, moe=moe))
-                continue
-            first, inverse = distinct_rows(batch, columns)
-            out.append(gather(C.layer_forward_times(self.p, batch.take(first), moe=moe), inverse))
+        out = [kind(batch) for kind in self.kinds]
         return (out[0], out[-1])
