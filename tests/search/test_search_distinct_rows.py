@@ -13,9 +13,9 @@ from conftest import make_problem
 from autopar.cost.compute import layer_forward_times
 from autopar.cost.memory import activation_parts
 from autopar.cost.stage import bounding_stages
-from autopar.cost.stage_time import stage_time, without_recompute
+from autopar.cost.stage_time import stage_time
 from autopar.layout_batch import LayoutBatch
-from autopar.search.distinct_rows import ColumnsOnce, LayerTimesOnce, distinct_rows, gather
+from autopar.search.distinct_rows import ColumnsOnce, RowTerms, distinct_rows, gather
 from autopar.search.grid import for_search
 from autopar.search.valid_space import valid_layouts
 
@@ -44,15 +44,13 @@ def test_distinct_rows_numbers_each_distinct_value_once():
 @pytest.mark.parametrize("case", CASES)
 def test_layer_times_once_are_the_layer_times_of_every_row(case):
     p, valid = _valid(*case)
-    assert len(valid) >= 1024  # large enough to be costed once per distinct shape
-    sample = valid.take(np.arange(0, len(valid), max(len(valid) // 64, 1)))
-    once = LayerTimesOnce(p, sample)
-    columns = [kind.columns for kind in once.kinds]
-    assert "tp" in columns[0] and "pp" not in columns[0] and "dp" not in columns[0]
-    assert all(len(distinct_rows(valid, c)[0]) < len(valid) // 2 for c in columns)  # costed fewer
-    dense, moe = once(valid)
-    for got, kind in ((dense, False), (moe, p.model.is_moe)):
-        want = layer_forward_times(p, valid, moe=kind)
+    assert len(valid) >= 1024  # large enough to be costed once per distinct value
+    sample = valid.take(np.arange(0, len(valid), 64))
+    for moe in (False, True) if p.model.is_moe else (False,):
+        once = ColumnsOnce(lambda b, moe=moe: layer_forward_times(p, b, moe=moe), sample)
+        assert "tp" in once.columns and "pp" not in once.columns and "dp" not in once.columns
+        assert len(distinct_rows(valid, once.columns)[0]) < len(valid) // 2  # costed on fewer rows
+        got, want = once(valid), layer_forward_times(p, valid, moe=moe)
         for f in fields(want):
             a, b = getattr(got, f.name), getattr(want, f.name)
             if isinstance(b, tuple):
@@ -62,17 +60,17 @@ def test_layer_times_once_are_the_layer_times_of_every_row(case):
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_stage_time_with_layer_times_once_is_the_stage_time(case):
+def test_stage_time_with_row_terms_once_is_the_stage_time(case):
     p, valid = _valid(*case)
-    sample = valid.take(np.arange(0, len(valid), max(len(valid) // 64, 1)))
-    once = LayerTimesOnce(p, sample)
+    once = RowTerms(valid.take(np.arange(0, len(valid), 64)))
     for view, stages in enumerate(bounding_stages(p, valid)):
         for floor in (False, True):
-            rows = without_recompute(valid) if floor else valid
-            got = stage_time(p, rows, stages, floor=floor, layers=once(rows))
+            got = stage_time(p, valid, stages, floor=floor, once=once)
             want = stage_time(p, valid, stages, floor=floor)
             for f in fields(want):
                 assert np.array_equal(getattr(got, f.name), getattr(want, f.name)), (view, floor, f.name)
+    assert set(once.terms) == {"layer_forward_dense"} | ({"layer_forward_moe", "moe_pass_comm"} if p.model.is_moe
+                                                         else set())
 
 
 def test_gather_spreads_arrays_tuples_and_dataclasses_and_keeps_scalars():

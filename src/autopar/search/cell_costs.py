@@ -31,7 +31,7 @@ from autopar.problem import Problem
 from autopar.progress import advance
 from autopar.search.cells import Cells, SpaceCells, scatter
 from autopar.search.costing import _own_rows, combine_views, spread_views
-from autopar.search.distinct_rows import ColumnsOnce, LayerTimesOnce
+from autopar.search.distinct_rows import ColumnsOnce, RowTerms
 from autopar.search.valid_space import _factors_read
 from autopar.space import FACTORS
 
@@ -208,11 +208,11 @@ class FloorPass:
 
 
 def floor_pass(p: Problem, cells: SpaceCells, factors: frozenset[str], memory: MemoryPass,
-               layer_times: LayerTimesOnce) -> FloorPass:
+               once: RowTerms) -> FloorPass:
     """The step-time floor (s) of each cell of ``factors`` (what the stage time reads less the
     recompute option) that holds a fitting layout: :func:`autopar.cost.step.step_lower_bound_s`
     of the first stage's :func:`~autopar.cost.stage_time.stage_time` floor over every recompute
-    setting, the layers' times costed once per distinct layer shape (``layer_times``)."""
+    setting, its pure row terms costed once per distinct value of what they read (``once``)."""
     sizes = cells.sizes(factors)
     floor = np.full(int(sizes.sum()), np.inf)
     total = floor.copy()
@@ -225,8 +225,7 @@ def floor_pass(p: Problem, cells: SpaceCells, factors: frozenset[str], memory: M
         if not len(keep):
             continue
         c = c.take(keep)
-        rows = T.without_recompute(cells.rows(c))  # as the floor costs them
-        t = T.stage_time(p, rows, cells.stages(c, 0), floor=True, layers=layer_times(rows))
+        t = T.stage_time(p, cells.rows(c), cells.stages(c, 0), floor=True, once=once)
         total[starts[chunk[0]] + keep] = t.total_s
         floor[starts[chunk[0]] + keep] = step_lower_bound_s(microbatches(p, cells, c), t)
     # Each block's least floor (its cells are contiguous from ``starts``) and the first cell holding it.

@@ -2,7 +2,8 @@
 
 Some cost terms read a row's columns only, not its stage, and only some columns: a decoder layer's
 forward times (:func:`autopar.cost.compute.layer_forward_times`, dense and MoE) read the layout's
-shape within a layer (tp, cp, mbs, sp, the CP and expert modes, ep, etp), the stage-independent
+shape within a layer (tp, cp, mbs, sp, the CP and expert modes, ep, etp), as does the EP pass
+(:func:`autopar.cost.moe_dispatch.pass_comm_s`; the stage time's :class:`RowTerms`); the stage-independent
 activation parts (:func:`autopar.cost.memory.activation_parts`) tp, cp, etp, mbs, sp and the
 recompute options; neither reads the pipeline or data-parallel columns. The search hands them
 rows of hundreds of blocks that differ in pp, vpp and dp but share a few thousand such values
@@ -17,13 +18,13 @@ of a pass over every row.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from autopar.cost import compute as C
 from autopar.layout_batch import LayoutBatch
-from autopar.problem import Problem
 from autopar.search.valid_space import _ColumnRecorder
 
 _MIN_ROWS = 1024  # fewer rows are costed as they are: finding the distinct ones would cost more than it saves
@@ -101,16 +102,17 @@ class ColumnsOnce:
         return gather(self.fn(batch.take(first)), inverse)
 
 
-class LayerTimesOnce:
-    """``(dense, moe)`` :class:`autopar.cost.compute.LayerTimes` of a batch's rows (``moe`` is
-    ``dense`` for a dense model, as :func:`autopar.cost.stage_time.stage_time` costs them), each
-    by :class:`ColumnsOnce`; ``sample`` as there."""
+class RowTerms:
+    """The ``once`` runner of :func:`autopar.cost.stage_time.stage_time`: ``(name, fn, rows) ->
+    fn(rows)`` by a :class:`ColumnsOnce` of ``fn`` made at the name's first call (``fn`` does
+    the same under one name for the whole search); ``sample`` as there."""
 
-    def __init__(self, p: Problem, sample: LayoutBatch) -> None:
-        self.kinds = [ColumnsOnce(lambda b, moe=moe: C.layer_forward_times(p, b, moe=moe), sample)
-                      for moe in ((False, True) if p.model.is_moe else (False,))]
+    def __init__(self, sample: LayoutBatch) -> None:
+        self.sample = sample
+        self.terms: dict[str, ColumnsOnce] = {}
 
-    def __call__(self, batch: LayoutBatch) -> tuple:
-        """The ``(dense, moe)`` layer times of ``batch``'s rows."""
-        out = [kind(batch) for kind in self.kinds]
-        return (out[0], out[-1])
+    def __call__(self, name: str, fn: Callable[[LayoutBatch], Any], rows: LayoutBatch) -> Any:
+        """``fn(rows)``."""
+        if name not in self.terms:
+            self.terms[name] = ColumnsOnce(fn, self.sample)
+        return self.terms[name](rows)
