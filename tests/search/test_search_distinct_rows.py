@@ -93,3 +93,25 @@ def test_activation_parts_once_are_those_of_every_row(case):
         for g in fields(b) if hasattr(b, "__dataclass_fields__") else [None]:
             x, y = (a, b) if g is None else (getattr(a, g.name), getattr(b, g.name))
             assert np.array_equal(np.broadcast_to(x, np.shape(y)), y), (f.name, g and g.name)
+
+
+@pytest.mark.parametrize("table", [1 << 22, 16])  # codes made dense by a table; by sorting
+def test_distinct_rows_groups_rows_by_equal_values(monkeypatch, table):
+    """Random columns, some narrow, one of powers of two up to 2^20 (ranked), one constant: two
+    rows share an index exactly when they agree on every column, and each index's row is one of them."""
+    import autopar.search.distinct_rows as D
+
+    monkeypatch.setattr(D, "_TABLE", table)
+    rng = np.random.default_rng(0)
+    n = 3000
+    columns = {"tp": 2 ** rng.integers(0, 21, n), "mbs": rng.integers(1, 5, n), "sp": rng.integers(0, 2, n),
+               "cp": np.ones(n, dtype=np.int64), "ep": rng.integers(1, 40, n)}
+    batch = LayoutBatch(*([np.ones(n, dtype=np.int64)] * 13))
+    for name, values in columns.items():
+        setattr(batch, name, values)
+    first, inverse = distinct_rows(batch, list(columns))
+    rows = np.stack(list(columns.values()), axis=1)
+    want = np.unique(rows, axis=0)
+    assert len(first) == len(want)
+    assert np.array_equal(rows[first][inverse], rows)  # each row's index points at a row equal to it
+    assert len(np.unique(rows[first], axis=0)) == len(first)  # distinct indices, distinct values

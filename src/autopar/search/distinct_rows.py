@@ -79,7 +79,7 @@ def distinct_rows(batch: LayoutBatch, columns: list[str]) -> tuple[np.ndarray, n
         key += digit * radix
         radix *= width
     if radix > _TABLE:
-        values, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
         return first, inverse.ravel()
     at = np.full(radix, -1, dtype=np.int64)
     at[key] = np.arange(n)
