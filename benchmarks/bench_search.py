@@ -16,41 +16,39 @@ CPU time is reported because wall time on a shared, loaded machine is inflated; 
 (the targets are checked by reading the table). Issue 20's targets: DeepSeek-V3 on 16,384 H100
 <= 1.0 s; Llama-3.1-405B on 16,384 H100 <= 0.3 s; the CLI run <= 0.8 s; peak RSS <= 300 MiB.
 
-Last run (h/speed7 against main f4c1134, 2 shared cores loaded by other jobs (load average 2.3-2.8),
+Last run (h/speed8 against main f1b0cab, 2 shared cores loaded by other jobs (load average 2.1-2.9),
 one run each; a second run in brackets):
 
 ====================================  ===============  ===============  ============
-problem                               main CPU s       h/speed7 CPU s   peak RSS MiB
+problem                               main CPU s       h/speed8 CPU s   peak RSS MiB
 ====================================  ===============  ===============  ============
-Llama-2-7B, 8 A100                    0.067 (0.053)    0.064 (0.054)    52 -> 51
-Llama-2-70B, 1,024 A100               0.226 (0.197)    0.197 (0.193)    90 -> 69
-Llama-3.1-405B, 16,384 H100           0.289 (0.282)    0.308 (0.285)    87 -> 71
-DeepSeek-V3, 2,048 H100               1.083 (1.110)    0.990 (0.889)    127 -> 102
-DeepSeek-V3, 16,384 H100              1.504 (1.517)    1.224 (1.264)    140 -> 122
+Llama-2-7B, 8 A100                    0.058 (0.052)    0.058 (0.053)    51 -> 51
+Llama-2-70B, 1,024 A100               0.169 (0.160)    0.164 (0.158)    69 -> 69
+Llama-3.1-405B, 16,384 H100           0.269 (0.234)    0.266 (0.241)    71 -> 71
+DeepSeek-V3, 2,048 H100               0.836 (0.740)    0.701 (0.671)    103 -> 103
+DeepSeek-V3, 16,384 H100              0.995 (0.990)    0.927 (0.897)    115 -> 118
 ====================================  ===============  ===============  ============
 
-Two more DeepSeek-V3 runs: 2,048 H100 0.997 -> 0.873 and 1.206 -> 0.968 s, 16,384 H100 1.522 ->
-1.175 and 1.524 -> 1.251 s. In-process A/B (min of 3 searches, same minute): DeepSeek-V3 16,384 H100
-1.27-1.37 -> 0.97-1.07 s when the machine was quieter; Llama-3.1-405B 0.282-0.289 -> 0.270-0.279 s (the
-single bench runs above are within noise). The sweep 0.0006-0.0012 -> 0.0005-0.0011 s per 1,000 valid
-layouts up to 131,072 devices; the CLI run 0.66 -> 0.66 s. Every search's JSON (top 20, minus
-timings) unchanged on the bench problems and 9 more (fp8, MoE, DeepSpeed, torchtitan, Galvatron,
-MindSpeed, activation offload, refusals). What speed7 changed: the activations' stage-independent
-parts (``memory.activation_parts``: layer bytes, MTP, logits, dispatcher buffers) costed once per
-cell and shared by the three stage views; the memory pass sums the terms per grid shape by
-broadcasting each term's grid of cells to the memory cells' grid (``SpaceCells.grid_index``,
-``grid_multiplicity``, ``cells_at``) instead of gathering every term's fields to each of the 1.33
-million memory cells and listing them (memory pass ~0.67 -> ~0.44 s); the blocks taken grouped by
-grid shape with the blocks where views 1 and 2 are stages last (about 80 grids instead of 200, each
-view's rows slices rather than copies); ``SpaceCells.rows`` gathers each column straight into place
-(131,072 rows 12.5 -> 5.2 ms); the floor pass finds each block's least cell by position. Measured and
-dropped: larger memory chunks (2^18 cells: no gain, +30 MiB), other floor chunk sizes (2^12-2^14: no
-gain), one grid index per term shared by the views, ``np.sum(where=)`` for the counts, ``KEEP`` 80
-(1-4% faster but closer to the rerun limit). What DeepSeek-V3 16,384 H100 still spends (in-process,
-quiet): the memory pass ~0.40 s (the state, activation and buffer terms on 200k / 332k / 4.5k cells
-on up to three views ~0.2 s, the broadcast sums ~0.1 s), the floor pass ~0.24 s (``stage_time``
-with ``floor`` on 207k cells, ~1 us a row), the timed walk ~0.22 s, counting the space ~0.06 s: the
-rest is the cost formulas' own per-row work.
+In-process A/B (min of 4 searches per process, 5 processes each, alternating): DeepSeek-V3 16,384
+H100 0.96-1.02 -> 0.83-0.91 s; 2,048 H100 0.79-0.82 -> 0.70-0.75 s; Llama-3.1-405B 0.24-0.26 s both.
+The sweep 0.0005-0.0010 -> 0.0005-0.0009 s per 1,000 valid layouts up to 131,072 devices; the CLI run
+0.59-0.65 -> 0.60-0.67 s (noise). Every search's JSON (top 20, minus timings) unchanged on the bench
+problems and 6 more (MoE and Mixtral fp8, torchtitan bf16 and fp8, DeepSpeed, no target), and
+``autopar validate`` identical. What speed8 changed: the pure row terms (a row's columns only, no
+stage) are costed once per distinct value of the columns they read, across blocks
+(:mod:`autopar.search.distinct_rows`: columns recorded once per search on the ``Reads`` sample,
+rows grouped by a mixed-radix code of those columns, values gathered back): the layers' forward
+times (209k floor cells -> 19k MoE layer shapes), the EP pass and the activations' stage-independent
+parts (332k cells -> 15k) through ``stage_time(once=)`` and the memory pass; each block's least floor
+by ``np.minimum.reduceat`` instead of a lexsort. Measured and dropped: the CP exposure as a pure
+row term (no gain), the distinct rows of a stage time's terms found once over the union of their
+columns (slower), a valid block bound from the layers' compute alone to skip floor-costing blocks
+(DeepSeek-V3 16,384 H100: it is 17% of the floor at the median and would skip 27% of the floor
+cells, against 76% that the true block floors rule out: EP communication dominates). What
+DeepSeek-V3 16,384 H100 still spends (in-process, min of 4): the memory pass ~0.39 s (stage_state
+and the activations on 200k / 332k cells per view ~0.12 s, building their rows ~0.06 s, the
+broadcast sums ~0.09 s), the floor pass ~0.21 s, the timed walk ~0.23 s (floors of views 1-2 and
+stage times ~0.17 s, the step terms ~0.07 s), counting the space ~0.07 s.
 """
 
 from __future__ import annotations

@@ -31,7 +31,9 @@ collectives of its parallel groups:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -63,6 +65,7 @@ from autopar.cost.stage import Stages
 from autopar.layout_batch import LayoutBatch
 from autopar.problem import Problem
 
+RowRunner = Callable[[str, Callable[[LayoutBatch], Any], LayoutBatch], Any]  # (name, fn, rows) -> fn(rows)
 ADAM_BYTES_PER_PARAM = 34  # read grad, master, m, v (16) + write master, m, v (12) + bf16 copy (2) + grad-norm pass (4)
 
 
@@ -86,8 +89,14 @@ class StageTime:
         return self.compute_s + self.tp_s + self.cp_s + self.ep_s
 
 
-def stage_time(p: Problem, batch: LayoutBatch, stages: Stages, floor: bool = False) -> StageTime:
+def stage_time(p: Problem, batch: LayoutBatch, stages: Stages, floor: bool = False,
+               once: RowRunner | None = None) -> StageTime:
     """Per-micro-batch times of each (layout, stage) row.
+
+    ``once(name, fn, rows)``: runs the pure row terms ``fn(rows)`` (the layers' forward times,
+    the EP pass), which read ``rows``' columns only (no stage); the search costs each once per
+    distinct value of the columns it reads (:class:`autopar.search.distinct_rows.RowTerms`);
+    None runs them on every row.
 
     ``floor``: instead, times whose ``total_s`` is at most the row's ``total_s`` under every
     recompute setting (:func:`without_recompute`; the search rules layouts out with it before
@@ -108,8 +117,9 @@ def stage_time(p: Problem, batch: LayoutBatch, stages: Stages, floor: bool = Fal
     if floor:
         batch = without_recompute(batch)
     n_dense, n_moe = layer_kinds(p.model, stages)
-    dense = C.layer_forward_times(p, batch, moe=False)
-    moe = C.layer_forward_times(p, batch, moe=True) if p.model.is_moe else dense
+    run = _every_row if once is None else once
+    dense = run("layer_forward_dense", lambda b: C.layer_forward_times(p, b, moe=False), batch)
+    moe = run("layer_forward_moe", lambda b: C.layer_forward_times(p, b, moe=True), batch) if p.model.is_moe else dense
     first, last = stages.is_first(), stages.is_last(batch)
     # fp8 training's bf16 first/last layers (autopar.cost.fp8_bf16_layers): their bf16-over-fp8 seconds
     bf16_fwd, bf16_bwd = fp8_bf16_layers.layer_time_deltas(p, batch, stages, dense, moe)
@@ -187,7 +197,7 @@ def stage_time(p: Problem, batch: LayoutBatch, stages: Stages, floor: bool = Fal
         moe_recomputed = recomputed * n_moe / np.maximum(stages.layers, 1)
         ep_passes = n_moe + 0.5 * moe_recomputed + np.where(selective, recompute_cost.extra_ep_passes(p, batch, n_moe), 0.0)
         shared_s, routed_s = moe_dispatch.expert_compute_s(p, batch, moe.mlp_gemm_s)
-        one_pass = moe_dispatch.pass_comm_s(p, batch)  # costed once: exposed, layer and MTP terms share it
+        one_pass = run("moe_pass_comm", lambda b: moe_dispatch.pass_comm_s(p, b), batch)  # exposed, layer, MTP share it
         exposed = moe_dispatch.exposed_layer_comm_s(p, batch, moe.forward_s, shared_s, routed_s, one_pass)
         layer_comm = 2 * one_pass  # moe_cost.layer_comm_s
         ep = n_moe * exposed + (ep_passes - n_moe) * layer_comm
@@ -212,6 +222,11 @@ def stage_time(p: Problem, batch: LayoutBatch, stages: Stages, floor: bool = Fal
         forward, backward, recompute = _host_bound(p, batch, n_dense, n_moe, recomputed,
                                                    (forward, backward, recompute), tp + cp + ep)
     return StageTime(forward_s=forward, backward_s=backward, recompute_s=recompute, tp_s=tp, cp_s=cp, ep_s=ep)
+
+
+def _every_row(name: str, fn: Callable[[LayoutBatch], Any], rows: LayoutBatch) -> Any:
+    """:func:`stage_time`'s default ``once``: ``fn(rows)`` on every row."""
+    return fn(rows)
 
 
 def without_recompute(batch: LayoutBatch) -> LayoutBatch:

@@ -31,6 +31,7 @@ from autopar.problem import Problem
 from autopar.progress import advance
 from autopar.search.cells import Cells, SpaceCells, scatter
 from autopar.search.costing import _own_rows, combine_views, spread_views
+from autopar.search.distinct_rows import ColumnsOnce, RowTerms
 from autopar.search.valid_space import _factors_read
 from autopar.space import FACTORS
 
@@ -60,7 +61,7 @@ class Reads:
         rows = np.concatenate([at[np.unique(np.linspace(0, len(at) - 1, _SAMPLE_PER_BLOCK).round().astype(np.int64))]
                                for at in spread])
         self.sample = sample.take(rows)
-        self._batch = cells.rows(self.sample)
+        self.batch = cells.rows(self.sample)  # the sample's rows
 
     def __call__(self, name: str, fn) -> frozenset[str]:
         """The factors ``fn(rows, stages)`` (known as ``name``) reads."""
@@ -68,7 +69,7 @@ class Reads:
             read: frozenset[str] = frozenset()
             for view in range(3):
                 stages = self.cells.stages(self.sample, view)
-                read |= _factors_read(lambda b, s=stages: fn(b, s), self._batch)
+                read |= _factors_read(lambda b, s=stages: fn(b, s), self.batch)
             self._known[name] = read
         return self._known[name]
 
@@ -104,17 +105,19 @@ def block_chunks(sizes: np.ndarray, blocks: np.ndarray, limit: int) -> list[np.n
     return out
 
 
-def _view_values(p: Problem, cells: SpaceCells, chunk: np.ndarray, term_reads: dict[str, frozenset[str]]) -> dict:
+def _view_values(p: Problem, cells: SpaceCells, chunk: np.ndarray, term_reads: dict[str, frozenset[str]],
+                 parts: dict[str, ColumnsOnce]) -> dict:
     """Each memory term on each bounding view where it is a stage of its own (view 1 where pp >= 3,
     view 2 where pp >= 2, :func:`own_views`), once per cell of what the term reads in the blocks
-    ``chunk``: (name, view) -> (the term's values over those cells, where each block's cells start
-    among them (``(blocks,)``))."""
+    ``chunk`` (the stage-independent ``parts`` of a term once per distinct value of the columns
+    they read): (name, view) -> (the term's values over those cells, where each block's cells
+    start among them (``(blocks,)``))."""
     out = {}
     for name, fn in MEMORY_TERMS.items():
         factors = term_reads[name]
         tc = cells.cells(chunk, factors)
         rows = cells.rows(tc)
-        shared = MEMORY_PARTS[name](p, rows) if name in MEMORY_PARTS else None
+        shared = parts[name](rows) if name in parts else None
         sizes = cells.sizes(factors)
         pp = cells.scalars[chunk, 2]
         for view, own in enumerate(own_views(cells, tc)):
@@ -140,6 +143,7 @@ def memory_pass(p: Problem, cells: SpaceCells, reads: Reads, capacity_bytes: flo
     cells of each term along each factor group, the same views) are summed at once by broadcasting
     the terms' grids (:meth:`SpaceCells.grid_index`) to the memory cells' grid."""
     term_reads = {name: reads(name, lambda b, s, fn=fn: fn(p, b, s)) for name, fn in MEMORY_TERMS.items()}
+    once = {name: ColumnsOnce(lambda b, fn=fn: fn(p, b), reads.batch) for name, fn in MEMORY_PARTS.items()}
     factors = frozenset().union(*term_reads.values())
     starts, sizes = cells.starts(factors), cells.sizes(factors)
     peak_all = np.empty(int(sizes.sum()))
@@ -156,7 +160,7 @@ def memory_pass(p: Problem, cells: SpaceCells, reads: Reads, capacity_bytes: flo
     _, kind = np.unique(shape_of[nonempty], axis=0, return_inverse=True)
     by_shape = nonempty[np.argsort(kind.ravel(), kind="stable")]  # few shapes per chunk: few grids to sum
     for chunk in block_chunks(sizes, by_shape, CHUNK_CELLS):
-        values = _view_values(p, cells, chunk, term_reads)
+        values = _view_values(p, cells, chunk, term_reads, once)
         _, kind = np.unique(shape_of[chunk], axis=0, return_inverse=True)
         for k in range(int(kind.max()) + 1):
             blocks = chunk[kind.ravel() == k]
@@ -203,11 +207,12 @@ class FloorPass:
     total: np.ndarray  # per cell: the first stage's floor per micro-batch (s)
 
 
-def floor_pass(p: Problem, cells: SpaceCells, factors: frozenset[str], memory: MemoryPass) -> FloorPass:
+def floor_pass(p: Problem, cells: SpaceCells, factors: frozenset[str], memory: MemoryPass,
+               once: RowTerms) -> FloorPass:
     """The step-time floor (s) of each cell of ``factors`` (what the stage time reads less the
     recompute option) that holds a fitting layout: :func:`autopar.cost.step.step_lower_bound_s`
     of the first stage's :func:`~autopar.cost.stage_time.stage_time` floor over every recompute
-    setting."""
+    setting, its pure row terms costed once per distinct value of what they read (``once``)."""
     sizes = cells.sizes(factors)
     floor = np.full(int(sizes.sum()), np.inf)
     total = floor.copy()
@@ -220,15 +225,19 @@ def floor_pass(p: Problem, cells: SpaceCells, factors: frozenset[str], memory: M
         if not len(keep):
             continue
         c = c.take(keep)
-        t = T.stage_time(p, cells.rows(c), cells.stages(c, 0), floor=True)
+        t = T.stage_time(p, cells.rows(c), cells.stages(c, 0), floor=True, once=once)
         total[starts[chunk[0]] + keep] = t.total_s
         floor[starts[chunk[0]] + keep] = step_lower_bound_s(microbatches(p, cells, c), t)
-    owner = np.repeat(np.arange(cells.n_blocks), sizes)
-    order = np.lexsort((floor, owner))  # by block, then floor: each block's least first
-    least = order[np.concatenate([[True], owner[order][1:] != owner[order][:-1]])] if len(order) else order
-    least = least[np.isfinite(floor[least])]
+    # Each block's least floor (its cells are contiguous from ``starts``) and the first cell holding it.
+    nonempty = np.flatnonzero(sizes)
     block_floor = np.full(cells.n_blocks, np.inf)
-    block_floor[owner[least]] = floor[least]
+    if len(nonempty):
+        block_floor[nonempty] = np.minimum.reduceat(floor, starts[nonempty])
+    owner = np.repeat(np.arange(cells.n_blocks), sizes)
+    at_least = np.flatnonzero(floor == block_floor[owner])
+    least = at_least[np.concatenate([[True], owner[at_least][1:] != owner[at_least][:-1]])] if len(at_least) \
+        else at_least
+    least = least[np.isfinite(floor[least])]
     return FloorPass(floor, block_floor, cells.cells_at(factors, least), total)
 
 

@@ -57,6 +57,7 @@ from autopar.search.cell_costs import (
     view_values,
 )
 from autopar.search.cells import Cells, SpaceCells
+from autopar.search.distinct_rows import RowTerms
 from autopar.search.valid_space import SpaceCount
 from autopar.strategy import SIMPLICITY_ORDER
 
@@ -174,25 +175,25 @@ class _Timer:
     data-parallel and optimizer terms and the step (:func:`autopar.search.cell_costs.time_rows`)."""
 
     def __init__(self, p: Problem, cells: SpaceCells, reads: Reads, floor_factors: frozenset[str],
-                 time_factors: frozenset[str], margin_bytes: float, keep: int) -> None:
+                 time_factors: frozenset[str], margin_bytes: float, keep: int, once: RowTerms) -> None:
         self.p, self.cells, self.reads, self.keep, self.margin_bytes = p, cells, reads, keep, margin_bytes
-        self.floor_factors, self.time_factors = floor_factors, time_factors
+        self.floor_factors, self.time_factors, self.once = floor_factors, time_factors, once
 
     def __call__(self, rows: Cells, peak: np.ndarray, bound: Bound | None,
                  floor_total: np.ndarray | None = None) -> tuple[Ranked | None, Cells, np.ndarray]:
         """The first ``keep`` of ``rows`` (peaks ``peak``; ``floor_total``: their first stage's
         floor per micro-batch) in ranking order among those ``bound`` keeps, and the rows timed
         in full with their step times."""
-        p, cells = self.p, self.cells
+        p, cells, once = self.p, self.cells, self.once
         if bound is not None and len(rows):  # the makespan of the stages' floors
             values = view_values(cells, rows, self.floor_factors,
-                                 lambda b, s: T.stage_time(p, b, s, floor=True).total_s, first=1)
+                                 lambda b, s: T.stage_time(p, b, s, floor=True, once=once).total_s, first=1)
             floors = full_views(cells, rows, [floor_total] + values[1:])
             kept = np.flatnonzero(bound(peak, makespan_bound(p, cells, rows, floors)))
             rows, peak = rows.take(kept), peak[kept]
         if not len(rows):
             return None, rows, np.zeros(0)
-        times = view_values(cells, rows, self.time_factors, lambda b, s: T.stage_time(p, b, s))
+        times = view_values(cells, rows, self.time_factors, lambda b, s: T.stage_time(p, b, s, once=once))
         if bound is not None:  # the makespan of the stages' times
             totals = full_views(cells, rows, [None if t is None else t.total_s for t in times])
             kept = np.flatnonzero(bound(peak, makespan_bound(p, cells, rows, totals)))
@@ -218,7 +219,8 @@ def stream_costs(p: Problem, count: SpaceCount, memory_margin: float, keep: int)
     reads = Reads(p, cells)
     time_factors = reads("stage_time", lambda b, s: T.stage_time(p, b, s))
     floor_factors = time_factors - {"recompute"}  # the floor overwrites the recompute columns
-    timer = _Timer(p, cells, reads, floor_factors, time_factors, margin_bytes, keep)
+    once = RowTerms(reads.batch)
+    timer = _Timer(p, cells, reads, floor_factors, time_factors, margin_bytes, keep, once)
     with phase("cost", total=count.valid, description=f"costing {count.valid:,} valid layouts"):
         memory_factors = frozenset().union(*(reads(name, lambda b, s, fn=fn: fn(p, b, s))
                                              for name, fn in MEMORY_TERMS.items()))
@@ -239,7 +241,7 @@ def stream_costs(p: Problem, count: SpaceCount, memory_margin: float, keep: int)
             top = Ranked.merge(None, Ranked.concat(every), keep) if every else None
             return Streamed(top, memory.fitting > keep, memory.fitting, memory.marginal, cells.rows(memory.lightest),
                             memory.lightest_peak_bytes)
-        floors = floor_pass(p, cells, floor_factors, memory)
+        floors = floor_pass(p, cells, floor_factors, memory, once)
         floor, floor_starts = floors.floor, cells.starts(floor_factors)
         # Seeds: every fitting layout of each block's least-floor cell, timed in full. Their steps
         # order the blocks (likely best first), and their keep-th rules layouts out from the start.
