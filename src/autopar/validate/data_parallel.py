@@ -22,6 +22,13 @@ SC21_TABLE1_TORCH_DDP = ((24, 2304), (30, 3072), (36, 4096), (40, 6144))
 #: (``grad_reduce_in_fp32=False``: 2 B per gradient in memory and on the wire, ``grad_dtype='bf16'``),
 #: where autopar's Megatron default is fp32 main gradients.
 BF16_GRAD_RECIPES = (
+    # dgxc-benchmarking v24.11.1 (NeMo 24.05/24.09, NeMo 1.x YAMLs): llama3.1/llama3.1_{70b,405b}.yaml,
+    # nemo_megatron/gpt3_175b_hydra.yaml and nemotron/nemotron4-{15b,340b}-synth.yaml set
+    # optim.name: distributed_fused_adam with optim.grad_sync_dtype: bf16 (no launch.sh/configure.sh
+    # overrides it). NeMo's MegatronDistributedFusedAdam (nemo/core/optim/distributed_adam.py,
+    # init_params_bucket) reduces every bucket in grad_sync_dtype but the embedding/output ones
+    # (``_with_fp32_optimizer``: fp32), a vocab-sized share autopar does not split off.
+    ("DGXC2411", "dgxc-benchmarking v24.11.1 YAMLs: distributed_fused_adam grad_sync_dtype bf16"),
     # dgxc-benchmarking v25.05.04 runs NeMo commit 6f2c6fd's scripts/performance/llm/pretrain_*.py with
     # performance_mode=True: the recipes' pretrain_performance_optimizations (llama31_405b.py,
     # nemotron4_340b.py, nemotron4_15b.py, deepseek_v3.py; pretrain_grok1_314b.py's own) set
