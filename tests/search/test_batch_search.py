@@ -109,13 +109,13 @@ def test_a_flat_llama3_70b_sweep_saturates_early_and_says_memory_does_not_limit_
     gbs, its peak (66.3 GiB) does not depend on gbs, and tokens/s per device only creeps up (1,167
     at gbs 16 to 1,177): "most tokens/s: gbs 65,536" used to be the only statement, with "largest
     that fits: gbs 65,536", the range's top. Now the sweep names the smallest gbs within the
-    ±4.1 % band of the best and says memory does not limit gbs."""
+    ±4.8 % band of the best and says memory does not limit gbs."""
     args = ["search", "--model", "llama3-70b", "--device", "h100-80gb", "--nodes", "8", "--seq-len", "8192",
             "--gbs-range", "16:1024"]
     doc = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
     rates = {pt["gbs"]: pt["best"]["tokens_per_s_per_device"] for pt in doc["points"]}
     best = max(rates.values())
-    assert doc["saturating_band_pct"] == pytest.approx(4.1, abs=0.05)
+    assert doc["saturating_band_pct"] == pytest.approx(4.8, abs=0.05)
     floor = best * (1 - doc["saturating_band_pct"] / 100)
     assert doc["saturating_gbs"] == min(g for g, r in rates.items() if r >= floor) == 16
     assert doc["memory_limits_gbs"] is False and doc["largest_fitting_gbs"] == 1024

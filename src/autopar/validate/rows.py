@@ -433,7 +433,12 @@ def flash_of(row: Row, family: Family) -> bool:
 def tp_overlap_of(row: Row, family: Family) -> bool:
     """TP collectives overlapped with their GEMMs: the family default, or a row that names
     torchtitan's AsyncTP (``enable_async_tensor_parallel``: micro-pipelined all-gather/reduce-scatter
-    matmuls, as Transformer Engine userbuffers), written ``AsyncTP`` or ``async TP``."""
+    matmuls, as Transformer Engine userbuffers), written ``AsyncTP`` or ``async TP``. NeMo 24.07 rows keep
+    the nemo family's overlap although NeMo-Framework-Launcher 24.07 ``conf/training/gpt3/175b.yaml`` and
+    ``nemotron/nemotron_340b.yaml`` say ``ub_tp_comm_overlap: False``: the table's layouts are not those
+    configs' (vp 6 and pp 8 x vp 12 against vp 12 and pp 12 x vp 8), and the launcher's commit 630e6544
+    (2024-12) moved nemotron_340b to the table's layout with ``ub_tp_comm_overlap: True``; dgxc 24.11.1
+    runs both models with it on."""
     return family.tp_overlap or "asynctp" in row["notes"].lower().replace(" ", "")
 
 
