@@ -23,12 +23,21 @@ from autopar.problem import Problem
 from autopar.specs import TrainSpec, load_device, make_cluster
 from autopar.specs.cluster import MAX_NODES, resolve_device_name
 from autopar.strategy import Strategy
-from autopar.validate.cells import (Unscorable, expert_tp_of, flag_of, fp8_recipe_of, precision_of, recompute_of, required,
-                                    zero_of)
+from autopar.validate.cells import (
+    Unscorable,
+    expert_tp_of,
+    flag_of,
+    fp8_recipe_of,
+    precision_of,
+    recompute_of,
+    required,
+    zero_of,
+)
 from autopar.validate.data_parallel import data_parallel_of
 from autopar.validate.measurements import Row
 from autopar.validate.moe_recipes import apply_moe_recipe
 from autopar.validate.row_model import model_of
+from autopar.validate.ub_recipes import describe, userbuffers_of
 
 
 @dataclass(frozen=True)
@@ -494,4 +503,8 @@ def to_case(row: Row) -> Case:
                       launch_blocking=family.launch_blocking)
     if model.is_moe:
         strategy, train = apply_moe_recipe(row, strategy, train, assumed)
+    if strategy.tp_comm_overlap and train.framework == "megatron":
+        ub, source = userbuffers_of(row)
+        train = train.model_copy(update={"userbuffers": ub})
+        assumed.append(f"TE userbuffers ({source}): {describe(ub)}")
     return Case(row, family, Problem(model, cluster, train), strategy, assumed)
