@@ -52,7 +52,8 @@ def test_estimate_json_matches_search_row():
     args = ["estimate", *MAIN_JOB[1:-2], "--json", "--tp", str(best["tp"]), "--pp", str(best["pp"]),
             "--cp", str(best["cp"]), "--vpp", str(best["vpp"]), "--mbs", str(best["mbs"]),
             "--zero", str(best["zero"]), "--recompute", best["recompute"],
-            "--sp" if best["sp"] else "--no-sp"]
+            "--sp" if best["sp"] else "--no-sp", "--cp-comm-type", best["cp_comm_type"],
+            "--tp-comm-overlap" if best["tp_comm_overlap"] else "--no-tp-comm-overlap"]
     if best["recompute_layers"]:
         args += ["--recompute-layers", str(best["recompute_layers"])]
     est = json.loads(runner.invoke(app, args).stdout)

@@ -16,7 +16,7 @@ runner = CliRunner()
 
 def test_refused_layout_from_a_result_points_at_search_target(tmp_path):
     result = runner.invoke(app, ["search", "-m", "llama3-70b", "--device", "h100-80gb", "--nodes", "8",
-                                 "--gbs", "512", "--top", "1", "--json"])
+                                 "--gbs", "512", "--zero", "1", "--top", "1", "--json"])
     assert result.exit_code == 0, result.output
     top = json.loads(result.stdout)["layouts"][0]["strategy"]
     assert top["zero"] == 1  # Galvatron's data-parallel types are ddp, zero2 and zero3

@@ -5,6 +5,7 @@ import json
 
 import numpy as np
 import pytest
+from conftest import make_problem
 from typer.testing import CliRunner
 
 from autopar.cli import app
@@ -17,8 +18,8 @@ from autopar.layout_batch import LayoutBatch
 from autopar.rules import check_strategy
 from autopar.specs.script import read_script
 from autopar.specs.script_cli import layout_defaults
+from autopar.specs.userbuffers import TE2_DEFAULTS, UbGemm, Userbuffers
 from autopar.strategy import Strategy
-from conftest import make_problem
 
 runner = CliRunner()
 GIB = 2**30
@@ -49,15 +50,20 @@ def test_userbuffers_are_ten_activation_sized_bf16_buffers():
 
 def test_overlap_changes_the_estimate_in_time_and_memory():
     # NVIDIA's Llama-3-70B FP8 recipe (tp 4, pp 8, vpp 5): faster with overlap, by the exposed TP time
-    # only, and 1.25 GiB heavier on every stage.
-    p = make_problem("llama3-70b", nodes=8, gbs=128, seq=8192, precision="fp8")
+    # less what the userbuffers kernels' SMs cost the GEMMs (autopar.cost.userbuffers_sm), and
+    # 1.25 GiB heavier on every stage. With kernels that take no SM the GEMMs are unchanged.
+    no_sms = Userbuffers(**{name: UbGemm(method="ring_exchange", num_sm=0, set_sm_margin=False)
+                            for name in Userbuffers.model_fields})
     base = dict(dp=2, tp=4, pp=8, vpp=5, sp=True, schedule="interleaved")
-    on, off = estimate(p, Strategy(**base, tp_comm_overlap=True)), estimate(p, Strategy(**base))
-    assert on.step_time_s < off.step_time_s
-    diff = {k: off.time_breakdown_s[k] - on.time_breakdown_s[k] for k in on.time_breakdown_s}
-    assert diff["compute"] == 0 and diff["tp_comm"] > 0  # the GEMMs are unchanged, the TP time shrinks
-    assert off.step_time_s - on.step_time_s == pytest.approx(sum(diff.values()))
-    assert on.peak_memory_bytes - off.peak_memory_bytes == pytest.approx(1.25 * GIB)
+    for userbuffers in (no_sms, TE2_DEFAULTS):
+        p = make_problem("llama3-70b", nodes=8, gbs=128, seq=8192, precision="fp8", userbuffers=userbuffers)
+        on, off = estimate(p, Strategy(**base, tp_comm_overlap=True)), estimate(p, Strategy(**base))
+        assert on.step_time_s < off.step_time_s
+        diff = {k: off.time_breakdown_s[k] - on.time_breakdown_s[k] for k in on.time_breakdown_s}
+        assert diff["tp_comm"] > 0  # the TP time shrinks
+        assert diff["compute"] == 0 if userbuffers is no_sms else diff["compute"] < 0
+        assert off.step_time_s - on.step_time_s == pytest.approx(sum(diff.values()))
+        assert on.peak_memory_bytes - off.peak_memory_bytes == pytest.approx(1.25 * GIB)
 
 
 def test_overlap_needs_sequence_parallelism():

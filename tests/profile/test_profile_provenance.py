@@ -25,7 +25,9 @@ runner = CliRunner()
 CPU = "cpu:x86_64:2t"
 H100 = "NVIDIA H100 80GB HBM3"
 PLAN = ["--model", "llama3-8b", "--device", "h100-80gb", "--gbs", "64", "--seq-len", "4096"]
-LAYOUT = ["--tp", "2", "--mbs", "1"]  # dp 4, 16 micro-batches of 1; sequence parallel (the default with tp > 1)
+# dp 4, 16 micro-batches of 1; sequence parallel (the default with tp > 1); without TP overlap, whose
+# userbuffers kernels would add their SMs' share to the measured GEMMs (autopar.cost.userbuffers_sm).
+LAYOUT = ["--tp", "2", "--mbs", "1", "--no-tp-comm-overlap"]
 
 
 def record(device: str, preset: str | None, versions: str = "torch=2.13.0") -> MeasuredOn:

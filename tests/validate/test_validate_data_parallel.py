@@ -27,3 +27,31 @@ def test_torch_ddp_hides_the_18b_all_reduce_under_the_last_backward():
     local = case.problem.train.model_copy(update={"overlap_grad_reduce": False, "grad_dtype": "fp32"})
     after = estimate(Problem(case.problem.model, case.problem.cluster, local), case.strategy)
     assert after.time_breakdown_s["dp_comm"] > 0.5  # fp32 all-reduce after the backward: exposed
+
+
+def test_dgxc_and_megatron_bridge_rows_reduce_bf16_gradients():
+    # NeMo 6f2c6fd performance recipes and Megatron-Bridge v0.2.0 performance configs set
+    # grad_reduce_in_fp32=False, bf16 and fp8 runs alike: 2 B per gradient.
+    for row_id in ("DGXC2505-N340B-H100-BF16-256", "DGXC2505-N340B-H100-FP8-256", "DGXC2505-DSV3-H100-BF16-512",
+                   "MBR-2511-H100-3"):
+        case = to_case(ROWS[row_id])
+        assert case.problem.train.grad_bytes == 2 and case.problem.train.overlap_grad_reduce
+        assert any(a.startswith("grad_dtype=bf16") for a in case.assumed), row_id
+    # dgxc 24.11.1 YAMLs: distributed_fused_adam with grad_sync_dtype bf16 (GPT-3, Llama 3.1, Nemotron-4).
+    for row_id in ("DGXC2411-G175B-FP8-128", "DGXC2411-L70B-BF16-256", "DGXC2411-N15B-BF16-16"):
+        case = to_case(ROWS[row_id])
+        assert case.problem.train.grad_bytes == 2 and any("grad_sync_dtype bf16" in a for a in case.assumed)
+    # NeMo 24.07's launcher-era rows keep fp32 main gradients (Megatron's default).
+    assert to_case(ROWS["NEMO2407-10"]).problem.train.grad_bytes == 4
+
+
+def test_bf16_gradients_more_than_halve_the_exposed_reduce_scatter_of_nemotron_340b():
+    # tp 8, pp 8, dp 4 on H100: ~5.3e9 parameters per rank. Exposed = reduce-scatter minus the last
+    # backward it hides under (the bf16 weight all-gather hides under the first forward): halving the
+    # reduce-scatter removes half of it from the exposed part, i.e. more than half of what was exposed.
+    case = to_case(ROWS["DGXC2505-N340B-H100-BF16-256"])
+    bf16 = estimate(case.problem, case.strategy).time_breakdown_s["dp_comm"]
+    fp32_train = case.problem.train.model_copy(update={"grad_dtype": "fp32"})
+    fp32_problem = Problem(case.problem.model, case.problem.cluster, fp32_train)
+    fp32 = estimate(fp32_problem, case.strategy).time_breakdown_s["dp_comm"]
+    assert 0.0 < bf16 < fp32 / 2

@@ -64,6 +64,10 @@ def test_cuda_graph_scopes_of_the_release_configs():
 def test_other_sources():
     dgxc = to_case(ROWS["DGXC2505-DSV3-H100-BF16-512"])
     assert dgxc.problem.train.moe.permute_fusion and dgxc.strategy.moe_dispatcher == "alltoall"
+    # NeMo 6f2c6fd deepseek_v3.py: MegatronCommOverlapCallback(tp_comm_overlap=False); Grok-1's sets True.
+    assert dgxc.strategy.tp == 2 and not dgxc.strategy.tp_comm_overlap
+    assert any("tp_comm_overlap=False" in a for a in dgxc.assumed)
+    assert to_case(ROWS["DGXC2505-GROK1-H100-BF16-512"]).strategy.tp_comm_overlap
     auto = to_case(ROWS["AUTOMODEL-DSV3-256"])
     assert auto.strategy.moe_dispatcher == "deepep" and auto.problem.train.moe.force_balance
 

@@ -46,8 +46,9 @@ LOW_PRECISION_OPERAND_BYTES = {"fp8": 1.0, "fp4": 0.5}
 KERNEL_OVERHEAD_S = 4e-6  # per kernel: launch + tail effects (H100/A100 measurements, order 2-6 us)
 
 
-def gemm_time_s(p: Problem, g: F.Gemm) -> np.ndarray:
-    """Seconds for the GEMMs ``g`` on one device.
+def gemm_time_s(p: Problem, g: F.Gemm, sm_fraction: float = 1.0) -> np.ndarray:
+    """Seconds for the GEMMs ``g`` on one device (on ``sm_fraction`` of its SMs: the tensor-core
+    peak scales with the SMs, HBM bandwidth does not; :mod:`autopar.cost.userbuffers_sm`).
 
     Linear layers use the fp8 peak under fp8 training, plus their input quantisation
     (:mod:`autopar.cost.fp8`; none where the norm before them writes the fp8 input, ``g.norm_input``,
@@ -61,7 +62,7 @@ def gemm_time_s(p: Problem, g: F.Gemm) -> np.ndarray:
     """
     dev = p.cluster.device
     precision = fp8.gemm_precision(p, g.fp8)
-    peak = dev.peak(precision) * fp8.gemm_efficiency(p, g.fp8)
+    peak = dev.peak(precision) * fp8.gemm_efficiency(p, g.fp8) * sm_fraction
     mem = dev.hbm_bandwidth_bytes_per_s * dev.memory_efficiency
     cast_bytes = fp8.cast_bytes(p, g.m, g.k, g.count if g.cast_inputs is None else g.cast_inputs, g.fp8, g.norm_input)
     if precision in LOW_PRECISION_OPERAND_BYTES:  # quantised inputs and weights, bf16 output

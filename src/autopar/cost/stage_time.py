@@ -52,6 +52,7 @@ from autopar.cost import (
     offload,
     placement,
     tp_overlap,
+    userbuffers_sm,
     vocab,
     wgrad_accumulation,
 )
@@ -124,6 +125,10 @@ def stage_time(p: Problem, batch: LayoutBatch, stages: Stages, floor: bool = Fal
     # fp8 training's bf16 first/last layers (autopar.cost.fp8_bf16_layers): their bf16-over-fp8 seconds
     bf16_fwd, bf16_bwd = fp8_bf16_layers.layer_time_deltas(p, batch, stages, dense, moe)
     layers_fwd = n_dense * dense.forward_s + n_moe * moe.forward_s + bf16_fwd
+    # Megatron --tp-comm-overlap: the SMs Transformer Engine's userbuffers kernels take from the GEMMs
+    # they overlap (autopar.cost.userbuffers_sm); the forward part is recomputed with its layer.
+    ub_fwd, ub_bwd = userbuffers_extra_s(p, batch, n_dense, n_moe)
+    layers_fwd = layers_fwd + ub_fwd
     embedding_s, output_s = C.embedding_forward_time_s(p, batch), C.output_forward_time_s(p, batch)
     extra_fwd = np.where(first, embedding_s, 0.0) + np.where(last, output_s, 0.0) + np.where(
         stages.holds_mtp(batch), mtp.forward_s(p, batch, dense.forward_s, moe.forward_s, output_s, embedding_s), 0.0)
@@ -204,7 +209,7 @@ def stage_time(p: Problem, batch: LayoutBatch, stages: Stages, floor: bool = Fal
         ep = ep + np.where(stages.holds_mtp(batch), mtp.ep_comm_s(p, batch, layer_comm), 0.0)
     else:
         ep = np.zeros(len(batch))
-    backward = 2 * (forward - layers_fwd) + n_dense * dense.backward() + n_moe * moe.backward() + bf16_bwd
+    backward = 2 * (forward - layers_fwd) + n_dense * dense.backward() + n_moe * moe.backward() + bf16_bwd + ub_bwd
     backward = backward + wgrad_accumulation.unfused_backward_s(p, batch, stages)  # --no-gradient-accumulation-fusion
     if p.train.activation_offload_layers and not floor:  # host-link copies beyond the layers they hide under
         layers = np.maximum(stages.layers, 1)
@@ -227,6 +232,23 @@ def stage_time(p: Problem, batch: LayoutBatch, stages: Stages, floor: bool = Fal
 def _every_row(name: str, fn: Callable[[LayoutBatch], Any], rows: LayoutBatch) -> Any:
     """:func:`stage_time`'s default ``once``: ``fn(rows)`` on every row."""
     return fn(rows)
+
+
+def userbuffers_extra_s(p: Problem, batch: LayoutBatch, n_dense: np.ndarray, n_moe: np.ndarray
+                        ) -> tuple[np.ndarray | float, np.ndarray | float]:
+    """(forward, backward) seconds per micro-batch a stage's GEMMs lose to Transformer Engine's
+    userbuffers kernels (:func:`autopar.cost.userbuffers_sm.layer_extra_s` per dense and MoE layer,
+    under the layer's TP collective pair); ``(0.0, 0.0)`` where no row overlaps with userbuffers."""
+    if not userbuffers_sm.applies(p, batch).any():
+        return 0.0, 0.0
+    act_bytes = F.BF16 * F.tokens(p, batch) * p.model.hidden_size
+    pair = float8_tp.layer_pair_s(p, batch, act_bytes,
+                                  comm.all_reduce_s(p, act_bytes, batch.tp, placement.tp_stride(batch)))
+    dense_fwd, dense_bwd = userbuffers_sm.layer_extra_s(p, batch, pair, moe=False)
+    if not p.model.is_moe:
+        return n_dense * dense_fwd, n_dense * dense_bwd
+    moe_fwd, moe_bwd = userbuffers_sm.layer_extra_s(p, batch, pair, moe=True)
+    return n_dense * dense_fwd + n_moe * moe_fwd, n_dense * dense_bwd + n_moe * moe_bwd
 
 
 def without_recompute(batch: LayoutBatch) -> LayoutBatch:

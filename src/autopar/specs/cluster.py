@@ -85,6 +85,10 @@ class DeviceSpec(BaseModel):
     inter_node_latency_s: float = Field(default=20e-6, ge=0, le=MAX_LATENCY_S, description="per ring step")
     default_devices_per_node: int = Field(default=8, gt=0)
     nvlink_domain_size: int | None = Field(default=None, gt=0, description="devices sharing the fast link, if more than one node (GB200 NVL72); a multiple of the devices per node")
+    sm_count: int | None = Field(
+        default=None, gt=0, le=4096,
+        description="streaming multiprocessors (AMD: compute units) the GEMMs run on: what Transformer Engine's "
+        "userbuffers kernels take a share of (autopar.cost.userbuffers_sm); None: not known, that share not costed")
     gemm_efficiency: float = Field(default=0.75, ge=MIN_EFFICIENCY, le=1)
     fp8_gemm_efficiency: float | None = Field(default=None, ge=MIN_EFFICIENCY, le=1, description="fraction of the fp8 peak; None: as gemm_efficiency")
     attention_efficiency: float = Field(default=0.45, ge=MIN_EFFICIENCY, le=1)

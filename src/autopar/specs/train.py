@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from autopar.specs.cluster import Precision
 from autopar.specs.moe_runtime import MoeRuntime
+from autopar.specs.userbuffers import TE2_DEFAULTS, Userbuffers
 
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}  # bytes per element of a stored dtype
 # Low-precision recipes of fp8 training (Megatron-LM --fp8-recipe, plus --fp4-recipe nvfp4); costs and
@@ -142,6 +143,11 @@ class TrainSpec(BaseModel):
         "the input-gradient all-reduce / reduce-scatter runs under the weight-gradient GEMM, the SP input "
         "re-gather under the data-gradient GEMM (autopar.cost.tp_overlap); off for DeepSpeed's Megatron fork "
         "and torchtitan without AsyncTP")
+    userbuffers: Userbuffers = Field(
+        default=TE2_DEFAULTS,
+        description="Transformer Engine userbuffers num_sm / set_sm_margin of the overlapped GEMMs under Megatron's "
+        "--tp-comm-overlap (autopar.specs.userbuffers): the SMs its communication kernels take from the GEMMs "
+        "(autopar.cost.userbuffers_sm); default TE >= 2.0's")
     launch_blocking: bool = Field(
         default=False,
         description="CUDA_LAUNCH_BLOCKING=1: every kernel launch waits for the kernel, so the host's "

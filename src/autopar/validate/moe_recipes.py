@@ -23,7 +23,11 @@ row's ``assumed`` list. Facts of a recipe, never a fitted factor.
   cfgs - perf"), after 25.09, so whether that run overlapped is not known.
 * dgxc-benchmarking / NeMo 25.04 (``DGXC2505-*`` MoE rows): NeMo's MoE recipes fuse the
   permutation (``moe_permute_fusion=True``); dispatcher alltoall; router unfused (TE's fused router
-  came later).
+  came later). DeepSeek-V3 runs without TP comm overlap: NeMo 6f2c6fd
+  ``nemo/collections/llm/recipes/deepseek_v3.py`` ``pretrain_performance_optimizations`` adds
+  ``MegatronCommOverlapCallback(tp_comm_overlap=False)`` (dgxc-benchmarking v25.05.04
+  ``deepseek_v3/pretraining/launch.sh`` runs ``scripts.performance.llm.pretrain_deepseek_v3``, which
+  builds ``pretrain_recipe(performance_mode=True)``); Grok-1's recipe sets it True.
 * NeMo Automodel (``AUTOMODEL-*``): the rows' notes say "kernels TE + DeepEP" and "fake balanced
   gate": the DeepEP dispatcher with forced balance.
 """
@@ -109,7 +113,10 @@ def _knobs(row: Row) -> tuple[str, dict[str, Any]] | None:
             return None
         return MBR_SOURCE, dict(knobs, etp=1, grad_dtype="bf16", runtime=MBR_RUNTIME)
     if rid.startswith("DGXC"):
-        return "NeMo 25.04 MoE recipes", dict(runtime=dict(permute_fusion=True))
+        knobs: dict[str, Any] = dict(runtime=dict(permute_fusion=True))
+        if model.startswith("deepseek"):
+            knobs["tp_overlap"] = False  # NeMo 6f2c6fd deepseek_v3.py: tp_comm_overlap=False (module docstring)
+        return "NeMo 25.04 MoE recipes", knobs
     if rid.startswith("AUTOMODEL") and "deepep" in row["notes"].lower():
         return "NeMo Automodel notes: TE + DeepEP, fake balanced gate", dict(
             dispatcher="deepep", runtime=dict(force_balance="balanced gate" in row["notes"].lower()))

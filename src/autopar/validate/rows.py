@@ -23,12 +23,21 @@ from autopar.problem import Problem
 from autopar.specs import TrainSpec, load_device, make_cluster
 from autopar.specs.cluster import MAX_NODES, resolve_device_name
 from autopar.strategy import Strategy
-from autopar.validate.cells import (Unscorable, expert_tp_of, flag_of, fp8_recipe_of, precision_of, recompute_of, required,
-                                    zero_of)
+from autopar.validate.cells import (
+    Unscorable,
+    expert_tp_of,
+    flag_of,
+    fp8_recipe_of,
+    precision_of,
+    recompute_of,
+    required,
+    zero_of,
+)
 from autopar.validate.data_parallel import data_parallel_of
 from autopar.validate.measurements import Row
 from autopar.validate.moe_recipes import apply_moe_recipe
 from autopar.validate.row_model import model_of
+from autopar.validate.ub_recipes import describe, userbuffers_of
 
 
 @dataclass(frozen=True)
@@ -433,7 +442,12 @@ def flash_of(row: Row, family: Family) -> bool:
 def tp_overlap_of(row: Row, family: Family) -> bool:
     """TP collectives overlapped with their GEMMs: the family default, or a row that names
     torchtitan's AsyncTP (``enable_async_tensor_parallel``: micro-pipelined all-gather/reduce-scatter
-    matmuls, as Transformer Engine userbuffers), written ``AsyncTP`` or ``async TP``."""
+    matmuls, as Transformer Engine userbuffers), written ``AsyncTP`` or ``async TP``. NeMo 24.07 rows keep
+    the nemo family's overlap although NeMo-Framework-Launcher 24.07 ``conf/training/gpt3/175b.yaml`` and
+    ``nemotron/nemotron_340b.yaml`` say ``ub_tp_comm_overlap: False``: the table's layouts are not those
+    configs' (vp 6 and pp 8 x vp 12 against vp 12 and pp 12 x vp 8), and the launcher's commit 630e6544
+    (2024-12) moved nemotron_340b to the table's layout with ``ub_tp_comm_overlap: True``; dgxc 24.11.1
+    runs both models with it on."""
     return family.tp_overlap or "asynctp" in row["notes"].lower().replace(" ", "")
 
 
@@ -489,4 +503,8 @@ def to_case(row: Row) -> Case:
                       launch_blocking=family.launch_blocking)
     if model.is_moe:
         strategy, train = apply_moe_recipe(row, strategy, train, assumed)
+    if strategy.tp_comm_overlap and train.framework == "megatron":
+        ub, source = userbuffers_of(row)
+        train = train.model_copy(update={"userbuffers": ub})
+        assumed.append(f"TE userbuffers ({source}): {describe(ub)}")
     return Case(row, family, Problem(model, cluster, train), strategy, assumed)
