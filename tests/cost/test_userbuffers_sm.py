@@ -8,7 +8,7 @@ from conftest import make_problem
 from autopar.cost import compute as C
 from autopar.cost import flops as F
 from autopar.cost import userbuffers_sm
-from autopar.cost.stage_time import userbuffers_extra_s
+from autopar.cost.stage_time import userbuffers_layer_s
 from autopar.estimate import estimate
 from autopar.layout_batch import LayoutBatch
 from autopar.specs.userbuffers import TE1_DEFAULTS, TE2_DEFAULTS, UbGemm, Userbuffers
@@ -89,7 +89,7 @@ def test_no_sm_taken_leaves_the_estimate_unchanged():
     assert base < te1 < te2
     p = make_problem("llama3-8b", userbuffers=none)
     b = _batch()
-    assert userbuffers_extra_s(p, b, np.array([32.0]), np.array([0.0]))[0][0] == 0.0
+    assert userbuffers_layer_s(p, b)[0][0] == 0.0
 
 
 def test_published_runs_take_their_recipes_userbuffers():

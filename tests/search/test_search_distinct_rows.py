@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from conftest import make_problem
 
+from autopar.cost import userbuffers_sm
 from autopar.cost.compute import layer_forward_times
 from autopar.cost.memory import activation_parts
 from autopar.cost.stage import bounding_stages
@@ -69,8 +70,9 @@ def test_stage_time_with_row_terms_once_is_the_stage_time(case):
             want = stage_time(p, valid, stages, floor=floor)
             for f in fields(want):
                 assert np.array_equal(getattr(got, f.name), getattr(want, f.name)), (view, floor, f.name)
-    assert set(once.terms) == {"layer_forward_dense"} | ({"layer_forward_moe", "moe_pass_comm"} if p.model.is_moe
-                                                         else set())
+    assert set(once.terms) == ({"layer_forward_dense"} | ({"layer_forward_moe", "moe_pass_comm"} if p.model.is_moe
+                                                          else set())
+                                | ({"userbuffers"} if userbuffers_sm.may_apply(p) else set()))
 
 
 def test_gather_spreads_arrays_tuples_and_dataclasses_and_keeps_scalars():

@@ -127,7 +127,11 @@ def stage_time(p: Problem, batch: LayoutBatch, stages: Stages, floor: bool = Fal
     layers_fwd = n_dense * dense.forward_s + n_moe * moe.forward_s + bf16_fwd
     # Megatron --tp-comm-overlap: the SMs Transformer Engine's userbuffers kernels take from the GEMMs
     # they overlap (autopar.cost.userbuffers_sm); the forward part is recomputed with its layer.
-    ub_fwd, ub_bwd = userbuffers_extra_s(p, batch, n_dense, n_moe)
+    ub_fwd, ub_bwd = 0.0, 0.0
+    if userbuffers_sm.may_apply(p):
+        dense_ub_fwd, dense_ub_bwd, moe_ub_fwd, moe_ub_bwd = run("userbuffers", lambda b: userbuffers_layer_s(p, b), batch)
+        ub_fwd = n_dense * dense_ub_fwd + n_moe * moe_ub_fwd
+        ub_bwd = n_dense * dense_ub_bwd + n_moe * moe_ub_bwd
     layers_fwd = layers_fwd + ub_fwd
     embedding_s, output_s = C.embedding_forward_time_s(p, batch), C.output_forward_time_s(p, batch)
     extra_fwd = np.where(first, embedding_s, 0.0) + np.where(last, output_s, 0.0) + np.where(
@@ -234,21 +238,20 @@ def _every_row(name: str, fn: Callable[[LayoutBatch], Any], rows: LayoutBatch) -
     return fn(rows)
 
 
-def userbuffers_extra_s(p: Problem, batch: LayoutBatch, n_dense: np.ndarray, n_moe: np.ndarray
-                        ) -> tuple[np.ndarray | float, np.ndarray | float]:
-    """(forward, backward) seconds per micro-batch a stage's GEMMs lose to Transformer Engine's
-    userbuffers kernels (:func:`autopar.cost.userbuffers_sm.layer_extra_s` per dense and MoE layer,
-    under the layer's TP collective pair); ``(0.0, 0.0)`` where no row overlaps with userbuffers."""
-    if not userbuffers_sm.applies(p, batch).any():
-        return 0.0, 0.0
+def userbuffers_layer_s(p: Problem, batch: LayoutBatch) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(dense forward, dense backward, MoE forward, MoE backward) seconds per micro-batch one decoder
+    layer's GEMMs lose to Transformer Engine's userbuffers kernels, ``(n,)`` arrays
+    (:func:`autopar.cost.userbuffers_sm.layer_extra_s` under the layer's TP collective pair; 0 where
+    it does not apply; a dense model's MoE pair is its dense one). A pure row term: it reads the
+    same columns on every row, so :func:`stage_time`'s ``once`` may cost it per distinct row."""
     act_bytes = F.BF16 * F.tokens(p, batch) * p.model.hidden_size
     pair = float8_tp.layer_pair_s(p, batch, act_bytes,
                                   comm.all_reduce_s(p, act_bytes, batch.tp, placement.tp_stride(batch)))
     dense_fwd, dense_bwd = userbuffers_sm.layer_extra_s(p, batch, pair, moe=False)
     if not p.model.is_moe:
-        return n_dense * dense_fwd, n_dense * dense_bwd
+        return dense_fwd, dense_bwd, dense_fwd, dense_bwd
     moe_fwd, moe_bwd = userbuffers_sm.layer_extra_s(p, batch, pair, moe=True)
-    return n_dense * dense_fwd + n_moe * moe_fwd, n_dense * dense_bwd + n_moe * moe_bwd
+    return dense_fwd, dense_bwd, moe_fwd, moe_bwd
 
 
 def without_recompute(batch: LayoutBatch) -> LayoutBatch:

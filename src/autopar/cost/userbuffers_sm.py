@@ -38,10 +38,16 @@ from autopar.problem import Problem
 from autopar.specs.userbuffers import UbGemm
 
 
+def may_apply(p: Problem) -> bool:
+    """Whether any layout of ``p`` can run its TP collectives as userbuffers kernels: Megatron-LM on a
+    device whose SM count is known (``DeviceSpec.sm_count``)."""
+    return p.train.framework == "megatron" and p.cluster.device.sm_count is not None
+
+
 def applies(p: Problem, batch: LayoutBatch) -> np.ndarray:
-    """Rows whose TP collectives run as userbuffers kernels: Megatron-LM with ``tp_comm_overlap``
-    and tp > 1 on a device whose SM count is known (``DeviceSpec.sm_count``). Shape ``(n,)``."""
-    if p.train.framework != "megatron" or p.cluster.device.sm_count is None:
+    """Rows whose TP collectives run as userbuffers kernels: :func:`may_apply`, with ``tp_comm_overlap``
+    and tp > 1. Shape ``(n,)``."""
+    if not may_apply(p):
         return np.zeros(len(batch), dtype=bool)
     return np.asarray(batch.tp_comm_overlap, dtype=bool) & (batch.tp > 1)
 
@@ -70,9 +76,7 @@ def layer_extra_s(p: Problem, batch: LayoutBatch, pair_s: np.ndarray, moe: bool)
         moe: a MoE layer (only its attention's GEMMs count, module docstring).
     """
     zero = np.zeros(len(batch))
-    on = applies(p, batch)
-    if not on.any():
-        return zero, zero
+    on = applies(p, batch)  # no early return where no row applies: every call reads the same columns
     ub = p.train.userbuffers
     one = pair_s / 2
 
