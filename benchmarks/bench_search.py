@@ -16,6 +16,13 @@ CPU time is reported because wall time on a shared, loaded machine is inflated; 
 (the targets are checked by reading the table). Issue 20's targets: DeepSeek-V3 on 16,384 H100
 <= 1.0 s; Llama-3.1-405B on 16,384 H100 <= 0.3 s; the CLI run <= 0.8 s; peak RSS <= 300 MiB.
 
+Session run (main 6a823c4 against f4c1134, the session's start, one run on a quiet machine, load
+average 0.8; the userbuffers SM term of the same session costed once per distinct row): Llama-2-7B
+0.047 -> 0.057 s, Llama-2-70B 0.171 -> 0.150 s, Llama-3.1-405B 16,384 H100 0.244 -> 0.248 s (target
+0.3), DeepSeek-V3 2,048 H100 0.876 -> 0.670 s, DeepSeek-V3 16,384 H100 1.202 -> 0.889 s (target 1.0;
+0.89-0.92 s in three more runs), peak RSS 139 -> 123 MiB, the sweep 0.0005-0.0010 s per 1,000 valid
+layouts up to 131,072 devices, the CLI run 0.67 -> 0.62 s (target 0.8).
+
 Last run (h/speed8 against main f1b0cab, 2 shared cores loaded by other jobs (load average 2.1-2.9),
 one run each; a second run in brackets):
 
