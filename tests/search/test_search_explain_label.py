@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from autopar.cli import app
+from autopar.errors import AutoparError
 from autopar.search.explain import label_note, parse_layout
 
 runner = CliRunner()
@@ -49,3 +51,14 @@ def test_where_it_ranks_comes_before_the_table_and_names_the_runner_up():
     assert f"; the next, {label}" in lines[top] and lines[top].endswith(f", {gap:+.1%} (details below the table)")
     assert any(line.strip().startswith(f"the next layout, {label}") and f"is {gap:+.1%} against it" in line
                for line in lines[table:])
+
+
+@pytest.mark.parametrize("label, message", [
+    ("mbs0", r"'mbs0': mbs=0; allowed a whole number in 1\.\."),  # was a pydantic traceback
+    ("pp4x0", r"'pp4x0': vpp=0; allowed"),
+    ("ep8/etp0", r"'ep8/etp0': etp=0; allowed"),
+    ("tp2 tp4", r"'tp4' gives tp again; give each label part once"),  # the later part had won silently
+])
+def test_label_values_are_checked_like_key_value_pairs(label, message):
+    with pytest.raises(AutoparError, match=message):
+        parse_layout(label)

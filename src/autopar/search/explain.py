@@ -81,8 +81,16 @@ def parse_layout(text: str) -> dict[str, int]:
             if not m:
                 raise AutoparError(f"--explain={text!r}: cannot read {part!r}; give key=value pairs "
                                    "(tp=4,pp=4,vpp=5) or a table label such as 'tp4+sp pp4x5 cp2 dp2'")
-            wanted.update({k: int(v) for k, v in m.groupdict().items()
-                           if v and k not in ("sp", "ov", "cp_algo", "vsp", "gpipe", "nc", "v", "disp", "a2a")})
+            for k, v in m.groupdict().items():
+                if not v or k in ("sp", "ov", "cp_algo", "vsp", "gpipe", "nc", "v", "disp", "a2a"):
+                    continue
+                if k in wanted:
+                    raise AutoparError(f"--explain={text!r}: {part!r} gives {k} again; give each label part once")
+                spec = KEYS.get(k)
+                if spec is not None and not spec.lowest <= int(v) <= spec.highest:
+                    raise AutoparError(f"--explain={text!r}: {part!r}: {k}={int(v)}; allowed a whole number in "
+                                       f"{spec.lowest}..{spec.highest}")
+                wanted[k] = int(v)
             if m.group("vsp"):  # Galvatron's marks (autopar.report.table.galvatron_marks)
                 wanted.update(vocab_tp=int(m.group("vsp")), vocab_sp=1)
             if m.group("gpipe") or m.group("v"):  # schedule marks: gpipe, torchtitan's zbv / dualpipev
