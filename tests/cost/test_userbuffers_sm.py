@@ -1,6 +1,8 @@
 """The SMs Transformer Engine's userbuffers kernels take from the GEMMs they overlap under
 Megatron's --tp-comm-overlap (:mod:`autopar.cost.userbuffers_sm`, :mod:`autopar.specs.userbuffers`)."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from conftest import make_problem
@@ -9,6 +11,7 @@ from autopar.cost import compute as C
 from autopar.cost import flops as F
 from autopar.cost import userbuffers_sm
 from autopar.cost.stage_time import userbuffers_layer_s
+from autopar.errors import AutoparError
 from autopar.estimate import estimate
 from autopar.layout_batch import LayoutBatch
 from autopar.specs.userbuffers import TE1_DEFAULTS, TE2_DEFAULTS, UbGemm, Userbuffers
@@ -100,3 +103,22 @@ def test_published_runs_take_their_recipes_userbuffers():
     assert gpt3.proj_fprop.set_sm_margin and not gpt3.qkv_wgrad.set_sm_margin
     assert userbuffers_of(rows["DGXC2411-N15B-BF16-16"])[0] == TE1_DEFAULTS  # the YAML states none
     assert userbuffers_of(rows["DGXC2505-N340B-H100-BF16-256"])[0] == TE2_DEFAULTS  # NeMo 25.04: TE 2.x
+
+
+def _with_sm_count(device: str, sm_count: int):
+    p = make_problem("llama3-8b", device=device)
+    return replace(p, cluster=p.cluster.model_copy(update={
+        "device": p.cluster.device.model_copy(update={"sm_count": sm_count})}))
+
+
+def test_ascend_tp_overlap_is_mc2_not_userbuffers():
+    """MindSpeed's MC2 takes no SMs of Transformer Engine's kind: an sm_count set on an Ascend device
+    had made llama3-70b tp 8 1.85x slower with overlap."""
+    assert userbuffers_sm.may_apply(_with_sm_count("h100-80gb", 132))
+    assert not userbuffers_sm.may_apply(_with_sm_count("ascend-910b", 24))
+
+
+def test_an_sm_count_within_the_userbuffers_share_is_refused():
+    with pytest.raises(AutoparError, match=r"sm_count=16 \(device h100-80gb, --device-set or --device-file\): "
+                       r"Transformer Engine's userbuffers kernels take 16 SMs .*allowed more than 16"):
+        userbuffers_sm.may_apply(_with_sm_count("h100-80gb", 16))

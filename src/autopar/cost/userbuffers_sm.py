@@ -33,6 +33,7 @@ import numpy as np
 
 from autopar.cost import compute as C
 from autopar.cost import flops as F
+from autopar.errors import AutoparError
 from autopar.layout_batch import LayoutBatch
 from autopar.problem import Problem
 from autopar.specs.userbuffers import UbGemm
@@ -40,8 +41,22 @@ from autopar.specs.userbuffers import UbGemm
 
 def may_apply(p: Problem) -> bool:
     """Whether any layout of ``p`` can run its TP collectives as userbuffers kernels: Megatron-LM on a
-    device whose SM count is known (``DeviceSpec.sm_count``)."""
-    return p.train.framework == "megatron" and p.cluster.device.sm_count is not None
+    GPU whose SM count is known (``DeviceSpec.sm_count``); not on Ascend, whose TP overlap is
+    MindSpeed's MC2, not Transformer Engine's userbuffers.
+
+    Raises:
+        AutoparError: an ``sm_count`` no larger than the SMs a userbuffers kernel takes (``num_sm``).
+    """
+    device = p.cluster.device
+    if p.train.framework != "megatron" or device.sm_count is None or device.vendor == "huawei":
+        return False
+    ub = p.train.userbuffers
+    most = max(getattr(ub, name).num_sm for name in type(ub).model_fields)
+    if device.sm_count <= most:
+        raise AutoparError(f"sm_count={device.sm_count} (device {device.name}, --device-set or --device-file): Transformer Engine's userbuffers "
+                           f"kernels take {most} SMs for --tp-comm-overlap; allowed more than {most} (an H100 SXM "
+                           "has 132)")
+    return True
 
 
 def applies(p: Problem, batch: LayoutBatch) -> np.ndarray:
