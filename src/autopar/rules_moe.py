@@ -66,6 +66,15 @@ MOE_RULES = (
           lambda p, s: "--moe-shared-expert-overlap with the allgather dispatcher: Megatron-LM main raises "
           "'moe_shared_expert_overlap only works with alltoall or flex token dispatcher.' "
           "(megatron/core/transformer/transformer_config.py); use alltoall or flex"),
+    _rule("deepep_needs_tp_ep",
+          lambda p, b: ~b.dispatcher_is("deepep") | (b.etp * b.ep > 1),
+          lambda p, s: f"moe_dispatcher=deepep with etp={s.etp or s.tp}, ep={s.ep}: Megatron-Core asserts 'DeepEP dispatcher "
+          "requires TPxEP > 1' (megatron/core/transformer/moe/token_dispatcher.py); use alltoall at ep 1"),
+    _rule("flex_needs_nvidia",
+          lambda p, b: ~(b.dispatcher_is("deepep") | b.dispatcher_is("hybridep"))
+          | (p.cluster.device.vendor in (None, "nvidia")),
+          lambda p, s: f"moe_dispatcher={s.moe_dispatcher} on {p.cluster.device.name}: DeepEP and HybridEP are "
+          "NVIDIA kernels (NVSHMEM over NVLink/RDMA); use alltoall or allgather"),
     _rule("delay_wgrad_needs_ep_overlap",
           lambda p, b: b.moe_ep_overlap | (not p.train.moe.delay_wgrad),
           lambda p, s: "--delay-wgrad-compute without moe_ep_overlap (--overlap-moe-expert-parallel-comm): "

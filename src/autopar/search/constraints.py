@@ -159,11 +159,16 @@ def widen_space(options: SpaceOptions, constraints: list[Constraint]) -> SpaceOp
     offers the EP overlap with the last one, :func:`autopar.space._expert_options`), so
     ``--moe-dispatcher alltoall`` is searched with and without the overlap, and ``hybridep`` on an
     8-GPU node is enumerated though the target would offer ``deepep`` there. A target without MoE
-    choices keeps alltoall; the constraint then removes what it does not allow."""
+    choices keeps alltoall; the constraint then removes what it does not allow. A pinned
+    ``--no-moe-ep-overlap`` offers every dispatcher without the overlap (the preferred one had been
+    enumerated only with it, so ``deepep`` without the overlap was never searched)."""
     mbs = set(options.mbs)
     max_vpp = options.max_vpp
     dispatchers = options.moe_dispatchers
+    ep_overlap = options.moe_ep_overlap
     for c in constraints:
+        if c.column == "moe_ep_overlap" and c.allowed == frozenset({0}):
+            ep_overlap = False  # every dispatcher without it (the space pairs it with the last one only)
         if c.column == "mbs":
             mbs |= c.allowed
         elif c.column == "vpp":
@@ -172,7 +177,8 @@ def widen_space(options: SpaceOptions, constraints: list[Constraint]) -> SpaceOp
             pinned = [MOE_DISPATCHERS[code] for code in sorted(c.allowed)]
             dispatchers = tuple(d for d in pinned if d not in dispatchers) + tuple(d for d in dispatchers
                                                                                   if d in pinned)
-    return replace(options, mbs=tuple(sorted(mbs)), max_vpp=max_vpp, moe_dispatchers=dispatchers)
+    return replace(options, mbs=tuple(sorted(mbs)), max_vpp=max_vpp, moe_dispatchers=dispatchers,
+                   moe_ep_overlap=ep_overlap)
 
 
 def apply_constraints(batch: LayoutBatch, constraints: list[Constraint]) -> tuple[np.ndarray, dict[str, int]]:

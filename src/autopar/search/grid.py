@@ -152,7 +152,8 @@ def for_search(p: Problem, target: str, options: SpaceOptions | None) -> tuple[P
         options = replace(options or SpaceOptions(), recompute_modules=DEFAULT_RECOMPUTE_MODULES)
     moe_choices = target in MOE_CHOICE_TARGETS and p.model.is_moe
     flex = preferred_flex(p, target)[0]  # one flex backend where deepep and hybridep cost the same
-    dispatchers = ("alltoall", flex)
+    # DeepEP and HybridEP are NVIDIA kernels (rules_moe.flex_needs_nvidia): alltoall alone elsewhere
+    dispatchers = ("alltoall", flex) if p.cluster.device.vendor in (None, "nvidia") else ("alltoall",)
     if moe_choices and target == "megatron-bridge":  # also the model's recipe's (autopar.export.bridge_moe_recipes)
         from autopar.export.bridge_moe_recipes import layout_fallbacks
 
