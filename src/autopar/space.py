@@ -79,6 +79,7 @@ class SpaceOptions:
     cp_comm_types: tuple[str, ...] = ("p2p",)
     moe_dispatchers: tuple[str, ...] = ("alltoall",)
     moe_ep_overlap: bool = False
+    moe_ep_overlap_both: bool = False
     galvatron_choices: bool = False
     v_schedules: bool = False
 
@@ -153,7 +154,8 @@ def _expert_options(p: Problem, tp: int, pp: int, vpp: int, opt: SpaceOptions) -
     and the rules allow it (not allgather, vpp with pp > 1: ``autopar.rules_moe``). The overlap
     never exposes more communication (:func:`autopar.cost.moe_dispatch.exposed_layer_comm_s`) and
     keeps no more memory in autopar's model, so it is offered with that dispatcher only, and the
-    others without it (each pairing would double the space). At ep 1 there is nothing to dispatch:
+    others without it (each pairing would double the space); ``SpaceOptions.moe_ep_overlap_both``
+    (``--explain``'s space) offers every dispatcher both ways. At ep 1 there is nothing to dispatch:
     alltoall alone."""
     if not p.model.is_moe:
         return [(1, tp, 0, 0)]
@@ -162,9 +164,9 @@ def _expert_options(p: Problem, tp: int, pp: int, vpp: int, opt: SpaceOptions) -
         for etp in sorted({tp, 1}):
             names = opt.moe_dispatchers if ep > 1 else ("alltoall",)
             for name in names:
-                overlap = name == names[-1] and opt.moe_ep_overlap and ep > 1 and name != "allgather" \
-                    and (pp == 1 or vpp > 1)
-                out.append((ep, etp, MOE_DISPATCHERS.index(name), int(overlap)))
+                can = opt.moe_ep_overlap and ep > 1 and name != "allgather" and (pp == 1 or vpp > 1)
+                variants = (0, 1) if opt.moe_ep_overlap_both and can else (int(can and name == names[-1]),)
+                out.extend((ep, etp, MOE_DISPATCHERS.index(name), overlap) for overlap in variants)
     return out
 
 

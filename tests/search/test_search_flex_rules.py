@@ -37,3 +37,25 @@ def test_switching_the_ep_overlap_off_searches_the_flex_dispatcher_without_it():
     s = best.strategy
     assert (s.moe_dispatcher, s.moe_ep_overlap, s.pp, s.vpp) == ("hybridep", False, 2, 8)
     assert best.step_time_s == pytest.approx(10.90, abs=0.01)
+
+
+def _explain_rank(label: str) -> dict:
+    import json
+
+    from typer.testing import CliRunner
+
+    from autopar.cli import app
+
+    out = CliRunner().invoke(app, ["search", "-m", "mixtral-8x7b", "--device", "h100-80gb", "--nodes", "2", "--gbs",
+                                   "256", "--top", "1", "--json", "--explain", label])
+    assert out.exit_code == 0, out.output
+    return json.loads(out.stdout)["explain"]
+
+
+def test_explain_ranks_a_pinned_dispatcher_among_the_others():
+    """--explain ep=8,moe_dispatcher=alltoall had re-enumerated alltoall alone and called it #1 (the
+    table's deepep rows were missing); a flex dispatcher without the overlap was 'not enumerated'."""
+    alltoall = _explain_rank("ep=8,moe_dispatcher=alltoall")
+    assert alltoall["rank"] > 1
+    deepep_off = _explain_rank("tp1 pp2x8 cp2:allgather dp4 ep8/etp1:deepep")
+    assert deepep_off["rank"] > alltoall["rank"] and deepep_off["estimate"]["strategy"]["moe_ep_overlap"] is False

@@ -149,7 +149,7 @@ def parse_constraints(pinned: dict[str, str | None], switches: dict[str, bool]) 
     return out
 
 
-def widen_space(options: SpaceOptions, constraints: list[Constraint]) -> SpaceOptions:
+def widen_space(options: SpaceOptions, constraints: list[Constraint], narrow: bool = True) -> SpaceOptions:
     """``options`` widened so the enumeration holds every pinned ``--mbs`` and ``--vpp`` value
     (the default space has mbs 1, 2, 4, 8 and vpp up to 16); other fields are enumerated in full.
 
@@ -161,13 +161,18 @@ def widen_space(options: SpaceOptions, constraints: list[Constraint]) -> SpaceOp
     8-GPU node is enumerated though the target would offer ``deepep`` there. A target without MoE
     choices keeps alltoall; the constraint then removes what it does not allow. A pinned
     ``--no-moe-ep-overlap`` offers every dispatcher without the overlap (the preferred one had been
-    enumerated only with it, so ``deepep`` without the overlap was never searched)."""
+    enumerated only with it, so ``deepep`` without the overlap was never searched).
+
+    ``narrow`` False (``--explain``'s pins, which must be ranked among the whole space the search
+    ranks): pinned dispatchers are added to the offered ones, not put in their place, and a pinned
+    dispatcher or EP overlap offers every dispatcher with and without the overlap
+    (``SpaceOptions.moe_ep_overlap_both``), so a recipe's pairing is found whatever the search pairs."""
     mbs = set(options.mbs)
     max_vpp = options.max_vpp
     dispatchers = options.moe_dispatchers
     ep_overlap = options.moe_ep_overlap
     for c in constraints:
-        if c.column == "moe_ep_overlap" and c.allowed == frozenset({0}):
+        if narrow and c.column == "moe_ep_overlap" and c.allowed == frozenset({0}):
             ep_overlap = False  # every dispatcher without it (the space pairs it with the last one only)
         if c.column == "mbs":
             mbs |= c.allowed
@@ -176,9 +181,11 @@ def widen_space(options: SpaceOptions, constraints: list[Constraint]) -> SpaceOp
         elif c.column == "moe_dispatcher" and (len(dispatchers) > 1 or options.moe_ep_overlap):
             pinned = [MOE_DISPATCHERS[code] for code in sorted(c.allowed)]
             dispatchers = tuple(d for d in pinned if d not in dispatchers) + tuple(d for d in dispatchers
-                                                                                  if d in pinned)
+                                                                                  if d in pinned or not narrow)
+    moe_pinned = any(c.column in ("moe_dispatcher", "moe_ep_overlap") for c in constraints)
+    both = options.moe_ep_overlap_both or (moe_pinned and not narrow)
     return replace(options, mbs=tuple(sorted(mbs)), max_vpp=max_vpp, moe_dispatchers=dispatchers,
-                   moe_ep_overlap=ep_overlap)
+                   moe_ep_overlap=ep_overlap, moe_ep_overlap_both=both)
 
 
 def apply_constraints(batch: LayoutBatch, constraints: list[Constraint]) -> tuple[np.ndarray, dict[str, int]]:

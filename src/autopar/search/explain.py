@@ -275,7 +275,8 @@ def _explain(p: Problem, wanted: dict[str, int], result: SearchResult, memory_ma
     pins = [Constraint(k, KEYS[k].column, frozenset({v})) for k, v in wanted.items()]
     from autopar.search.constraints import widen_space
 
-    grid = costed_grid(p, memory_margin, widen_space(options or SpaceOptions(), pins), constraints, full=True)
+    grid = costed_grid(p, memory_margin, widen_space(options or SpaceOptions(), pins, narrow=False), constraints,
+                       full=True)
     batch, layers = grid.batch, p.model.num_layers
     match = np.ones(len(batch), dtype=bool)
     for c in pins:
