@@ -152,3 +152,11 @@ def test_the_chart_marks_where_the_text_says_throughput_saturates(monkeypatch):
         (128, "most tokens/s: gbs 128 (tp8)"),
         (32, "saturates: gbs 32 (within ±4.3% of the most, autopar's step-time band)")]
     assert [pt.gbs for pt, _ in report_batch.chart_marks(sweep, None)] == [128]  # no band: no saturation point
+
+
+def test_a_range_where_the_constraints_leave_nothing_is_one_error_line():
+    """It had exited 0 with 'no batch size of --gbs-range has a layout that fits' although memory was not
+    the cause; a plain search exits 2 with the constraints' counts."""
+    out = runner.invoke(app, [*TOY, "--gbs-range", "8,16", "--tp", "3"])
+    assert out.exit_code == 2
+    assert out.output.startswith("error: ") and out.output.count("\n") == 1, out.output

@@ -127,12 +127,16 @@ def run_batch_search(console: Console, p: Problem, gbs_range: str, plot: str | N
     """``search --gbs-range``: sweep, then print the table (or the JSON) and write ``plot``.
 
     Raises:
-        AutoparError: a bad ``--gbs-range`` (:func:`parse_gbs_range`), an unwritable ``--plot``, or
-            nothing that fits to draw.
+        AutoparError: a bad ``--gbs-range`` (:func:`parse_gbs_range`), no batch size of the range
+            with a layout (the first one's reason, as a plain search gives it), or an unwritable ``--plot``.
     """
     from autopar.report.ties import problem_certainty
 
     sweep = batch_search(p, parse_gbs_range(gbs_range), memory_margin, options, target, constraints)
+    if all(point.best is None for point in sweep.points):  # as a plain search: one error line, exit 2
+        first = sweep.points[0]
+        raise AutoparError(f"--gbs-range {gbs_range}: no batch size in it has a layout; at gbs {first.gbs:,}: "
+                           f"{first.reason}")
     band_pct = problem_certainty(p).step_time.band_pct
     if plot:
         png = batch_chart(sweep, f"{p.model.name} on {p.world_size} x {p.cluster.device.name}, seq {p.train.seq_len}",
