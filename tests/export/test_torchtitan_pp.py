@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import MEASUREMENTS, make_problem, toy_model
 from typer.testing import CliRunner
 
 from autopar.cli import app
@@ -18,9 +19,9 @@ from autopar.layout_batch import LayoutBatch
 from autopar.rules import check_strategy
 from autopar.strategy import Strategy
 from autopar.validate.measurements import read_rows
-from autopar.validate.rows import Row, to_case, torchtitan_split
+from autopar.validate.row_pipeline import torchtitan_split
+from autopar.validate.rows import Row, to_case
 from autopar.validate.score import score_row
-from conftest import MEASUREMENTS, make_problem, toy_model
 
 FSDP_PP = Strategy(dp=4, tp=1, pp=2, mbs=1, zero=3, recompute="full")
 
@@ -121,7 +122,7 @@ def test_405b_pipeline_rows_are_mapped_and_scored():
 
 
 def test_interleaved_row_uses_two_stages_per_rank():
-    from autopar.validate.rows import Unscorable, torchtitan_pipeline
+    from autopar.validate.row_pipeline import Unscorable, torchtitan_pipeline
 
     row = Row({"id": "TT2412-X", "notes": "schedule Interleaved 1F1B", "layers": "126"})
     assumed: list[str] = []
