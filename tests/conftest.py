@@ -7,10 +7,9 @@ from pathlib import Path
 
 import pytest
 
+import autopar
 from autopar.problem import Problem
 from autopar.specs import ModelSpec, TrainSpec, load_device, load_model, make_cluster
-
-import autopar
 
 #: The data the tests use lives in the repository (a clean clone tests itself); ``test_data_files``
 #: checks it against ``../shared/`` where a steering checkout sits beside this one.
@@ -64,3 +63,23 @@ def mixtral_script(tmp_path: Path, extra: str, name: str = "s.sh") -> Path:
     path.write_text(text.replace("    --sequence-parallel\n", f"    --sequence-parallel\n    {extra}\n"))
     return path
 
+
+
+def whole_batch_top(p: Problem, space, keep: int):
+    """The reference the streamed search is checked against: every valid layout of ``space``
+    (:func:`autopar.search.valid_space.valid_layouts`) costed in one batch and stably sorted as the
+    search ranks. Returns ``(expected, step, peak, fit, marginal)``: the row indices of the best
+    ``keep`` fitting layouts in order, and the whole batch's step times, peaks, fitting rows and
+    marginal flags."""
+    import numpy as np
+
+    from autopar.search import stream
+    from autopar.search.costing import search_costs
+
+    capacity = p.cluster.device.memory_bytes
+    costs = search_costs(p, space.valid, capacity, space.keys)
+    peak, step = costs.peak_memory_bytes, costs.step_time_s
+    fit = np.flatnonzero(peak <= capacity)
+    marginal = peak > 0.9 * capacity
+    whole = stream.Ranked(space.valid.take(fit), step[fit], peak[fit], marginal[fit], fit)
+    return fit[whole.order()][:keep], step, peak, fit, marginal

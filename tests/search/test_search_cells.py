@@ -9,7 +9,7 @@ from functools import lru_cache
 
 import numpy as np
 import pytest
-from conftest import make_problem
+from conftest import make_problem, whole_batch_top
 
 from autopar.cost.memory import stage_activation_bytes, stage_state
 from autopar.cost.stage import bounding_stages
@@ -147,7 +147,6 @@ def test_interleaved_groups_rank_and_count_as_the_whole_batch(monkeypatch):
     import autopar.search.stream as stream
     import autopar.search.valid_space as valid_space
     from autopar.rules import Rule
-    from autopar.search.costing import search_costs
 
     rule = Rule("test_no_full_recompute_with_zero3", lambda p, b: ~((b.recompute == 2) & (b.zero == 3)),
                 lambda p, s: "test rule")
@@ -158,13 +157,7 @@ def test_interleaved_groups_rank_and_count_as_the_whole_batch(monkeypatch):
     assert ("experts", "recompute", "zero") in count.groups
     space = valid_layouts(p, options, [])
     assert not np.any((space.valid.recompute == 2) & (space.valid.zero == 3))
-    capacity = p.cluster.device.memory_bytes
-    costs = search_costs(p, space.valid, capacity, space.keys)
-    peak, step = costs.peak_memory_bytes, costs.step_time_s
-    fit = np.flatnonzero(peak <= capacity)
-    marginal = peak > 0.9 * capacity
-    whole = stream.Ranked(space.valid.take(fit), step[fit], peak[fit], marginal[fit], fit)
-    expected = fit[whole.order()][:100]
+    expected, step, peak, fit, marginal = whole_batch_top(p, space, 100)
     got = stream.stream_costs(p, count, 0.1, keep=100)
     want = space.valid.take(expected)
     for f in fields(want):

@@ -11,11 +11,10 @@ from dataclasses import fields
 
 import numpy as np
 import pytest
-from conftest import make_problem
+from conftest import make_problem, whole_batch_top
 
 import autopar.search.stream as stream
 from autopar.search import search
-from autopar.search.costing import search_costs
 from autopar.search.grid import for_search
 from autopar.search.valid_space import count_space, valid_layouts
 
@@ -69,13 +68,7 @@ def test_streamed_top_is_the_whole_batch_sorted(monkeypatch):
     monkeypatch.setattr(stream, "CHUNK_ROWS", 1000)
     p, options = for_search(make_problem("llama3-70b", nodes=4, gbs=512, seq=8192), "megatron", None)
     space = valid_layouts(p, options, [])
-    capacity = p.cluster.device.memory_bytes
-    costs = search_costs(p, space.valid, capacity, space.keys)
-    peak, step = costs.peak_memory_bytes, costs.step_time_s
-    fit = np.flatnonzero(peak <= capacity)
-    marginal = peak > 0.9 * capacity
-    whole = stream.Ranked(space.valid.take(fit), step[fit], peak[fit], marginal[fit], fit)
-    expected = fit[whole.order()][:300]
+    expected, step, peak, fit, marginal = whole_batch_top(p, space, 300)
     got = stream.stream_costs(p, count_space(p, options, []), 0.1, keep=300)
     want = space.valid.take(expected)
     for f in fields(want):  # the same layouts in the same order
