@@ -167,3 +167,15 @@ def _toy_batch(problem_from_options, enumerate_layouts) -> LayoutBatch:
     if not _BATCH:
         _BATCH.append(enumerate_layouts(problem_from_options("llama3-8b", "h100-80gb", 1, None, 8, 4096, *[None] * 9)))
     return _BATCH[0]
+
+
+def test_a_constraint_the_space_was_built_with_says_why_it_removed_none():
+    """--moe-dispatcher narrows the enumeration itself; its '0' had read as if the flag did nothing."""
+    from autopar.report.table import search_summary
+    from autopar.search import SearchResult
+
+    result = SearchResult(layouts=[], enumerated=10, rejected={}, out_of_memory=0, marginal=0, search_time_s=0.1, global_batch_size=8,
+                          constraints={"--moe-dispatcher alltoall": 0, "--zero 1": 4})
+    text = search_summary(result)
+    assert ("removed by constraints: --moe-dispatcher alltoall 0 (the space was enumerated with it: every layout "
+            "has it), --zero 1 4 (4 in all)") in text

@@ -255,12 +255,15 @@ def problem_title(p: Problem) -> str:
 
 def search_summary(result: SearchResult) -> str:
     """One paragraph: what was enumerated, removed by the constraints (each layout under the first
-    it fails), rejected (by rule) and dropped for memory."""
+    it fails; a constraint the enumeration was built with, e.g. ``--moe-dispatcher``, removes 0 and
+    says so), rejected (by rule) and dropped for memory."""
     rejected = ", ".join(f"{k} {v:,}" for k, v in sorted(result.rejected.items(), key=lambda kv: -kv[1]))
-    removed = ", ".join(f"{k} {v:,}" for k, v in result.constraints.items())
+    removed = ", ".join(f"{k} {v:,}" if v else f"{k} 0 (the space was enumerated with it: every layout has it)"
+                        for k, v in result.constraints.items())
+    in_all = f" ({sum(result.constraints.values()):,} in all)"
     return (
         f"{result.enumerated:,} layouts enumerated in {result.search_time_s:.2f} s; "
-        + (f"removed by constraints: {removed} ({sum(result.constraints.values()):,} in all); " if removed else "")
+        + (f"removed by constraints: {removed}{in_all}; " if removed else "")
         + f"rejected by rule: {rejected or 'none'}; out of memory: {result.out_of_memory:,}; "
         f"marginal (near the memory limit): {result.marginal:,}"
         + (f"; skipped, --target {result.target} cannot write them: {result.not_writable:,}"
