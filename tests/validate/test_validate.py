@@ -86,11 +86,21 @@ def test_moe_and_fp8_target_sets_are_reported_apart_from_dense_bf16():
         _fake_result("peak_mem_per_gpu", 50.0, 40.0, "fp8", False),  # fp8 dense memory: -20 %
     ]
     lines = target_lines(results)
-    assert "| bf16/fp16 dense: step time / throughput | 1 | 10.0 | 10.0 | <= 10, max 25 |" in lines
-    assert "| bf16/fp16 dense: peak memory | 0 | - | - | <= 10 |" in lines
-    assert "| MoE (any precision): step time / throughput | 2 | 20.0 | 30.0 | <= 10, max 25 |" in lines
-    assert "| fp8 dense: step time / throughput | 1 | 5.0 | 5.0 | <= 10, max 25 |" in lines
-    assert "| fp8 dense: peak memory | 1 | 20.0 | 20.0 | <= 10 |" in lines
+    assert "| bf16/fp16 dense: step time / throughput | 1 | 10.0 | 10.0 | <= 4.5, max 20 | no |" in lines
+    assert "| bf16/fp16 dense: peak memory | 0 | - | - | <= 10 | - |" in lines
+    assert "| MoE (any precision): step time / throughput | 2 | 20.0 | 30.0 | <= 15, max 30 | no |" in lines
+    assert "| fp8 dense: step time / throughput | 1 | 5.0 | 5.0 | <= 5.5, max 20 | yes |" in lines
+    assert "| fp8 dense: peak memory | 1 | 20.0 | 20.0 | <= 10 | no |" in lines
+
+
+def test_a_target_needs_both_its_mape_and_its_max():
+    from autopar.validate.report import Target
+    dense = Target(4.5, 20.0)
+    assert dense.met([4.5, -4.5])  # MAPE exactly at the target
+    assert not dense.met([4.6, -4.6])
+    assert not dense.met([-20.6, 0.0, 0.0, 0.0, 0.0, 0.0])  # MAPE 3.4 %, one row beyond 20 %
+    assert Target(10.0).met([-19.0, 0.0])  # memory: no max
+    assert (dense.text(), Target(10.0).text()) == ("<= 4.5, max 20", "<= 10")
 
 
 def test_memory_families_set_their_framework():
