@@ -1,6 +1,7 @@
 """Dropout is one switch (ModelSpec.dropout: the attention and hidden masks together): a script with
-one rate 0 and the other not is refused, and exports write both rates as costed (issue 15: an export of
-attention 0.1 / hidden 0.0 wrote no dropout flag, so Megatron-LM ran hidden dropout 0.1, its default)."""
+one rate 0 and the other not is refused, and exports write both rates as costed, at the script's own
+rates (issue 15: an export of attention 0.1 / hidden 0.0 wrote no dropout flag, so Megatron-LM ran
+hidden dropout 0.1, its default; and a script's 0.05 was written back as 0.1)."""
 
 from __future__ import annotations
 
@@ -38,7 +39,8 @@ def test_dropout_rates_on_and_off_are_refused(tmp_path, attention, hidden, needl
 
 @pytest.mark.parametrize("attention, hidden, written", [
     (None, None, "--attention-dropout 0.1 --hidden-dropout 0.1"),
-    ("0.05", "0.1", "--attention-dropout 0.1 --hidden-dropout 0.1"),
+    ("0.05", "0.02", "--attention-dropout 0.05 --hidden-dropout 0.02"),  # the script's own rates
+    ("0.05", None, "--attention-dropout 0.05 --hidden-dropout 0.1"),  # hidden at Megatron's default
     ("0.0", "0.0", "--attention-dropout 0.0 --hidden-dropout 0.0"),
 ])
 @pytest.mark.parametrize("fmt", ["megatron", "deepspeed"])
@@ -47,3 +49,18 @@ def test_exports_write_both_dropout_rates(tmp_path, attention, hidden, written, 
                                    "h100-80gb", "--format", fmt, "--tp", "2", "--pp", "4"])
     assert out.exit_code == 0, out.output
     assert written in out.output
+
+
+@pytest.mark.parametrize("rates, dropout", [((0.0, 0.1), True), ((0.1, 1.0), True), ((0.1, 0.1), False)])
+def test_model_rates_are_two_probabilities_with_dropout_on(rates, dropout):
+    from pydantic import ValidationError
+
+    from autopar.specs import load_model
+    fields = load_model("llama3-8b").model_dump() | {"dropout": dropout, "dropout_rates": rates}
+    with pytest.raises(ValidationError, match="two probabilities in"):
+        type(load_model("llama3-8b")).model_validate(fields)
+
+
+def test_a_rate_of_one_is_refused(tmp_path):
+    with pytest.raises(AutoparError, match=re.escape("--hidden-dropout=1: drops every element")):
+        read_script(_llama(tmp_path, "0.1", "1"))

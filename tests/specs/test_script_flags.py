@@ -47,7 +47,7 @@ CHANGES = {
     "--attention-backend": ("", "--attention-backend unfused"),
     # MindSpeed runs Megatron's unfused attention without it (autopar.specs.script.flash_attention)
     "--use-flash-attn": (MINDSPEED, MINDSPEED + "--use-flash-attn"),
-    # autopar.specs.script.dropout_switch: one 0 and the other > 0 is refused
+    # autopar.specs.script_attention.dropout_fields: one 0 and the other > 0 is refused
     "--attention-dropout": ("", "--hidden-dropout 0 --attention-dropout 0"),
     "--hidden-dropout": ("", "--attention-dropout 0 --hidden-dropout 0"),
     "--bf16": ("--fp16", "--bf16"),

@@ -55,7 +55,7 @@ def model_args(p: Problem, dialect: Dialect = "megatron") -> list[str]:
     # Megatron asserts the flag is set (arguments.py validate_args); a config without it gets the sequence length.
     args.append(f"--max-position-embeddings {max(m.max_position_embeddings or 0, p.train.seq_len)}")
     args.append(f"--vocab-size {m.vocab_size} --make-vocab-size-divisible-by {p.train.make_vocab_size_divisible_by}")
-    # both rates always (ModelSpec.dropout is both masks; the Megatron default is 0.1 each)
+    # both rates always (ModelSpec.dropout is both masks), at the script's rates, else Megatron's 0.1 each
     args.append(dropout_args(m))
     if m.is_moe:
         args += moe_args(p, dialect)

@@ -34,6 +34,7 @@ from autopar.export.layout_flags import FSDP_STRATEGY
 from autopar.export.per_stage import require_uniform_recompute
 from autopar.pipeline.layout import layout_of
 from autopar.problem import Problem
+from autopar.specs.script_attention import dropout_rates
 from autopar.strategy import Strategy
 
 RUNNER = "scripts/training/run_recipe.py"
@@ -194,8 +195,9 @@ def overrides(p: Problem, s: Strategy) -> dict[str, Any]:
       (``ddp.overlap_grad_reduce`` as planned, with or without the distributed optimizer, as the
       Megatron export's ``--overlap-grad-reduce``; ``ddp``/``optimizer`` ``overlap_param_gather``
       with the distributed optimizer);
-    * dropout: ``model.attention_dropout`` and ``model.hidden_dropout`` (0.1 each with
-      ``ModelSpec.dropout``, else 0.0: the recipes' own values are replaced);
+    * dropout: ``model.attention_dropout`` and ``model.hidden_dropout`` (with ``ModelSpec.dropout``
+      the script's rates, ``ModelSpec.dropout_rates``, else 0.1 each; 0.0 without: the recipes' own
+      values are replaced);
     * precision: ``mixed_precision`` = :data:`MIXED_PRECISION` of the plan; fp32 optimizer
       states and main gradients (:data:`OPTIMIZER_DTYPES`, ``use_precision_aware_optimizer=false``);
     * overlap: ``comm_overlap=null`` and ``model.tp_comm_overlap=false`` (the recipes' userbuffers
@@ -239,9 +241,9 @@ def overrides(p: Problem, s: Strategy) -> dict[str, Any]:
         "++dataset.sequence_length": p.train.seq_len,
         "model.seq_length": p.train.seq_len,
         "model.make_vocab_size_divisible_by": p.train.make_vocab_size_divisible_by,
-        # ModelSpec.dropout is both masks (autopar.specs.script_attention.dropout_args); TransformerConfig fields
-        "model.attention_dropout": 0.1 if p.model.dropout else 0.0,
-        "model.hidden_dropout": 0.1 if p.model.dropout else 0.0,
+        # ModelSpec.dropout is both masks, at the script's rates (autopar.specs.script_attention.dropout_rates)
+        "model.attention_dropout": dropout_rates(p.model)[0],
+        "model.hidden_dropout": dropout_rates(p.model)[1],
         "model.recompute_granularity": None if s.recompute == "none" else s.recompute,
         "model.recompute_method": ("block" if s.recompute_layers else "uniform") if full else None,
         "model.recompute_num_layers": (s.recompute_layers or 1) if full else None,

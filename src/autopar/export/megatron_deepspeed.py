@@ -92,7 +92,7 @@ def model_args(p: Problem) -> list[str]:
     if not m.linear_bias:
         args.append("--disable-bias-linear")
     args.append(f"--make-vocab-size-divisible-by {p.train.make_vocab_size_divisible_by} --no-query-key-layer-scaling")
-    # both rates always (ModelSpec.dropout is both masks; the Megatron default is 0.1 each)
+    # both rates always (ModelSpec.dropout is both masks), at the script's rates, else Megatron's 0.1 each
     args.append(dropout_args(m))
     return args
 

@@ -70,6 +70,10 @@ class ModelSpec(BaseModel):
     norm_eps: float | None = Field(default=None, gt=0, lt=1, description="norm epsilon (HF rms_norm_eps / "
                                    "layer_norm_eps); None = the config does not say (Megatron's default 1e-5)")
     dropout: bool = Field(default=False, description="hidden/attention dropout > 0 (masks kept)")
+    dropout_rates: tuple[float, float] | None = Field(
+        default=None, description="(attention, hidden) dropout probabilities the launch script gives "
+        "(--attention-dropout, --hidden-dropout), written back by the exports; None = not given (the exports "
+        "write the frameworks' default 0.1 each); only with dropout, each in (0, 1); the rate changes no cost")
     sliding_window: int = Field(default=0, ge=0, le=MAX_SIZE, description="keys a sliding-window attention "
                                 "layer sees (HF sliding_window; GPT-OSS 128); 0 = none")
     window_layers: tuple[int, ...] = Field(default=(), description="indices of the sliding-window layers (HF "
@@ -116,6 +120,9 @@ class ModelSpec(BaseModel):
         def n(field: str) -> str:
             return names.get(field, {"num_kv_heads": "num_key_value_heads"}.get(field, field))
 
+        if self.dropout_rates is not None and not (self.dropout and all(0 < r < 1 for r in self.dropout_rates)):
+            raise ValueError(f"{n('dropout_rates')}={self.dropout_rates}: two probabilities in (0, 1), "
+                             "given only with dropout on")
         if self.num_attention_heads % self.num_kv_heads:
             raise ValueError(
                 f"{n('num_attention_heads')}={self.num_attention_heads} is not a multiple of "

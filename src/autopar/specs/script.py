@@ -31,7 +31,7 @@ from autopar.errors import AutoparError, from_validation_error, read_text
 from autopar.specs.bash import ShellScript, check_script_size
 from autopar.specs.model import ModelSpec
 from autopar.specs.script_asserts import check_megatron_asserts, check_transformer_impl
-from autopar.specs.script_attention import attention_fields, dropout_switch
+from autopar.specs.script_attention import attention_fields, dropout_fields
 from autopar.specs.script_comm import comm_fields
 from autopar.specs.script_flags import check_flags
 from autopar.specs.script_fsdp import check_torch_fsdp2
@@ -261,7 +261,7 @@ def model_fields(a: Args, path: Path) -> tuple[dict[str, Any], str | None]:
         tie_word_embeddings=not a.has("--untie-embeddings-and-output-weights"), gated_mlp=gated,
         norm=norm.lower(), qkv_bias=a.has("--add-qkv-bias"), linear_bias=not a.has("--disable-bias-linear"),
         qk_norm=a.has("--qk-layernorm"), position_embedding="learned" if pos == "learned_absolute" else "rope",
-        dropout=dropout_switch(a),
+        **dropout_fields(a),
         mtp_num_layers=a.integer("--mtp-num-layers", 0),
         # Megatron's --rotary-base / --norm-epsilon, kept so an export from --script writes them back
         rope_theta=a.number("--rotary-base", 0.0) if a.has("--rotary-base") else None,

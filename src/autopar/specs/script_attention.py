@@ -1,5 +1,5 @@
 """A launch script's attention-pattern flags: sliding-window layers and attention sinks; and the
-dropout switch (:func:`dropout_switch`, :func:`dropout_args`).
+dropout switch and rates (:func:`dropout_fields`, :func:`dropout_args`).
 
 Megatron-LM ``megatron/training/arguments.py`` (core_v0.15.0) and
 ``megatron/core/transformer/utils.py`` ``is_layer_window_attention``:
@@ -77,29 +77,45 @@ def attention_args(m) -> list[str]:
 def dropout_args(m) -> str:
     """``--attention-dropout`` and ``--hidden-dropout`` of a :class:`~autopar.specs.model.ModelSpec`
     ``m``, both always written as costed: ``ModelSpec.dropout`` is both masks
-    (:func:`dropout_switch`), at Megatron-LM's default rate 0.1 each
-    (``_add_regularization_args``; the rate changes no cost), else 0.0 each. Writing only one would let
-    Megatron run the other at its default 0.1."""
-    rate = "0.1" if m.dropout else "0.0"
-    return f"--attention-dropout {rate} --hidden-dropout {rate}"
+    (:func:`dropout_fields`), at the script's own rates (``ModelSpec.dropout_rates``), else at
+    Megatron-LM's default 0.1 each (``_add_regularization_args``; the rate changes no cost), and
+    0.0 each without dropout. Writing only one would let Megatron run the other at its default 0.1."""
+    attention, hidden = dropout_rates(m)
+    return f"--attention-dropout {float(attention)} --hidden-dropout {float(hidden)}"
 
 
-def dropout_switch(a: Args) -> bool:
-    """``ModelSpec.dropout`` of a script: ``--attention-dropout`` and ``--hidden-dropout`` (Megatron-LM
-    defaults 0.1 each, ``_add_regularization_args``) both > 0, or both 0.
+def dropout_rates(m) -> tuple[float, float]:
+    """(attention, hidden) dropout probabilities an export writes for ``m``: the script's
+    (``ModelSpec.dropout_rates``), else Megatron-LM's default 0.1 each with ``ModelSpec.dropout``,
+    else 0.0 each."""
+    if not m.dropout:
+        return 0.0, 0.0
+    return m.dropout_rates or (0.1, 0.1)
+
+
+def dropout_fields(a: Args) -> dict[str, object]:
+    """``ModelSpec.dropout`` and ``dropout_rates`` of a script: ``--attention-dropout`` and
+    ``--hidden-dropout`` (Megatron-LM defaults 0.1 each, ``_add_regularization_args``) both > 0, or
+    both 0. The rates are kept (for the exports to write back) where the script gives either flag.
 
     ``ModelSpec.dropout`` is one switch for the attention-probability dropout and the hidden (residual,
     embedding) dropout masks together (:mod:`autopar.cost.dropout`, :mod:`autopar.cost.activations`);
     the rate itself changes no cost.
 
     Raises:
-        AutoparError: one of them 0 and the other > 0 (autopar would cost both masks, or neither).
+        AutoparError: one of them 0 and the other > 0 (autopar would cost both masks, or neither), or
+            a rate of 1 (every element dropped: no training signal).
     """
     attention, hidden = a.probability("--attention-dropout", 0.1), a.probability("--hidden-dropout", 0.1)
+    given = lambda flag: "" if a.has(flag) else " (Megatron-LM's default)"  # noqa: E731
     if (attention > 0) != (hidden > 0):
-        given = lambda flag: "" if a.has(flag) else " (Megatron-LM's default)"  # noqa: E731
         raise AutoparError(f"{a.source}: --attention-dropout={attention:g}{given('--attention-dropout')} with "
                            f"--hidden-dropout={hidden:g}{given('--hidden-dropout')}: autopar costs dropout as one "
                            "switch (the attention and the hidden dropout masks together), so one of them 0 and the "
                            "other not is not modelled; give both > 0 or both 0")
-    return attention > 0
+    for flag, rate in (("--attention-dropout", attention), ("--hidden-dropout", hidden)):
+        if rate >= 1:
+            raise AutoparError(f"{a.source}: {flag}={rate:g}: drops every element; allowed: a probability in [0, 1)")
+    on = attention > 0
+    stated = on and (a.has("--attention-dropout") or a.has("--hidden-dropout"))
+    return {"dropout": on, "dropout_rates": (attention, hidden) if stated else None}
