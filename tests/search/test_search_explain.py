@@ -189,3 +189,12 @@ def test_a_layout_within_the_band_of_the_best_says_it_is_too_close_to_rank():
     assert any("within autopar's ±4.3% band of #1" in line and "too close to rank" in line for line in doc["text"])
     far = _explain("tp=8,pp=8,mbs=1", base=base)
     assert far["within_band_of_best"] is False and not any("band of #1" in line for line in far["text"])
+    assert far["band_pct"] == 4.3
+    assert any("beyond autopar's ±4.3% band" in line and "the order holds" in line for line in far["text"])
+
+
+def test_band_line_inside_beyond_and_without_a_band():
+    from autopar.search.explain import band_line
+    assert band_line(104.0, 100.0, 4.3).endswith("too close to rank")  # 4.0 % <= 4.3 %
+    assert band_line(105.0, 100.0, 4.3).startswith("5.0% from #1, beyond autopar's ±4.3% band")
+    assert "how sure this order is is unknown" in band_line(105.0, 100.0, None)

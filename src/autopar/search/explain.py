@@ -320,12 +320,6 @@ def _explain(p: Problem, wanted: dict[str, int], result: SearchResult, memory_ma
     return _ranked(p, grid, fitting, where, result, memory_margin, target, wanted)
 
 
-def _named(codes: dict[str, int]) -> dict[str, Any]:
-    """Codes as the JSON writes values: names for named keys (``sp: "on"``), integers otherwise."""
-    names = {k: {v: n for n, v in KEYS[k].names.items()} for k in codes if KEYS[k].names}
-    return {k: names[k][v] if k in names else v for k, v in codes.items()}
-
-
 def _ranked(p: Problem, grid: Any, fitting: np.ndarray, where: str, result: SearchResult, memory_margin: float,
             target: str, wanted: dict[str, int]) -> Explanation:
     """The rank of the best fitting match among the undominated, writable layouts (as the table
@@ -379,9 +373,8 @@ def _ranked(p: Problem, grid: Any, fitting: np.ndarray, where: str, result: Sear
         headline += f"; the next, {layout_label(runner_up)}, {gap:+.1%}"
     band = problem_certainty(p).step_time.band_pct
     tie = rank != 1 and within_band(e.step_time_s, best.step_time_s, band)
-    if tie:
-        lines.append(f"within autopar's ±{band:g}% band of #1 (its step-time error on similar measured rows): too "
-                     "close to rank")
+    if rank != 1:
+        lines.append(band_line(e.step_time_s, best.step_time_s, band))
     irrelevant = _irrelevant(p, _strategy_codes(s))
     free = {"dp": s.dp} if any(k not in wanted for k in ("tp", "pp", "cp")) else {}  # else dp follows from them
     chosen = {k: v for k, v in {**free, **_strategy_codes(s)}.items() if k not in wanted and not irrelevant.get(k)}
@@ -389,7 +382,25 @@ def _ranked(p: Problem, grid: Any, fitting: np.ndarray, where: str, result: Sear
         lines.append(f"not given, set by the fastest fitting variant: {_where(chosen)}")
     return Explanation(where, "ranked", lines, rank=rank, headline=headline,
                        details={"fitting": total, "estimate": e.to_dict(result.global_batch_size),
-                                "time_vs_best_s": diff, "filled_by_search": _named(chosen), "within_band_of_best": tie})
+                                "time_vs_best_s": diff, "filled_by_search": _named(chosen), "within_band_of_best": tie,
+                                "band_pct": band})
+
+
+def band_line(step_time_s: float, first_s: float, band_pct: float | None) -> str:
+    """Whether a layout's gap to #1 is inside autopar's step-time error band (``band_pct``, the
+    MAPE of similar measured rows, :func:`autopar.report.ties.problem_certainty`): inside, the two
+    are too close to rank; beyond it, the ranking holds against the typical error; without a band
+    (no similar row), that the gap cannot be weighed."""
+    from autopar.report.ties import within_band
+
+    gap = 100.0 * abs(step_time_s - first_s) / first_s
+    if band_pct is None:
+        return f"{gap:.1f}% from #1; no similar measured row gives an error band, so how sure this order is is unknown"
+    if within_band(step_time_s, first_s, band_pct):
+        return (f"within autopar's ±{band_pct:g}% band of #1 (its step-time error on similar measured rows): too "
+                "close to rank")
+    return (f"{gap:.1f}% from #1, beyond autopar's ±{band_pct:g}% band (its step-time error on similar measured "
+            "rows): the order holds against that error")
 
 
 def _named(codes: dict[str, int]) -> dict[str, Any]:
