@@ -160,3 +160,15 @@ def test_a_range_where_the_constraints_leave_nothing_is_one_error_line():
     out = runner.invoke(app, [*TOY, "--gbs-range", "8,16", "--tp", "3"])
     assert out.exit_code == 2
     assert out.output.startswith("error: ") and out.output.count("\n") == 1, out.output
+
+
+def test_a_sweep_of_sharded_layouts_carries_the_sharding_caveat():
+    """Megatron-FSDP (zero 3) best layouts: one measured step-time row backs them (MBR-2511-H100-1),
+    fewer than the band's 5, so the sweep says so as a plain search does; zero 1 layouts do not."""
+    sharded = runner.invoke(app, [*TOY, "--gbs-range", "8,16", "--zero", "3"])
+    assert sharded.exit_code == 0, sharded.output
+    assert "zero 2/3 layouts (Megatron-FSDP): 1 measured step-time row (MBR-2511-H100-1)" in " ".join(sharded.output.split())
+    doc = json.loads(runner.invoke(app, [*TOY, "--gbs-range", "8,16", "--zero", "3", "--json"]).stdout)
+    assert doc["sharding_note"].startswith("zero 2/3 layouts (Megatron-FSDP): 1 measured step-time row")
+    plain = json.loads(runner.invoke(app, [*TOY, "--gbs-range", "8,16", "--zero", "1", "--json"]).stdout)
+    assert plain["sharding_note"] is None

@@ -156,5 +156,7 @@ def run_batch_search(console: Console, p: Problem, gbs_range: str, plot: str | N
         console.print(note, highlight=False, soft_wrap=True)
     for line in sweep_summary(sweep, band_pct):
         console.print(line, highlight=False, soft_wrap=True)
+    if sweep.sharding_note is not None:
+        console.print(sweep.sharding_note, highlight=False, soft_wrap=True)
     if plot:
         console.print(f"wrote {plot}", highlight=False)

@@ -113,11 +113,20 @@ class BatchSearch:
         floor = best.best.tokens_per_s_per_device * (1 - band_pct / 100)
         return next(pt for pt in self.fitting if pt.best.tokens_per_s_per_device >= floor)
 
+    @property
+    def sharding_note(self) -> str | None:
+        """The caveat on sharded (ZeRO 2/3) step times when a best layout of the sweep is sharded
+        and few measured rows back them (:func:`autopar.validate.bands.sharded_rows_note`), or None."""
+        from autopar.validate.bands import sharded_rows_note
+
+        return sharded_rows_note(self.target, (pt.best.strategy.zero for pt in self.fitting))
+
     def to_dict(self, band_pct: float | None = None) -> dict[str, Any]:
         """The ``--gbs-range --json`` document (``band_pct``: the step-time band for
         :meth:`saturating`)."""
         best, largest, saturating = self.best_throughput, self.largest_fitting, self.saturating(band_pct)
         return {"points": [pt.to_dict() for pt in self.points], "target": self.target,
+                "sharding_note": self.sharding_note,
                 "best_tokens_per_s_per_device_gbs": best.gbs if best else None,
                 "saturating_gbs": saturating.gbs if saturating else None, "saturating_band_pct": band_pct,
                 "largest_fitting_gbs": largest.gbs if largest else None,
