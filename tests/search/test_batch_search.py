@@ -87,7 +87,7 @@ def _point(gbs, tokens_per_s, peak_bytes=1.0):
     from autopar.search.batch import BatchPoint
 
     return BatchPoint(gbs, SimpleNamespace(tokens_per_s_per_device=tokens_per_s, peak_memory_bytes=peak_bytes,
-                                           to_dict=lambda gbs: {}))
+                                           strategy=SimpleNamespace(zero=1), to_dict=lambda gbs: {}))
 
 
 def test_saturation_is_the_smallest_gbs_within_the_band_of_the_best():
