@@ -15,7 +15,8 @@ length, precision or device is another plan. The record holds everything that ch
 
 The hashes are sha256 over the canonical JSON of the spec's fields (sorted keys, no spaces,
 floats as Python writes them), without the fields that name or describe it (``name``; a device's
-``description`` and ``source``): the same shape under another name is the same model.
+``description`` and ``source``): the same shape under another name is the same model; fields added
+later (:data:`ADDED_FIELDS`) count only away from their defaults, so older records still verify.
 """
 
 from __future__ import annotations
@@ -38,9 +39,17 @@ _DEVICE_LABELS = frozenset({"name", "description", "source"})
 TARGET_FIELDS = ("framework", "tp_backward_overlap", "grad_reduce_once")
 
 
+#: Fields added to a spec after :data:`RECORD_VERSION` 1 was written, with their defaults: left out of
+#: the hash while at that default, so a record written before the field existed (its config lacks it
+#: and reads back at the default) still verifies. A new field with a default goes here.
+ADDED_FIELDS: dict[str, Any] = {"dropout_rates": None}
+
+
 def _sha256(spec: BaseModel, labels: frozenset[str]) -> str:
-    """sha256 hex digest of ``spec``'s fields except ``labels``, as canonical JSON."""
-    fields = spec.model_dump(mode="json", exclude=set(labels))
+    """sha256 hex digest of ``spec``'s fields except ``labels`` and the :data:`ADDED_FIELDS` at their
+    defaults, as canonical JSON."""
+    added = {k for k, default in ADDED_FIELDS.items() if k in type(spec).model_fields and getattr(spec, k) == default}
+    fields = spec.model_dump(mode="json", exclude=set(labels) | added)
     return hashlib.sha256(json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 

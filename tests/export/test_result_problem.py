@@ -134,3 +134,15 @@ def test_the_export_format_sets_the_framework(tmp_path):
     p = result_problem(str(path))
     assert p.train.framework == "megatron" and p.train.tp_backward_overlap is True
     assert for_target(p, "torchtitan").train.framework == "torchtitan"
+
+
+def test_a_record_written_before_a_field_was_added_still_verifies():
+    """A search JSON written before ModelSpec.dropout_rates existed has no such key in its config;
+    it reads back at the default, and the hash leaves a later field out at its default, so the
+    record verifies (it was refused as 'edited by hand?'); stated rates do change the hash."""
+    p = make_problem("llama3-8b")
+    record = problem_record(p)
+    del record["model"]["config"]["dropout_rates"]
+    assert problem_from_record(record, "old.json").model == p.model
+    with_rates = p.model.model_copy(update={"dropout": True, "dropout_rates": (0.05, 0.02)})
+    assert model_sha256(with_rates) != model_sha256(with_rates.model_copy(update={"dropout_rates": None}))
