@@ -36,7 +36,7 @@ SCRIPT_ARGS = ["--device", "h100-80gb", "--vocab-size", "32000"]
     (BASE_SCRIPT, "--position-embedding-type rope", "--position-embedding-type alibi",
      "--position-embedding-type='alibi': allowed learned_absolute, rope, mrope, relative, none"),  # costed as rope
     (BASE_SCRIPT, "--attention-dropout 0.0", "--attention-dropout -1",
-     "--attention-dropout=-1.0: must be a probability in [0, 1]"),  # read as "no dropout"
+     "--attention-dropout=-1.0: must be a probability in [0, 1)"),  # read as "no dropout"
     (BASE_SCRIPT, "--hidden-dropout 0.0", "--hidden-dropout nan", "--hidden-dropout=nan: must be a probability"),
     (MIXTRAL_SCRIPT, "--moe-router-topk 2", "--moe-router-topk 2 --moe-ffn-hidden-size 0",
      "--moe-ffn-hidden-size=0: must be an integer >= 1"),  # silently the dense FFN width

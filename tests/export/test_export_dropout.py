@@ -62,5 +62,5 @@ def test_model_rates_are_two_probabilities_with_dropout_on(rates, dropout):
 
 
 def test_a_rate_of_one_is_refused(tmp_path):
-    with pytest.raises(AutoparError, match=re.escape("--hidden-dropout=1: drops every element")):
+    with pytest.raises(AutoparError, match=re.escape("--hidden-dropout=1.0: must be a probability in [0, 1) (1 drops")):
         read_script(_llama(tmp_path, "0.1", "1"))

@@ -86,11 +86,11 @@ def test_moe_and_fp8_target_sets_are_reported_apart_from_dense_bf16():
         _fake_result("peak_mem_per_gpu", 50.0, 40.0, "fp8", False),  # fp8 dense memory: -20 %
     ]
     lines = target_lines(results)
-    assert "| bf16/fp16 dense: step time / throughput | 1 | 10.0 | 10.0 | <= 4.5, max 20 | no |" in lines
+    assert "| bf16/fp16 dense: step time / throughput | 1 | 10.00 | 10.00 | <= 4.5, max 20 | no |" in lines
     assert "| bf16/fp16 dense: peak memory | 0 | - | - | <= 10 | - |" in lines
-    assert "| MoE (any precision): step time / throughput | 2 | 20.0 | 30.0 | <= 15, max 30 | no |" in lines
-    assert "| fp8 dense: step time / throughput | 1 | 5.0 | 5.0 | <= 5.5, max 20 | yes |" in lines
-    assert "| fp8 dense: peak memory | 1 | 20.0 | 20.0 | <= 10 | no |" in lines
+    assert "| MoE (any precision): step time / throughput | 2 | 20.00 | 30.00 | <= 15, max 30 | no |" in lines
+    assert "| fp8 dense: step time / throughput | 1 | 5.00 | 5.00 | <= 5.5, max 20 | yes |" in lines
+    assert "| fp8 dense: peak memory | 1 | 20.00 | 20.00 | <= 10 | no |" in lines
 
 
 def test_a_target_needs_both_its_mape_and_its_max():

@@ -18,9 +18,9 @@ TIE = "≈"
 
 
 def within_band(step_time_s: float, first_s: float, band_pct: float | None) -> bool:
-    """Whether ``|step_time_s - first_s| / first_s`` (in %) is at most ``band_pct`` (never with
-    no band)."""
-    return band_pct is not None and 100.0 * abs(step_time_s - first_s) / first_s <= band_pct
+    """Whether ``|step_time_s - first_s| / first_s`` (in %, rounded to 0.1 as the text prints it
+    and as the band itself is) is at most ``band_pct`` (never with no band)."""
+    return band_pct is not None and round(100.0 * abs(step_time_s - first_s) / first_s, 1) <= band_pct
 
 
 def rank_marks(step_times_s: list[float], band_pct: float | None) -> list[str]:

@@ -28,6 +28,7 @@ from autopar.search.constraints import FIELDS, Constraint, FieldSpec, apply_cons
 from autopar.search.grid import GIB, SearchResult, costed_grid, for_search, refusal, undominated
 from autopar.space import SpaceOptions
 from autopar.strategy import Strategy
+from autopar.validate.bands import Band, sharded_rows_note
 
 KEYS: dict[str, FieldSpec] = {f.option[2:].replace("-", "_"): f for f in FIELDS}
 MAX_RANK = 2000  # the rank walk checks the target's writer per layout; deeper ranks are reported as "below"
@@ -371,10 +372,17 @@ def _ranked(p: Problem, grid: Any, fitting: np.ndarray, where: str, result: Sear
         lines.append(f"the next layout, {layout_label(runner_up)} ({runner_up.step_time_s:.3f} s), is {gap:+.1%} "
                      "against it")
         headline += f"; the next, {layout_label(runner_up)}, {gap:+.1%}"
-    band = problem_certainty(p).step_time.band_pct
-    tie = rank != 1 and within_band(e.step_time_s, best.step_time_s, band)
+    band = problem_certainty(p).step_time
+    caveat = sharded_rows_note(target, [s.zero, best.strategy.zero])
+    row = next((x for x in result.layouts if _same_layout(x.strategy, s)), None)  # its table row, re-costed
+    step_s = row.step_time_s if row is not None else e.step_time_s
+    tie = rank != 1 and within_band(step_s, best.step_time_s, band.band_pct)
     if rank != 1:
-        lines.append(band_line(e.step_time_s, best.step_time_s, band))
+        costing = "as the table re-costs it" if row is not None else "by the first costing"
+        lines.append(band_line(step_s, best.step_time_s, band, costing, caveat))
+    elif runner_up is not None:
+        lines.append("the next layout: " + band_line(runner_up.step_time_s, best.step_time_s, band, "as the table "
+                                                     "re-costs it", caveat))
     irrelevant = _irrelevant(p, _strategy_codes(s))
     free = {"dp": s.dp} if any(k not in wanted for k in ("tp", "pp", "cp")) else {}  # else dp follows from them
     chosen = {k: v for k, v in {**free, **_strategy_codes(s)}.items() if k not in wanted and not irrelevant.get(k)}
@@ -383,24 +391,34 @@ def _ranked(p: Problem, grid: Any, fitting: np.ndarray, where: str, result: Sear
     return Explanation(where, "ranked", lines, rank=rank, headline=headline,
                        details={"fitting": total, "estimate": e.to_dict(result.global_batch_size),
                                 "time_vs_best_s": diff, "filled_by_search": _named(chosen), "within_band_of_best": tie,
-                                "band_pct": band})
+                                "band_pct": band.band_pct})
 
 
-def band_line(step_time_s: float, first_s: float, band_pct: float | None) -> str:
-    """Whether a layout's gap to #1 is inside autopar's step-time error band (``band_pct``, the
-    MAPE of similar measured rows, :func:`autopar.report.ties.problem_certainty`): inside, the two
-    are too close to rank; beyond it, the ranking holds against the typical error; without a band
-    (no similar row), that the gap cannot be weighed."""
+def _same_layout(a: Strategy, b: Strategy) -> bool:
+    """Whether two strategies are one layout up to the stages' layer split (the table re-balances
+    the split of the layouts it shows)."""
+    free = {"layers_per_stage": None, "recompute_per_stage": None, "pipeline_layout": None}
+    return a.model_copy(update=free) == b.model_copy(update=free)
+
+
+def band_line(step_time_s: float, first_s: float, band: Band, costing: str, caveat: str | None = None) -> str:
+    """Whether a layout's gap to #1 (``costing`` says which step times: the table's re-costed ones
+    or the search's first costing) is inside autopar's step-time error ``band`` (the MAPE of the
+    measured rows it names, :func:`autopar.report.ties.problem_certainty`): inside, the two are too
+    close to rank; beyond it, the ranking holds against that error, unless ``caveat`` (few measured
+    rows of sharded layouts, :func:`autopar.validate.bands.sharded_rows_note`) says the band itself
+    is uncertain there; without a band, that the gap cannot be weighed."""
     from autopar.report.ties import within_band
 
-    gap = 100.0 * abs(step_time_s - first_s) / first_s
-    if band_pct is None:
-        return f"{gap:.1f}% from #1; no similar measured row gives an error band, so how sure this order is is unknown"
-    if within_band(step_time_s, first_s, band_pct):
-        return (f"within autopar's ±{band_pct:g}% band of #1 (its step-time error on similar measured rows): too "
-                "close to rank")
-    return (f"{gap:.1f}% from #1, beyond autopar's ±{band_pct:g}% band (its step-time error on similar measured "
-            "rows): the order holds against that error")
+    gap = f"{100.0 * abs(step_time_s - first_s) / first_s:.1f}% from #1 ({costing})"
+    if band.band_pct is None:
+        return f"{gap}; no measured row gives an error band, so how sure this order is is unknown"
+    against = f"autopar's ±{band.band_pct:g}% band (its step-time error on {band.group})"
+    if within_band(step_time_s, first_s, band.band_pct):
+        return f"{gap}, within {against}: too close to rank"
+    if caveat is not None:
+        return f"{gap}, beyond {against}; but {caveat}"
+    return f"{gap}, beyond {against}: the order holds against that error"
 
 
 def _named(codes: dict[str, int]) -> dict[str, Any]:

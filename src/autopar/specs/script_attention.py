@@ -104,7 +104,7 @@ def dropout_fields(a: Args) -> dict[str, object]:
 
     Raises:
         AutoparError: one of them 0 and the other > 0 (autopar would cost both masks, or neither), or
-            a rate of 1 (every element dropped: no training signal).
+            a rate outside [0, 1) (:meth:`~autopar.specs.script_launch.Args.probability`).
     """
     attention, hidden = a.probability("--attention-dropout", 0.1), a.probability("--hidden-dropout", 0.1)
     given = lambda flag: "" if a.has(flag) else " (Megatron-LM's default)"  # noqa: E731
@@ -113,9 +113,6 @@ def dropout_fields(a: Args) -> dict[str, object]:
                            f"--hidden-dropout={hidden:g}{given('--hidden-dropout')}: autopar costs dropout as one "
                            "switch (the attention and the hidden dropout masks together), so one of them 0 and the "
                            "other not is not modelled; give both > 0 or both 0")
-    for flag, rate in (("--attention-dropout", attention), ("--hidden-dropout", hidden)):
-        if rate >= 1:
-            raise AutoparError(f"{a.source}: {flag}={rate:g}: drops every element; allowed: a probability in [0, 1)")
     on = attention > 0
     stated = on and (a.has("--attention-dropout") or a.has("--hidden-dropout"))
     return {"dropout": on, "dropout_rates": (attention, hidden) if stated else None}

@@ -98,14 +98,16 @@ class Args:
         return value
 
     def probability(self, flag: str, default: float) -> float:
-        """A dropout rate: a number in [0, 1] (``nan`` or ``-1`` would silently mean "no dropout").
+        """A dropout rate: a number in [0, 1) (``nan`` or ``-1`` would silently mean "no dropout", 1
+        drops every element).
 
         Raises:
-            AutoparError: not a number, or outside [0, 1].
+            AutoparError: not a number, or outside [0, 1).
         """
         value = self.number(flag, default)
-        if not 0 <= value <= 1:  # also false for nan
-            raise AutoparError(f"{self.source}: {flag}={value}: must be a probability in [0, 1]")
+        if not 0 <= value < 1:  # also false for nan
+            raise AutoparError(f"{self.source}: {flag}={value}: must be a probability in [0, 1) (1 drops every "
+                               "element)")
         return value
 
     def size(self, flag: str, default: int | None = None) -> int | None:
