@@ -74,6 +74,9 @@ def test_mindspeed_moe_and_mla_flags(tmp_path):
      "--vocab-size 10 --bf16\n", "add --seq-length N"),
     ("torchrun --nnodes $SLURM_NNODES train.py --num-layers 2 --hidden-size 64 --num-attention-heads 4 "
      "--seq-length 8 --vocab-size 10 --bf16\n", "SLURM_NNODES is not set"),
+    ("torchrun --nproc_per_node 8 train.py --num-layers 2 --hidden-size 64 --num-attention-heads 4 "
+     "--seq-length 8 --vocab-size 10 --bf16 --hidden-dropout $UNSETVAR\n",
+     r"--hidden-dropout cannot be read \(\$UNSETVAR is not set"),  # no backslash before the $ (was '\$UNSETVAR')
     ("torchrun train.py --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 8 --vocab-size 10\n",
      "add --bf16"),
     ("echo hello\n", "no launch command"),

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from autopar.errors import AutoparError
 from autopar.specs.bash_arith import evaluate
 
-_MARK_OPEN, _MARK_CLOSE, _SPACE = "\x01", "\x02", "\x03"
+_MARK_OPEN, _MARK_CLOSE, _SPACE, _DOLLAR = "\x01", "\x02", "\x03", "\x04"
 _ASSIGN = re.compile(r"\s*(?:(?:export|local|readonly|declare(?:\s+-\w+)*)\s+)?([A-Za-z_]\w*)(\+?)=")
 _NAME = re.compile(r"[A-Za-z_]\w*")
 _BRACED = re.compile(r"(#?)([A-Za-z_]\w*|\d+)(\[[@*\d]+\])?(?:(:?[-=+?])(.*))?", re.S)
@@ -59,13 +59,14 @@ MAX_NESTING = 32
 
 def unknown(reason: str) -> str:
     """A marker standing for a value only known when the script runs (``reason`` says why)."""
-    return f"{_MARK_OPEN}{reason.replace(' ', _SPACE)}{_MARK_CLOSE}"  # one word when split
+    # one word when split, and no '$' for a later expansion to escape (it printed as a backslash before the name)
+    return f"{_MARK_OPEN}{reason.replace(' ', _SPACE).replace('$', _DOLLAR)}{_MARK_CLOSE}"
 
 
 def unknown_reason(value: str) -> str | None:
     """The reason of the first unknown marker in ``value``, or None if it is fully known."""
     m = re.search(f"{_MARK_OPEN}(.*?){_MARK_CLOSE}", value)
-    return m.group(1).replace(_SPACE, " ") if m else None
+    return m.group(1).replace(_SPACE, " ").replace(_DOLLAR, "$") if m else None
 
 
 @dataclass(frozen=True)
