@@ -55,3 +55,16 @@ def test_bf16_gradients_more_than_halve_the_exposed_reduce_scatter_of_nemotron_3
     fp32_problem = Problem(case.problem.model, case.problem.cluster, fp32_train)
     fp32 = estimate(fp32_problem, case.strategy).time_breakdown_s["dp_comm"]
     assert 0.0 < bf16 < fp32 / 2
+
+
+def test_fp8_rows_gather_fp8_weights_where_their_recipe_stores_them():
+    # dgxc 24.11.1 fp8_params: true (gpt3_175b_hydra.yaml, llama3.1/nemotron configure.sh), NeMo 6f2c6fd
+    # bf16_with_fp8_mixed(), Megatron-Bridge v0.2.0 fp8_cs/fp8_mx and Megatron-LM's llama FP8 script set it.
+    for row_id in ("DGXC2411-G175B-FP8-128", "DGXC2411-L8B-FP8-16", "DGXC2505-N340B-H100-FP8-256",
+                   "MBR-2511-H100-1", "MBR-2511-B200-2", "MLM-LLAMA-FP8-2"):
+        case = to_case(ROWS[row_id])
+        assert case.problem.train.fp8_param_storage, row_id
+        assert any(a.startswith("fp8 param gather") for a in case.assumed), row_id
+    # the same recipes' bf16 runs, and fp8 sources that do not say so, gather bf16 weights
+    for row_id in ("DGXC2411-G175B-BF16-128", "NEMO2407-03", "TT2412-T1-3-tps"):
+        assert not to_case(ROWS[row_id]).problem.train.fp8_param_storage, row_id

@@ -40,7 +40,7 @@ MoeImbalance = Annotated[Optional[float], typer.Option(
     "(capacity factor C with --moe-expert-capacity-factor C and padding) [default: 1.0]")]
 Fp8ParamStorage = Annotated[Optional[bool], typer.Option(
     "--fp8-param-storage/--no-fp8-param-storage", help="with --precision fp8: keep linear weights only in fp8 "
-    "(Megatron --fp8-param-gather) [default: off]")]
+    "and all-gather them in fp8, 1 B each (Megatron --fp8-param-gather) [default: off]")]
 Fp8Recipe = Annotated[Optional[str], typer.Option(
     "--fp8-recipe", help="with --precision fp8: delayed | tensorwise | blockwise | mxfp8 (Blackwell, MI355X) | nvfp4 "
     "(Blackwell; fp4 linear layers) (Megatron --fp8-recipe / --fp4-recipe) [default: the script's, else the "

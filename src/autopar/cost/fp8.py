@@ -117,10 +117,17 @@ def _linear_prefix(model: ModelSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray
 def linear_params(p: Problem, batch: LayoutBatch, stages: Stages) -> np.ndarray:
     """Linear-layer parameters of the decoder layers on one device of each stage (embedding and
     output layer excluded: they are not fp8 GEMMs). Llama-2-7B unsharded: 6.476e9 (case C-11)."""
+    dense, experts = linear_params_split(p, batch, stages)
+    return dense + experts
+
+
+def linear_params_split(p: Problem, batch: LayoutBatch, stages: Stages) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`linear_params` as (dense, expert) parts: the TP-split linears over ``tp`` plus the
+    replicated ones (MLA down-projections), and the routed experts' over ``ep * etp``. Shapes ``(n,)``."""
     tp, rep, exp = _linear_prefix(p.model)
     end = stages.start + stages.layers
-    return ((tp[end] - tp[stages.start]) / batch.tp + (rep[end] - rep[stages.start])
-            + (exp[end] - exp[stages.start]) / (batch.ep * batch.etp))
+    dense = (tp[end] - tp[stages.start]) / batch.tp + (rep[end] - rep[stages.start])
+    return dense, (exp[end] - exp[stages.start]) / (batch.ep * batch.etp)
 
 
 def extra_memory_bytes(p: Problem, batch: LayoutBatch, stages: Stages) -> np.ndarray:

@@ -92,10 +92,18 @@ def layer_time_deltas(p: Problem, batch: LayoutBatch, stages: Stages, dense, moe
 def linear_params(p: Problem, batch: LayoutBatch, stages: Stages) -> np.ndarray:
     """Linear-layer parameters of the stage's bf16 layers on one device (sharded as
     :func:`autopar.cost.fp8.linear_params`): no fp8 copy is made of them."""
+    dense, experts = linear_params_split(p, batch, stages)
+    return dense + experts
+
+
+def linear_params_split(p: Problem, batch: LayoutBatch, stages: Stages) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`linear_params` as (dense, expert) parts, split as
+    :func:`autopar.cost.fp8.linear_params_split`. Zeros without bf16 layers; shapes ``(n,)``."""
     from autopar.cost.fp8 import _linear_prefix
 
     if p.train.bf16_end_layers == (0, 0):
-        return np.zeros(len(stages.layers))
+        zero = np.zeros(len(stages.layers))
+        return zero, zero
     tp, rep, exp = _linear_prefix(p.model)
     L = p.model.num_layers
     first, last = _end_layers(p, batch, stages)
@@ -103,4 +111,4 @@ def linear_params(p: Problem, batch: LayoutBatch, stages: Stages) -> np.ndarray:
     def span(prefix: np.ndarray) -> np.ndarray:
         return prefix[first] - prefix[0] + prefix[L] - prefix[L - last]
 
-    return span(tp) / batch.tp + span(rep) + span(exp) / (batch.ep * batch.etp)
+    return span(tp) / batch.tp + span(rep), span(exp) / (batch.ep * batch.etp)

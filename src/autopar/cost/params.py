@@ -15,7 +15,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from autopar.cost import mtp, vocab
+from autopar.cost import fp8_param_gather, mtp, vocab
 from autopar.cost.stage import Stages
 from autopar.layout_batch import LayoutBatch
 from autopar.problem import Problem
@@ -36,6 +36,10 @@ class StageParams:
     experts: np.ndarray
     layer_max: np.ndarray  # largest single decoder layer on the device (ZeRO-3 gather unit)
     vocab: np.ndarray | float = 0.0  # the embedding / output matrices among ``dense`` (autopar.cost.vocab)
+    # the fp8 linear weights among ``dense`` / ``experts`` that the all-gather moves at 1 B
+    # (fp8 parameter storage, autopar.cost.fp8_param_gather); 0 otherwise
+    fp8_dense: np.ndarray | float = 0.0
+    fp8_experts: np.ndarray | float = 0.0
 
     @property
     def total(self) -> np.ndarray:
@@ -76,8 +80,9 @@ def stage_params(p: Problem, batch: LayoutBatch, stages: Stages) -> StageParams:
     dense = tp_part + replicated + embedding + head + final_norm + np.where(holds, mtp_dense, 0.0)
     experts = experts + np.where(holds, mtp_experts, 0.0)
     layer_max = biggest[0] / batch.tp + biggest[1] + biggest[2] / (batch.ep * batch.etp)
+    fp8_dense, fp8_experts = fp8_param_gather.gathered_params(p, batch, stages)
     return StageParams(dense=dense, experts=experts, layer_max=layer_max,
-                       vocab=np.where(first, vocab_shard, 0.0) + head)
+                       vocab=np.where(first, vocab_shard, 0.0) + head, fp8_dense=fp8_dense, fp8_experts=fp8_experts)
 
 
 @lru_cache(maxsize=64)

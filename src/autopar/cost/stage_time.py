@@ -331,7 +331,8 @@ def dp_exposed_s(p: Problem, batch: LayoutBatch, params: StageParams, t: StageTi
     """Data-parallel communication left exposed on one stage after overlap.
 
     Gradients are reduced in :func:`grad_comm_bytes` (Megatron's fp32 default), weights gathered
-    in bf16. ZeRO 0/1 (``--overlap-grad-reduce --overlap-param-gather``): the gradient
+    in bf16, the fp8 linear weights in fp8 with fp8 parameter storage
+    (:mod:`autopar.cost.fp8_param_gather`). ZeRO 0/1 (``--overlap-grad-reduce --overlap-param-gather``): the gradient
     reduction overlaps the last micro-batch's backward, the weight all-gather the first
     micro-batch's forward of the next step. ZeRO-2 reduce-scatters every micro-batch; ZeRO-3
     also gathers weights every forward and backward (one collective per layer as Megatron/torch
@@ -360,9 +361,10 @@ def dp_exposed_s(p: Problem, batch: LayoutBatch, params: StageParams, t: StageTi
     rs = (comm.reduce_scatter_s(p, layers_dense * g, dense_group, dp_stride)
           + comm.reduce_scatter_s(p, own_vocab * g, vocab_group, vocab_stride)
           + comm.reduce_scatter_s(p, params.experts * g, expert_group, batch.etp * batch.ep))
-    ag = (comm.all_gather_s(p, layers_dense * 2, dense_group, dp_stride)
+    # Weights gather in bf16, their fp8 linear ones at 1 B with fp8 parameter storage (autopar.cost.fp8_param_gather).
+    ag = (comm.all_gather_s(p, layers_dense * 2 - params.fp8_dense, dense_group, dp_stride)
           + comm.all_gather_s(p, own_vocab * 2, vocab_group, vocab_stride)
-          + comm.all_gather_s(p, params.experts * 2, expert_group, batch.etp * batch.ep))
+          + comm.all_gather_s(p, params.experts * 2 - params.fp8_experts, expert_group, batch.etp * batch.ep))
     fwd, bwd = t.forward_s, t.backward_s + t.recompute_s
     m = batch.num_microbatches
     # DeepSpeed ZeRO-3 gathers module by module (autopar.cost.framework); only torchtitan pipelines ZeRO-3.

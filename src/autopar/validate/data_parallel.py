@@ -44,6 +44,43 @@ BF16_GRAD_RECIPES = (
 )
 
 
+#: (row id prefix, source): fp8 runs whose recipe keeps the linear weights in fp8 and gathers them
+#: in fp8 (``TrainSpec.fp8_param_storage``, :mod:`autopar.cost.fp8_param_gather`).
+FP8_PARAM_GATHER_RECIPES = (
+    # dgxc-benchmarking v24.11.1: nemo_megatron/gpt3_175b_hydra.yaml sets model.fp8_params: true,
+    # llama3.1/configure.sh and nemotron/configure.sh pass +model.fp8_params=$FP8_ENABLED; all run
+    # distributed_fused_adam, whose NeMo subclass (nemo/core/optim/distributed_adam.py,
+    # init_params_bucket) gives Float8Tensor parameters buckets with param_sync_dtype=torch.uint8.
+    ("DGXC2411", "dgxc-benchmarking v24.11.1: model.fp8_params true (gpt3_175b_hydra.yaml, llama3.1/ and "
+                 "nemotron/configure.sh), uint8 param buckets in NeMo's distributed_fused_adam"),
+    # dgxc-benchmarking v25.05.04 launch.sh passes --compute_dtype fp8 and no --fp8_recipe: NeMo 6f2c6fd
+    # scripts/performance/utils.py set_primary_perf_configs takes recipe "ds", the plugin
+    # bf16_with_fp8_mixed() (nemo/collections/llm/recipes/precision/mixed_precision.py), which sets
+    # fp8_param_gather = True.
+    ("DGXC2505", "NeMo 6f2c6fd performance recipes: bf16_with_fp8_mixed() fp8_param_gather=True"),
+    # Megatron-Bridge v0.2.0 (25.11) scripts/performance/utils/helpers.py get_precision_config: fp8_cs is
+    # bf16_with_fp8_current_scaling_mixed(), fp8_mx bf16_with_mxfp8_mixed(); both set fp8_param_gather = True
+    # (src/megatron/bridge/training/mixed_precision.py), and no performance config resets it.
+    ("MBR-2511", "Megatron-Bridge v0.2.0 performance configs: fp8_param_gather=True"),
+    # Megatron-LM examples/llama/README.md's FP8 table: its FP8 recipe, train_llama3_8b_h100_fp8.sh, passes
+    # --fp8-param-gather.
+    ("MLM-LLAMA-FP8", "Megatron-LM examples/llama/train_llama3_8b_h100_fp8.sh: --fp8-param-gather"),
+)
+
+
+def fp8_param_gather_of(row: Row, precision: str, assumed: list[str]) -> bool:
+    """``TrainSpec.fp8_param_storage`` of the row: True for an fp8 row of a
+    :data:`FP8_PARAM_GATHER_RECIPES` source (recorded in ``assumed``), else False (autopar's default,
+    Megatron's: bf16 weights gathered in bf16)."""
+    if precision != "fp8":
+        return False
+    for prefix, source in FP8_PARAM_GATHER_RECIPES:
+        if row.id.startswith(prefix):
+            assumed.append(f"fp8 param gather ({source})")
+            return True
+    return False
+
+
 def data_parallel_of(row: Row, family: Family, num_layers: int, hidden_size: int,
                      assumed: list[str]) -> tuple[bool, str]:
     """(``TrainSpec.overlap_grad_reduce``, ``TrainSpec.grad_dtype``) of the row: the family's

@@ -31,7 +31,7 @@ from autopar.validate.cells import (
     required,
     zero_of,
 )
-from autopar.validate.data_parallel import data_parallel_of
+from autopar.validate.data_parallel import data_parallel_of, fp8_param_gather_of
 from autopar.validate.measurements import Row
 from autopar.validate.moe_recipes import apply_moe_recipe
 from autopar.validate.row_model import model_of
@@ -405,6 +405,7 @@ def to_case(row: Row) -> Case:
     train = TrainSpec(global_batch_size=row.int("gbs"), seq_len=required(row, "seq_len", "the batch is needed"),
                       precision=precision, fp8_recipe=fp8_recipe_of(row, precision), flash_attention=flash,
                       overlap_grad_reduce=overlap_grad_reduce, grad_dtype=grad_dtype,
+                      fp8_param_storage=fp8_param_gather_of(row, precision, assumed),
                       framework=framework_of(row, family), tp_backward_overlap=tp_backward_overlap_of(row, family),
                       launch_blocking=family.launch_blocking)
     if model.is_moe:
