@@ -15,9 +15,10 @@ Embedding/loss-aware splits (Megatron's ``--account-for-embedding-in-pipeline-sp
 ``--account-for-loss-in-pipeline-split``, both on) are offered for a ``(pp, vpp > 1)`` exactly
 when they make interleaving possible: ``L / pp`` is not a whole multiple of vpp but
 ``(L + 2) / (pp * vpp)`` is a whole number >= 2 (Llama-3.1-405B: 126 layers, pp 8, vpp 8,
-NVIDIA's recipe), and only for the largest such vpp: its bubble ``(pp - 1) / vpp`` and the
-in-flight activations ``1 + (pp - 1) / (pp * vpp)`` are the smallest, and offering every
-divisor doubled the 405B search (0.5 s to 1.1 s). With vpp 1 they are not offered: whenever ``(L + 2) % pp == 0`` and
+NVIDIA's recipe), for the two largest such vpp: the largest has the smallest bubble ``(pp - 1) / vpp``
+and in-flight activations ``1 + (pp - 1) / (pp * vpp)``, the next is what NVIDIA's recipes often
+run (Qwen3-235B-A22B, 94 layers: pp 8 x vpp 4, 3 slots per chunk, beside vpp 6), and offering every
+divisor doubled the 405B search (0.5 s to 1.1 s; two values: 0.25 s to 0.32 s). With vpp 1 they are not offered: whenever ``(L + 2) % pp == 0`` and
 ``L % pp != 0`` they give the same split as the default uneven one (first and last stage one
 layer lighter), so they would only duplicate layouts.
 Where neither interleaves (DeepSeek-V3's 61 layers on any pp), a flexible
@@ -105,7 +106,7 @@ def _grid(p: Problem, opt: SpaceOptions) -> list[tuple[int, int, int, int, int]]
                 if pp > 1 and (layers + 2) % pp == 0:
                     accounted = [v for v in divisors((layers + 2) // pp)
                                  if 2 <= v <= opt.max_vpp and v not in vpps and (layers + 2) // (pp * v) >= 2]
-                    out.extend((tp, cp, pp, v, 1) for v in accounted[-1:])
+                    out.extend((tp, cp, pp, v, 1) for v in accounted[-2:])
                 if pp > 1 and len(vpps) == 1 and not accounted:
                     if pp not in flexible:
                         flexible[pp] = _flexible_vpps(p, pp, opt.max_vpp)

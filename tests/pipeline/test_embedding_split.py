@@ -121,9 +121,10 @@ def test_search_offers_it_only_where_it_makes_interleaving_possible():
     batch = enumerate_layouts(P126)
     flagged = batch.account_embedding
     assert (flagged == batch.account_loss).all()
-    # 128 / pp slots per rank; the largest vpp <= 16 with >= 2 per chunk: pp 2 -> 16, 4 -> 16, 8 -> 8, 16 -> 4, 32 -> 2.
-    assert set(zip(batch.pp[flagged].tolist(), batch.vpp[flagged].tolist())) == {(2, 16), (4, 16), (8, 8), (16, 4),
-                                                                                   (32, 2)}
+    # 128 / pp slots per rank; the two largest vpp <= 16 with >= 2 per chunk: pp 2 -> 16, 8; 4 -> 16, 8;
+    # 8 -> 8, 4; 16 -> 4, 2; 32 -> 2 (the only one).
+    assert set(zip(batch.pp[flagged].tolist(), batch.vpp[flagged].tolist())) == {
+        (2, 16), (2, 8), (4, 16), (4, 8), (8, 8), (8, 4), (16, 4), (16, 2), (32, 2)}
     assert (batch.vpp[flagged] > 1).all()  # vpp 1: same split as the default uneven one
     p128 = make_problem(toy_model(num_layers=128), nodes=8, per_node=8, gbs=64, seq=8)
     for p, b in ((P126, batch), (p128, enumerate_layouts(p128))):
@@ -133,6 +134,10 @@ def test_search_offers_it_only_where_it_makes_interleaving_possible():
         assert ((layers + 2) % (b.pp[f] * b.vpp[f]) == 0).all()
     b128 = enumerate_layouts(p128)
     assert not b128.account_embedding[(b128.pp == 8) & (b128.vpp == 8)].any()  # 128 / 8 / 8 = 2 already
+    # Qwen3-235B-A22B's 94 layers: pp 8 -> 96 / 8 = 12 slots, vpp 6 and NVIDIA's recipe's vpp 4 (3 a chunk)
+    qwen = enumerate_layouts(make_problem(toy_model(num_layers=94), nodes=8, per_node=8, gbs=64, seq=8))
+    f = qwen.account_embedding & (qwen.pp == 8)
+    assert set(qwen.vpp[f].tolist()) == {6, 4}
     valid = first_failure(P126, batch) < 0
     assert (valid & flagged & (batch.pp == 8) & (batch.vpp == 8)).any()  # NVIDIA's 405B layout passes
     assert not (valid & ~flagged & (batch.pp == 8) & (batch.vpp == 8)).any()

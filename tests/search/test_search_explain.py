@@ -215,3 +215,13 @@ def test_rank_one_weighs_the_next_layout_against_the_band():
     assert doc["rank"] == 1
     assert any(line.startswith("the next layout: 0.3% from #1 (as the table re-costs it), within") and
                line.endswith("too close to rank") for line in doc["text"])
+
+
+def test_a_value_the_target_cannot_write_is_named_with_the_target():
+    """Megatron-Bridge's writer has no TP communication overlap (autopar.export.comm_knobs), so a
+    layout asking for it is not enumerated for that target, and --explain says so (it gave the
+    tp x cp x pp x dp divisibility reason)."""
+    doc = _explain("tp=2,pp=1,tp_comm_overlap=on", "--target", "megatron-bridge")
+    assert doc["status"] == "not_enumerated"
+    assert doc["text"][0].startswith("no enumerated layout has tp_comm_overlap=on: --target megatron-bridge cannot "
+                                     "write TP communication overlap")

@@ -22,7 +22,7 @@ import numpy as np
 from autopar.errors import AutoparError
 from autopar.estimate import Estimate, estimate
 from autopar.problem import Problem
-from autopar.report.table import galvatron_marks, layout_label
+from autopar.report.table import layout_label
 from autopar.rules import RULES
 from autopar.search.constraints import FIELDS, Constraint, FieldSpec, apply_constraints, parse_values
 from autopar.search.grid import GIB, SearchResult, costed_grid, for_search, refusal, undominated
@@ -290,9 +290,13 @@ def _explain(p: Problem, wanted: dict[str, int], result: SearchResult, memory_ma
         absent = [k for k, c in zip(wanted, pins) if not np.any(c.passes(batch))]
         why = (f"no enumerated layout has {_where({k: wanted[k] for k in absent})}" if absent
                else "no enumerated layout combines these values")
+        target_why = _target_omits(target, {k: wanted[k] for k in absent})
         return Explanation(where, "not_enumerated", [
-            f"{why} (tp x cp x pp x dp must equal the {p.world_size} devices; vpp > 1 divides "
-            f"num_layers / pp = {layers} / pp; mbs from {sorted(set(batch.mbs.tolist()))}; ep divides the experts)"])
+            f"{why}: {target_why}" if target_why else
+            f"{why} (tp x cp x pp x dp must equal the {p.world_size} devices; vpp > 1 divides num_layers / pp = "
+            f"{layers} / pp, or (num_layers + 2) / pp with the embedding and loss counted as layers (its two largest "
+            "such vpp, >= 2 layers a chunk), or, where neither does, a flexible pipeline layout's two vpp values; "
+            f"mbs from {sorted(set(batch.mbs.tolist()))}; ep divides the experts)"])
     if not np.any(match & grid.kept):
         _, removed = apply_constraints(batch.take(match), constraints)
         by = ", ".join(f"{t} ({n:,})" for t, n in removed.items() if n)
@@ -350,13 +354,9 @@ def _ranked(p: Problem, grid: Any, fitting: np.ndarray, where: str, result: Sear
     e = estimate(p, grid.valid.strategy(i, layers, p.model.mtp_num_layers), memory_margin)
     best = result.layouts[0]
     s = e.strategy
-    cp_algo = {"p2p": "", "a2a+p2p": f":a2a{s.cp_a2a_size}+p2p"}.get(s.cp_comm_type, f":{s.cp_comm_type}")  # as the table
     ranks = f"ranks #{rank}" if rank is not None else f"ranks below #{MAX_RANK}"
     lines = [f"{ranks} of {total:,} fitting layouts by the search's first costing (the table then re-costs "
-             "only its top rows, with balanced pipeline stages): "
-             f"tp{s.tp}{'+sp' if s.sp else ''}{'+ov' if s.tp_comm_overlap else ''} pp{s.pp}x{s.vpp} "
-             f"cp{s.cp}{cp_algo if s.cp > 1 else ''} dp{s.dp}{''.join(' ' + g for g in galvatron_marks(s))} mbs {s.mbs} "
-             f"zero {s.zero} recompute "
+             f"only its top rows, with balanced pipeline stages): {layout_label(e)} mbs {s.mbs} zero {s.zero} recompute "
              f"{s.recompute}, step {e.step_time_s:.3f} s, {e.tokens_per_s_per_device:,.0f} tok/s/dev, peak "
              f"{e.peak_memory_bytes / GIB:.1f} of {e.device_memory_bytes / GIB:.1f} GiB"
              + (" (marginal)" if e.marginal else "")]
@@ -399,6 +399,24 @@ def _same_layout(a: Strategy, b: Strategy) -> bool:
     the split of the layouts it shows)."""
     free = {"layers_per_stage": None, "recompute_per_stage": None, "pipeline_layout": None}
     return a.model_copy(update=free) == b.model_copy(update=free)
+
+
+def _target_omits(target: str, absent: dict[str, int]) -> str | None:
+    """Why ``--target`` leaves an absent value out of the space, where the target is the reason:
+    TP communication overlap or a context-parallel algorithm its writer cannot write
+    (:mod:`autopar.export.comm_knobs`); None otherwise."""
+    from autopar.export.comm_knobs import CP_ALGORITHMS, TP_OVERLAP_TARGETS
+
+    if absent.get("tp_comm_overlap") == 1 and target not in TP_OVERLAP_TARGETS:
+        return (f"--target {target} cannot write TP communication overlap, so the search costs its layouts without "
+                f"it (targets that write it: {', '.join(sorted(TP_OVERLAP_TARGETS))}); a tp > 1 layout of this "
+                "target is costed with its TP collectives exposed")
+    if "cp_comm_type" in absent:
+        names = {v: n for n, v in KEYS["cp_comm_type"].names.items()}
+        written = CP_ALGORITHMS.get(target, ("p2p",))
+        if names.get(absent["cp_comm_type"]) not in written:
+            return f"--target {target} writes context parallelism only as {', '.join(written)}"
+    return None
 
 
 def band_line(step_time_s: float, first_s: float, band: Band, costing: str, caveat: str | None = None) -> str:
