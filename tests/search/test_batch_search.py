@@ -167,7 +167,7 @@ def test_a_sweep_of_sharded_layouts_carries_the_sharding_caveat():
     fewer than the band's 5, so the sweep says so as a plain search does; zero 1 layouts do not."""
     sharded = runner.invoke(app, [*TOY, "--gbs-range", "8,16", "--zero", "3"])
     assert sharded.exit_code == 0, sharded.output
-    assert "zero 2/3 layouts (Megatron-FSDP): 1 measured step-time row (MBR-2511-H100-1)" in " ".join(sharded.output.split())
+    assert "zero 2/3 layouts (Megatron-FSDP): 1 measured step-time row (MBR-2511-H100-1: llama3-8b fp8" in " ".join(sharded.output.split())
     doc = json.loads(runner.invoke(app, [*TOY, "--gbs-range", "8,16", "--zero", "3", "--json"]).stdout)
     assert doc["sharding_note"].startswith("zero 2/3 layouts (Megatron-FSDP): 1 measured step-time row")
     plain = json.loads(runner.invoke(app, [*TOY, "--gbs-range", "8,16", "--zero", "1", "--json"]).stdout)

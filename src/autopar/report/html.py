@@ -30,8 +30,8 @@ from autopar.problem import Problem
 from autopar.report.layout_plot import stage_labels, timeline_title
 from autopar.report.page_assets import SCRIPT, STYLE
 from autopar.report.plots import GIB, TIME_PARTS, memory_chart, ranking_chart
-from autopar.report.table import layout_label, recompute_label, search_summary, table_notes
-from autopar.report.ties import problem_certainty, rank_marks, search_document, ties_note
+from autopar.report.table import FEW_ROWS_MARK, layout_label, recompute_label, search_summary, table_notes
+from autopar.report.ties import problem_certainty, rank_marks, search_document, sharding_note, ties_note
 from autopar.report.timeline import timeline_png
 from autopar.schemas import versioned
 from autopar.search import SearchResult
@@ -52,9 +52,10 @@ def _cell(text: str, value: float | None = None, left: bool = False) -> str:
     return f"<td{attrs}>{html.escape(text)}</td>"
 
 
-def _row(rank: int, e: Estimate, has_detail: bool, mark: str | None = None) -> str:
+def _row(rank: int, e: Estimate, has_detail: bool, mark: str | None = None, few_rows: bool = False) -> str:
     """One layout's row; ``mark`` is what the # column shows (``≈1`` for a tie with #1,
-    :func:`autopar.report.ties.rank_marks`; default the rank), the column sorts by the rank."""
+    :func:`autopar.report.ties.rank_marks`; default the rank), the column sorts by the rank;
+    ``few_rows``: a ZeRO 2/3 layout whose sharding few measured rows back (the note column says so)."""
     s = e.strategy
     bubble = e.time_breakdown_s["pp_bubble"] / e.step_time_s
     toggle = "<span class=toggle>&#9656;</span>" if has_detail else "<span class=toggle></span>"
@@ -65,7 +66,8 @@ def _row(rank: int, e: Estimate, has_detail: bool, mark: str | None = None) -> s
              _cell(f"{e.step_time_s:.2f}", e.step_time_s),
              _cell(f"{e.tokens_per_s_per_device:,.0f}", e.tokens_per_s_per_device),
              _cell(f"{e.mfu:.1%}", e.mfu), _cell(f"{bubble:.1%}", bubble),
-             "<td class=l><span class=marginal>marginal</span></td>" if e.marginal else "<td class=l></td>"]
+             "<td class=l>" + " ".join(["<span class=marginal>marginal</span>"] * e.marginal
+                                       + [FEW_ROWS_MARK] * (few_rows and s.zero >= 2)) + "</td>"]
     classes = "row has-detail" if has_detail else "row"
     return f'<tr class="{classes}" data-detail="detail-{rank}">{"".join(cells)}</tr>'
 
@@ -115,15 +117,16 @@ def _details(p: Problem, result: SearchResult, memory_png: bytes) -> dict[int, s
 
 
 def _table(result: SearchResult, details: dict[int, str] | None = None, certainty: Certainty | None = None,
-           target: str = "megatron") -> str:
+           target: str = "megatron", sharded: str | None = None) -> str:
     """The ranking table, each layout's detail row (``details``: rank -> row) under it, and the
     notes the table needs (the export command of any row in ``target``'s form); with ``certainty`` (the problem's error bands) a layout within the
-    step-time band of #1 is ranked ``≈1`` and a note names the band, as the search table does."""
+    step-time band of #1 is ranked ``≈1`` and a note names the band, as the search table does; ``sharded``: the
+    caveat on ZeRO 2/3 layouts (:func:`autopar.report.ties.sharding_note`), marked on their rows and noted."""
     details = details or {}
     header = "".join(f'<th{" class=l" if left else ""}>{name}</th>' for name, left in COLUMNS)
     marks = (rank_marks([e.step_time_s for e in result.layouts], certainty.step_time.band_pct) if certainty
              else [str(i) for i in range(1, len(result.layouts) + 1)])
-    rows = [_row(rank, e, rank in details, mark) + details.get(rank, "")
+    rows = [_row(rank, e, rank in details, mark, sharded is not None) + details.get(rank, "")
             for rank, (mark, e) in enumerate(zip(marks, result.layouts), 1)]
     more = len(result.layouts) - len(details)
     hint = "Click a column header to sort"
@@ -135,6 +138,8 @@ def _table(result: SearchResult, details: dict[int, str] | None = None, certaint
     tie = certainty and ties_note(certainty, marks)
     if tie:
         notes.append(tie)
+    if sharded is not None:
+        notes.append(f"{FEW_ROWS_MARK}: {sharded}")
     if any(e.marginal for e in result.layouts):
         notes.append("marginal: fits, but above 90% of the device memory; real runs at that level often fail from "
                      "fragmentation, so these rank after the comfortable layouts.")
@@ -148,9 +153,10 @@ def _table(result: SearchResult, details: dict[int, str] | None = None, certaint
             + "".join(f"<p class=note>{html.escape(line)}</p>" for line in notes))
 
 
-def _certainty(certainty: Certainty) -> str:
+def _certainty(certainty: Certainty, sharded: str | None = None) -> str:
     """One paragraph: how far autopar's predictions for this problem can be off (its error on
-    similar validation rows), or that no similar row was measured."""
+    similar validation rows), or that no similar row was measured; ``sharded``: the caveat on the
+    ranking's ZeRO 2/3 layouts (:func:`autopar.report.ties.sharding_note`), appended."""
     parts = []
     for name, band in (("step time", certainty.step_time), ("peak memory", certainty.memory)):
         if band.band_pct is not None:
@@ -158,6 +164,8 @@ def _certainty(certainty: Certainty) -> str:
     text = ("Certainty: autopar's predictions for this problem are off by about " + "; ".join(parts)
             + " (the development set of autopar validate)." if parts else
             "Certainty: no similar measured row, so no error band is known for this problem.")
+    if sharded is not None:
+        text += f" But {sharded}."
     return f"<p class=note>{html.escape(text)}</p>"
 
 
@@ -207,7 +215,7 @@ def _cards(result: SearchResult, certainty: Certainty) -> str:
 def render(p: Problem, result: SearchResult, ranking_png: bytes, memory_png: bytes, command: str | None = None) -> str:
     """The HTML page (see the module docstring); ``memory_png`` is #1's memory chart; ``command``
     the command line that reproduces the search (shown under the title when given)."""
-    certainty = problem_certainty(p)
+    certainty, sharded = problem_certainty(p), sharding_note(p, result)
     title = (f"{p.model.name}: {p.model.num_params / 1e9:.1f} B params on {p.cluster.num_nodes} x "
              f"{p.cluster.devices_per_node} {p.cluster.device.name}, gbs {p.train.global_batch_size}, "
              f"seq {p.train.seq_len}, {p.train.precision}")
@@ -215,8 +223,8 @@ def render(p: Problem, result: SearchResult, ranking_png: bytes, memory_png: byt
             f"<meta name=viewport content='width=device-width,initial-scale=1'><style>{STYLE}</style></head><body>"
             f"<h1>autopar search</h1><p class=lead>{html.escape(title)}</p>"
             + (f"<p class=note>Reproduce: <code>{html.escape(command)}</code></p>" if command else "")
-            + f"{_cards(result, certainty)}{_certainty(certainty)}{_mfu(p)}"
-            f"<h2>Ranking</h2>{_table(result, _details(p, result, memory_png), certainty, result.target)}"
+            + f"{_cards(result, certainty)}{_certainty(certainty, sharded)}{_mfu(p)}"
+            f"<h2>Ranking</h2>{_table(result, _details(p, result, memory_png), certainty, result.target, sharded)}"
             f"<h2>Step time by part</h2>{_img(ranking_png, 'step time by part of the top layouts')}"
             f"{_parts_table(result.layouts[:CHART_LAYOUTS])}"
             f"<h2>What the search dropped</h2><p class=note>{html.escape(search_summary(result))}.</p>"

@@ -200,6 +200,11 @@ def mfu_note(p: Problem) -> str | None:
             + (f" (bf16: {bf16 / 1e12:,.0f})" if bf16 else ""))
 
 
+#: The note column's mark on a ZeRO 2/3 layout whose framework's sharding few measured rows back
+#: (:func:`autopar.report.ties.sharding_note`); the caption explains it.
+FEW_ROWS_MARK = "few rows"
+
+
 def search_table(result: SearchResult, certainty: Certainty | None = None, p: Problem | None = None) -> Table:
     """Ranked layouts with memory, time, throughput and MFU; with ``certainty`` (the problem's
     error bands) a layout within the step-time band of #1 is ranked ``≈1``
@@ -212,15 +217,17 @@ def search_table(result: SearchResult, certainty: Certainty | None = None, p: Pr
                           ("recompute", "left"), ("GiB", "right"), ("step s", "right"),
                           ("tok/s/dev", "right"), ("MFU", "right"), ("bubble", "right"), ("note", "left")]:
         table.add_column(name, justify=justify, no_wrap=True)
+    sharded = p and sharding_note(p, result)
     notes = [n for n in (table_notes(result.layouts, getattr(result, "target", "megatron")), p and mfu_note(p),
-                         certainty and ties_note(certainty, marks), p and sharding_note(p, result)) if n]
+                         certainty and ties_note(certainty, marks), sharded and f"{FEW_ROWS_MARK}: {sharded}") if n]
     table.caption, table.caption_justify = "\n".join(notes) or None, "left"
     for mark, e in zip(marks, result.layouts):
         bubble = e.time_breakdown_s["pp_bubble"] / e.step_time_s
+        note = ["[yellow]marginal[/]"] * e.marginal + [FEW_ROWS_MARK] * bool(sharded and e.strategy.zero >= 2)
         table.add_row(
             mark, layout_label(e), str(e.strategy.mbs), str(e.strategy.zero), recompute_label(e),
             f"{e.peak_memory_bytes / GIB:.1f}", f"{e.step_time_s:.2f}", f"{e.tokens_per_s_per_device:,.0f}",
-            f"{e.mfu:.1%}", f"{bubble:.1%}", "[yellow]marginal[/]" if e.marginal else "",
+            f"{e.mfu:.1%}", f"{bubble:.1%}", " ".join(note),
         )
     return table
 

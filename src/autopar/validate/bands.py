@@ -64,8 +64,9 @@ def similarity_keys(is_moe: bool, precision: str, device_name: str) -> dict[str,
 
 def row_errors(results: Iterable) -> list[dict[str, Any]]:
     """One record per scored row with an error: ``{"id", "kind": step_time | memory, "family",
-    "precision", "device_class", "framework", "zero", "error_pct"}`` (``framework``: the row's
-    ``TrainSpec.framework``; ``zero``: its layout's ZeRO stage; ``error_pct`` signed, 100 (predicted -
+    "precision", "device_class", "framework", "zero", "model", "devices", "nodes", "error_pct"}``
+    (``framework``: the row's ``TrainSpec.framework``; ``zero``: its layout's ZeRO stage; ``model``,
+    ``devices``, ``nodes``: what ran, for the notes that cite the row; ``error_pct`` signed, 100 (predicted -
     measured) / measured, rounded to 0.01), from :class:`autopar.validate.score.Result` objects;
     OOM rows and rows of other metrics are left out."""
     from autopar.validate.score import THROUGHPUT
@@ -80,8 +81,8 @@ def row_errors(results: Iterable) -> list[dict[str, Any]]:
         p = r.case.problem
         out.append({"id": r.row.id, "kind": kind, **similarity_keys(p.model.is_moe, r.case.precision,
                                                                     p.cluster.device.name),
-                    "framework": p.train.framework, "zero": r.case.strategy.zero,
-                    "error_pct": round(r.error_pct, 2)})
+                    "framework": p.train.framework, "zero": r.case.strategy.zero, "model": p.model.name,
+                    "devices": p.world_size, "nodes": p.cluster.num_nodes, "error_pct": round(r.error_pct, 2)})
     return out
 
 
@@ -164,11 +165,16 @@ SHARDED_BY_TARGET: dict[str, tuple[str | None, str]] = {
 }
 
 
-def sharded_rows(framework: str | None, kind: str = "step_time") -> tuple[str, ...]:
-    """Ids of the shipped validation rows of ``kind`` that ran ``framework`` (a row's
-    ``TrainSpec.framework``; None: none) with ZeRO 2 or 3 (sharded gradients or weights)."""
-    return tuple(r["id"] for r in shipped_errors()
-                 if r["kind"] == kind and r["framework"] == framework and r["zero"] >= 2)
+def sharded_rows(framework: str | None, kind: str = "step_time") -> tuple[dict[str, Any], ...]:
+    """The shipped validation records (:func:`row_errors`) of ``kind`` that ran ``framework`` (a
+    row's ``TrainSpec.framework``; None: none) with ZeRO 2 or 3 (sharded gradients or weights)."""
+    return tuple(r for r in shipped_errors() if r["kind"] == kind and r["framework"] == framework and r["zero"] >= 2)
+
+
+def _what_ran(r: dict[str, Any]) -> str:
+    """A record as the notes cite it: ``MBR-2511-H100-1: llama3-8b fp8, 8 devices on 1 node``."""
+    return (f"{r['id']}: {r['model']} {r['precision']}, {r['devices']:,} devices on {r['nodes']:,} "
+            f"node{'' if r['nodes'] == 1 else 's'}")
 
 
 def sharded_rows_note(target: str, zero_stages: Iterable[int], min_rows: int = MIN_ROWS) -> str | None:
@@ -176,7 +182,7 @@ def sharded_rows_note(target: str, zero_stages: Iterable[int], min_rows: int = M
     theirs) when fewer than ``min_rows`` validation rows measured that target's sharded data parallelism
     (:data:`SHARDED_BY_TARGET`): the band comes from rows that mostly ran without it, so such layouts'
     step times are less certain than it says. E.g. ``zero 2/3 layouts (Megatron-FSDP): 1 measured
-    step-time row (MBR-...), fewer than 5: ...``. None when no layout shards or enough rows exist.
+    step-time row (MBR-2511-H100-1: llama3-8b fp8, 8 devices on 1 node), fewer than 5: ...``. None when no layout shards or enough rows exist.
 
     Raises:
         KeyError: an unknown ``target``.
@@ -187,7 +193,7 @@ def sharded_rows_note(target: str, zero_stages: Iterable[int], min_rows: int = M
     rows = sharded_rows(framework)
     if len(rows) >= min_rows:
         return None
-    which = f" ({', '.join(rows)})" if rows else ""
+    which = f" ({'; '.join(_what_ran(r) for r in rows)})" if rows else ""
     return (f"zero 2/3 layouts ({name}): {len(rows)} measured step-time row{'' if len(rows) == 1 else 's'}{which}, "
             f"fewer than {min_rows}: their step times are less certain than the band says")
 
