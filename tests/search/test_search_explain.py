@@ -197,13 +197,13 @@ def test_band_line_inside_beyond_and_without_a_band():
     from autopar.search.explain import band_line
     from autopar.validate.bands import Band
 
-    band = Band("step_time", 4.3, "dense bf16/fp16 step-time/throughput rows on hopper devices", ())
+    band = Band("step_time", 4.3, "dense bf16/fp16 step-time/throughput rows on hopper devices", (), 20.6)
     assert band_line(104.0, 100.0, band, "by the first costing").endswith("too close to rank")  # 4.0 % <= 4.3 %
     assert band_line(104.304, 100.0, band, "c").endswith("too close to rank")  # prints 4.3 %: not beyond 4.3 %
     beyond = band_line(105.0, 100.0, band, "as the table re-costs it")
-    assert beyond.startswith("5.0% from #1 (as the table re-costs it), beyond autopar's ±4.3% band (its step-time "
-                             "error on dense bf16/fp16 step-time/throughput rows on hopper devices)")
-    assert beyond.endswith("the order holds against that error")
+    assert beyond.startswith("5.0% from #1 (as the table re-costs it), beyond autopar's ±4.3% band (its mean step-time "
+                             "error, MAPE, on dense bf16/fp16 step-time/throughput rows on hopper devices)")
+    assert beyond.endswith("the order likely holds (a mean, not a bound: single rows there err by up to 20.6%)")
     assert band_line(105.0, 100.0, band, "c", "few sharded rows").endswith("; but few sharded rows")
     assert "how sure this order is is unknown" in band_line(105.0, 100.0, Band("step_time", None, "none", ()), "c")
 

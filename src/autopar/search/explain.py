@@ -423,7 +423,8 @@ def band_line(step_time_s: float, first_s: float, band: Band, costing: str, cave
     """Whether a layout's gap to #1 (``costing`` says which step times: the table's re-costed ones
     or the search's first costing) is inside autopar's step-time error ``band`` (the MAPE of the
     measured rows it names, :func:`autopar.report.ties.problem_certainty`): inside, the two are too
-    close to rank; beyond it, the ranking holds against that error, unless ``caveat`` (few measured
+    close to rank; beyond it, the ranking likely holds (the band is a mean; the line gives its rows' largest
+    error), unless ``caveat`` (few measured
     rows of sharded layouts, :func:`autopar.validate.bands.sharded_rows_note`) says the band itself
     is uncertain there; without a band, that the gap cannot be weighed."""
     from autopar.report.ties import within_band
@@ -431,12 +432,13 @@ def band_line(step_time_s: float, first_s: float, band: Band, costing: str, cave
     gap = f"{100.0 * abs(step_time_s - first_s) / first_s:.1f}% from #1 ({costing})"
     if band.band_pct is None:
         return f"{gap}; no measured row gives an error band, so how sure this order is is unknown"
-    against = f"autopar's ±{band.band_pct:g}% band (its step-time error on {band.group})"
+    against = f"autopar's ±{band.band_pct:g}% band (its mean step-time error, MAPE, on {band.group})"
     if within_band(step_time_s, first_s, band.band_pct):
         return f"{gap}, within {against}: too close to rank"
     if caveat is not None:
         return f"{gap}, beyond {against}; but {caveat}"
-    return f"{gap}, beyond {against}: the order holds against that error"
+    return (f"{gap}, beyond {against}: the order likely holds (a mean, not a bound: single rows there err by up to "
+            f"{band.max_pct:g}%)" if band.max_pct is not None else f"{gap}, beyond {against}: the order likely holds")
 
 
 def _named(codes: dict[str, int]) -> dict[str, Any]:

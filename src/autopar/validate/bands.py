@@ -89,13 +89,14 @@ def row_errors(results: Iterable) -> list[dict[str, Any]]:
 @dataclass(frozen=True)
 class Band:
     """One error band: ``band_pct`` = MAPE (%) of the ``rows`` (validation row ids) of ``group``
-    (e.g. ``dense bf16/fp16 rows on hopper devices``); ``band_pct`` is None when no row of the
-    kind exists at all."""
+    (e.g. ``dense bf16/fp16 rows on hopper devices``), ``max_pct`` the largest ``|error|`` among them
+    (the band is a mean, not a bound); both None when no row of the kind exists at all."""
 
     kind: str
     band_pct: float | None
     group: str
     rows: tuple[str, ...]
+    max_pct: float | None = None
 
 
 def _group_name(kind: str, keys: dict[str, str], level: tuple[str, ...], rows: list[dict[str, Any]]) -> str:
@@ -120,7 +121,8 @@ def band_from(records: list[dict[str, Any]], kind: str, keys: dict[str, str], mi
         rows = [r for r in of_kind if all(r[k] == keys[k] for k in level)]
         if len(rows) >= min_rows or (level == () and rows):
             mape = sum(abs(r["error_pct"]) for r in rows) / len(rows)
-            return Band(kind, round(mape, 1), _group_name(kind, keys, level, rows), tuple(r["id"] for r in rows))
+            return Band(kind, round(mape, 1), _group_name(kind, keys, level, rows), tuple(r["id"] for r in rows),
+                        round(max(abs(r["error_pct"]) for r in rows), 1))
     return Band(kind, None, "no validation rows", ())
 
 
