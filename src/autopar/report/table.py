@@ -323,19 +323,34 @@ def devices_table(devices: list[DeviceSpec]) -> Table:
     return table
 
 
-def print_estimate(console: Console, e: Estimate, precision: str = "bf16") -> None:
+def print_estimate(console: Console, e: Estimate, precision: str = "bf16", certainty: Certainty | None = None) -> None:
     """Headline numbers, then the memory and time tables; MFU says ``(of the fp8 peak)`` where
-    the training ``precision`` is not bf16 (:func:`autopar.cost.step.mfu_peak_flops_per_s`)."""
+    the training ``precision`` is not bf16 (:func:`autopar.cost.step.mfu_peak_flops_per_s`). With
+    ``certainty`` (the problem's error bands) the step time and the peak carry their ``±`` band, and a
+    fitting layout whose peak plus its band exceeds the device says it may not fit."""
     fit = "fits" if e.fits else "[red]does NOT fit[/]"
     if e.marginal:
         fit = "[yellow]fits, marginal[/]"
+    step_band = certainty and certainty.step_time.band_pct
+    memory_band = certainty and certainty.memory.band_pct
     console.print(
         f"[bold]{layout_label(e)}[/] mbs {e.strategy.mbs}, {e.num_microbatches} micro-batches, zero "
         f"{e.strategy.zero}, recompute {recompute_label(e)}, schedule {e.strategy.schedule}\n"
-        f"step {e.step_time_s:.3f} s, {e.tokens_per_s_per_device:,.0f} tokens/s/device, MFU {e.mfu:.1%}"
+        f"step {e.step_time_s:.3f} s{f' ±{step_band:g}%' if step_band else ''}, "
+        f"{e.tokens_per_s_per_device:,.0f} tokens/s/device, MFU {e.mfu:.1%}"
         f"{'' if precision == 'bf16' else f' (of the {precision} peak)'}, "
-        f"peak {e.peak_memory_bytes / GIB:.2f} GiB of {e.device_memory_bytes / GIB:.1f} GiB: {fit}"
+        f"peak {e.peak_memory_bytes / GIB:.2f} GiB{f' ±{memory_band:g}%' if memory_band else ''} of "
+        f"{e.device_memory_bytes / GIB:.1f} GiB: {fit}"
     )
+    if e.fits and memory_band and e.peak_memory_bytes * (1 + memory_band / 100) > e.device_memory_bytes:
+        console.print(f"[yellow]may not fit[/]: the peak plus autopar's ±{memory_band:g}% memory band is "
+                      f"{e.peak_memory_bytes * (1 + memory_band / 100) / GIB:.2f} GiB, above the device's "
+                      f"{e.device_memory_bytes / GIB:.1f} GiB", highlight=False, soft_wrap=True)
+    if certainty is not None and (step_band or memory_band):
+        console.print(f"±: autopar's mean error (MAPE) on similar measured rows: step time on "
+                      f"{len(certainty.step_time.rows)} {certainty.step_time.group}"
+                      + (f"; memory on {len(certainty.memory.rows)} {certainty.memory.group}" if memory_band else ""),
+                      highlight=False, soft_wrap=True)
     for note in recompute_notes([e]):
         console.print(note, highlight=False, soft_wrap=True)
     if e.strategy.pipeline_layout is not None:
