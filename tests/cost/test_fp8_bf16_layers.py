@@ -102,6 +102,19 @@ def test_exports_write_them():
         mixed_precision(make_problem("llama3-8b", fp8_param_storage=True, fp8_bf16_layers=(1, 2), **CS))
 
 
+@pytest.mark.parametrize("recipe, gathers", [("delayed", True), ("tensorwise", True), ("blockwise", False)])
+def test_bridge_target_takes_its_recipes_fp8_weight_storage_unless_given(recipe, gathers):
+    """Megatron-Bridge's mixed-precision recipes set fp8_param_gather (True for delayed and current
+    scaling, False for subchannel/blockwise: FP8_MIXED_PRECISION); --target megatron-bridge plans with
+    it where the user gave no --fp8-param-storage (a plain fp8 search failed: 'plan with
+    --fp8-param-storage'), and keeps what the user gave."""
+    p = make_problem("llama3-8b", precision="fp8", fp8_recipe=recipe)
+    assert for_target(p, "megatron-bridge").train.fp8_param_storage is gathers
+    given = make_problem("llama3-8b", precision="fp8", fp8_recipe=recipe, fp8_param_storage=not gathers)
+    assert for_target(given, "megatron-bridge").train.fp8_param_storage is (not gathers)
+    assert for_target(p, "megatron").train.fp8_param_storage is False  # Megatron-LM's default
+
+
 @pytest.mark.parametrize("extra, needle", [
     (["--fp8-bf16-layers", "1"], "--fp8-bf16-layers='1': expected FIRST,LAST"),
     (["--fp8-bf16-layers", "1,1"], "--fp8-bf16-layers=1,1 with --precision=bf16"),

@@ -26,9 +26,9 @@ def test_bridge_without_a_recipe_is_refused_before_costing(monkeypatch):
 
 def test_fp8_param_storage_the_bridge_recipe_does_not_set_is_refused_before_costing(monkeypatch):
     """Bridge's delayed-scaling recipe gathers fp8 parameters (fp8_param_gather=True): a plan
-    without fp8 parameter storage cannot be written for any layout."""
+    that says no fp8 parameter storage cannot be written for any layout (not saying takes the recipe's)."""
     monkeypatch.setattr(grid, "stream_costs", _no_costing)
-    p = make_problem("llama3-8b", gbs=64, seq=4096, precision="fp8", fp8_recipe="delayed")
+    p = make_problem("llama3-8b", gbs=64, seq=4096, precision="fp8", fp8_recipe="delayed", fp8_param_storage=False)
     with pytest.raises(AutoparError, match=r"^no layout can be written for --target megatron-bridge: .*"
                                            "fp8_param_gather=True"):
         grid.search(p, target="megatron-bridge")

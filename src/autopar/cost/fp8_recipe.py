@@ -99,8 +99,9 @@ def supported(device: DeviceSpec, name: str) -> str | None:
     if r.gemm_precision not in device.peak_flops:
         return f"device {device.name} has no {r.gemm_precision} tensor cores (its peaks: {', '.join(sorted(device.peak_flops))})"
     if r.needs_block_scaling and "fp4" not in device.peak_flops:
+        runs = [n for n in RECIPES if n != name and supported(device, n) is None]
         return (f"device {device.name} has no block-scaled tensor cores (they came with fp4: Blackwell, "
-                "AMD CDNA4); use delayed or tensorwise")
+                f"AMD CDNA4); recipes it runs: {', '.join(runs)}")
     if r.nvidia_only and device.vendor not in (None, "nvidia"):
         return f"{name} is an NVIDIA Transformer Engine recipe; device {device.name} is {device.vendor}"
     return None

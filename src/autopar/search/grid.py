@@ -97,14 +97,22 @@ def for_target(p: Problem, target: str) -> Problem:
     (FSDP's no_sync accumulation, :mod:`autopar.cost.grad_accumulation`); other targets leave ``p``
     unchanged; ``megatron-bridge`` with fp8 current scaling and no ``fp8_bf16_layers`` given keeps the
     first and last layer in bf16, as its ``bf16_with_fp8_current_scaling_mixed`` recipe does
-    (:data:`autopar.export.megatron_bridge.RECIPE_BF16_LAYERS`)."""
+    (:data:`autopar.export.megatron_bridge.RECIPE_BF16_LAYERS`), and with fp8 and no
+    ``fp8_param_storage`` given stores the weights as the recipe does (its ``fp8_param_gather``,
+    :data:`autopar.export.megatron_bridge.FP8_MIXED_PRECISION`)."""
     update = {"torchtitan": {"framework": "torchtitan"},
               "deepspeed": {"framework": "deepspeed", "tp_backward_overlap": False},
               "galvatron": {"grad_reduce_once": True}}.get(target)
     t = p.train
-    if target == "megatron-bridge" and t.precision == "fp8" and t.fp8_bf16_layers is None \
-            and t.effective_fp8_recipe == "tensorwise":
-        update = {"fp8_bf16_layers": (1, 1)}
+    if target == "megatron-bridge" and t.precision == "fp8":
+        from autopar.export.megatron_bridge import FP8_MIXED_PRECISION
+
+        update = {}
+        if t.fp8_bf16_layers is None and t.effective_fp8_recipe == "tensorwise":
+            update["fp8_bf16_layers"] = (1, 1)
+        if "fp8_param_storage" not in t.model_fields_set:  # not given: the recipe's own fp8_param_gather
+            update["fp8_param_storage"] = FP8_MIXED_PRECISION[t.effective_fp8_recipe][1]
+        update = update or None
     if update is None:
         return p
     return Problem(p.model, p.cluster, p.train.model_copy(update=update))
