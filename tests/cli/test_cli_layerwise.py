@@ -54,6 +54,7 @@ def test_text_output_has_the_layer_runs_and_the_json():
     (["--zero", "1"], "error: --zero 1 with --layerwise: a layer-wise plan needs 0 (ddp) or 2 (zero2)"),
     (["--recompute", "selective"], "error: --recompute selective with --layerwise: Galvatron checkpoints whole"),
     (["--gbs-range", "64,128"], "error: --layerwise writes one layer-wise plan; --gbs-range: options of the ranked"),
+    (["--top", "3"], "error: --layerwise writes one layer-wise plan; --top: options of the ranked"),  # was ignored
 ])
 def test_refusals_name_the_option(extra, message):
     out = runner.invoke(app, [*LLAMA, *extra])

@@ -199,10 +199,11 @@ def search(
                            "--verify (the script's layout flags only), --gbs-range and --layerwise do not carry; drop "
                            "them or --search-knobs")
     if layerwise:
+        from autopar.cli.config import option_given
         from autopar.cli.layerwise import refuse_modes
 
         refuse_modes(target, {"--gbs-range": gbs_range, "--explain": explain, "--write-script": write_script,
-                              "--report": report, "--verify": verify is not None})
+                              "--report": report, "--verify": verify is not None, "--top": option_given("top")})
         target = target or "galvatron"
     S.refuse_gbs_with_range(gbs_range, gbs)
     from autopar.cli.config import option_given
