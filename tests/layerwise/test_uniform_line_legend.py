@@ -17,3 +17,10 @@ def test_a_balanced_split_mark_is_explained():
 def test_no_mark_no_legend_and_tp_plus_is_not_a_split_mark():
     line = uniform_line(10.0, ("tp4+sp pp4 cp1 dp2", 10.0), 4.1)
     assert line.endswith("too close to rank")
+
+
+def test_a_gap_beyond_the_band_says_so():
+    line = uniform_line(9.51, ("tp4+sp pp4 cp1 dp2", 10.0), 4.3)  # -4.9 % against it
+    assert line.endswith("-4.9% against it, beyond autopar's ±4.3% band (its mean step-time error, MAPE, on "
+                         "similar measured rows)")
+    assert uniform_line(9.51, ("tp4+sp pp4 cp1 dp2", 10.0), None).endswith("-4.9% against it")
