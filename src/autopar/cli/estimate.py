@@ -145,7 +145,7 @@ def estimate(
     from autopar.report.ties import problem_certainty
 
     console.print(problem_title(p))
-    print_estimate(console, result, p.train.precision, problem_certainty(p))
+    print_estimate(console, result, p.train.precision, problem_certainty(p), p)
     if detail:
         from autopar.report.stage_detail import print_stage_detail
 

@@ -35,7 +35,7 @@ from autopar.report.ties import problem_certainty, rank_marks, search_document, 
 from autopar.report.timeline import timeline_png
 from autopar.schemas import versioned
 from autopar.search import SearchResult
-from autopar.validate.bands import Certainty
+from autopar.validate.bands import Certainty, model_rows_note
 
 CHART_LAYOUTS = 30  # bars in ranking.png: the first 30 layouts
 DETAIL_LAYOUTS = 10  # layouts with their memory and timeline charts one click away
@@ -153,10 +153,12 @@ def _table(result: SearchResult, details: dict[int, str] | None = None, certaint
             + "".join(f"<p class=note>{html.escape(line)}</p>" for line in notes))
 
 
-def _certainty(certainty: Certainty, sharded: str | None = None) -> str:
+def _certainty(certainty: Certainty, sharded: str | None = None, same: str | None = None) -> str:
     """One paragraph: how far autopar's predictions for this problem can be off (its error on
     similar validation rows), or that no similar row was measured; ``sharded``: the caveat on the
-    ranking's ZeRO 2/3 layouts (:func:`autopar.report.ties.sharding_note`), appended."""
+    ranking's ZeRO 2/3 layouts (:func:`autopar.report.ties.sharding_note`), and ``same``: the
+    measured runs of this model on this class of device (:func:`autopar.validate.bands.model_rows_note`),
+    appended."""
     parts = []
     for name, band in (("step time", certainty.step_time), ("peak memory", certainty.memory)):
         if band.band_pct is not None:
@@ -166,6 +168,8 @@ def _certainty(certainty: Certainty, sharded: str | None = None) -> str:
             "Certainty: no similar measured row, so no error band is known for this problem.")
     if sharded is not None:
         text += f" But {sharded}."
+    if same is not None:
+        text += f" The {same}."
     return f"<p class=note>{html.escape(text)}</p>"
 
 
@@ -216,6 +220,7 @@ def render(p: Problem, result: SearchResult, ranking_png: bytes, memory_png: byt
     """The HTML page (see the module docstring); ``memory_png`` is #1's memory chart; ``command``
     the command line that reproduces the search (shown under the title when given)."""
     certainty, sharded = problem_certainty(p), sharding_note(p, result)
+    same = model_rows_note(p.model.name, p.cluster.device.name)
     title = (f"{p.model.name}: {p.model.num_params / 1e9:.1f} B params on {p.cluster.num_nodes} x "
              f"{p.cluster.devices_per_node} {p.cluster.device.name}, gbs {p.train.global_batch_size}, "
              f"seq {p.train.seq_len}, {p.train.precision}")
@@ -223,7 +228,7 @@ def render(p: Problem, result: SearchResult, ranking_png: bytes, memory_png: byt
             f"<meta name=viewport content='width=device-width,initial-scale=1'><style>{STYLE}</style></head><body>"
             f"<h1>autopar search</h1><p class=lead>{html.escape(title)}</p>"
             + (f"<p class=note>Reproduce: <code>{html.escape(command)}</code></p>" if command else "")
-            + f"{_cards(result, certainty)}{_certainty(certainty, sharded)}{_mfu(p)}"
+            + f"{_cards(result, certainty)}{_certainty(certainty, sharded, same)}{_mfu(p)}"
             f"<h2>Ranking</h2>{_table(result, _details(p, result, memory_png), certainty, result.target, sharded)}"
             f"<h2>Step time by part</h2>{_img(ranking_png, 'step time by part of the top layouts')}"
             f"{_parts_table(result.layouts[:CHART_LAYOUTS])}"

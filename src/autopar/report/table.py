@@ -12,7 +12,7 @@ from autopar.report.ties import rank_marks, sharding_note, ties_note
 from autopar.search import SearchResult
 from autopar.specs import DeviceSpec
 from autopar.strategy import DEFAULT_RECOMPUTE_MODULES, RECOMPUTE_MODULES, Strategy, default_layers_per_stage
-from autopar.validate.bands import Certainty
+from autopar.validate.bands import Certainty, model_rows_note
 
 GIB = 2**30
 
@@ -218,8 +218,10 @@ def search_table(result: SearchResult, certainty: Certainty | None = None, p: Pr
                           ("tok/s/dev", "right"), ("MFU", "right"), ("bubble", "right"), ("note", "left")]:
         table.add_column(name, justify=justify, no_wrap=True)
     sharded = p and sharding_note(p, result)
+    same = p and model_rows_note(p.model.name, p.cluster.device.name)
     notes = [n for n in (table_notes(result.layouts, getattr(result, "target", "megatron")), p and mfu_note(p),
-                         certainty and ties_note(certainty, marks), sharded and f"{FEW_ROWS_MARK}: {sharded}") if n]
+                         certainty and ties_note(certainty, marks), same, sharded and f"{FEW_ROWS_MARK}: {sharded}")
+             if n]
     table.caption, table.caption_justify = "\n".join(notes) or None, "left"
     for mark, e in zip(marks, result.layouts):
         bubble = e.time_breakdown_s["pp_bubble"] / e.step_time_s
@@ -323,11 +325,14 @@ def devices_table(devices: list[DeviceSpec]) -> Table:
     return table
 
 
-def print_estimate(console: Console, e: Estimate, precision: str = "bf16", certainty: Certainty | None = None) -> None:
+def print_estimate(console: Console, e: Estimate, precision: str = "bf16", certainty: Certainty | None = None,
+                   p: Problem | None = None) -> None:
     """Headline numbers, then the memory and time tables; MFU says ``(of the fp8 peak)`` where
     the training ``precision`` is not bf16 (:func:`autopar.cost.step.mfu_peak_flops_per_s`). With
     ``certainty`` (the problem's error bands) the step time and the peak carry their ``±`` band, and a
-    fitting layout whose peak plus its band exceeds the device says it may not fit."""
+    fitting layout whose peak plus its band exceeds the device says it may not fit; with the problem
+    ``p``, the measured runs of its model on its class of device say how far off autopar was there
+    (:func:`autopar.validate.bands.model_rows_note`)."""
     fit = "fits" if e.fits else "[red]does NOT fit[/]"
     if e.marginal:
         fit = "[yellow]fits, marginal[/]"
@@ -351,6 +356,8 @@ def print_estimate(console: Console, e: Estimate, precision: str = "bf16", certa
                       f"{len(certainty.step_time.rows)} {certainty.step_time.group}"
                       + (f"; memory on {len(certainty.memory.rows)} {certainty.memory.group}" if memory_band else ""),
                       highlight=False, soft_wrap=True)
+    if p is not None and (same := model_rows_note(p.model.name, p.cluster.device.name)) is not None:
+        console.print(same, highlight=False, soft_wrap=True)
     for note in recompute_notes([e]):
         console.print(note, highlight=False, soft_wrap=True)
     if e.strategy.pipeline_layout is not None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from autopar.validate.bands import Certainty, certainty, sharded_rows_note
+from autopar.validate.bands import Certainty, certainty, model_rows_note, sharded_rows_note
 
 if TYPE_CHECKING:
     from autopar.problem import Problem
@@ -86,10 +86,12 @@ def sharding_note(p: Problem, result: SearchResult) -> str | None:
 def search_document(p: Problem, result: SearchResult) -> dict[str, Any]:
     """The search JSON of ``result`` (``search --json`` and ``--report``'s ``result.json``):
     :meth:`SearchResult.to_dict` with :func:`annotate`'s bands (``certainty.sharding_note``:
-    :func:`sharding_note`, or None) and the peak MFU is of (``mfu_peak_flops_per_s``; no
+    :func:`sharding_note`, or None; ``certainty.model_rows_note``:
+    :func:`autopar.validate.bands.model_rows_note`, or None) and the peak MFU is of (``mfu_peak_flops_per_s``; no
     ``schema_version`` yet)."""
     from autopar.cost.step import mfu_peak_flops_per_s
 
     doc = annotate(result.to_dict(), problem_certainty(p))
     doc["certainty"]["sharding_note"] = sharding_note(p, result)
+    doc["certainty"]["model_rows_note"] = model_rows_note(p.model.name, p.cluster.device.name)
     return {**doc, "mfu_peak_flops_per_s": mfu_peak_flops_per_s(p)}

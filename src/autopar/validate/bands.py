@@ -64,9 +64,10 @@ def similarity_keys(is_moe: bool, precision: str, device_name: str) -> dict[str,
 
 def row_errors(results: Iterable) -> list[dict[str, Any]]:
     """One record per scored row with an error: ``{"id", "kind": step_time | memory, "family",
-    "precision", "device_class", "framework", "zero", "model", "devices", "nodes", "error_pct"}``
+    "precision", "device_class", "framework", "zero", "model", "devices", "nodes", "metric", "error_pct"}``
     (``framework``: the row's ``TrainSpec.framework``; ``zero``: its layout's ZeRO stage; ``model``,
-    ``devices``, ``nodes``: what ran, for the notes that cite the row; ``error_pct`` signed, 100 (predicted -
+    ``devices``, ``nodes``: what ran, for the notes that cite the row; ``metric``: the row's
+    ``measured_metric``; ``error_pct`` signed, 100 (predicted -
     measured) / measured, rounded to 0.01), from :class:`autopar.validate.score.Result` objects;
     OOM rows and rows of other metrics are left out."""
     from autopar.validate.score import THROUGHPUT
@@ -82,7 +83,8 @@ def row_errors(results: Iterable) -> list[dict[str, Any]]:
         out.append({"id": r.row.id, "kind": kind, **similarity_keys(p.model.is_moe, r.case.precision,
                                                                     p.cluster.device.name),
                     "framework": p.train.framework, "zero": r.case.strategy.zero, "model": p.model.name,
-                    "devices": p.world_size, "nodes": p.cluster.num_nodes, "error_pct": round(r.error_pct, 2)})
+                    "devices": p.world_size, "nodes": p.cluster.num_nodes, "metric": r.metric,
+                    "error_pct": round(r.error_pct, 2)})
     return out
 
 
@@ -184,7 +186,8 @@ def sharded_rows_note(target: str, zero_stages: Iterable[int], min_rows: int = M
     theirs) when fewer than ``min_rows`` validation rows measured that target's sharded data parallelism
     (:data:`SHARDED_BY_TARGET`): the band comes from rows that mostly ran without it, so such layouts'
     step times are less certain than it says. E.g. ``zero 2/3 layouts (Megatron-FSDP): 1 measured
-    step-time row (MBR-2511-H100-1: llama3-8b fp8, 8 devices on 1 node), fewer than 5: ...``. None when no layout shards or enough rows exist.
+    step-time row (MBR-2511-H100-1: llama3-8b fp8, 8 devices on 1 node), fewer than 5: ...``. None
+    when no layout shards or enough rows exist.
 
     Raises:
         KeyError: an unknown ``target``.
@@ -198,6 +201,46 @@ def sharded_rows_note(target: str, zero_stages: Iterable[int], min_rows: int = M
     which = f" ({'; '.join(_what_ran(r) for r in rows)})" if rows else ""
     return (f"zero 2/3 layouts ({name}): {len(rows)} measured step-time row{'' if len(rows) == 1 else 's'}{which}, "
             f"fewer than {min_rows}: their step times are less certain than the band says")
+
+
+def model_rows(model_name: str, device_name: str, kind: str = "step_time") -> tuple[dict[str, Any], ...]:
+    """The shipped validation records (:func:`row_errors`) of ``kind`` that ran a model of this name
+    (case-insensitive; the measurements' and the presets' names agree: ``llama3-70b``) on a device of
+    ``device_name``'s class (:func:`device_class`)."""
+    name, cls = model_name.lower(), device_class(device_name)
+    return tuple(r for r in shipped_errors() if r["kind"] == kind and r["model"].lower() == name
+                 and r["device_class"] == cls)
+
+
+#: Metrics that are a time (larger = slower); the others are rates (larger = faster).
+TIME_METRICS = ("step_time", "layer_fwd_bwd_time")
+
+
+def step_time_error_pct(record: dict[str, Any]) -> float:
+    """A record's error as the step time's: ``error_pct`` for a time metric, else the time a rate's
+    error implies, ``100 / (1 + e/100) - 100`` (a throughput predicted 10% high is a step time 9.1%
+    short). Negative: autopar predicts the run faster than it was."""
+    e = record["error_pct"]
+    return e if record.get("metric", "step_time") in TIME_METRICS else 100.0 / (1.0 + e / 100.0) - 100.0
+
+
+def model_rows_note(model_name: str, device_name: str, worst: int = 3) -> str | None:
+    """What autopar's step time got wrong on measured runs of this very model on this class of
+    device (:func:`model_rows`), signed as step time (:func:`step_time_error_pct`: ``-`` = predicted
+    faster than measured), so a band averaged over other models does not hide a model-specific
+    miss: ``measured runs of qwen3-30b-a3b on hopper devices: 2 rows, autopar's step time -52.8..-8.3%
+    of the measured (- = predicted faster; mean |error| 30.6%); worst: MBR-2511-H100-5 (fp8, 16
+    devices) -52.8%, ...`` (the ``worst`` largest by ``|error|``). None without such rows."""
+    rows = model_rows(model_name, device_name)
+    if not rows:
+        return None
+    errors = [step_time_error_pct(r) for r in rows]
+    mean = sum(map(abs, errors)) / len(errors)
+    top = sorted(zip(errors, rows), key=lambda er: -abs(er[0]))[:worst]
+    listed = ", ".join(f"{r['id']} ({r['precision']}, {r['devices']:,} devices) {e:+.1f}%" for e, r in top)
+    return (f"measured runs of {model_name} on {rows[0]['device_class']} devices: {len(rows)} row"
+            f"{'' if len(rows) == 1 else 's'}, autopar's step time {min(errors):+.1f}..{max(errors):+.1f}% of the "
+            f"measured (- = predicted faster; mean |error| {mean:.1f}%); worst: {listed}")
 
 
 def write_errors(path: Path = ERRORS_PATH) -> Path:
