@@ -225,3 +225,15 @@ def test_a_value_the_target_cannot_write_is_named_with_the_target():
     assert doc["status"] == "not_enumerated"
     assert doc["text"][0].startswith("no enumerated layout has tp_comm_overlap=on: --target megatron-bridge cannot "
                                      "write TP communication overlap")
+
+
+def test_a_target_without_tp_overlap_says_its_tp_layouts_are_costed_exposed():
+    from autopar.report.table import no_tp_overlap_note
+    from types import SimpleNamespace
+
+    tp4 = [SimpleNamespace(strategy=SimpleNamespace(tp=4))]
+    assert no_tp_overlap_note(tp4, "megatron-bridge") == (
+        "--target megatron-bridge cannot write TP communication overlap: its tp > 1 layouts are costed with their TP "
+        "collectives exposed (with --target megatron, mindspeed or torchtitan they overlap)")
+    assert no_tp_overlap_note(tp4, "megatron") is None
+    assert no_tp_overlap_note([SimpleNamespace(strategy=SimpleNamespace(tp=1))], "megatron-bridge") is None

@@ -121,13 +121,27 @@ BUBBLE_NOTE = ("bubble: pp_bubble / step, the time the pipeline's fill and drain
                "(a timeline's 'ranks idle' also counts faster stages waiting for slower ones)")
 
 
+def no_tp_overlap_note(layouts: list[Estimate], target: str) -> str | None:
+    """For a target whose writer cannot write TP communication overlap
+    (:data:`autopar.export.comm_knobs.TP_OVERLAP_TARGETS`) and a ranking with a tp > 1 row: that its
+    TP collectives are costed exposed, so tp > 1 ranks lower than with an overlapping target."""
+    from autopar.export.comm_knobs import TP_OVERLAP_TARGETS
+
+    if target in TP_OVERLAP_TARGETS or not any(e.strategy.tp > 1 for e in layouts):
+        return None
+    others = sorted(TP_OVERLAP_TARGETS)
+    return (f"--target {target} cannot write TP communication overlap: its tp > 1 layouts are costed with their TP "
+            f"collectives exposed (with --target {', '.join(others[:-1])} or {others[-1]} they overlap)")
+
+
 def table_notes(layouts: list[Estimate], target: str = "megatron") -> str | None:
-    """The legends a ranking table needs (:func:`label_legend`, :func:`split_legend`, :func:`recompute_notes`, and
-    :data:`BUBBLE_NOTE` when a row is pipelined), one per line, or None when no row uses a mark,
-    a short form or a pipeline."""
+    """The legends a ranking table needs (:func:`label_legend`, :func:`split_legend`, :func:`recompute_notes`,
+    :data:`BUBBLE_NOTE` when a row is pipelined, :func:`no_tp_overlap_note`), one per line, or None when no row
+    uses a mark, a short form or a pipeline."""
     bubble = [BUBBLE_NOTE] if any(e.strategy.pp > 1 for e in layouts) else []
     legends = [n for n in (label_legend(layouts, target), split_legend(layouts)) if n]
-    return "\n".join(legends + recompute_notes(layouts) + bubble) or None
+    overlap = [n for n in (no_tp_overlap_note(layouts, target),) if n]
+    return "\n".join(legends + recompute_notes(layouts) + bubble + overlap) or None
 
 
 def layout_label(e: Estimate) -> str:
