@@ -150,7 +150,8 @@ def test_mindspeed_ulysses_is_no_longer_costed_as_the_ring(tmp_path):
 
 def test_deepspeed_ulysses_is_written_as_ds_sequence_parallel():
     # Megatron-DeepSpeed: --ds-sequence-parallel-size N (Ulysses), not with --sequence-parallel; the K/V
-    # heads are scattered too (8 kv heads / tp 1 over cp 4: 2 each).
+    # heads are scattered too (8 kv heads / tp 1 over cp 4: 2 each); Ulysses only with tp = pp = 1
+    # (Megatron-DeepSpeed megatron/core/parallel_state.py initialize_model_parallel asserts it).
     from autopar.export.megatron_deepspeed import write
 
     p = make_problem("llama3-8b", nodes=2, seq=8192)
@@ -159,6 +160,7 @@ def test_deepspeed_ulysses_is_written_as_ds_sequence_parallel():
     for layout, needle in ((dict(dp=4, cp=4), "DeepSpeed's sequence parallelism is Ulysses"),
                            (dict(dp=2, tp=2, sp=True, cp=4, cp_comm_type="a2a"), "cannot be combined with "
                                                                                   "--sequence-parallel"),
-                           (dict(dp=1, tp=2, cp=8, cp_comm_type="a2a"), "num_key_value_heads/tp = 4 is not divisible")):
+                           (dict(dp=1, tp=2, cp=8, cp_comm_type="a2a"), "does not work with tensor parallel"),
+                           (dict(dp=1, cp=16, cp_comm_type="a2a"), "num_key_value_heads/tp = 8 is not divisible")):
         with pytest.raises(AutoparError, match=needle):
             write(p, Strategy(**layout, zero=1))

@@ -71,6 +71,11 @@ def test_pp1_adds_no_pipeline_parallel_and_selective_recompute():
     ("llama3-8b", dict(dp=8, pp=2, recompute="full", recompute_layers=4), "block recompute"),
     ("mixtral-8x7b", dict(dp=16, zero=1), "MoE"),
     ("llama3-8b", dict(dp=8, pp=2, zero=2), "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"),
+    # Megatron-DeepSpeed's parallel_state.initialize_model_parallel: Ulysses only with tp = pp = 1
+    ("llama3-8b", dict(dp=4, tp=2, cp=2, cp_comm_type="a2a", zero=2),
+     "cp=2 with tp=2, pp=1: .*does not work with tensor parallel or pipeline parallel"),
+    ("llama3-8b", dict(dp=2, tp=2, pp=2, cp=2, cp_comm_type="a2a", zero=1),
+     "cp=2 with tp=2, pp=2: .*does not work with tensor parallel or pipeline parallel"),
 ])
 def test_refuses_what_megatron_deepspeed_cannot_say(model, layout, reason):
     with pytest.raises(AutoparError, match=reason):

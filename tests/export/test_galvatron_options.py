@@ -270,3 +270,23 @@ def test_grad_reduce_once_ddp_all_reduces_after_the_last_backward():
     (t,) = megatron.time_per_stage
     assert megatron.time_breakdown_s["dp_comm"] == pytest.approx(ring - t.backward_s - t.recompute_s, rel=1e-9)
     assert mine.peak_memory_bytes == megatron.peak_memory_bytes
+
+
+def test_galvatron_export_says_the_sequence_parallel_launch_flag(tmp_path):
+    """Megatron sp is Galvatron's runtime --sequence-parallel (store_true in its bundled Megatron
+    arguments, off unless given), not a JSON key: export names it on stderr where the plan has sp
+    (tp 2 + sp), and not where it has none (tp 1); the JSON itself is unchanged."""
+    from typer.testing import CliRunner
+
+    from autopar.cli import app
+
+    base = ["export", "--format", "galvatron", "--model", "llama3-8b", "--device", "h100-80gb", "--gbs", "64",
+            "--zero", "2"]
+    runner = CliRunner()
+    with_sp = runner.invoke(app, base + ["--tp", "2", "--sp", "--out", str(tmp_path / "sp.json")])
+    assert with_sp.exit_code == 0, with_sp.output
+    assert "note: launch Galvatron with --sequence-parallel: the plan shards activations over tp=2" in with_sp.stderr
+    assert json.loads((tmp_path / "sp.json").read_text())["tp_sizes_enc"].startswith("2,2,")
+    without = runner.invoke(app, base + ["--tp", "1"])
+    assert without.exit_code == 0 and "--sequence-parallel" not in without.stderr
+    assert json.loads(without.stdout)["pp_deg"] == 1

@@ -159,6 +159,13 @@ def export(
         err_console.print(f"wrote {out}", highlight=False)
     elif not as_json:
         sys.stdout.write(text)
+    if fmt == "galvatron":
+        from autopar.export.galvatron import runtime_flags
+
+        if flags := runtime_flags(strategy):  # not a JSON key: say it wherever the JSON went
+            err_console.print(f"note: launch Galvatron with {' '.join(flags)}: the plan shards activations over "
+                              f"tp={strategy.tp} (Megatron sequence parallelism), a runtime flag that no JSON key "
+                              "sets and Galvatron leaves off", highlight=False)
     if as_json:
         from autopar.estimate import estimate
 

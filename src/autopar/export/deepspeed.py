@@ -8,7 +8,9 @@ next to this JSON (the ``deepspeed`` export format). Refused (:func:`refusal_rea
 with pipeline parallelism ("ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"),
 interleaved pipelines (the DeepSpeed pipeline engine has none), context parallelism other than
 Ulysses (``cp_comm_type`` a2a, written as ``--ds-sequence-parallel-size cp``; not with Megatron's
-``--sequence-parallel``, and the K/V heads per tp rank must divide by cp), fp8, and what the Megatron-DeepSpeed arguments
+``--sequence-parallel``, only with tp = pp = 1: Megatron-DeepSpeed's
+``megatron/core/parallel_state.py`` ``initialize_model_parallel`` asserts it, and its
+``get_batch_pipe`` never splits the sequence; the K/V heads must divide by cp), fp8, and what the Megatron-DeepSpeed arguments
 cannot say (an uneven pipeline split, block recompute, model features without a flag there).
 """
 
@@ -37,7 +39,9 @@ def refusal_reason(p: Problem, s: Strategy) -> str | None:
     ``--checkpoint-num-layers``: "deepspeed's pipeline doesn't support the block recompute
     method"; without the pipeline, pp = 1, ``ParallelTransformer._checkpointed_forward`` in
     ``megatron/model/transformer.py`` runs ``--recompute-method block``); ``megatron/arguments.py`` (model flags: no MoE router of Megatron-core's kind, no
-    MLA, no QK-norm, no bias on QKV only, no multi-token prediction).
+    MLA, no QK-norm, no bias on QKV only, no multi-token prediction); ``megatron/core/parallel_state.py``
+    ``initialize_model_parallel`` (main f4157be, since the Ulysses release a2a476e: DeepSpeed's sequence
+    parallelism asserts tp == pp == 1; the examples_deepspeed/sequence_parallel README says the same).
     """
     m = p.model
     missing = [name for name, on in (("MoE", m.is_moe), ("MLA", m.mla), ("QK-norm", m.qk_norm),
@@ -57,6 +61,10 @@ def refusal_reason(p: Problem, s: Strategy) -> str | None:
     if s.cp > 1 and s.sp:
         return (f"cp={s.cp} with sequence parallelism: Megatron-DeepSpeed's --ds-sequence-parallel-size cannot be "
                 "combined with --sequence-parallel (megatron/arguments.py); use --no-sp")
+    if s.cp > 1 and (s.tp > 1 or s.pp > 1):
+        return (f"cp={s.cp} with tp={s.tp}, pp={s.pp}: Megatron-DeepSpeed's initialize_model_parallel asserts "
+                "'DeepSpeed's sequence parallel does not work with tensor parallel or pipeline parallel' "
+                "(megatron/core/parallel_state.py); Ulysses (--ds-sequence-parallel-size) needs tp = pp = 1")
     if s.cp > 1 and (m.num_kv_heads // s.tp) % s.cp:
         return (f"cp={s.cp}: DeepSpeed Ulysses scatters the K/V heads too, and num_key_value_heads/tp = "
                 f"{m.num_kv_heads // s.tp} is not divisible by it")

@@ -21,7 +21,8 @@ all (2.4.0's ``galvatron/models`` are GPT, Llama, BERT, T5, ViT and Swin).
 
 Not a JSON key: Megatron sequence parallelism is Galvatron's runtime ``--sequence-parallel``
 (2.4.0 takes Megatron's argument, off by default; main's ``sequence_parallel`` is on by
-default); pass it with the JSON where the plan has ``sp``. Recompute per stage
+default); pass it with the JSON where the plan has ``sp`` (:func:`runtime_flags`; ``autopar export``
+says so on stderr). Recompute per stage
 (:attr:`~autopar.strategy.Strategy.recompute_per_stage`) maps to the per-layer ``checkpoint``
 flags. Refused also: ZeRO-1 (not a Galvatron data-parallel type), selective recompute on any
 stage (Galvatron checkpoints whole layers), interleaved pipelines (no VPP in Galvatron), and fp8
@@ -93,6 +94,16 @@ def config(p: Problem, s: Strategy) -> dict[str, Any]:
         "vtp": s.vocab_tp_size, "vsp": int(s.vocab_sp), "vcp": s.cp, "embed_sdp": int(s.zero == 3), "vocab_sdp": int(s.zero == 3),
     }
     return doc
+
+
+def runtime_flags(s: Strategy) -> list[str]:
+    """The Galvatron launch flags the plan needs besides the JSON: ``--sequence-parallel`` where ``s``
+    has Megatron sequence parallelism. hetu-galvatron 2.4.0 takes it from Megatron's arguments
+    (``galvatron/site_package/megatron/training/arguments.py``, ``store_true``: off unless given) and
+    its models read ``args.sequence_parallel`` (``galvatron/models/llama_hf/LlamaModel_sequential.py``,
+    ``core/runtime/redistribute.py``); no JSON key sets it, so without the flag the activations
+    costed as sharded over tp are whole on every tp rank."""
+    return ["--sequence-parallel"] if s.sp and s.tp > 1 else []
 
 
 def write(p: Problem, s: Strategy) -> str:

@@ -10,7 +10,9 @@ than 1 or tp (rule 3), ``recompute_layers`` N (torchtitan's integer option check
 N-th layer, a different policy), an uneven split with virtual stages, ``seq % (2*tp*cp)`` (rule 4), a V schedule (ZB-V, DualPipeV)
 with async TP (PyTorch's V schedules refuse compiled stage modules),
 and what torchtitan's model for the architecture cannot run (:func:`model_refusal`: Qwen3 has no
-pipelining, DeepSeek-V3's flex attention no context parallelism, Mixtral-style MoE no model).
+pipelining, DeepSeek-V3's flex attention no context parallelism, Mixtral-style MoE no model), and
+the costed settings it has no switch for (:func:`plan_refusal`: unfused attention, dropout, fp8
+parameter storage, multi-token prediction).
 
 The sections are merged into the model's own train config (e.g. ``llama3_405b.toml``), so every
 setting the plan depends on is written even where it is torchtitan's default, overriding what
@@ -91,7 +93,11 @@ def plan_refusal(p: Problem) -> str | None:
     * fp8 parameter storage (``TrainSpec.fp8_param_storage``, Megatron's ``--fp8-param-gather``):
       torchtitan's FSDP2 keeps the sharded parameters in fp32 (``mixed_precision_param`` is the
       compute copy) and ``enable_fsdp_float8_all_gather`` only casts them to float8 for the all-gather;
-      no weight is stored in fp8 alone.
+      no weight is stored in fp8 alone;
+    * multi-token prediction (``ModelSpec.mtp_num_layers``, DeepSeek-V3's ``num_nextn_predict_layers``):
+      torchtitan 0.2.2 has no MTP module (``torchtitan/models/deepseek_v3/model/model.py`` builds the
+      embedding, ``n_layers`` decoder layers, norm and output only; no file of the package mentions MTP),
+      so the MTP block costed on the last stage would not run.
     """
     if not p.train.flash_attention:
         return ("unfused attention (--no-flash-attention): torchtitan's models run SDPA or flex attention "
@@ -103,6 +109,10 @@ def plan_refusal(p: Problem) -> str | None:
         return ("fp8 parameter storage (--fp8-param-storage): torchtitan's FSDP2 keeps fp32 sharded parameters and "
                 "only casts them to float8 for the all-gather (enable_fsdp_float8_all_gather); plan without "
                 "--fp8-param-storage")
+    if p.model.mtp_num_layers:
+        return (f"multi-token prediction: model {p.model.name} is costed with {p.model.mtp_num_layers} MTP layer(s), and "
+                "torchtitan 0.2.2's models have no MTP module (torchtitan/models/deepseek_v3/model/model.py); plan a "
+                "model config with num_nextn_predict_layers 0")
     return None
 
 
@@ -138,8 +148,6 @@ def _pipeline(p: Problem, s: Strategy) -> dict[str, Any]:
     with EP writes ``pipeline_parallel_expert_parallel_overlap = false``: its default overlap
     raises with activation checkpointing, ``distributed/dual_pipe_v.py``, and is not costed).
 
-    Raises:
-        AutoparError: MTP layers off the last stage (torchtitan's models build no MTP block there).
     """
     if s.pp == 1:
         return {}
@@ -158,8 +166,6 @@ def _pipeline(p: Problem, s: Strategy) -> dict[str, Any]:
         section.update(pipeline_parallel_layers_per_stage=split[0] // s.vpp,
                        pipeline_parallel_first_stage_less_layers=0, pipeline_parallel_last_stage_less_layers=0)
         return section
-    if layout.mtp_rank != s.pp - 1:
-        raise _refuse(f"layout {layout.megatron()} puts the MTP layers on stage {layout.mtp_rank}")
     parts, start = [], 0
     for stage in layout.stages:
         n = stage.count("t")
