@@ -48,6 +48,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autopar.pipeline import highs_run
 from autopar.pipeline.chunk_costs import ChunkCosts
 from autopar.pipeline.ilp import _quiet_stdout
 
@@ -319,15 +320,14 @@ def _solve_highs(prog: _Program, warm: np.ndarray | None, time_limit_s: float):
     lp.a_matrix_.value_ = vals[order]
     lp.integrality_ = [highspy.HighsVarType.kInteger if i else highspy.HighsVarType.kContinuous for i in prog.integer]
     h.passModel(lp)
-    h.setOptionValue("time_limit", float(time_limit_s))
+    highs_run.configure(h, time_limit_s)
     h.setOptionValue("mip_rel_gap", MIP_REL_GAP)
-    h.setOptionValue("threads", 1)
     if warm is not None:
         start = highspy.HighsSolution()
         start.col_value = list(prog.point(warm))
         start.value_valid = True
         h.setSolution(start)
-    h.run()
+    highs_run.run(h)
     status, info = h.getModelStatus(), h.getInfo()
     has = info.primal_solution_status == 2  # kSolutionStatusFeasible
     x = np.array(h.getSolution().col_value) if has else None

@@ -27,6 +27,7 @@ from typing import Iterator
 
 import numpy as np
 
+from autopar.pipeline import highs_run
 from autopar.pipeline.folded import FoldedTable
 
 MS, GIB = 1e3, 2.0**30
@@ -194,9 +195,9 @@ def _solve_highs(model: _Model, cost: np.ndarray, integer: np.ndarray, lower: np
     lp.a_matrix_.value_ = vals[order]
     lp.integrality_ = [highspy.HighsVarType.kInteger if i else highspy.HighsVarType.kContinuous for i in integer]
     h.passModel(lp)
-    h.setOptionValue("time_limit", float(time_limit_s))
+    highs_run.configure(h, time_limit_s)
     h.setOptionValue("objective_bound", float(bound))
-    h.run()
+    highs_run.run(h)
     status = h.getModelStatus()
     optimal = status in (highspy.HighsModelStatus.kOptimal, highspy.HighsModelStatus.kInfeasible,
                          highspy.HighsModelStatus.kObjectiveBound)
