@@ -64,3 +64,13 @@ def test_model_rates_are_two_probabilities_with_dropout_on(rates, dropout):
 def test_a_rate_of_one_is_refused(tmp_path):
     with pytest.raises(AutoparError, match=re.escape("--hidden-dropout=1.0: must be a probability in [0, 1) (1 drops")):
         read_script(_llama(tmp_path, "0.1", "1"))
+
+
+def test_the_title_says_dropout_is_costed_and_at_which_rates(tmp_path):
+    out = CliRunner().invoke(app, ["estimate", "--script", str(_llama(tmp_path, "0.05", "0.02")), "--device",
+                                   "h100-80gb", "--tp", "2", "--pp", "4"])
+    assert out.exit_code == 0, out.output
+    assert out.stdout.splitlines()[0].endswith(", bf16, dropout 0.05 attention / 0.02 hidden")
+    plain = CliRunner().invoke(app, ["estimate", "--script", str(_llama(tmp_path, "0.0", "0.0")), "--device",
+                                     "h100-80gb", "--tp", "2", "--pp", "4"])
+    assert plain.stdout.splitlines()[0].endswith(", bf16")

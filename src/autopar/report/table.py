@@ -270,10 +270,16 @@ def precision_label(p: Problem) -> str:
 def problem_title(p: Problem) -> str:
     """``llama3-70b (70.6 B params) on 8 x 8 h100-80gb, gbs 1024, seq 8192, bf16``: the model
     (its name escaped for rich markup, in bold), the cluster, the batch and
-    :func:`precision_label`, the first line of ``search``, ``estimate`` and ``plan``."""
+    :func:`precision_label`, the first line of ``search``, ``estimate`` and ``plan``; a model with
+    dropout adds its rates (``, dropout 0.05 attention / 0.02 hidden``: costed as masks kept, and what
+    the exports write, :func:`autopar.specs.script_attention.dropout_rates`)."""
+    from autopar.specs.script_attention import dropout_rates
+
+    attention, hidden = dropout_rates(p.model)
+    dropout = f", dropout {attention:g} attention / {hidden:g} hidden" if p.model.dropout else ""
     return (f"[bold]{escape(p.model.name)}[/] ({p.model.num_params / 1e9:.1f} B params) on {p.cluster.num_nodes} x "
             f"{p.cluster.devices_per_node} {p.cluster.device.name}, gbs {p.train.global_batch_size}, "
-            f"seq {p.train.seq_len}, {precision_label(p)}")
+            f"seq {p.train.seq_len}, {precision_label(p)}{dropout}")
 
 
 def search_summary(result: SearchResult) -> str:
