@@ -4,6 +4,8 @@ warning (issue 14 item 5)."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from typer.testing import CliRunner
 
@@ -92,7 +94,8 @@ def test_cli_prints_the_changes_and_warns_about_the_checkpoint(tmp_path):
     res = runner.invoke(app, ["search", *LLAMA_OPTS, "--top", "1", "--write-script", str(out), "--min-gain-pct", "1"])
     assert res.exit_code == 0, res.output
     err = res.stderr.splitlines()
-    assert err[0].startswith(f"wrote {out} (#1, predicted ") and "% faster than the script's layout):" in err[0]
+    assert err[0].startswith(f"wrote {out} (#1, predicted ") and "% faster than the script's layout: " in err[0]
+    assert re.search(r" s vs \d+\.\d{3} s per step, \d+\.\d% less time\):$", err[0])  # the gain's two step times
     new = read_script(out).layout
     for flag, key in (("--tensor-model-parallel-size (via TP=)", "tp"), ("--pipeline-model-parallel-size (via PP=)",
                                                                          "pp")):
