@@ -18,7 +18,17 @@ def _batch(**over) -> LayoutBatch:
 
 
 def _titan(**train):
-    return make_problem("llama3-8b", seq=8192, framework="torchtitan", **train)
+    """torchtitan as its 2024-12 / 2025-06 releases ran float8 TP (TrainSpec.float8_tp_gather)."""
+    return make_problem("llama3-8b", seq=8192, framework="torchtitan", **{"float8_tp_gather": True, **train})
+
+
+def test_torchtitan_0_2_2_gathers_bf16():
+    """0.2.2's apply_tp takes the float8 styles only for '"float8" in model.converters', and its float8
+    converter is 'quantize.linear.float8': the exported config runs bf16 TP collectives, so the
+    torchtitan target's default costs them so."""
+    p = make_problem("llama3-8b", seq=8192, framework="torchtitan", precision="fp8", fp8_recipe="tensorwise")
+    assert not p.train.float8_tp_gather and not float8_tp.applies(p, _batch())[0]
+    assert float8_tp.applies(_titan(precision="fp8", fp8_recipe="tensorwise"), _batch())[0]
 
 
 def test_fp8_gather_pair_is_three_quarters_of_the_bf16_pair_without_latency():

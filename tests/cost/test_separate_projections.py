@@ -86,7 +86,8 @@ def test_symmetric_memory_copies_by_hand():
     s = tp_overlap.symmetric_memory_copies_s(titan, b, np.array([6.0]), np.array([2.0]), np.array([1e9]))
     assert s[0] == pytest.approx(3.75e9 / H100_HBM)
     # float8 TP gathers fp8 (half the bytes): 6 x 2 x 1/16 + 2.25 = 3.0 GB.
-    fp8 = make_problem("llama3-8b", seq=8192, framework="torchtitan", precision="fp8", fp8_recipe="tensorwise")
+    fp8 = make_problem("llama3-8b", seq=8192, framework="torchtitan", precision="fp8", fp8_recipe="tensorwise",
+                       float8_tp_gather=True)
     s8 = tp_overlap.symmetric_memory_copies_s(fp8, b, np.array([6.0]), np.array([2.0]), np.array([1e9]))
     assert s8[0] == pytest.approx(3.0e9 / H100_HBM)
     # Megatron's userbuffers and layouts without the overlap: none.

@@ -1,7 +1,7 @@
 """torchtitan's float8 tensor parallelism: all-gathers in fp8, input casts on the sequence shard.
 
 With float8 tensorwise training (torchao ``Float8Linear``, dynamic tensorwise scaling) and
-tensor parallelism, torchtitan shards its linears with torchao's ``Float8ColwiseParallel`` /
+tensor parallelism, torchtitan's releases of 2024-12 to 2025 shard their linears with torchao's ``Float8ColwiseParallel`` /
 ``Float8RowwiseParallel`` and prepares the attention and MLP inputs with
 ``PrepareFloat8ModuleInput`` (torchtitan ``parallelize_llama.py`` ``apply_tp``, 2024-12 onwards;
 torchao ``float8/float8_tensor_parallel.py``: "Like ``ColwiseParallel``, but with all-gather in
@@ -24,6 +24,12 @@ torchtitan fp8 rows of the validation set moved from -3 % to +5..+18 %, so the c
 compiled float8 path needs its own study first.) Megatron-LM / Transformer Engine gather bf16 activations (TE quantises after
 the gather, or inside userbuffers' bf16 buffers), so this applies to torchtitan only.
 
+torchtitan 0.2.2, the release ``autopar export --format torchtitan`` writes for, gathers in bf16: its
+``apply_tp`` is asked for the float8 styles only when ``"float8" in job_config.model.converters``
+(``models/llama3/infra/parallelize.py``), and its float8 converter is registered as
+``quantize.linear.float8`` (``components/quantization/float8.py``); so ``TrainSpec.float8_tp_gather``
+is off by default and on for the validation rows of the earlier releases.
+
 Units: seconds, arrays over layouts.
 """
 
@@ -40,10 +46,12 @@ FP8_BYTES = 1
 
 
 def applies(p: Problem, batch: LayoutBatch) -> np.ndarray:
-    """Layouts whose layer TP all-gathers move fp8: torchtitan, fp8 training with the tensorwise
-    recipe, tp > 1 with sequence parallelism (torchtitan always pairs TP with SP). Shape ``(n,)``."""
+    """Layouts whose layer TP all-gathers move fp8: torchtitan with ``TrainSpec.float8_tp_gather`` (its
+    2024-12 to 2025 releases; not 0.2.2, see the field), fp8 training with the tensorwise recipe, tp > 1
+    with sequence parallelism (torchtitan always pairs TP with SP). Shape ``(n,)``."""
     train = p.train
-    on = train.framework == "torchtitan" and train.precision == "fp8" and train.effective_fp8_recipe == "tensorwise"
+    on = (train.framework == "torchtitan" and train.float8_tp_gather and train.precision == "fp8"
+          and train.effective_fp8_recipe == "tensorwise")
     return np.asarray(on & np.asarray(batch.sp, dtype=bool) & (batch.tp > 1), dtype=bool)
 
 

@@ -153,6 +153,12 @@ class TrainSpec(BaseModel):
         description="CUDA_LAUNCH_BLOCKING=1: every kernel launch waits for the kernel, so the host's "
         "per-layer dispatch time adds to the GPU time instead of overlapping it "
         "(autopar.cost.framework.launch_blocking_host_s_per_layer)")
+    float8_tp_gather: bool = Field(
+        default=False,
+        description="torchtitan float8 tensorwise training gathers its tensor-parallel activations in fp8 "
+        "(torchao Float8ColwiseParallel, autopar.cost.float8_tp): torchtitan's releases of 2024-12 to 2025 did, "
+        "when the converter was named 'float8'; 0.2.2, the release autopar exports for, never does (its "
+        "parallelize checks '\"float8\" in model.converters', its converter is 'quantize.linear.float8')")
     grad_reduce_once: bool = Field(
         default=False,
         description="ZeRO-0/2/3 keep each stage's full gradient through the micro-batches and reduce it "

@@ -407,7 +407,10 @@ def to_case(row: Row) -> Case:
                       overlap_grad_reduce=overlap_grad_reduce, grad_dtype=grad_dtype,
                       fp8_param_storage=fp8_param_gather_of(row, precision, assumed),
                       framework=framework_of(row, family), tp_backward_overlap=tp_backward_overlap_of(row, family),
-                      launch_blocking=family.launch_blocking)
+                      launch_blocking=family.launch_blocking,
+                      # torchtitan 2024-12 and 2025-06 (the TT rows) named the converter "float8", so their apply_tp
+                      # took torchao's float8 TP styles (autopar.cost.float8_tp); 0.2.2 no longer does
+                      float8_tp_gather=family.name == "torchtitan")
     if model.is_moe:
         strategy, train = apply_moe_recipe(row, strategy, train, assumed)
     if strategy.tp_comm_overlap and train.framework == "megatron":
