@@ -423,10 +423,10 @@ def band_line(step_time_s: float, first_s: float, band: Band, costing: str, cave
     """Whether a layout's gap to #1 (``costing`` says which step times: the table's re-costed ones
     or the search's first costing) is inside autopar's step-time error ``band`` (the MAPE of the
     measured rows it names, :func:`autopar.report.ties.problem_certainty`): inside, the two are too
-    close to rank; beyond it, the ranking likely holds (the band is a mean; the line gives its rows' largest
-    error), unless ``caveat`` (few measured
-    rows of sharded layouts, :func:`autopar.validate.bands.sharded_rows_note`) says the band itself
-    is uncertain there; without a band, that the gap cannot be weighed."""
+    close to rank; beyond it, the ranking likely holds (the band is a mean; the line gives its rows'
+    largest error), unless ``caveat`` (few measured rows of sharded layouts,
+    :func:`autopar.validate.bands.sharded_rows_note`) says the band itself is uncertain there;
+    without a band, that the gap cannot be weighed."""
     from autopar.report.ties import within_band
 
     gap = f"{100.0 * abs(step_time_s - first_s) / first_s:.1f}% from #1 ({costing})"
