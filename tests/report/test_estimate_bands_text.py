@@ -28,3 +28,12 @@ def test_a_peak_whose_band_crosses_the_device_may_not_fit():
     # 77.13 GiB x 1.038 = 80.06 GiB > 79.6 GiB; with mbs 1 and tp 2 the peak is far below
     assert "may not fit: the peak plus autopar's ±3.8% memory band is 80.06 GiB, above the device's 79.6 GiB" in _text()
     assert "may not fit" not in _text("--tp", "2", "--dp", "4")
+
+
+def test_one_wording_weighs_a_gap_against_the_band():
+    from autopar.report.ties import band_verdict
+
+    assert band_verdict(104.0, 100.0, 4.3) == ("within autopar's ±4.3% band (its mean step-time error, MAPE, on similar "
+                                               "measured rows): too close to rank")
+    assert band_verdict(105.0, 100.0, 4.3, "dense rows").startswith("beyond autopar's ±4.3% band (its mean step-time "
+                                                                    "error, MAPE, on dense rows)")

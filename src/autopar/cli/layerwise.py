@@ -194,14 +194,12 @@ def uniform_line(layerwise_s: float, uniform: tuple[str, float], band_pct: float
     the pipeline marks of the label (``pp4~``, ``+el``: :data:`autopar.report.table.SPLIT_MARKS`)
     are said after it, as the search table's legend says them."""
     from autopar.report.table import SPLIT_MARKS
-    from autopar.report.ties import within_band
+    from autopar.report.ties import band_verdict
 
     label, step_s = uniform[:2]
-    tie = within_band(layerwise_s, step_s, band_pct)
     pp_part = next((word for word in label.split() if word.startswith("pp")), "")
     legend = [text for mark, text in SPLIT_MARKS.items() if mark in pp_part]
-    verdict = ("" if band_pct is None else f", within autopar's ±{band_pct:g}% band: too close to rank" if tie
-               else f", beyond autopar's ±{band_pct:g}% band (its mean step-time error, MAPE, on similar measured rows)")
+    verdict = "" if band_pct is None else f", {band_verdict(layerwise_s, step_s, band_pct)}"
     return (f"best uniform layout for --target galvatron: {label}, step {step_s:.3f} s; the layer-wise plan is "
             f"{layerwise_s / step_s - 1:+.1%} against it{verdict}" + (f" ({'; '.join(legend)})" if legend else ""))
 

@@ -23,6 +23,14 @@ def within_band(step_time_s: float, first_s: float, band_pct: float | None) -> b
     return band_pct is not None and round(100.0 * abs(step_time_s - first_s) / first_s, 1) <= band_pct
 
 
+def band_verdict(step_time_s: float, first_s: float, band_pct: float, group: str = "similar measured rows") -> str:
+    """``within autopar's ±B% band (its mean step-time error, MAPE, on GROUP): too close to rank`` when
+    ``step_time_s`` is within ``band_pct`` of ``first_s`` (:func:`within_band`), else ``beyond ...``:
+    the one wording of a gap weighed against the band (``search --explain``, ``--layerwise``)."""
+    against = f"autopar's ±{band_pct:g}% band (its mean step-time error, MAPE, on {group})"
+    return f"within {against}: too close to rank" if within_band(step_time_s, first_s, band_pct) else f"beyond {against}"
+
+
 def rank_marks(step_times_s: list[float], band_pct: float | None) -> list[str]:
     """The rank column of a ranking best first: ``"1"``, then ``"≈1"`` for each layout within
     the band of #1 (:func:`within_band`), else its own rank. E.g. step times [100, 103, 105,

@@ -427,18 +427,18 @@ def band_line(step_time_s: float, first_s: float, band: Band, costing: str, cave
     largest error), unless ``caveat`` (few measured rows of sharded layouts,
     :func:`autopar.validate.bands.sharded_rows_note`) says the band itself is uncertain there;
     without a band, that the gap cannot be weighed."""
-    from autopar.report.ties import within_band
+    from autopar.report.ties import band_verdict, within_band
 
     gap = f"{100.0 * abs(step_time_s - first_s) / first_s:.1f}% from #1 ({costing})"
     if band.band_pct is None:
         return f"{gap}; no measured row gives an error band, so how sure this order is is unknown"
-    against = f"autopar's ±{band.band_pct:g}% band (its mean step-time error, MAPE, on {band.group})"
+    verdict = f"{gap}, {band_verdict(step_time_s, first_s, band.band_pct, band.group)}"
     if within_band(step_time_s, first_s, band.band_pct):
-        return f"{gap}, within {against}: too close to rank"
+        return verdict
     if caveat is not None:
-        return f"{gap}, beyond {against}; but {caveat}"
-    return (f"{gap}, beyond {against}: the order likely holds (a mean, not a bound: single rows there err by up to "
-            f"{band.max_pct:g}%)" if band.max_pct is not None else f"{gap}, beyond {against}: the order likely holds")
+        return f"{verdict}; but {caveat}"
+    worst = "" if band.max_pct is None else f" (a mean, not a bound: single rows there err by up to {band.max_pct:g}%)"
+    return f"{verdict}: the order likely holds{worst}"
 
 
 def _named(codes: dict[str, int]) -> dict[str, Any]:
