@@ -142,10 +142,8 @@ def estimate(
             doc["profile"] = measured
         print_json("estimate", doc)
         return
-    from autopar.report.ties import problem_certainty
-
     console.print(problem_title(p))
-    print_estimate(console, result, p.train.precision, problem_certainty(p), p)
+    print_estimate(console, result, p)
     if detail:
         from autopar.report.stage_detail import print_stage_detail
 

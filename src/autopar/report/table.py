@@ -345,19 +345,20 @@ def devices_table(devices: list[DeviceSpec]) -> Table:
     return table
 
 
-def print_estimate(console: Console, e: Estimate, precision: str = "bf16", certainty: Certainty | None = None,
-                   p: Problem | None = None) -> None:
+def print_estimate(console: Console, e: Estimate, p: Problem) -> None:
     """Headline numbers, then the memory and time tables; MFU says ``(of the fp8 peak)`` where
-    the training ``precision`` is not bf16 (:func:`autopar.cost.step.mfu_peak_flops_per_s`). With
-    ``certainty`` (the problem's error bands) the step time and the peak carry their ``±`` band, and a
-    fitting layout whose peak plus its band exceeds the device says it may not fit; with the problem
-    ``p``, the measured runs of its model on its class of device say how far off autopar was there
+    the training precision is not bf16 (:func:`autopar.cost.step.mfu_peak_flops_per_s`). The step
+    time and the peak carry the problem's ``±`` error bands (:func:`autopar.report.ties.problem_certainty`),
+    a fitting layout whose peak plus its band exceeds the device says it may not fit, and the measured
+    runs of the model on its class of device say how far off autopar was there
     (:func:`autopar.validate.bands.model_rows_note`)."""
+    from autopar.report.ties import problem_certainty
+
+    precision, certainty = p.train.precision, problem_certainty(p)
     fit = "fits" if e.fits else "[red]does NOT fit[/]"
     if e.marginal:
         fit = "[yellow]fits, marginal[/]"
-    step_band = certainty and certainty.step_time.band_pct
-    memory_band = certainty and certainty.memory.band_pct
+    step_band, memory_band = certainty.step_time.band_pct, certainty.memory.band_pct
     console.print(
         f"[bold]{layout_label(e)}[/] mbs {e.strategy.mbs}, {e.num_microbatches} micro-batches, zero "
         f"{e.strategy.zero}, recompute {recompute_label(e)}, schedule {e.strategy.schedule}\n"
@@ -371,12 +372,12 @@ def print_estimate(console: Console, e: Estimate, precision: str = "bf16", certa
         console.print(f"[yellow]may not fit[/]: the peak plus autopar's ±{memory_band:g}% memory band is "
                       f"{e.peak_memory_bytes * (1 + memory_band / 100) / GIB:.2f} GiB, above the device's "
                       f"{e.device_memory_bytes / GIB:.1f} GiB", highlight=False, soft_wrap=True)
-    if certainty is not None and (step_band or memory_band):
+    if step_band or memory_band:
         console.print(f"±: autopar's mean error (MAPE) on similar measured rows: step time on "
                       f"{len(certainty.step_time.rows)} {certainty.step_time.group}"
                       + (f"; memory on {len(certainty.memory.rows)} {certainty.memory.group}" if memory_band else ""),
                       highlight=False, soft_wrap=True)
-    if p is not None and (same := model_rows_note(p.model.name, p.cluster.device.name)) is not None:
+    if (same := model_rows_note(p.model.name, p.cluster.device.name)) is not None:
         console.print(same, highlight=False, soft_wrap=True)
     for note in recompute_notes([e]):
         console.print(note, highlight=False, soft_wrap=True)
