@@ -104,15 +104,13 @@ def for_target(p: Problem, target: str) -> Problem:
               "deepspeed": {"framework": "deepspeed", "tp_backward_overlap": False},
               "galvatron": {"grad_reduce_once": True}}.get(target)
     t = p.train
-    if target == "megatron-bridge" and t.precision == "fp8":
-        from autopar.export.megatron_bridge import FP8_MIXED_PRECISION
+    if target == "megatron-bridge" and t.precision == "fp8":  # what the user left open, as the recipe sets it
+        from autopar.export.megatron_bridge import FP8_MIXED_PRECISION, RECIPE_BF16_LAYERS
 
-        update = {}
-        if t.fp8_bf16_layers is None and t.effective_fp8_recipe == "tensorwise":
-            update["fp8_bf16_layers"] = (1, 1)
-        if "fp8_param_storage" not in t.model_fields_set:  # not given: the recipe's own fp8_param_gather
-            update["fp8_param_storage"] = FP8_MIXED_PRECISION[t.effective_fp8_recipe][1]
-        update = update or None
+        name, gathers = FP8_MIXED_PRECISION[t.effective_fp8_recipe]
+        update = {**({"fp8_bf16_layers": RECIPE_BF16_LAYERS[name]}
+                     if t.fp8_bf16_layers is None and name in RECIPE_BF16_LAYERS else {}),
+                  **({"fp8_param_storage": gathers} if "fp8_param_storage" not in t.model_fields_set else {})} or None
     if update is None:
         return p
     return Problem(p.model, p.cluster, p.train.model_copy(update=update))
