@@ -31,11 +31,11 @@ from autopar.report.layout_plot import stage_labels, timeline_title
 from autopar.report.page_assets import SCRIPT, STYLE
 from autopar.report.plots import GIB, TIME_PARTS, memory_chart, ranking_chart
 from autopar.report.table import FEW_ROWS_MARK, layout_label, recompute_label, search_summary, table_notes
-from autopar.report.ties import problem_certainty, rank_marks, search_document, sharding_note, ties_note
+from autopar.report.ties import model_note, problem_certainty, rank_marks, search_document, sharding_note, ties_note
 from autopar.report.timeline import timeline_png
 from autopar.schemas import versioned
 from autopar.search import SearchResult
-from autopar.validate.bands import Certainty, model_rows_note
+from autopar.validate.bands import Certainty
 
 CHART_LAYOUTS = 30  # bars in ranking.png: the first 30 layouts
 DETAIL_LAYOUTS = 10  # layouts with their memory and timeline charts one click away
@@ -220,7 +220,7 @@ def render(p: Problem, result: SearchResult, ranking_png: bytes, memory_png: byt
     """The HTML page (see the module docstring); ``memory_png`` is #1's memory chart; ``command``
     the command line that reproduces the search (shown under the title when given)."""
     certainty, sharded = problem_certainty(p), sharding_note(p, result)
-    same = model_rows_note(p.model.name, p.cluster.device.name)
+    same = model_note(p)
     title = (f"{p.model.name}: {p.model.num_params / 1e9:.1f} B params on {p.cluster.num_nodes} x "
              f"{p.cluster.devices_per_node} {p.cluster.device.name}, gbs {p.train.global_batch_size}, "
              f"seq {p.train.seq_len}, {p.train.precision}")

@@ -8,11 +8,11 @@ from rich.table import Table
 
 from autopar.estimate import Estimate
 from autopar.problem import Problem
-from autopar.report.ties import rank_marks, sharding_note, ties_note
+from autopar.report.ties import model_note, rank_marks, sharding_note, ties_note
 from autopar.search import SearchResult
 from autopar.specs import DeviceSpec
 from autopar.strategy import DEFAULT_RECOMPUTE_MODULES, RECOMPUTE_MODULES, Strategy, default_layers_per_stage
-from autopar.validate.bands import Certainty, model_rows_note
+from autopar.validate.bands import Certainty
 
 GIB = 2**30
 
@@ -232,7 +232,7 @@ def search_table(result: SearchResult, certainty: Certainty | None = None, p: Pr
                           ("tok/s/dev", "right"), ("MFU", "right"), ("bubble", "right"), ("note", "left")]:
         table.add_column(name, justify=justify, no_wrap=True)
     sharded = p and sharding_note(p, result)
-    same = p and model_rows_note(p.model.name, p.cluster.device.name)
+    same = p and model_note(p)
     notes = [n for n in (table_notes(result.layouts, getattr(result, "target", "megatron")), p and mfu_note(p),
                          certainty and ties_note(certainty, marks), same, sharded and f"{FEW_ROWS_MARK}: {sharded}")
              if n]
@@ -377,7 +377,7 @@ def print_estimate(console: Console, e: Estimate, p: Problem) -> None:
                       f"{len(certainty.step_time.rows)} {certainty.step_time.group}"
                       + (f"; memory on {len(certainty.memory.rows)} {certainty.memory.group}" if memory_band else ""),
                       highlight=False, soft_wrap=True)
-    if (same := model_rows_note(p.model.name, p.cluster.device.name)) is not None:
+    if (same := model_note(p)) is not None:
         console.print(same, highlight=False, soft_wrap=True)
     for note in recompute_notes([e]):
         console.print(note, highlight=False, soft_wrap=True)

@@ -28,7 +28,9 @@ def band_verdict(step_time_s: float, first_s: float, band_pct: float, group: str
     ``step_time_s`` is within ``band_pct`` of ``first_s`` (:func:`within_band`), else ``beyond ...``:
     the one wording of a gap weighed against the band (``search --explain``, ``--layerwise``)."""
     against = f"autopar's ±{band_pct:g}% band (its mean step-time error, MAPE, on {group})"
-    return f"within {against}: too close to rank" if within_band(step_time_s, first_s, band_pct) else f"beyond {against}"
+    if within_band(step_time_s, first_s, band_pct):
+        return f"within {against}: too close to rank"
+    return f"beyond {against}"
 
 
 def rank_marks(step_times_s: list[float], band_pct: float | None) -> list[str]:
@@ -86,6 +88,12 @@ def problem_certainty(p: Problem) -> Certainty:
     return certainty(p.model.is_moe, p.train.precision, p.cluster.device.name)
 
 
+def model_note(p: Problem) -> str | None:
+    """The measured runs of ``p``'s model on its class of device, with autopar's signed error there
+    (:func:`autopar.validate.bands.model_rows_note`), or None."""
+    return model_rows_note(p.model.name, p.cluster.device.name)
+
+
 def sharding_note(p: Problem, result: SearchResult) -> str | None:
     """:func:`autopar.validate.bands.sharded_rows_note` for the layouts of ``result`` (its export target)."""
     return sharded_rows_note(getattr(result, "target", "megatron"), (e.strategy.zero for e in result.layouts))
@@ -101,5 +109,5 @@ def search_document(p: Problem, result: SearchResult) -> dict[str, Any]:
 
     doc = annotate(result.to_dict(), problem_certainty(p))
     doc["certainty"]["sharding_note"] = sharding_note(p, result)
-    doc["certainty"]["model_rows_note"] = model_rows_note(p.model.name, p.cluster.device.name)
+    doc["certainty"]["model_rows_note"] = model_note(p)
     return {**doc, "mfu_peak_flops_per_s": mfu_peak_flops_per_s(p)}
